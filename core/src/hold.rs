@@ -1,0 +1,235 @@
+//! [`Hold`]: a lease kept alive by the heartbeat engine while work runs.
+//!
+//! State machine (one way only):
+//!
+//! ```text
+//!   acquire ──► renewing ──► released   (release() or Drop)
+//!                  │
+//!                  └──────► lost        (renewal found it gone/taken, or
+//!                                        renewals failed past its deadline;
+//!                                        the signal is tripped)
+//! ```
+//!
+//! A refused acquire makes no Hold at all (`Ok(None)`), so a refused caller
+//! has nothing that could renew or delete the real holder's lease.
+//!
+//! `release` first takes the hold out of the engine (waiting for an
+//! in-flight tick), then compare-and-deletes the lease: once it returns, no
+//! tick re-stamps the lease. A Hold copied into a forked child (it is not
+//! `Clone`, but `fork` copies memory) neither renews nor releases: the child
+//! has no heartbeat thread, and `release` there returns
+//! [`ReleaseOutcome::OtherProcess`] without touching the backend.
+
+use crate::adapter::Lease;
+use crate::args::{check_duration, check_key, current_pid};
+use crate::engine::{Engine, HoldStatus, Registration, Unregistered};
+use crate::error::Result;
+use crate::signal::AbortSignal;
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Default lease TTL: 180 s.
+pub const LEASE_TTL: Duration = Duration::from_secs(180);
+/// Default heartbeat: 60 s.
+pub const HEARTBEAT: Duration = Duration::from_secs(60);
+/// Default flag TTL: 300 s.
+pub const FLAG_TTL: Duration = Duration::from_secs(300);
+
+/// How to hold a lease. `HoldOptions::default()` is the contract's defaults:
+/// ttl 180 s, heartbeat 60 s, no stop key, a fresh signal.
+#[derive(Debug, Clone)]
+pub struct HoldOptions {
+    /// Lease TTL: how long the lease outlives its last renewal.
+    pub ttl: Duration,
+    /// The longest wait between renewals (the engine renews at least every
+    /// ttl/3 whatever this says) and, capped at 1 s, the stop-flag tick.
+    pub heartbeat: Duration,
+    /// A flag that, once raised by anyone, trips the signal within a tick.
+    pub stop_key: Option<String>,
+    /// The signal to trip on stop or loss; `None` makes a fresh one.
+    pub signal: Option<AbortSignal>,
+}
+
+impl Default for HoldOptions {
+    fn default() -> Self {
+        HoldOptions {
+            ttl: LEASE_TTL,
+            heartbeat: HEARTBEAT,
+            stop_key: None,
+            signal: None,
+        }
+    }
+}
+
+impl HoldOptions {
+    /// Checks the options: ttl and heartbeat non-zero (and sane), stop key
+    /// non-empty if given.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] naming the bad option.
+    pub fn validate(&self) -> Result<()> {
+        check_duration("ttl", self.ttl)?;
+        check_duration("heartbeat", self.heartbeat)?;
+        if let Some(stop) = &self.stop_key {
+            check_key("stop_key", stop)?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`Hold::release`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The lease was ours and is deleted.
+    Released,
+    /// The hold was renewing, but the lease had already gone (expired or
+    /// taken) by the time of the delete; nothing was deleted.
+    NotHeld,
+    /// The hold had been lost before; nothing was deleted.
+    Lost,
+    /// An earlier release already ran.
+    AlreadyReleased,
+    /// This is a forked child's copy: the parent's lease was left alone.
+    OtherProcess,
+}
+
+/// A held lease, renewed in the background until released or lost.
+/// Releases on Drop (ignoring errors; call [`Hold::release`] to see them).
+///
+/// # Examples
+/// ```
+/// use mistri_locks::{HoldOptions, Locks};
+/// use std::time::Duration;
+///
+/// let locks = Locks::memory();
+/// let opts = HoldOptions { ttl: Duration::from_secs(2), heartbeat: Duration::from_millis(200), ..Default::default() };
+/// let hold = locks.hold("nightly-report", opts.clone())?.expect("free");
+/// assert!(locks.hold("nightly-report", opts)?.is_none()); // refused: held
+/// while !hold.signal().is_aborted() {
+///     // ... one unit of work ...
+///     break;
+/// }
+/// hold.release()?;
+/// # Ok::<(), mistri_locks::Error>(())
+/// ```
+pub struct Hold {
+    lease: Lease,
+    engine: Engine,
+    id: u64,
+    signal: AbortSignal,
+    status: Arc<HoldStatus>,
+    pid: u32,
+    released: Mutex<bool>,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("key", &self.lease.key())
+            .field("fence", &self.lease.fence())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl Hold {
+    /// Acquires `key` and starts renewing it; `Ok(None)` when it's held
+    /// elsewhere.
+    pub(crate) fn start(engine: &Engine, key: &str, opts: HoldOptions) -> Result<Option<Hold>> {
+        check_key("key", key)?;
+        opts.validate()?;
+        let adapter = engine.adapter();
+        let acquired_at = Instant::now();
+        let Some(lease) = adapter.acquire(key, opts.ttl)? else {
+            return Ok(None);
+        };
+        let signal = opts.signal.unwrap_or_default();
+        let status = Arc::new(HoldStatus::default());
+        let reg = Registration {
+            lease: lease.clone(),
+            ttl: opts.ttl,
+            heartbeat: opts.heartbeat,
+            stop_key: opts.stop_key,
+            signal: signal.clone(),
+            status: status.clone(),
+        };
+        let id = match engine.register(reg, acquired_at) {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = adapter.release(&lease);
+                return Err(e);
+            }
+        };
+        Ok(Some(Hold {
+            lease,
+            engine: engine.clone(),
+            id,
+            signal,
+            status,
+            pid: current_pid(),
+            released: Mutex::new(false),
+        }))
+    }
+
+    /// The key held.
+    pub fn key(&self) -> &str {
+        self.lease.key()
+    }
+
+    /// The fencing number of this acquisition.
+    pub fn fence(&self) -> u64 {
+        self.lease.fence()
+    }
+
+    /// The lease itself (key, token, fence).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Has the lease been lost (its signal is tripped, with a reason saying
+    /// so)?
+    pub fn is_lost(&self) -> bool {
+        self.status.lost.load(Ordering::SeqCst)
+    }
+
+    /// The signal tripped on stop flag or loss.
+    pub fn signal(&self) -> &AbortSignal {
+        &self.signal
+    }
+
+    /// Stops renewing and deletes the lease if it is still ours. Idempotent.
+    /// Returns only after no heartbeat tick can touch the lease again.
+    ///
+    /// # Errors
+    /// The adapter's error if the delete failed (e.g. Redis unreachable);
+    /// the hold has stopped renewing regardless, so the lease expires on its
+    /// own within its ttl.
+    pub fn release(&self) -> Result<ReleaseOutcome> {
+        if self.pid != current_pid() {
+            return Ok(ReleaseOutcome::OtherProcess);
+        }
+        let mut released = self.released.lock();
+        if *released {
+            return Ok(ReleaseOutcome::AlreadyReleased);
+        }
+        *released = true;
+        match self.engine.unregister(self.id) {
+            Unregistered::Gone => Ok(ReleaseOutcome::Lost),
+            Unregistered::Removed => {
+                if self.engine.adapter().release(&self.lease)? {
+                    Ok(ReleaseOutcome::Released)
+                } else {
+                    Ok(ReleaseOutcome::NotHeld)
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}

@@ -1,0 +1,54 @@
+//! # mistri_locks
+//!
+//! Cross-process leases and stop flags for hosts that run work loops in
+//! several processes. A *lease* says "this is alive right now" and expires
+//! unless renewed; a *flag* carries a one-bit request ("stop") between
+//! processes; a [`Hold`] keeps a lease renewed on a heartbeat, watches a stop
+//! flag and trips an [`AbortSignal`] when asked to stop or when the lease is
+//! lost.
+//!
+//! Backends implement [`Adapter`]: [`Memory`] (one process) and [`Redis`]
+//! (any number of processes, any language, per `docs/PROTOCOL.md`).
+//! [`Locks`] wraps one with the seed's seven token-less operations.
+//!
+//! ```
+//! use mistri_locks::{HoldOptions, Locks};
+//! use std::time::Duration;
+//!
+//! let locks = Locks::memory();
+//! let opts = HoldOptions {
+//!     ttl: Duration::from_secs(10),
+//!     heartbeat: Duration::from_secs(1),
+//!     stop_key: Some("stop:worker".into()),
+//!     ..HoldOptions::default()
+//! };
+//! let hold = locks.hold("worker", opts)?.expect("nobody else holds it");
+//! locks.set_flag("stop:worker", Duration::from_secs(60))?; // from anywhere
+//! assert!(hold.signal().wait(Some(Duration::from_secs(5))));
+//! hold.release()?;
+//! # Ok::<(), mistri_locks::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod adapter;
+pub mod args;
+mod engine;
+pub mod error;
+mod global;
+pub mod hold;
+pub mod locks;
+pub mod memory;
+pub mod redis;
+pub mod signal;
+
+pub use adapter::{Adapter, Beat, Lease};
+pub use args::duration_from_secs;
+pub use engine::{IDLE_EXIT, MAX_TICK};
+pub use error::{Error, Result};
+pub use global::{configure, hold, locks};
+pub use hold::{Hold, HoldOptions, ReleaseOutcome, FLAG_TTL, HEARTBEAT, LEASE_TTL};
+pub use locks::Locks;
+pub use memory::Memory;
+pub use redis::Redis;
+pub use signal::{AbortSignal, CallbackHandle, WaitOutcome};

@@ -1,0 +1,237 @@
+//! [`Locks`]: the seed's token-less seven-method surface over an adapter,
+//! plus the adapter's heartbeat engine and [`Locks::hold`].
+//!
+//! `acquire(key)` remembers the lease it got inside this object, so
+//! `renew(key)` and `release(key)` can present its owner token: an object
+//! that never acquired a key (or whose lease expired and was retaken) can't
+//! renew or release someone else's lease. The remembered leases are dropped
+//! in a forked child, which therefore can't renew or release its parent's
+//! leases either.
+
+use crate::adapter::{Adapter, Lease};
+use crate::args::{check_duration, check_key, current_pid};
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::hold::{Hold, HoldOptions};
+use crate::memory::Memory;
+use crate::redis::Redis;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Issued {
+    pid: u32,
+    leases: HashMap<String, Lease>,
+}
+
+struct Inner {
+    engine: Engine,
+    issued: Mutex<Issued>,
+}
+
+/// An adapter with the seven operations of the seed's contract, and holds.
+/// Cloning shares everything (adapter, issued leases, heartbeat engine).
+///
+/// # Examples
+/// ```
+/// use mistri_locks::Locks;
+/// use std::time::Duration;
+///
+/// let a = Locks::memory();
+/// let b = a.sharing_adapter();            // another owner, same backend
+/// assert!(a.acquire("k", Duration::from_secs(5))?);
+/// assert!(b.held("k")?);
+/// assert!(!b.release("k")?);              // not b's lease
+/// assert!(a.release("k")?);
+/// # Ok::<(), mistri_locks::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Locks {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Locks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locks")
+            .field("adapter", &self.adapter().name())
+            .finish()
+    }
+}
+
+impl Locks {
+    /// Wraps an adapter.
+    pub fn new(adapter: impl Adapter) -> Self {
+        Self::from_arc(Arc::new(adapter))
+    }
+
+    /// Wraps a shared adapter.
+    pub fn from_arc(adapter: Arc<dyn Adapter>) -> Self {
+        Locks {
+            inner: Arc::new(Inner {
+                engine: Engine::new(adapter),
+                issued: Mutex::new(Issued {
+                    pid: current_pid(),
+                    leases: HashMap::new(),
+                }),
+            }),
+        }
+    }
+
+    /// A fresh in-process [`Memory`] backend.
+    pub fn memory() -> Self {
+        Self::new(Memory::new())
+    }
+
+    /// A [`Redis`] backend (see [`Redis::open`]).
+    ///
+    /// # Errors
+    /// As [`Redis::open`].
+    pub fn redis(url: &str, namespace: &str) -> Result<Self> {
+        Ok(Self::new(Redis::open(url, namespace)?))
+    }
+
+    /// Another owner on the same backend: its own issued leases and its own
+    /// heartbeat engine. Two of these behave like two processes.
+    pub fn sharing_adapter(&self) -> Self {
+        Self::from_arc(self.adapter().clone())
+    }
+
+    /// The backend.
+    pub fn adapter(&self) -> &Arc<dyn Adapter> {
+        self.inner.engine.adapter()
+    }
+
+    fn issued(&self) -> parking_lot::MutexGuard<'_, Issued> {
+        let mut issued = self.inner.issued.lock();
+        let pid = current_pid();
+        if issued.pid != pid {
+            issued.leases.clear();
+            issued.pid = pid;
+        }
+        issued
+    }
+
+    /// Takes the lease on `key` for `ttl` if no live lease exists.
+    ///
+    /// # Errors
+    /// Invalid key or ttl; the backend's errors.
+    pub fn acquire(&self, key: &str, ttl: Duration) -> Result<bool> {
+        check_key("key", key)?;
+        check_duration("ttl", ttl)?;
+        match self.adapter().acquire(key, ttl)? {
+            Some(lease) => {
+                self.issued().leases.insert(key.to_owned(), lease);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Extends this object's lease on `key` to `ttl` from now. `false` if it
+    /// holds none (never acquired, released, or expired and retaken).
+    ///
+    /// # Errors
+    /// Invalid key or ttl; the backend's errors.
+    pub fn renew(&self, key: &str, ttl: Duration) -> Result<bool> {
+        check_key("key", key)?;
+        check_duration("ttl", ttl)?;
+        let Some(lease) = self.issued().leases.get(key).cloned() else {
+            return Ok(false);
+        };
+        let renewed = self.adapter().renew(&lease, ttl)?;
+        if !renewed {
+            self.forget(&lease);
+        }
+        Ok(renewed)
+    }
+
+    /// Deletes this object's lease on `key`. `false` if it holds none.
+    ///
+    /// # Errors
+    /// Invalid key; the backend's errors (the lease is then kept, so the
+    /// release can be retried).
+    pub fn release(&self, key: &str) -> Result<bool> {
+        check_key("key", key)?;
+        let Some(lease) = self.issued().leases.get(key).cloned() else {
+            return Ok(false);
+        };
+        let released = self.adapter().release(&lease)?;
+        self.forget(&lease);
+        Ok(released)
+    }
+
+    fn forget(&self, lease: &Lease) {
+        let mut issued = self.issued();
+        if issued.leases.get(lease.key()) == Some(lease) {
+            issued.leases.remove(lease.key());
+        }
+    }
+
+    /// The fencing number of this object's lease on `key`, if it has one.
+    pub fn fence(&self, key: &str) -> Option<u64> {
+        self.issued().leases.get(key).map(Lease::fence)
+    }
+
+    /// Is a live lease on `key` (anyone's)?
+    ///
+    /// # Errors
+    /// Invalid key; the backend's errors.
+    pub fn held(&self, key: &str) -> Result<bool> {
+        check_key("key", key)?;
+        self.adapter().held(key)
+    }
+
+    /// Raises the flag `key` for `ttl` ([`crate::FLAG_TTL`] by convention).
+    ///
+    /// # Errors
+    /// Invalid key or ttl; the backend's errors.
+    pub fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
+        check_key("key", key)?;
+        check_duration("ttl", ttl)?;
+        self.adapter().set_flag(key, ttl)
+    }
+
+    /// Is the flag `key` up?
+    ///
+    /// # Errors
+    /// Invalid key; the backend's errors.
+    pub fn flag(&self, key: &str) -> Result<bool> {
+        check_key("key", key)?;
+        self.adapter().flag(key)
+    }
+
+    /// Lowers the flag `key`.
+    ///
+    /// # Errors
+    /// Invalid key; the backend's errors.
+    pub fn clear_flag(&self, key: &str) -> Result<()> {
+        check_key("key", key)?;
+        self.adapter().clear_flag(key)
+    }
+
+    /// Operator override: deletes whatever lease is on `key`; its holder's
+    /// hold becomes lost at its next renewal.
+    ///
+    /// # Errors
+    /// Invalid key; the backend's errors.
+    pub fn break_lease(&self, key: &str) -> Result<bool> {
+        check_key("key", key)?;
+        self.adapter().break_lease(key)
+    }
+
+    /// Acquires `key` and keeps it renewed on this object's heartbeat engine
+    /// until the returned [`Hold`] is released or dropped. `Ok(None)` when
+    /// the lease is held elsewhere.
+    ///
+    /// # Errors
+    /// Invalid key or options; the backend's errors on acquire.
+    pub fn hold(&self, key: &str, opts: HoldOptions) -> Result<Option<Hold>> {
+        Hold::start(&self.inner.engine, key, opts)
+    }
+
+    /// How many holds this object's engine is renewing.
+    pub fn active_holds(&self) -> usize {
+        self.inner.engine.len()
+    }
+}

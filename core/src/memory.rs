@@ -1,0 +1,195 @@
+//! [`Memory`]: leases and flags inside one process.
+//!
+//! Real TTL semantics on the monotonic clock; expiry is judged when an entry
+//! is read, so no sweeper thread is needed. Expired entries are pruned when
+//! the maps have doubled since the last prune, so memory stays proportional
+//! to the live entries. Fencing numbers come from one counter per adapter,
+//! which makes them strictly increasing per key without remembering keys.
+//!
+//! Lock order: one mutex, never held while calling out.
+
+use crate::adapter::{Adapter, Lease};
+use crate::args::mint_token;
+use crate::error::Result;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+const MIN_PRUNE_AT: usize = 64;
+
+struct Entry {
+    token: String,
+    expires: Instant,
+}
+
+struct State {
+    leases: HashMap<String, Entry>,
+    flags: HashMap<String, Instant>,
+    fence: u64,
+    prune_at: usize,
+}
+
+/// An in-process adapter. Leases are visible to every [`crate::Locks`] that
+/// shares this adapter object, in this process only.
+///
+/// # Examples
+/// ```
+/// use mistri_locks::Locks;
+/// use std::time::Duration;
+///
+/// let locks = Locks::memory();
+/// assert!(locks.acquire("job", Duration::from_secs(1)).unwrap());
+/// assert!(!locks.acquire("job", Duration::from_secs(1)).unwrap());
+/// assert!(locks.release("job").unwrap());
+/// ```
+pub struct Memory {
+    state: Mutex<State>,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Memory {
+    /// An empty in-memory backend.
+    pub fn new() -> Self {
+        Memory {
+            state: Mutex::new(State {
+                leases: HashMap::new(),
+                flags: HashMap::new(),
+                fence: 0,
+                prune_at: MIN_PRUNE_AT,
+            }),
+        }
+    }
+}
+
+impl State {
+    fn live_lease(&self, key: &str, now: Instant) -> Option<&Entry> {
+        self.leases.get(key).filter(|e| e.expires > now)
+    }
+
+    fn prune(&mut self, now: Instant) {
+        if self.leases.len() + self.flags.len() < self.prune_at {
+            return;
+        }
+        self.leases.retain(|_, e| e.expires > now);
+        self.flags.retain(|_, exp| *exp > now);
+        self.prune_at = ((self.leases.len() + self.flags.len()) * 2).max(MIN_PRUNE_AT);
+    }
+}
+
+fn deadline(now: Instant, ttl: Duration) -> Instant {
+    // check_duration caps ttl far below Instant's range; saturate anyway.
+    now.checked_add(ttl)
+        .unwrap_or_else(|| now + Duration::from_secs(crate::args::MAX_SECS as u64))
+}
+
+impl Adapter for Memory {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        let now = Instant::now();
+        let mut state = self.state.lock();
+        if state.live_lease(key, now).is_some() {
+            return Ok(None);
+        }
+        state.prune(now);
+        state.fence += 1;
+        let fence = state.fence;
+        state.leases.insert(
+            key.to_owned(),
+            Entry {
+                token: token.clone(),
+                expires: deadline(now, ttl),
+            },
+        );
+        Ok(Some(Lease::new(key, token, fence)))
+    }
+
+    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let now = Instant::now();
+        let mut state = self.state.lock();
+        match state.leases.get_mut(lease.key()) {
+            Some(e) if e.expires > now && e.token == lease.token() => {
+                e.expires = deadline(now, ttl);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn release(&self, lease: &Lease) -> Result<bool> {
+        let now = Instant::now();
+        let mut state = self.state.lock();
+        let owned = state
+            .live_lease(lease.key(), now)
+            .is_some_and(|e| e.token == lease.token());
+        if owned {
+            state.leases.remove(lease.key());
+        }
+        Ok(owned)
+    }
+
+    fn held(&self, key: &str) -> Result<bool> {
+        Ok(self.state.lock().live_lease(key, Instant::now()).is_some())
+    }
+
+    fn break_lease(&self, key: &str) -> Result<bool> {
+        let now = Instant::now();
+        let mut state = self.state.lock();
+        Ok(state.leases.remove(key).is_some_and(|e| e.expires > now))
+    }
+
+    fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
+        let now = Instant::now();
+        let mut state = self.state.lock();
+        state.prune(now);
+        state.flags.insert(key.to_owned(), deadline(now, ttl));
+        Ok(())
+    }
+
+    fn flag(&self, key: &str) -> Result<bool> {
+        let now = Instant::now();
+        Ok(self
+            .state
+            .lock()
+            .flags
+            .get(key)
+            .is_some_and(|exp| *exp > now))
+    }
+
+    fn clear_flag(&self, key: &str) -> Result<()> {
+        self.state.lock().flags.remove(key);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expired_entries_are_pruned() {
+        let m = Memory::new();
+        for i in 0..1000 {
+            m.acquire(&format!("k{i}"), Duration::from_nanos(1))
+                .unwrap();
+            m.set_flag(&format!("f{i}"), Duration::from_nanos(1))
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        m.acquire("last", Duration::from_secs(5)).unwrap();
+        let state = m.state.lock();
+        assert!(
+            state.leases.len() + state.flags.len() < 300,
+            "{}",
+            state.leases.len()
+        );
+    }
+}

@@ -1,0 +1,57 @@
+//! Thread-count test, in its own test binary so that no other test's
+//! threads are counted.
+
+use mistri_locks::{HoldOptions, Locks};
+use mistri_locks_testkit::{thread_count, RedisServer};
+use std::time::Duration;
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+fn opts(ttl: f64, heartbeat: f64) -> HoldOptions {
+    HoldOptions {
+        ttl: secs(ttl),
+        heartbeat: secs(heartbeat),
+        ..HoldOptions::default()
+    }
+}
+
+fn thousand_holds(a: &Locks) {
+    let before = thread_count();
+    let holds: Vec<_> = (0..1000)
+        .map(|i| {
+            a.hold(
+                &format!("many-{i}"),
+                HoldOptions {
+                    stop_key: Some(format!("stop-many-{i}")),
+                    ..opts(1.0, 0.1)
+                },
+            )
+            .unwrap()
+            .expect("free")
+        })
+        .collect();
+    std::thread::sleep(secs(1.5)); // past the ttl: they must have been renewed
+    let during = thread_count();
+    assert!(
+        during <= before + 2,
+        "threads: {before} before, {during} with 1000 holds"
+    );
+    assert_eq!(a.active_holds(), 1000);
+    for (i, h) in holds.iter().enumerate().step_by(97) {
+        assert!(a.held(&format!("many-{i}")).unwrap());
+        assert!(!h.is_lost(), "hold {i} lost: {:?}", h.signal().reason());
+    }
+    assert!(holds.iter().all(|h| !h.is_lost()));
+    drop(holds);
+    assert_eq!(a.active_holds(), 0);
+    assert!(!a.held("many-500").unwrap());
+}
+
+#[test]
+fn a_thousand_holds_run_on_a_bounded_number_of_threads() {
+    thousand_holds(&Locks::memory());
+    let server = RedisServer::start();
+    thousand_holds(&Locks::redis(&server.url(), "mistri:test").unwrap());
+}

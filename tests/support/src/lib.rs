@@ -1,0 +1,199 @@
+//! Test helpers shared by the workspace's test suites and benchmarks.
+//!
+//! [`RedisServer`] starts a real `redis-server` bound to 127.0.0.1 on a free
+//! port, with no persistence, in its own temporary directory, and stops it
+//! on drop. The server is also told to die with the thread that started it
+//! (`PR_SET_PDEATHSIG`), so a test killed outright leaves nothing behind.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running throwaway `redis-server`.
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+    password: Option<String>,
+}
+
+/// What to start.
+#[derive(Default, Clone)]
+pub struct RedisConfig {
+    /// `requirepass`, if any.
+    pub password: Option<String>,
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl RedisServer {
+    /// Starts a server with default settings. Panics (it is a test helper)
+    /// if `redis-server` is missing or won't come up.
+    pub fn start() -> RedisServer {
+        Self::start_with(RedisConfig::default())
+    }
+
+    /// Starts a server with `config`.
+    pub fn start_with(config: RedisConfig) -> RedisServer {
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            match Self::try_start(&config) {
+                Ok(server) => return server,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("could not start redis-server: {last_err}");
+    }
+
+    fn try_start(config: &RedisConfig) -> Result<RedisServer, String> {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("mistri-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "yes",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(pass) = &config.password {
+            cmd.args(["--requirepass", pass]);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: prctl is async-signal-safe and touches no memory of
+            // ours; it runs in the child between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().map_err(|e| {
+            format!("redis-server not runnable (install it: apt-get install redis-server): {e}")
+        })?;
+        let mut server = RedisServer {
+            child,
+            port,
+            dir,
+            password: config.password.clone(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(format!("redis-server exited early: {status}"));
+            }
+            if server.ping() {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err("redis-server did not answer PING within 10 s".into())
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut req = String::new();
+        if let Some(p) = &self.password {
+            req.push_str(&format!("AUTH {p}\r\n"));
+        }
+        req.push_str("PING\r\n");
+        if s.write_all(req.as_bytes()).is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 64];
+        let mut got = String::new();
+        while !got.contains("PONG") {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
+        }
+        true
+    }
+
+    /// The port it listens on (127.0.0.1 only).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT/0`, with the password if one is set.
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}/0", self.port),
+            None => format!("redis://127.0.0.1:{}/0", self.port),
+        }
+    }
+
+    /// Sends one raw command line (inline protocol) and returns the raw
+    /// reply; for tests that poke at keys behind the library's back.
+    pub fn command(&self, line: &str) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut req = String::new();
+        if let Some(p) = &self.password {
+            req.push_str(&format!("AUTH {p}\r\n"));
+        }
+        req.push_str(line);
+        req.push_str("\r\nQUIT\r\n");
+        s.write_all(req.as_bytes()).expect("write");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        let out = if self.password.is_some() {
+            out.trim_start_matches("+OK\r\n").to_owned()
+        } else {
+            out
+        };
+        out.trim_end_matches("+OK\r\n").to_owned()
+    }
+
+    /// Stops the server (SIGKILL for speed: nothing is persisted).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Threads of this process right now (Linux: entries of /proc/self/task).
+pub fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// A key unique to this call, so tests sharing a backend never collide.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
