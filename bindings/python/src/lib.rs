@@ -1,0 +1,1 @@
+//! Python face (work in progress).

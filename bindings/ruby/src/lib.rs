@@ -1,0 +1,1 @@
+//! Ruby face (work in progress).
