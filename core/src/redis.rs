@@ -202,6 +202,9 @@ impl Redis {
 
     fn map_err(&self, e: RedisError) -> Error {
         let addr = &self.addr;
+        if e.kind() == ErrorKind::AuthenticationFailed {
+            return Error::Config(format!("Redis at {addr} refused the credentials: {e}"));
+        }
         if e.is_connection_refusal() {
             return Error::Connection(format!("cannot reach Redis at {addr}: connection refused"));
         }
@@ -212,9 +215,6 @@ impl Redis {
             return Error::Connection(format!("lost the connection to Redis at {addr}: {e}"));
         }
         match e.kind() {
-            ErrorKind::AuthenticationFailed => {
-                Error::Config(format!("Redis at {addr} refused the credentials: {e}"))
-            }
             ErrorKind::InvalidClientConfig => {
                 Error::Config(format!("Redis client setup failed: {e}"))
             }

@@ -158,12 +158,12 @@ impl RedisServer {
         s.write_all(req.as_bytes()).expect("write");
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
-        let out = if self.password.is_some() {
-            out.trim_start_matches("+OK\r\n").to_owned()
-        } else {
-            out
+        let out = match &self.password {
+            Some(_) => out.strip_prefix("+OK\r\n").unwrap_or(&out),
+            None => &out,
         };
-        out.trim_end_matches("+OK\r\n").to_owned()
+        // The last reply is QUIT's.
+        out.strip_suffix("+OK\r\n").unwrap_or(out).to_owned()
     }
 
     /// Stops the server (SIGKILL for speed: nothing is persisted).
