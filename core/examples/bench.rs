@@ -4,6 +4,7 @@
 //! Run: `cargo run --release -p mistri_locks_core --example bench [seconds]`
 //!
 //! - memory: `Locks::acquire` + `Locks::release` on the in-process backend.
+//! - local: the same on the SQLite-file backend (WAL, synchronous=NORMAL).
 //! - redis: the same on the Redis backend (2 round trips: the acquire script,
 //!   SET NX PX + INCR of the fence, and the compare-and-delete script).
 //! - raw baseline: the same client crate on one connection, one
@@ -44,6 +45,14 @@ fn main() {
         assert!(memory.release("bench").unwrap());
     });
 
+    let dir = std::env::temp_dir().join(format!("mistri-bench-{}", std::process::id()));
+    let local = Locks::local(Some(&dir.join("locks.db"))).unwrap();
+    let loc = rate(seconds, |_| {
+        assert!(local.acquire("bench", ttl).unwrap());
+        assert!(local.release("bench").unwrap());
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+
     let redis = Locks::redis(&server.url(), "mistri:bench").unwrap();
     let red = rate(seconds, |_| {
         assert!(redis.acquire("bench", ttl).unwrap());
@@ -71,6 +80,7 @@ fn main() {
     println!("acquire+release pairs/s ({seconds} s each, one redis-server on 127.0.0.1)");
     println!("{:<44} {:>12}", "backend", "pairs/s");
     println!("{:<44} {:>12.0}", "memory (Locks)", mem);
+    println!("{:<44} {:>12.0}", "local (Locks, SQLite WAL file)", loc);
     println!("{:<44} {:>12.0}", "redis (Locks, pooled, fenced)", red);
     println!(
         "{:<44} {:>12.0}",

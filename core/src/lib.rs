@@ -7,8 +7,10 @@
 //! flag and trips an [`AbortSignal`] when asked to stop or when the lease is
 //! lost.
 //!
-//! Backends implement [`Adapter`]: [`Memory`] (one process) and [`Redis`]
-//! (any number of processes, any language, per `docs/PROTOCOL.md`).
+//! Backends implement [`Adapter`]: [`Memory`] (one process), [`Local`] (the
+//! processes of one host, through an SQLite file, no server) and [`Redis`]
+//! (any number of processes on any hosts, any language, per
+//! `docs/PROTOCOL.md`).
 //! [`Locks`] wraps one with the seed's seven token-less operations.
 //!
 //! ```
@@ -37,6 +39,7 @@ mod engine;
 pub mod error;
 mod global;
 pub mod hold;
+pub mod local;
 pub mod locks;
 pub mod memory;
 pub mod redis;
@@ -48,6 +51,7 @@ pub use engine::{IDLE_EXIT, MAX_TICK};
 pub use error::{Error, Result};
 pub use global::{configure, hold, locks};
 pub use hold::{Hold, HoldOptions, ReleaseOutcome, FLAG_TTL, HEARTBEAT, LEASE_TTL};
+pub use local::Local;
 pub use locks::Locks;
 pub use memory::Memory;
 pub use redis::Redis;

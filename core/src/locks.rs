@@ -13,6 +13,7 @@ use crate::args::{check_duration, check_key, current_pid};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::hold::{Hold, HoldOptions};
+use crate::local::Local;
 use crate::memory::Memory;
 use crate::redis::Redis;
 use parking_lot::Mutex;
@@ -81,6 +82,15 @@ impl Locks {
     /// A fresh in-process [`Memory`] backend.
     pub fn memory() -> Self {
         Self::new(Memory::new())
+    }
+
+    /// A [`Local`] backend: the database file at `path`, or the per-user
+    /// default ([`crate::local::default_path`]) when `None`.
+    ///
+    /// # Errors
+    /// As [`Local::open`].
+    pub fn local(path: Option<&std::path::Path>) -> Result<Self> {
+        Ok(Self::new(Local::open(path)?))
     }
 
     /// A [`Redis`] backend (see [`Redis::open`]).

@@ -13,6 +13,25 @@ use std::time::{Duration, Instant};
 pub struct Fixture {
     first: Locks,
     server: Option<RedisServer>,
+    db: Option<TempDb>,
+}
+
+/// A database file in a fresh folder, removed afterwards.
+pub struct TempDb(std::path::PathBuf);
+
+impl TempDb {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(mistri_locks_testkit::unique("mistri-contract"));
+        TempDb(dir.join("locks.db"))
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 impl Fixture {
@@ -20,6 +39,16 @@ impl Fixture {
         Fixture {
             first: Locks::memory(),
             server: None,
+            db: None,
+        }
+    }
+
+    fn local() -> Self {
+        let db = TempDb::new();
+        Fixture {
+            first: Locks::local(Some(&db.0)).expect("local adapter"),
+            server: None,
+            db: Some(db),
         }
     }
 
@@ -29,6 +58,7 @@ impl Fixture {
         Fixture {
             first,
             server: Some(server),
+            db: None,
         }
     }
 
@@ -39,10 +69,12 @@ impl Fixture {
 
     /// Another owner on the same backend, as another process would be.
     fn owner(&self) -> Locks {
-        match &self.server {
-            // A separate adapter object: its own connections too.
-            Some(server) => Locks::redis(&server.url(), "mistri:test").expect("redis adapter"),
-            None => self.first.sharing_adapter(),
+        // A separate adapter object where the backend allows: its own
+        // connections too.
+        match (&self.server, &self.db) {
+            (Some(server), _) => Locks::redis(&server.url(), "mistri:test").expect("redis adapter"),
+            (None, Some(db)) => Locks::local(Some(&db.0)).expect("local adapter"),
+            (None, None) => self.first.sharing_adapter(),
         }
     }
 
@@ -53,7 +85,7 @@ impl Fixture {
                 let reply = server.command(&format!("DEL mistri:test:lease:{{{key}}}"));
                 assert_eq!(reply.trim(), ":1", "raw DEL of the lease");
             }
-            None => assert!(self.first.break_lease(key).unwrap()),
+            None => assert!(self.owner().break_lease(key).unwrap()),
         }
     }
 }
@@ -425,3 +457,4 @@ macro_rules! contract {
 
 contract!(memory, Fixture::memory());
 contract!(redis, Fixture::redis());
+contract!(local, Fixture::local());

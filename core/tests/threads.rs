@@ -54,4 +54,7 @@ fn a_thousand_holds_run_on_a_bounded_number_of_threads() {
     thousand_holds(&Locks::memory());
     let server = RedisServer::start();
     thousand_holds(&Locks::redis(&server.url(), "mistri:test").unwrap());
+    let dir = std::env::temp_dir().join(mistri_locks_testkit::unique("mistri-threads"));
+    thousand_holds(&Locks::local(Some(&dir.join("locks.db"))).unwrap());
+    let _ = std::fs::remove_dir_all(dir);
 }

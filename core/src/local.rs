@@ -1,0 +1,556 @@
+//! [`Local`]: leases and flags shared by every process on one host, with no
+//! server: an SQLite database file (bundled SQLite) in WAL mode.
+//!
+//! Why SQLite: it gives atomic read-modify-write across processes
+//! (`BEGIN IMMEDIATE` takes the database's write lock), survives crashes of
+//! any participant (a killed process's locks are released by the kernel),
+//! and is one file that any language can open. A `flock`-per-key scheme would
+//! be faster but has no TTLs, no flags and no fencing across restarts.
+//!
+//! Time: expiry uses `CLOCK_BOOTTIME`, a clock every process on the host
+//! shares, that never jumps backwards and that wall-clock steps (NTP,
+//! `date -s`) do not move — so a step can neither extend nor cut a lease.
+//! Every row also records the kernel's boot id: rows from before a reboot
+//! (where BOOTTIME restarted from zero) count as expired.
+//!
+//! Schema (see `docs/PROTOCOL.md`, "Local"):
+//! `leases(key, token, expires_ns, boot)`, `flags(key, expires_ns, boot)`,
+//! `meta(name, value)` holding the fence counter, one per database, which
+//! makes fencing numbers strictly increasing per key across process
+//! restarts without a row per key ever seen. Expired rows are deleted every
+//! [`PRUNE_EVERY`] writes of a connection, so the file stays bounded.
+//!
+//! Connections: a small pool like the Redis adapter's; after `fork` the
+//! child forgets (leaks, never closes) inherited connections, as SQLite
+//! requires, and opens its own.
+
+use crate::adapter::{Adapter, Beat, Lease};
+use crate::args::{current_pid, mint_token};
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a writer waits for another process's transaction.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Expired rows are pruned after this many writes on a connection.
+pub const PRUNE_EVERY: u32 = 256;
+const MAX_IDLE: usize = 8;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS leases (
+  key TEXT PRIMARY KEY, token TEXT NOT NULL, expires_ns INTEGER NOT NULL, boot TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS flags (
+  key TEXT PRIMARY KEY, expires_ns INTEGER NOT NULL, boot TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (name, value) VALUES ('fence', 0);
+";
+
+struct Pooled {
+    con: Connection,
+    writes: u32,
+}
+
+struct Pool {
+    pid: u32,
+    idle: Vec<Pooled>,
+}
+
+/// A host-local backend: any number of processes opening the same file
+/// share leases, flags and fencing numbers.
+///
+/// # Examples
+/// ```
+/// use mistri_locks::{Local, Locks};
+/// use std::time::Duration;
+///
+/// let dir = std::env::temp_dir().join(format!("mistri-doc-{}", std::process::id()));
+/// let locks = Locks::new(Local::open(Some(&dir.join("locks.db")))?);
+/// assert!(locks.acquire("job", Duration::from_secs(1))?);
+/// assert!(locks.release("job")?);
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), mistri_locks::Error>(())
+/// ```
+pub struct Local {
+    path: PathBuf,
+    boot: String,
+    pool: Mutex<Pool>,
+}
+
+/// Nanoseconds on `CLOCK_BOOTTIME` (Linux; `CLOCK_MONOTONIC` elsewhere).
+fn now_ns() -> i64 {
+    #[cfg(target_os = "linux")]
+    let clock = libc::CLOCK_BOOTTIME;
+    #[cfg(not(target_os = "linux"))]
+    let clock = libc::CLOCK_MONOTONIC;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only it.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    if rc != 0 {
+        // Only fails for an invalid clock id, which these constants are not.
+        return 0;
+    }
+    i64::from(ts.tv_sec) * 1_000_000_000 + i64::from(ts.tv_nsec)
+}
+
+fn ns(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// The kernel's id of this boot; a fixed string where there is none.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown-boot".to_owned())
+}
+
+/// The default database path for this user: under `$XDG_RUNTIME_DIR`
+/// (per-user, mode 0700, emptied at logout/reboot), else a per-user folder
+/// in the temp dir.
+pub fn default_path() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() && dir.is_dir() => dir.join("mistri_locks").join("locks.db"),
+        _ => {
+            // SAFETY: getuid has no preconditions and cannot fail.
+            let uid = unsafe { libc::getuid() };
+            std::env::temp_dir()
+                .join(format!("mistri_locks-{uid}"))
+                .join("locks.db")
+        }
+    }
+}
+
+fn config_err(path: &Path, what: impl std::fmt::Display) -> Error {
+    Error::Config(format!("local lock database {}: {what}", path.display()))
+}
+
+/// Creates the folder (mode 0700) and the file (mode 0600) so that other
+/// users can neither read nor write them; refuses a folder that another
+/// user owns or can write.
+fn prepare(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| config_err(path, format!("cannot create its folder: {e}")))?;
+    }
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| config_err(path, format!("cannot use its folder: {e}")))?;
+    if !meta.is_dir() {
+        return Err(config_err(path, "its parent is not a folder"));
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let shared_tmp = meta.mode() & 0o1000 != 0; // sticky (like /tmp): others can't replace our file
+    if !shared_tmp && meta.uid() != uid && uid != 0 {
+        return Err(config_err(
+            path,
+            format!("its folder belongs to uid {}, not to us", meta.uid()),
+        ));
+    }
+    if !shared_tmp && meta.mode() & 0o022 != 0 && meta.uid() != 0 {
+        return Err(config_err(path, "its folder is writable by other users"));
+    }
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(file) => {
+            let meta = file.metadata().map_err(|e| config_err(path, e))?;
+            if meta.uid() != uid && uid != 0 {
+                return Err(config_err(
+                    path,
+                    format!("it belongs to uid {}, not to us", meta.uid()),
+                ));
+            }
+            if meta.mode() & 0o077 != 0 {
+                file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| config_err(path, format!("cannot make it private: {e}")))?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(config_err(path, format!("cannot open it for writing: {e}"))),
+    }
+}
+
+impl Local {
+    /// Opens (creating if needed) the database at `path`, or at
+    /// [`default_path`] when `None`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the file can't be created or written, or is
+    /// not an SQLite database (corrupt): the message names the path.
+    pub fn open(path: Option<&Path>) -> Result<Self> {
+        let path = path.map(Path::to_path_buf).unwrap_or_else(default_path);
+        if path.as_os_str().is_empty() {
+            return Err(Error::InvalidArgument("path must not be empty".into()));
+        }
+        prepare(&path)?;
+        let local = Local {
+            path,
+            boot: boot_id(),
+            pool: Mutex::new(Pool {
+                pid: current_pid(),
+                idle: Vec::new(),
+            }),
+        };
+        // Open one connection now, so a corrupt file is reported here.
+        let con = local.connect()?;
+        local.checkin(con);
+        Ok(local)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn connect(&self) -> Result<Pooled> {
+        let con = Connection::open(&self.path).map_err(|e| self.map_err(e))?;
+        con.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| self.map_err(e))?;
+        // journal_mode returns a row; WAL lets readers run beside the writer.
+        let mode: String = con
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| self.map_err(e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(config_err(
+                &self.path,
+                format!("cannot switch to WAL mode (got {mode})"),
+            ));
+        }
+        con.execute_batch("PRAGMA synchronous=NORMAL;")
+            .map_err(|e| self.map_err(e))?;
+        con.execute_batch(SCHEMA).map_err(|e| self.map_err(e))?;
+        Ok(Pooled { con, writes: 0 })
+    }
+
+    fn checkout(&self) -> Result<Pooled> {
+        {
+            let mut pool = self.pool.lock();
+            let pid = current_pid();
+            if pool.pid != pid {
+                // SQLite forbids using (or closing) a connection across fork.
+                for c in pool.idle.drain(..) {
+                    std::mem::forget(c);
+                }
+                pool.pid = pid;
+            }
+            if let Some(con) = pool.idle.pop() {
+                return Ok(con);
+            }
+        }
+        self.connect()
+    }
+
+    fn checkin(&self, con: Pooled) {
+        let mut pool = self.pool.lock();
+        if pool.pid == current_pid() && pool.idle.len() < MAX_IDLE {
+            pool.idle.push(con);
+        } else if pool.pid != current_pid() {
+            std::mem::forget(con);
+        }
+    }
+
+    fn with_con<T>(
+        &self,
+        write: bool,
+        f: impl FnOnce(&mut Connection, i64) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let mut pooled = self.checkout()?;
+        let now = now_ns();
+        let result = f(&mut pooled.con, now);
+        match result {
+            Ok(v) => {
+                if write {
+                    pooled.writes += 1;
+                    if pooled.writes >= PRUNE_EVERY {
+                        pooled.writes = 0;
+                        let _ = self.prune(&pooled.con, now_ns());
+                    }
+                }
+                self.checkin(pooled);
+                Ok(v)
+            }
+            Err(e) => Err(self.map_err(e)),
+        }
+    }
+
+    fn prune(&self, con: &Connection, now: i64) -> rusqlite::Result<()> {
+        con.execute(
+            "DELETE FROM leases WHERE expires_ns <= ?1 OR boot <> ?2",
+            params![now, self.boot],
+        )?;
+        con.execute(
+            "DELETE FROM flags WHERE expires_ns <= ?1 OR boot <> ?2",
+            params![now, self.boot],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes every expired row now (done automatically every
+    /// [`PRUNE_EVERY`] writes).
+    ///
+    /// # Errors
+    /// The database's errors.
+    pub fn prune_now(&self) -> Result<()> {
+        self.with_con(false, |con, now| self.prune(con, now))
+    }
+
+    fn map_err(&self, e: rusqlite::Error) -> Error {
+        let path = self.path.display();
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                Error::Connection(format!(
+                "local lock database {path} stayed locked by another process for over {} s: {e}",
+                BUSY_TIMEOUT.as_secs()
+            ))
+            }
+            Some(
+                ErrorCode::NotADatabase
+                | ErrorCode::DatabaseCorrupt
+                | ErrorCode::CannotOpen
+                | ErrorCode::ReadOnly
+                | ErrorCode::PermissionDenied
+                | ErrorCode::NoLargeFileSupport
+                | ErrorCode::DiskFull
+                | ErrorCode::SystemIoFailure,
+            ) => Error::Config(format!("local lock database {path} is not usable: {e}")),
+            _ => Error::Backend(format!("local lock database {path}: {e}")),
+        }
+    }
+
+    fn live_lease(
+        &self,
+        con: &Connection,
+        key: &str,
+        now: i64,
+    ) -> rusqlite::Result<Option<String>> {
+        con.prepare_cached(
+            "SELECT token FROM leases WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3",
+        )?
+        .query_row(params![key, now, self.boot], |r| r.get(0))
+        .optional()
+    }
+
+    fn renew_in(
+        &self,
+        con: &Connection,
+        lease: &Lease,
+        ttl: Duration,
+        now: i64,
+    ) -> rusqlite::Result<bool> {
+        let n = con
+            .prepare_cached(
+                "UPDATE leases SET expires_ns = ?1 WHERE key = ?2 AND token = ?3 AND expires_ns > ?4 AND boot = ?5",
+            )?
+            .execute(params![now.saturating_add(ns(ttl)), lease.key(), lease.token(), now, self.boot])?;
+        Ok(n == 1)
+    }
+
+    fn flag_in(&self, con: &Connection, key: &str, now: i64) -> rusqlite::Result<bool> {
+        con.prepare_cached(
+            "SELECT EXISTS(SELECT 1 FROM flags WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3)",
+        )?
+        .query_row(params![key, now, self.boot], |r| r.get(0))
+    }
+}
+
+impl Adapter for Local {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        self.with_con(true, |con, _| {
+            let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // Read the clock after taking the write lock: a wait for the lock
+            // must not make us judge expiry with a stale time.
+            let now = now_ns();
+            if self.live_lease(&tx, key, now)?.is_some() {
+                return Ok(None);
+            }
+            let fence: i64 = tx
+                .prepare_cached("UPDATE meta SET value = value + 1 WHERE name = 'fence' RETURNING value")?
+                .query_row([], |r| r.get(0))?;
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO leases (key, token, expires_ns, boot) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![key, token, now.saturating_add(ns(ttl)), self.boot])?;
+            tx.commit()?;
+            Ok(Some(Lease::new(key, token.clone(), fence as u64)))
+        })
+    }
+
+    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        self.with_con(true, |con, now| self.renew_in(con, lease, ttl, now))
+    }
+
+    fn release(&self, lease: &Lease) -> Result<bool> {
+        self.with_con(true, |con, now| {
+            let n = con
+                .prepare_cached("DELETE FROM leases WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4")?
+                .execute(params![lease.key(), lease.token(), now, self.boot])?;
+            Ok(n == 1)
+        })
+    }
+
+    fn held(&self, key: &str) -> Result<bool> {
+        self.with_con(false, |con, now| {
+            Ok(self.live_lease(con, key, now)?.is_some())
+        })
+    }
+
+    fn break_lease(&self, key: &str) -> Result<bool> {
+        self.with_con(true, |con, now| {
+            let n = con
+                .prepare_cached(
+                    "DELETE FROM leases WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3",
+                )?
+                .execute(params![key, now, self.boot])?;
+            con.prepare_cached("DELETE FROM leases WHERE key = ?1")?
+                .execute(params![key])?;
+            Ok(n == 1)
+        })
+    }
+
+    fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
+        self.with_con(true, |con, now| {
+            con.prepare_cached(
+                "INSERT OR REPLACE INTO flags (key, expires_ns, boot) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![key, now.saturating_add(ns(ttl)), self.boot])?;
+            Ok(())
+        })
+    }
+
+    fn flag(&self, key: &str) -> Result<bool> {
+        self.with_con(false, |con, now| self.flag_in(con, key, now))
+    }
+
+    fn clear_flag(&self, key: &str) -> Result<()> {
+        self.with_con(true, |con, _| {
+            con.prepare_cached("DELETE FROM flags WHERE key = ?1")?
+                .execute(params![key])?;
+            Ok(())
+        })
+    }
+
+    fn beat(&self, renewals: &[(&Lease, Duration)], flags: &[&str]) -> Result<Beat> {
+        if renewals.is_empty() && flags.is_empty() {
+            return Ok(Beat::default());
+        }
+        // One transaction for the whole tick: one write lock, one fsync.
+        self.with_con(!renewals.is_empty(), |con, _| {
+            let tx = con.transaction_with_behavior(if renewals.is_empty() {
+                TransactionBehavior::Deferred
+            } else {
+                TransactionBehavior::Immediate
+            })?;
+            let now = now_ns();
+            let renewed = renewals
+                .iter()
+                .map(|(lease, ttl)| self.renew_in(&tx, lease, *ttl, now))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let flags = flags
+                .iter()
+                .map(|key| self.flag_in(&tx, key, now))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            tx.commit()?;
+            Ok(Beat { renewed, flags })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_db(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("mistri-local-unit-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("locks.db")
+    }
+
+    #[test]
+    fn boottime_moves_forward() {
+        let a = now_ns();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(now_ns() > a);
+        assert!(a > 0);
+    }
+
+    #[test]
+    fn files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = temp_db("private");
+        let _local = Local::open(Some(&path)).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        let dir_mode = std::fs::metadata(path.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(dir_mode & 0o777, 0o700, "{dir_mode:o}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn rows_from_another_boot_are_expired() {
+        let path = temp_db("boot");
+        let local = Local::open(Some(&path)).unwrap();
+        let con = Connection::open(&path).unwrap();
+        con.execute(
+            "INSERT INTO leases (key, token, expires_ns, boot) VALUES ('k', 't', ?1, 'an-old-boot')",
+            params![i64::MAX],
+        )
+        .unwrap();
+        con.execute(
+            "INSERT INTO flags (key, expires_ns, boot) VALUES ('f', ?1, 'an-old-boot')",
+            params![i64::MAX],
+        )
+        .unwrap();
+        assert!(!local.held("k").unwrap());
+        assert!(!local.flag("f").unwrap());
+        assert!(local
+            .acquire("k", Duration::from_secs(5))
+            .unwrap()
+            .is_some());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn expired_rows_are_pruned() {
+        let path = temp_db("prune");
+        let local = Local::open(Some(&path)).unwrap();
+        for i in 0..(PRUNE_EVERY * 2) {
+            local
+                .acquire(&format!("k{i}"), Duration::from_nanos(1))
+                .unwrap();
+        }
+        let con = Connection::open(&path).unwrap();
+        let rows: i64 = con
+            .query_row("SELECT COUNT(*) FROM leases", [], |r| r.get(0))
+            .unwrap();
+        assert!(rows < i64::from(PRUNE_EVERY) + 2, "{rows} rows left");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+}
