@@ -96,7 +96,10 @@ fn now_ns() -> i64 {
         // Only fails for an invalid clock id, which these constants are not.
         return 0;
     }
-    i64::from(ts.tv_sec) * 1_000_000_000 + i64::from(ts.tv_nsec)
+    // time_t/c_long are i64 here but narrower on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let (sec, nsec) = (i64::from(ts.tv_sec), i64::from(ts.tv_nsec));
+    sec * 1_000_000_000 + nsec
 }
 
 fn ns(d: Duration) -> i64 {
