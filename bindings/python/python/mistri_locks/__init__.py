@@ -1,0 +1,63 @@
+"""Cross-process leases and stop flags.
+
+A *lease* says "this is alive right now" and expires unless renewed; a
+*flag* carries a one-bit request ("stop") between processes; a ``Hold``
+keeps a lease renewed on a heartbeat, watches a stop flag, and trips an
+``AbortSignal`` when asked to stop or when the lease is lost.
+
+    import mistri_locks
+
+    mistri_locks.configure(mistri_locks.Redis("redis://127.0.0.1:6379/0"))
+    with mistri_locks.hold("nightly-report", ttl=60, heartbeat=10,
+                           stop_key="stop:nightly-report") as h:
+        while not h.signal.aborted:
+            ...  # one unit of work
+
+(``hold`` returns None when the lease is held elsewhere or nothing is
+configured: check for it before ``with`` in real code.)
+
+Threads: the heartbeat runs on a Rust thread that never calls Python.
+Callbacks registered with ``AbortSignal.on_abort`` and duck-typed ``signal=``
+objects are called on a Python thread: the thread that calls ``abort()``, or,
+when the heartbeat trips the signal (stop flag, lost lease), the package's
+dispatcher thread ``mistri-locks-dispatch``.
+"""
+
+from ._native import (
+    FLAG_TTL,
+    HEARTBEAT,
+    LEASE_TTL,
+    AbortSignal,
+    Adapter,
+    BackendError,
+    ConfigError,
+    ConnectionError,
+    Error,
+    Hold,
+    Memory,
+    Redis,
+    SystemResourceError,
+    configure,
+    hold,
+    locks,
+)
+from . import _dispatch as _dispatch  # noqa: F401  (atexit and fork hooks)
+
+__all__ = [
+    "FLAG_TTL",
+    "HEARTBEAT",
+    "LEASE_TTL",
+    "AbortSignal",
+    "Adapter",
+    "BackendError",
+    "ConfigError",
+    "ConnectionError",
+    "Error",
+    "Hold",
+    "Memory",
+    "Redis",
+    "SystemResourceError",
+    "configure",
+    "hold",
+    "locks",
+]

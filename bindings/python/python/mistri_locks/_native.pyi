@@ -1,0 +1,124 @@
+"""Type stubs of the native module; checked against it by mypy stubtest."""
+
+import builtins
+from types import TracebackType
+from typing import Any, Callable, Final, Optional, Protocol, Union, final
+
+from typing_extensions import Self, disjoint_base
+
+__all__ = [
+    "Adapter",
+    "Memory",
+    "Redis",
+    "Hold",
+    "AbortSignal",
+    "configure",
+    "locks",
+    "hold",
+    "_deliver_pending",
+    "_stop_dispatch",
+    "Error",
+    "ConfigError",
+    "ConnectionError",
+    "BackendError",
+    "SystemResourceError",
+    "LEASE_TTL",
+    "HEARTBEAT",
+    "FLAG_TTL",
+]
+
+LEASE_TTL: Final[int]
+HEARTBEAT: Final[int]
+FLAG_TTL: Final[int]
+
+_Seconds = Union[int, float]
+
+class _SupportsAbort(Protocol):
+    def abort(self, reason: Optional[str], /) -> Any: ...
+
+class Error(Exception):
+    """Base class of every error mistri_locks raises for operational trouble."""
+
+class ConfigError(Error):
+    """The adapter could not be set up as asked (e.g. an unparsable Redis URL)."""
+
+class ConnectionError(Error, builtins.ConnectionError):
+    """The backend could not be reached or stopped answering."""
+
+class BackendError(Error):
+    """The backend answered, but with an error."""
+
+class SystemResourceError(Error, OSError):
+    """The operating system refused something mistri_locks needs."""
+
+@final
+class AbortSignal:
+    def __new__(cls) -> Self: ...
+    def abort(self, reason: Optional[str] = None) -> bool: ...
+    @property
+    def aborted(self) -> bool: ...
+    @property
+    def reason(self) -> Optional[str]: ...
+    def on_abort(self, callback: Callable[[Optional[str]], object]) -> int: ...
+    def remove_callback(self, handle: int) -> bool: ...
+    def wait(self, timeout: Optional[_Seconds] = None) -> bool: ...
+    def derive(self) -> AbortSignal: ...
+
+@final
+class Hold:
+    def release(self) -> bool: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def fence(self) -> int: ...
+    @property
+    def lost(self) -> bool: ...
+    @property
+    def signal(self) -> Union[AbortSignal, _SupportsAbort]: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        *_exc: Union[type[BaseException], BaseException, TracebackType, None],
+    ) -> bool: ...
+
+@disjoint_base
+class Adapter:
+    def acquire(self, key: str, ttl: _Seconds) -> bool: ...
+    def renew(self, key: str, ttl: _Seconds) -> bool: ...
+    def release(self, key: str) -> bool: ...
+    def held(self, key: str) -> bool: ...
+    def set_flag(self, key: str, ttl: _Seconds = ...) -> None: ...
+    def flag(self, key: str) -> bool: ...
+    def clear_flag(self, key: str) -> None: ...
+    def fence(self, key: str) -> Optional[int]: ...
+    def break_lease(self, key: str) -> bool: ...
+    def hold(
+        self,
+        key: str,
+        ttl: _Seconds = ...,
+        heartbeat: _Seconds = ...,
+        stop_key: Optional[str] = None,
+        signal: Union[AbortSignal, _SupportsAbort, None] = None,
+    ) -> Optional[Hold]: ...
+
+@final
+class Memory(Adapter):
+    def __new__(cls) -> Self: ...
+
+@final
+class Redis(Adapter):
+    def __new__(cls, url: str = ..., namespace: str = ...) -> Self: ...
+    @property
+    def namespace(self) -> str: ...
+
+def configure(adapter: Optional[Adapter]) -> None: ...
+def locks() -> Optional[Adapter]: ...
+def hold(
+    key: str,
+    ttl: _Seconds = ...,
+    heartbeat: _Seconds = ...,
+    stop_key: Optional[str] = None,
+    signal: Union[AbortSignal, _SupportsAbort, None] = None,
+) -> Optional[Hold]: ...
+def _deliver_pending(timeout: float) -> bool: ...
+def _stop_dispatch() -> None: ...

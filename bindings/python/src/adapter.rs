@@ -1,0 +1,165 @@
+//! `mistri_locks.Adapter` and its two backends, `Memory` and `Redis`: the
+//! seed's seven token-less operations, plus `hold`.
+//!
+//! Every call converts its arguments first, then runs the core operation
+//! with the GIL released (a Redis round trip must not stall other Python
+//! threads). Memory operations are a few hundred nanoseconds under a mutex
+//! that no thread holds across Python code, so they keep the GIL: releasing
+//! and retaking it would cost more than the operation.
+
+use crate::args::Seconds;
+use crate::error::IntoPyResult;
+use crate::hold::{start, Hold, Source};
+use mistri_locks::Locks;
+use pyo3::prelude::*;
+use std::time::Duration;
+
+/// A backend for leases and flags (use `Memory()` or `Redis(...)`).
+#[pyclass(subclass, frozen, module = "mistri_locks")]
+pub(crate) struct Adapter {
+    pub(crate) locks: Locks,
+    blocking: bool,
+}
+
+impl Adapter {
+    fn new(locks: Locks, blocking: bool) -> Self {
+        Adapter { locks, blocking }
+    }
+
+    /// Runs `op` GIL-free if it may block on the network.
+    fn run<T: Send>(
+        &self,
+        py: Python<'_>,
+        op: impl FnOnce(&Locks) -> mistri_locks::Result<T> + Send,
+    ) -> PyResult<T> {
+        let result = if self.blocking {
+            py.detach(|| op(&self.locks))
+        } else {
+            op(&self.locks)
+        };
+        result.py_err(py)
+    }
+}
+
+#[pymethods]
+impl Adapter {
+    /// Takes the lease on `key` for `ttl` seconds if no live lease exists.
+    fn acquire(&self, py: Python<'_>, key: String, ttl: Seconds) -> PyResult<bool> {
+        let ttl = ttl.duration(py, "ttl")?;
+        self.run(py, |l| l.acquire(&key, ttl))
+    }
+
+    /// Extends this adapter's lease on `key` to `ttl` seconds from now.
+    /// False if it holds none (never acquired, released, or expired and
+    /// retaken).
+    fn renew(&self, py: Python<'_>, key: String, ttl: Seconds) -> PyResult<bool> {
+        let ttl = ttl.duration(py, "ttl")?;
+        self.run(py, |l| l.renew(&key, ttl))
+    }
+
+    /// Deletes this adapter's lease on `key`. False if it holds none.
+    fn release(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+        self.run(py, |l| l.release(&key))
+    }
+
+    /// Is a live lease on `key` (anyone's)?
+    fn held(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+        self.run(py, |l| l.held(&key))
+    }
+
+    /// Raises the flag `key` for `ttl` seconds.
+    #[pyo3(signature = (key, ttl = Seconds::FLAG_TTL))]
+    fn set_flag(&self, py: Python<'_>, key: String, ttl: Seconds) -> PyResult<()> {
+        let ttl: Duration = ttl.duration(py, "ttl")?;
+        self.run(py, |l| l.set_flag(&key, ttl))
+    }
+
+    /// Is the flag `key` up?
+    fn flag(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+        self.run(py, |l| l.flag(&key))
+    }
+
+    /// Lowers the flag `key` (no error if it was down).
+    fn clear_flag(&self, py: Python<'_>, key: String) -> PyResult<()> {
+        self.run(py, |l| l.clear_flag(&key))
+    }
+
+    /// The fencing number of this adapter's lease on `key`, if it has one.
+    fn fence(&self, key: &str) -> Option<u64> {
+        self.locks.fence(key)
+    }
+
+    /// Operator override: deletes whatever lease is on `key`; its holder's
+    /// hold becomes lost at its next renewal. Returns whether there was one.
+    fn break_lease(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+        self.run(py, |l| l.break_lease(&key))
+    }
+
+    /// Acquires `key` and keeps it renewed until the Hold is released.
+    /// None when the lease is held elsewhere.
+    #[pyo3(signature = (key, ttl = Seconds::LEASE_TTL, heartbeat = Seconds::HEARTBEAT, stop_key = None, signal = None))]
+    fn hold(
+        &self,
+        py: Python<'_>,
+        key: String,
+        ttl: Seconds,
+        heartbeat: Seconds,
+        stop_key: Option<String>,
+        signal: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Hold>> {
+        start(
+            py,
+            Source::Adapter(&self.locks),
+            key,
+            ttl,
+            heartbeat,
+            stop_key,
+            signal,
+        )
+    }
+}
+
+/// Leases and flags in this process only (threads), with real TTLs.
+#[pyclass(extends = Adapter, frozen, module = "mistri_locks")]
+pub(crate) struct Memory;
+
+#[pymethods]
+impl Memory {
+    #[new]
+    fn new() -> PyClassInitializer<Self> {
+        PyClassInitializer::from(Adapter::new(Locks::memory(), false)).add_subclass(Memory)
+    }
+
+    fn __repr__(&self) -> &'static str {
+        "<mistri_locks.Memory>"
+    }
+}
+
+/// Leases and flags on a Redis server, shared by every process (and
+/// language) that speaks the protocol. Connects lazily: an unreachable
+/// server is reported by the first operation.
+#[pyclass(extends = Adapter, frozen, module = "mistri_locks")]
+pub(crate) struct Redis {
+    namespace: String,
+}
+
+#[pymethods]
+impl Redis {
+    #[new]
+    #[pyo3(signature = (url = String::from(mistri_locks::redis::DEFAULT_URL), namespace = String::from(mistri_locks::redis::DEFAULT_NAMESPACE)))]
+    fn new(py: Python<'_>, url: String, namespace: String) -> PyResult<PyClassInitializer<Self>> {
+        let locks = Locks::redis(&url, &namespace).py_err(py)?;
+        Ok(PyClassInitializer::from(Adapter::new(locks, true)).add_subclass(Redis { namespace }))
+    }
+
+    /// The key namespace.
+    #[getter]
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn __repr__(&self) -> String {
+        // Never the URL: it may carry a password.
+        format!("<mistri_locks.Redis namespace={:?}>", self.namespace)
+    }
+}

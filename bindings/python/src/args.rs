@@ -1,0 +1,84 @@
+//! Argument conversion: seconds from Python numbers, validated by the core.
+
+use crate::error::IntoPyResult;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt};
+use std::time::Duration;
+
+/// Seconds as Python passes them: an `int` or a `float` (or anything with
+/// `__float__`, such as numpy scalars), but never a `bool` (`ttl=True` is a
+/// bug, not one second). Range checks happen in [`Seconds::duration`], which
+/// names the argument.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seconds(pub f64);
+
+impl Seconds {
+    pub const LEASE_TTL: Seconds = Seconds(mistri_locks::LEASE_TTL.as_secs() as f64);
+    pub const HEARTBEAT: Seconds = Seconds(mistri_locks::HEARTBEAT.as_secs() as f64);
+    pub const FLAG_TTL: Seconds = Seconds(mistri_locks::FLAG_TTL.as_secs() as f64);
+
+    /// The core's validation: NaN, infinite, zero, negative or huge values
+    /// are a `ValueError` naming `what`.
+    pub fn duration(self, py: Python<'_>, what: &str) -> PyResult<Duration> {
+        mistri_locks::duration_from_secs(what, self.0).py_err(py)
+    }
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Seconds {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(f) = obj.cast::<PyFloat>() {
+            return Ok(Seconds(f.value()));
+        }
+        let numeric = !obj.is_instance_of::<PyBool>()
+            && !obj.is_instance_of::<pyo3::types::PyString>()
+            && (obj.is_instance_of::<PyInt>() || obj.hasattr("__float__")?);
+        if !numeric {
+            return Err(PyTypeError::new_err(format!(
+                "expected a number of seconds (int or float), got {}",
+                type_name(&obj)
+            )));
+        }
+        match obj.extract::<f64>() {
+            Ok(v) => Ok(Seconds(v)),
+            // An int too large for a float: let the core's range check
+            // produce the message.
+            Err(_) if obj.is_instance_of::<PyInt>() => {
+                let negative = obj.lt(0)?;
+                Ok(Seconds(if negative {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A wait timeout: `None` waits forever; `0` just looks; negative or NaN is
+/// a `ValueError`. Unlike a TTL, zero is allowed.
+pub(crate) fn wait_timeout(timeout: Option<Seconds>) -> PyResult<Option<Duration>> {
+    let Some(Seconds(secs)) = timeout else {
+        return Ok(None);
+    };
+    if secs.is_nan() || secs < 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "timeout must be None or a number of seconds >= 0, got {secs}"
+        )));
+    }
+    if secs > mistri_locks::args::MAX_SECS {
+        return Ok(None); // longer than any process lives
+    }
+    Ok(Some(Duration::from_secs_f64(secs)))
+}
+
+/// `type(obj).__name__`, for messages.
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "object".to_owned())
+}

@@ -1,0 +1,124 @@
+//! Exceptions: one base class, `mistri_locks.Error`, with a subclass per kind
+//! of trouble, and [`map_error`], the one place core errors become Python
+//! exceptions.
+//!
+//! Bad arguments are the caller's bug, not an operational failure, so they
+//! raise the builtin `ValueError` (empty key, bad duration, bad namespace) or
+//! `TypeError` (wrong type), not a `mistri_locks.Error`.
+//!
+//! The classes are built with `type(name, bases, dict)` rather than
+//! `create_exception!` because `ConnectionError` has two bases
+//! (`mistri_locks.Error` and the builtin `ConnectionError`), so that
+//! `except ConnectionError:` in existing code keeps working.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
+
+/// The exception classes, created once per process.
+pub(crate) struct Exceptions {
+    pub error: Py<PyType>,
+    pub config: Py<PyType>,
+    pub connection: Py<PyType>,
+    pub backend: Py<PyType>,
+    pub system: Py<PyType>,
+}
+
+static EXCEPTIONS: PyOnceLock<Exceptions> = PyOnceLock::new();
+
+fn new_class<'py>(
+    py: Python<'py>,
+    name: &str,
+    doc: &str,
+    bases: &[&Bound<'py, PyAny>],
+) -> PyResult<Py<PyType>> {
+    let dict = PyDict::new(py);
+    dict.set_item("__doc__", doc)?;
+    dict.set_item("__module__", "mistri_locks")?;
+    let bases = PyTuple::new(py, bases)?;
+    let class = py
+        .get_type::<PyType>()
+        .call1((name, bases, dict))?
+        .cast_into::<PyType>()?;
+    Ok(class.unbind())
+}
+
+fn build(py: Python<'_>) -> PyResult<Exceptions> {
+    let builtins = py.import("builtins")?;
+    let exception = builtins.getattr("Exception")?;
+    let error = new_class(
+        py,
+        "Error",
+        "Base class of every error mistri_locks raises for operational trouble.",
+        &[&exception],
+    )?;
+    let error_any = error.bind(py).clone().into_any();
+    let config = new_class(
+        py,
+        "ConfigError",
+        "The adapter could not be set up as asked (e.g. an unparsable Redis URL).",
+        &[&error_any],
+    )?;
+    let connection = new_class(
+        py,
+        "ConnectionError",
+        "The backend could not be reached or stopped answering. Also a builtin ConnectionError.",
+        &[&error_any, &builtins.getattr("ConnectionError")?],
+    )?;
+    let backend = new_class(
+        py,
+        "BackendError",
+        "The backend answered, but with an error.",
+        &[&error_any],
+    )?;
+    let system = new_class(
+        py,
+        "SystemResourceError",
+        "The operating system refused something mistri_locks needs (a thread, random bytes). Also an OSError.",
+        &[&error_any, &builtins.getattr("OSError")?],
+    )?;
+    Ok(Exceptions {
+        error,
+        config,
+        connection,
+        backend,
+        system,
+    })
+}
+
+/// The exception classes (created on first use).
+pub(crate) fn exceptions(py: Python<'_>) -> PyResult<&'static Exceptions> {
+    EXCEPTIONS.get_or_try_init(py, || build(py))
+}
+
+/// Turns a core error into the Python exception that stands for it.
+pub(crate) fn map_error(py: Python<'_>, err: mistri_locks::Error) -> PyErr {
+    use mistri_locks::Error as E;
+    let classes = match exceptions(py) {
+        Ok(classes) => classes,
+        Err(e) => return e,
+    };
+    let (class, message) = match err {
+        E::InvalidArgument(m) => return PyValueError::new_err(m),
+        E::Config(m) => (&classes.config, m),
+        E::Connection(m) => (&classes.connection, m),
+        E::Backend(m) => (&classes.backend, m),
+        E::System(m) => (&classes.system, m),
+        // `Error` is non_exhaustive: a kind added later still gets the base
+        // class, with its kind in the message.
+        other => (&classes.error, other.to_string()),
+    };
+    PyErr::from_type(class.bind(py).clone(), message)
+}
+
+/// Lets `?` work on core results inside `#[pymethods]`.
+pub(crate) trait IntoPyResult<T> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPyResult<T> for mistri_locks::Result<T> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| map_error(py, e))
+    }
+}
