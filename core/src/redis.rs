@@ -205,6 +205,9 @@ impl Redis {
         if e.kind() == ErrorKind::AuthenticationFailed {
             return Error::Config(format!("Redis at {addr} refused the credentials: {e}"));
         }
+        if e.to_string().contains("certificate") {
+            return Error::Config(format!("TLS with Redis at {addr} failed: {e}"));
+        }
         if e.is_connection_refusal() {
             return Error::Connection(format!("cannot reach Redis at {addr}: connection refused"));
         }

@@ -66,6 +66,7 @@ fn flushed_scripts_are_reloaded_by_the_heartbeat() {
 fn credentials_come_from_the_url() {
     let server = RedisServer::start_with(RedisConfig {
         password: Some("s3cret-pw".into()),
+        ..RedisConfig::default()
     });
     let good = Locks::redis(&server.url(), "mistri:test").unwrap();
     assert!(good.acquire("k", secs(5.0)).unwrap());

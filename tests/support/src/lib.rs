@@ -17,6 +17,7 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     password: Option<String>,
+    tls: bool,
 }
 
 /// What to start.
@@ -24,6 +25,10 @@ pub struct RedisServer {
 pub struct RedisConfig {
     /// `requirepass`, if any.
     pub password: Option<String>,
+    /// Serve TLS only (no plain port), with a fresh certificate for 127.0.0.1
+    /// from a throwaway CA, made by the `openssl` command; see
+    /// [`RedisServer::ca_file`].
+    pub tls: bool,
 }
 
 fn free_port() -> u16 {
@@ -72,6 +77,18 @@ impl RedisServer {
         if let Some(pass) = &config.password {
             cmd.args(["--requirepass", pass]);
         }
+        if config.tls {
+            make_certificate(&dir)?;
+            cmd.args(["--port", "0", "--tls-port", &port.to_string()])
+                .args(["--tls-auth-clients", "no"])
+                .arg("--tls-cert-file")
+                .arg(dir.join("cert.pem"))
+                .arg("--tls-key-file")
+                .arg(dir.join("key.pem"))
+                .arg("--tls-ca-cert-file")
+                .arg(dir.join("ca.pem"));
+        }
+        cmd.arg("--logfile").arg(dir.join("redis.log"));
         #[cfg(target_os = "linux")]
         {
             use std::os::unix::process::CommandExt;
@@ -92,6 +109,7 @@ impl RedisServer {
             port,
             dir,
             password: config.password.clone(),
+            tls: config.tls,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -107,6 +125,11 @@ impl RedisServer {
     }
 
     fn ping(&self) -> bool {
+        if self.tls {
+            // No TLS client here: trust the server's own word.
+            return std::fs::read_to_string(self.dir.join("redis.log"))
+                .is_ok_and(|log| log.contains("Ready to accept connections"));
+        }
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
@@ -135,15 +158,23 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT/0`, with the password if one is set.
+    /// `redis://127.0.0.1:PORT/0` (`rediss://` for TLS), with the password
+    /// if one is set.
     pub fn url(&self) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
         match &self.password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}/0", self.port),
-            None => format!("redis://127.0.0.1:{}/0", self.port),
+            Some(p) => format!("{scheme}://:{p}@127.0.0.1:{}/0", self.port),
+            None => format!("{scheme}://127.0.0.1:{}/0", self.port),
         }
     }
 
-    /// Sends one raw command line (inline protocol) and returns the raw
+    /// The throwaway CA (PEM) that signed a TLS server's certificate: a
+    /// client that trusts it verifies the server.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// Sends one raw command line (not for TLS servers) (inline protocol) and returns the raw
     /// reply; for tests that poke at keys behind the library's back.
     pub fn command(&self, line: &str) -> String {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
@@ -178,6 +209,71 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A throwaway CA (`ca.pem`) and a server certificate for 127.0.0.1 signed
+/// by it (`cert.pem`, `key.pem`), made with the `openssl` command.
+fn make_certificate(dir: &std::path::Path) -> Result<(), String> {
+    let run = |args: &[&str]| -> Result<(), String> {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| format!("openssl not runnable (apt-get install openssl): {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("openssl {args:?} failed: {status}"))
+        }
+    };
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n")
+        .map_err(|e| e.to_string())?;
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=mistri test CA",
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+    ])?;
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "server.csr",
+    ])?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "cert.pem",
+    ])
 }
 
 /// Threads of this process right now (Linux: entries of /proc/self/task).
