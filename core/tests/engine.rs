@@ -103,3 +103,39 @@ fn redis_beat_answers_each_item_in_order() {
     let empty = adapter.beat(&[], &[]).unwrap();
     assert!(empty.renewed.is_empty() && empty.flags.is_empty());
 }
+
+#[test]
+fn release_racing_the_heartbeat_never_restamps_or_reports_a_loss() {
+    // Heartbeats every millisecond, releases at every phase of a tick.
+    let locks = Locks::memory();
+    let others: Vec<_> = (0..20)
+        .map(|i| {
+            let opts = HoldOptions {
+                ttl: Duration::from_millis(50),
+                heartbeat: Duration::from_millis(1),
+                ..HoldOptions::default()
+            };
+            locks.hold(&format!("busy-{i}"), opts).unwrap().unwrap()
+        })
+        .collect();
+    for i in 0..300u64 {
+        let opts = HoldOptions {
+            ttl: Duration::from_millis(30),
+            heartbeat: Duration::from_millis(1),
+            ..HoldOptions::default()
+        };
+        let hold = locks.hold("racing", opts).unwrap().expect("free");
+        std::thread::sleep(Duration::from_micros((i * 37) % 2000));
+        assert_eq!(
+            hold.release().unwrap(),
+            mistri_locks::ReleaseOutcome::Released
+        );
+        assert!(
+            !hold.signal().is_aborted(),
+            "release reported as {:?}",
+            hold.signal().reason()
+        );
+        assert!(!locks.held("racing").unwrap(), "re-stamped after release");
+    }
+    assert!(others.iter().all(|h| !h.is_lost()));
+}
