@@ -1,0 +1,71 @@
+# frozen_string_literal: true
+
+# Cross-process leases and stop flags, over the mistri_locks Rust core.
+#
+#   require "mistri_locks"
+#   MistriLocks.locks = MistriLocks::Redis.new(url: "redis://127.0.0.1:6379/0")
+#   MistriLocks.hold("nightly-report", ttl: 60, heartbeat: 10, stop_key: "stop:report") do |hold|
+#     work_one_item until hold.signal.aborted?
+#   end
+#
+# Every adapter (MistriLocks::Memory, MistriLocks::Redis) is a drop-in for
+# `Mistri.locks = ...` in the mistri gem: the seven methods acquire(key, ttl:),
+# renew(key, ttl:), release(key), held?(key), set_flag(key, ttl: 300),
+# flag?(key), clear_flag(key), with fractional-second TTLs.
+module MistriLocks
+end
+
+require_relative "mistri_locks/version"
+require_relative "mistri_locks/error"
+require_relative "mistri_locks/mistri_locks" # the native extension
+require_relative "mistri_locks/delivery"
+require_relative "mistri_locks/abort_signal"
+require_relative "mistri_locks/hold"
+require_relative "mistri_locks/adapter"
+
+module MistriLocks
+  @locks = nil
+
+  class << self
+    # The process-wide adapter used by MistriLocks.hold, or nil.
+    attr_reader :locks
+
+    # Sets (or with nil, clears) the process-wide adapter: a
+    # MistriLocks::Memory or MistriLocks::Redis.
+    def locks=(adapter)
+      unless adapter.nil? || adapter.is_a?(Adapter)
+        raise TypeError, "MistriLocks.locks= takes a MistriLocks::Memory, " \
+                         "MistriLocks::Redis or nil, got #{adapter.class}"
+      end
+      @locks = adapter
+    end
+
+    # Acquires +key+ on MistriLocks.locks and keeps it renewed every
+    # +heartbeat+ seconds (and at least every ttl/3) until released; with a
+    # +stop_key+, trips the hold's signal within a tick (min(heartbeat, 1 s))
+    # of anyone raising that flag.
+    #
+    # Returns a MistriLocks::Hold, or nil when no adapter is configured or
+    # the lease is held elsewhere (a refused caller never touches the real
+    # holder's lease).
+    #
+    # With a block: yields the hold, releases it when the block ends (also on
+    # an exception) and returns the block's value. When refused, the block is
+    # not run and nil is returned.
+    #
+    # +signal+: a MistriLocks::AbortSignal, or any object responding to
+    # abort!(reason) (such as Mistri::AbortSignal), which is called from a
+    # Ruby thread when the hold is stopped or lost.
+    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, &block)
+      adapter = @locks
+      if adapter
+        return adapter.hold(key, ttl: ttl, heartbeat: heartbeat, stop_key: stop_key, signal: signal, &block)
+      end
+
+      _check_hold_args(key, ttl, heartbeat, stop_key)
+      Hold.check_signal(signal)
+      nil
+    end
+  end
+  private_class_method :_check_hold_args
+end

@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+module MistriLocks
+  # The seven operations of the mistri gem's adapter contract (and holds).
+  # MistriLocks::Memory and MistriLocks::Redis are its subclasses; either is a
+  # drop-in for `Mistri.locks = ...`.
+  #
+  # Keys are Strings (or Symbols, meaning their name); an empty key is an
+  # ArgumentError, anything else a TypeError. TTLs are seconds, Integer or
+  # Float (0.01 is valid); zero, negative, NaN or infinite TTLs are an
+  # ArgumentError, non-numbers a TypeError.
+  #
+  # Every acquire mints a secret owner token kept inside this object, so
+  # renew and release only ever act on this object's own live lease.
+  #
+  # Native methods:
+  #   release(key)    -> true if this object's lease was deleted
+  #   held?(key)      -> is a live lease there (anyone's)?
+  #   flag?(key)      -> is the flag up?
+  #   clear_flag(key) -> true (lowers the flag)
+  #   fence(key)      -> this object's fencing number for key, or nil
+  #   break_lease(key)-> operator override: delete anyone's lease on key
+  #   sharing_adapter -> another owner on the same backend (like another process)
+  #   active_holds    -> how many holds this object's heartbeat renews
+  class Adapter
+    # Takes the lease on +key+ for +ttl+ seconds if no live lease exists.
+    # Returns true if taken.
+    def acquire(key, ttl:) = _acquire(key, ttl)
+
+    # Extends this object's lease on +key+ to +ttl+ seconds from now. Returns
+    # false if it holds none (never acquired, released, expired or retaken).
+    def renew(key, ttl:) = _renew(key, ttl)
+
+    # Raises the flag +key+ for +ttl+ seconds (it needs no owner). Returns true.
+    def set_flag(key, ttl: FLAG_TTL) = _set_flag(key, ttl)
+
+    # See MistriLocks.hold (this adapter instead of MistriLocks.locks).
+    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, &block)
+      hold = Hold.start(self, key, ttl, heartbeat, stop_key, signal)
+      block ? Hold.run(hold, &block) : hold
+    end
+  end
+
+  # Leases and flags inside this process (threads, not processes): real TTLs
+  # on a monotonic clock. MistriLocks::Memory.new
+  class Memory < Adapter
+  end
+
+  # Leases and flags on Redis, shared by every process and language that
+  # speaks the mistri_locks protocol. Keys live under +namespace+. Auth and
+  # TLS come from the URL (redis://user:pass@host:port/db, rediss://).
+  # Connects lazily: an unreachable server is a MistriLocks::ConnectionError
+  # from the first operation. Round trips release the GVL; each is bounded by
+  # a 5 s socket timeout (an interrupt arriving meanwhile is raised after it).
+  class Redis < Adapter
+    def self.new(url: DEFAULT_URL, namespace: DEFAULT_NAMESPACE) = _open(url, namespace)
+    private_class_method :_open
+  end
+end

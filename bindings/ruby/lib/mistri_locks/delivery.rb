@@ -1,0 +1,70 @@
+# frozen_string_literal: true
+
+module MistriLocks
+  # Delivers aborts to Ruby objects, on Ruby threads only. (Internal.)
+  #
+  # The heartbeat is a Rust thread and never calls Ruby. A Ruby object that
+  # wants to hear about a core signal's abort (an AbortSignal with on_abort
+  # blocks, a hold with a duck-typed signal) registers here and gets an id;
+  # the core signal then notes (id, reason) when it trips, and:
+  #
+  # - if it was tripped by Ruby code on a Ruby thread (AbortSignal#abort!,
+  #   or on_abort on an aborted signal), that same thread delivers before the
+  #   call returns;
+  # - otherwise (the heartbeat: stop flag seen, lease lost), one delivery
+  #   thread per process, blocked without the GVL, wakes and delivers.
+  #
+  # Delivery calls the object's private +_fire(reason)+. The registry holds
+  # its objects weakly: an object nobody else references can't be told
+  # anything, and is not kept alive for that. After fork the child starts its
+  # own delivery thread on first use.
+  module Delivery
+    @targets = ObjectSpace::WeakMap.new
+    @lock = Mutex.new
+    @next_id = 0
+    @thread = nil
+    @pid = nil
+
+    class << self
+      # Registers +target+; returns its delivery id.
+      def register(target)
+        @lock.synchronize do
+          start_thread
+          @next_id += 1
+          @targets[@next_id] = target
+          @next_id
+        end
+      end
+
+      # Delivers notes [[id, reason], ...] on the calling thread. A target
+      # that raises gets a warning, and the others are still told.
+      def deliver(events)
+        events.each do |id, reason|
+          target = @targets[id]
+          next unless target
+
+          begin
+            target.__send__(:_fire, reason)
+          rescue StandardError => e
+            warn "mistri_locks: abort delivery raised #{e.class}: #{e.message}"
+          end
+        end
+        nil
+      end
+
+      private
+
+      def start_thread
+        return if @pid == Process.pid && @thread&.alive?
+
+        @pid = Process.pid
+        @thread = Thread.new do
+          loop { deliver(_wait_events) }
+        end
+        @thread.name = "mistri_locks delivery"
+        @thread.report_on_exception = false
+      end
+    end
+    private_class_method :_wait_events
+  end
+end

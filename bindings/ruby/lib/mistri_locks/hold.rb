@@ -1,0 +1,100 @@
+# frozen_string_literal: true
+
+module MistriLocks
+  # A held lease, renewed by the heartbeat until released or lost. Made by
+  # MistriLocks.hold or Adapter#hold.
+  #
+  # Native methods: key (String), fence (Integer: the fencing number of this
+  # acquisition, greater than every earlier one for the key), lost? (the
+  # lease was found gone or taken, or renewals failed past its deadline; the
+  # signal is then tripped with a reason saying so).
+  #
+  # Forked children: a child's copy of its parent's Hold never renews, and
+  # its release touches nothing (returns false).
+  #
+  # A Hold that is garbage-collected unreleased is released by its finalizer
+  # (on Redis that is a round trip during GC); use release or the block form.
+  class Hold
+    LOCK = Mutex.new # guards every hold's @duck (held only briefly)
+    private_constant :LOCK
+
+    # The signal tripped on stop or loss: the +signal:+ given to hold (a
+    # MistriLocks::AbortSignal or your duck-typed object), else a
+    # MistriLocks::AbortSignal of the hold's own.
+    attr_reader :signal
+
+    # Stops renewing and deletes the lease if it is still ours; returns only
+    # when no heartbeat tick can touch the lease again. Idempotent. Returns
+    # true if this call deleted the lease, false otherwise (already released,
+    # lost, expired, or a forked child's copy). Raises
+    # MistriLocks::ConnectionError if Redis is unreachable (the hold has
+    # stopped renewing regardless; the lease expires within its ttl).
+    def release
+      _release
+    ensure
+      # A trip noted just before the release is still delivered, then the
+      # duck-typed signal hears nothing more.
+      _fire(@core.reason) if @duck && @core.aborted?
+      LOCK.synchronize { @duck = nil }
+    end
+
+    def inspect
+      "#<#{self.class} key=#{key.inspect} fence=#{fence} lost=#{lost?}>"
+    end
+
+    class << self
+      # Raises TypeError unless +signal+ is nil, a MistriLocks::AbortSignal
+      # or responds to abort!. (Internal.)
+      def check_signal(signal)
+        return if signal.nil? || signal.is_a?(AbortSignal) || signal.respond_to?(:abort!)
+
+        raise TypeError, "signal must be a MistriLocks::AbortSignal or respond to " \
+                         "abort!(reason), got #{signal.class}"
+      end
+
+      # Acquires through +adapter+ and wires the signal. (Internal.)
+      def start(adapter, key, ttl, heartbeat, stop_key, signal)
+        check_signal(signal)
+        native = signal if signal.is_a?(AbortSignal)
+        hold = adapter.__send__(:_hold, key, ttl, heartbeat, stop_key, native)
+        hold&.__send__(:_attach, signal)
+        hold
+      end
+
+      # The block form of hold. (Internal.)
+      def run(hold)
+        return nil unless hold
+
+        begin
+          yield hold
+        ensure
+          hold.release
+        end
+      end
+    end
+
+    private
+
+    def _attach(signal)
+      @core = _signal
+      @signal = signal || @core
+      return if signal.nil? || signal.is_a?(AbortSignal)
+
+      # A duck-typed signal: the core signal's trip is delivered to it from
+      # a Ruby thread (see Delivery).
+      @duck = signal
+      _handle, events = @core.__send__(:_watch, Delivery.register(self))
+      Delivery.deliver(events)
+    end
+
+    # Delivery: tell the duck-typed signal, once.
+    def _fire(reason)
+      duck = LOCK.synchronize do
+        d = @duck
+        @duck = nil
+        d
+      end
+      duck&.abort!(reason)
+    end
+  end
+end

@@ -1,0 +1,36 @@
+//! `MistriLocks::Redis`: leases and flags on a Redis server, shared with
+//! every process (Ruby, Python, C, Rust) speaking the project's protocol.
+//!
+//! `lib/mistri_locks/adapter.rb` defines `Redis.new(url:, namespace:)` with
+//! the defaults; it calls `_open`. Opening parses the URL but connects
+//! lazily: an unreachable server is a `MistriLocks::ConnectionError` from
+//! the first operation. The connection pool is the core's and reconnects in
+//! a forked child.
+
+use crate::adapter::Adapter;
+use crate::error;
+use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, RString, Ruby};
+use mistri_locks::redis::{DEFAULT_NAMESPACE, DEFAULT_URL};
+use mistri_locks::Locks;
+
+/// `MistriLocks::Redis._open(url, namespace)`.
+fn open(
+    ruby: &Ruby,
+    class: RClass,
+    url: RString,
+    namespace: RString,
+) -> Result<Obj<Adapter>, Error> {
+    let url = url.to_string()?;
+    let namespace = namespace.to_string()?;
+    let locks = Locks::redis(&url, &namespace).map_err(|e| error::to_ruby(ruby, e))?;
+    Ok(ruby.obj_wrap_as(Adapter::new(locks, true), class))
+}
+
+pub fn init(_ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    let base: RClass = module.const_get("Adapter")?;
+    let class = module.define_class("Redis", base)?;
+    class.const_set("DEFAULT_URL", DEFAULT_URL)?;
+    class.const_set("DEFAULT_NAMESPACE", DEFAULT_NAMESPACE)?;
+    class.define_singleton_method("_open", method!(open, 2))?;
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! `MistriLocks::AbortSignal`: a core [`AbortSignal`] for Ruby.
+//!
+//! Native part: `new`, `aborted?`, `reason`, `derive`, and the plumbing
+//! `_abort`, `_wait`, `_watch`, `_unwatch`. `lib/mistri_locks/abort_signal.rb`
+//! adds `abort!`, `wait`, `on_abort` and `remove_callback` on top, keeping
+//! the callback blocks in the Ruby object (so the GC sees them) and running
+//! them on Ruby threads only (see `delivery`).
+
+use crate::nogvl::nogvl;
+use crate::{args, delivery};
+use magnus::{function, method, prelude::*, Error, RModule, Ruby, Value};
+use mistri_locks::{AbortSignal, CallbackHandle, WaitOutcome};
+use std::time::Instant;
+
+/// The Ruby object around a core signal. Cloning the core signal shares it,
+/// so a hold and Ruby see the same latch.
+#[magnus::wrap(class = "MistriLocks::AbortSignal", free_immediately, size)]
+pub struct Signal(pub AbortSignal);
+
+impl Signal {
+    fn new() -> Self {
+        Signal(AbortSignal::new())
+    }
+
+    /// `_abort(reason)` -> `[tripped, notes]`: trips the signal; the notes
+    /// of this signal's and its children's Ruby watchers are returned for
+    /// delivery on this thread.
+    fn abort(&self, reason: Option<String>) -> (bool, Vec<delivery::Event>) {
+        delivery::capture(|| self.0.abort(reason.as_deref()))
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.0.is_aborted()
+    }
+
+    fn reason(&self) -> Option<String> {
+        self.0.reason()
+    }
+
+    fn derive(&self) -> Self {
+        Signal(self.0.derive())
+    }
+
+    /// `_wait(timeout)` -> true if aborted, false on timeout. Blocks without
+    /// the GVL; an interrupt (Thread#raise, Timeout, SIGINT) wakes the wait
+    /// and is raised here.
+    fn wait(ruby: &Ruby, rb_self: &Self, timeout: Option<Value>) -> Result<bool, Error> {
+        let timeout = args::timeout(ruby, timeout)?;
+        let signal = &rb_self.0;
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Ok(signal.is_aborted());
+        }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                return Ok(signal.is_aborted());
+            }
+            let outcome = nogvl(ruby, || signal.wait_or_wake(left), || signal.wake_waiters())?;
+            match outcome {
+                WaitOutcome::Aborted => return Ok(true),
+                WaitOutcome::TimedOut => return Ok(false),
+                WaitOutcome::Woken => ruby.thread_check_ints()?,
+            }
+        }
+    }
+
+    /// `_watch(id)` -> `[handle, notes]`: on abort, deliver to Ruby delivery
+    /// id `id`. If the signal is already aborted the note is returned at
+    /// once, for delivery on this thread.
+    fn watch(&self, id: u64) -> (u64, Vec<delivery::Event>) {
+        let (handle, events) = delivery::capture(|| self.0.on_abort(delivery::notifier(id)));
+        (handle.as_u64(), events)
+    }
+
+    /// `_unwatch(handle)` -> whether the watch was still registered.
+    fn unwatch(&self, handle: u64) -> bool {
+        self.0.remove_callback(CallbackHandle::from_u64(handle))
+    }
+}
+
+pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    let class = module.define_class("AbortSignal", ruby.class_object())?;
+    class.undef_default_alloc_func();
+    class.define_singleton_method("new", function!(Signal::new, 0))?;
+    class.define_method("aborted?", method!(Signal::is_aborted, 0))?;
+    class.define_method("reason", method!(Signal::reason, 0))?;
+    class.define_method("derive", method!(Signal::derive, 0))?;
+    class.define_private_method("_abort", method!(Signal::abort, 1))?;
+    class.define_private_method("_wait", method!(Signal::wait, 1))?;
+    class.define_private_method("_watch", method!(Signal::watch, 1))?;
+    class.define_private_method("_unwatch", method!(Signal::unwatch, 1))?;
+    Ok(())
+}
