@@ -17,7 +17,7 @@ end
 
 require_relative "mistri_locks/version"
 require_relative "mistri_locks/error"
-require_relative "mistri_locks/mistri_locks" # the native extension
+require "mistri_locks/mistri_locks" # the native extension (build.sh puts it here)
 require_relative "mistri_locks/delivery"
 require_relative "mistri_locks/abort_signal"
 require_relative "mistri_locks/hold"

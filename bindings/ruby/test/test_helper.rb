@@ -1,0 +1,177 @@
+# frozen_string_literal: true
+
+# Shared by every test file: the extension, a throwaway redis-server on a
+# free loopback port (started once, on first use, stopped at exit), and the
+# backend factories the contract suite is parametrized over.
+
+$LOAD_PATH.unshift File.expand_path("../lib", __dir__)
+require "mistri_locks"
+require "minitest/autorun"
+require "securerandom"
+require "socket"
+require "rbconfig"
+require "timeout"
+
+module Clock
+  def self.now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+end
+
+# A redis-server for this test run, with a tiny RESP client for raw commands
+# (to act behind the adapters' backs, as another client would).
+module TestRedis
+  @server = nil
+
+  class << self
+    def port
+      start unless @server
+      @port
+    end
+
+    def url = "redis://127.0.0.1:#{port}/0"
+
+    def command(*args)
+      TCPSocket.open("127.0.0.1", port) do |s|
+        s.write("*#{args.size}\r\n" + args.map { |a| "$#{a.to_s.bytesize}\r\n#{a}\r\n" }.join)
+        read_reply(s)
+      end
+    end
+
+    private
+
+    def read_reply(sock)
+      line = sock.gets("\r\n").chomp("\r\n")
+      case line[0]
+      when "+" then line[1..]
+      when ":" then Integer(line[1..])
+      when "-" then raise "redis error: #{line[1..]}"
+      when "$"
+        n = Integer(line[1..])
+        n.negative? ? nil : sock.read(n + 2)[0, n]
+      when "*" then Array.new(Integer(line[1..])) { read_reply(sock) }
+      else raise "unexpected reply #{line.inspect}"
+      end
+    end
+
+    def start
+      3.times do
+        probe = TCPServer.new("127.0.0.1", 0)
+        @port = probe.addr[1]
+        probe.close
+        pid = spawn("redis-server", "--port", @port.to_s, "--bind", "127.0.0.1",
+                    "--save", "", "--appendonly", "no", out: File::NULL, err: File::NULL)
+        if up?
+          @server = pid
+          owner = Process.pid
+          at_exit do
+            # Forked children run at_exit too: only the starter stops it.
+            next unless Process.pid == owner
+
+            Process.kill("TERM", pid)
+            Process.wait(pid)
+          end
+          return
+        end
+        Process.kill("KILL", pid) rescue nil # rubocop:disable Style/RescueModifier
+        Process.wait(pid)
+      end
+      raise "could not start redis-server"
+    end
+
+    def up?
+      deadline = Clock.now + 10
+      while Clock.now < deadline
+        begin
+          @server = true # let #port answer while probing
+          return true if command("PING") == "PONG"
+        rescue SystemCallError, IOError
+          sleep 0.02
+        ensure
+          @server = nil
+        end
+      end
+      false
+    end
+  end
+end
+
+# One backend per test: fresh state, and "other owners" that behave like
+# other processes.
+module Backends
+  class Memory
+    def initialize = (@first = MistriLocks::Memory.new)
+    def locks = @first
+    def owner = @first.sharing_adapter
+    def delete_lease(key) = @first.break_lease(key) || raise("no lease on #{key}")
+  end
+
+  class Redis
+    def initialize
+      # One server per run; a fresh namespace per test keeps tests apart.
+      @namespace = "mistri:test:#{SecureRandom.hex(6)}"
+      @first = owner
+    end
+
+    def locks = @first
+    def owner = MistriLocks::Redis.new(url: TestRedis.url, namespace: @namespace)
+
+    def delete_lease(key)
+      TestRedis.command("DEL", "#{@namespace}:lease:{#{key}}") == 1 || raise("no lease on #{key}")
+    end
+  end
+
+  # Adding a backend (e.g. "Local") is one line here.
+  FACTORIES = {
+    "Memory" => -> { Memory.new },
+    "Redis" => -> { Redis.new },
+  }.freeze
+
+  # Defines one Minitest class per backend, named "#{backend}#{suffix}",
+  # running the tests of +mod+ (which call #backend).
+  def self.parametrize(mod, suffix, factories: FACTORIES, &extra)
+    factories.each do |name, factory|
+      klass = Class.new(Minitest::Test) do
+        include mod
+        define_method(:backend) { @backend ||= factory.call }
+        define_method(:backend_name) { name }
+        class_eval(&extra) if extra
+      end
+      Object.const_set("#{name}#{suffix}", klass)
+    end
+  end
+end
+
+# A duck-typed signal (like Mistri::AbortSignal): remembers the call, the
+# thread it came on and when.
+class DuckSignal
+  attr_reader :reason, :thread, :at, :calls
+
+  def initialize
+    @calls = 0
+    @queue = Queue.new
+  end
+
+  def abort!(reason = nil)
+    @calls += 1
+    @reason = reason
+    @thread = Thread.current
+    @at = Clock.now
+    @queue << true
+  end
+
+  def wait(timeout)
+    Timeout.timeout(timeout) { @queue.pop }
+    true
+  rescue Timeout::Error
+    false
+  end
+end
+
+# Runs a Ruby script in a subprocess with the extension on its load path.
+module Subprocess
+  LIB = File.expand_path("../lib", __dir__)
+  SCRIPTS = File.expand_path("scripts", __dir__)
+
+  def self.command(script, *args)
+    [RbConfig.ruby, "-I", LIB, File.join(SCRIPTS, script), *args.map(&:to_s)]
+  end
+end
