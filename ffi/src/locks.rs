@@ -64,15 +64,16 @@ pub unsafe extern "C" fn mistri_locks_memory_new(out: *mut *mut mistri_locks) ->
 
 /// Makes a Redis adapter for `url` (`redis://[user:pass@]host:port/db`, or
 /// `rediss://` for TLS), with every key under `namespace` (NULL means the
-/// default, `"mistri:locks"`). Connects once to check the server answers.
+/// default, `"mistri:locks"`). Connections are opened on first use (a
+/// small pool, reconnected after `fork()`), so an unreachable server shows
+/// as `MISTRI_CONNECTION` from the first operation, not from here.
 ///
 /// On `MISTRI_OK`, `*out` receives a new handle; free it with
 /// `mistri_locks_free`.
 ///
-/// Errors: `MISTRI_CONFIG` (bad URL, bad password), `MISTRI_CONNECTION`
-/// (server unreachable), `MISTRI_INVALID_ARGUMENT` (bad namespace),
-/// `MISTRI_NULL_ARGUMENT`, `MISTRI_INVALID_UTF8`. Messages never contain the
-/// password.
+/// Errors: `MISTRI_CONFIG` (unparsable URL), `MISTRI_INVALID_ARGUMENT`
+/// (namespace empty or containing `{` or `}`), `MISTRI_NULL_ARGUMENT` (url,
+/// out), `MISTRI_INVALID_UTF8`. Messages never contain the password.
 ///
 /// # Safety
 /// `url` and `namespace_` are NULL or NUL-terminated strings; `out` is NULL

@@ -1,0 +1,1457 @@
+/*
+ * The C contract tests of mistri_locks, against the committed header and
+ * the built library.
+ *
+ *   contract [REDIS_URL]
+ *
+ * Runs the contract suite once per backend in BACKENDS (Memory always;
+ * Redis when a URL is given, or MISTRI_TEST_REDIS_URL is set), then the
+ * backend-independent tests (signals, callbacks, bad input). Prints one line
+ * per case and "C tests: N passed, M failed"; exits non-zero on failure.
+ *
+ * A backend is a pair of factories (a first owner on a fresh backend,
+ * another owner on the same backend): adding one (say, an SQLite-file
+ * "local" adapter) is one line in BACKENDS.
+ *
+ * The two-process test re-executes this program as a holder:
+ *   contract --holder BACKEND PARAM NAMESPACE KEY STOP_KEY
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "harness.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* ---------------------------------------------------------------- backends */
+
+typedef struct backend {
+    const char *name;
+    const char *param; /* Redis: the URL; Memory: unused */
+    bool cross_process;
+    /* A first owner on a fresh backend (a fresh namespace on Redis). */
+    mistri_status (*open)(const struct backend *b, const char *ns, mistri_locks **out);
+    /* Another owner on the same backend, as another process would be. */
+    mistri_status (*owner)(const struct backend *b, const char *ns, const mistri_locks *first,
+                           mistri_locks **out);
+} backend;
+
+static mistri_status memory_open(const backend *b, const char *ns, mistri_locks **out)
+{
+    (void)b;
+    (void)ns;
+    return mistri_locks_memory_new(out);
+}
+
+static mistri_status memory_owner(const backend *b, const char *ns, const mistri_locks *first,
+                                  mistri_locks **out)
+{
+    (void)b;
+    (void)ns;
+    return mistri_locks_sharing_adapter(first, out);
+}
+
+static mistri_status redis_open(const backend *b, const char *ns, mistri_locks **out)
+{
+    return mistri_locks_redis_new(b->param, ns, out);
+}
+
+static mistri_status redis_owner(const backend *b, const char *ns, const mistri_locks *first,
+                                 mistri_locks **out)
+{
+    (void)first; /* a separate adapter object: its own connections too */
+    return mistri_locks_redis_new(b->param, ns, out);
+}
+
+static backend BACKENDS[] = {
+    {"memory", NULL, false, memory_open, memory_owner},
+    {"redis", NULL /* URL, from argv */, true, redis_open, redis_owner},
+};
+#define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
+
+/* ---------------------------------------------------------------- fixture */
+
+#define MAX_OWNERS 16
+
+typedef struct fixture {
+    const backend *b;
+    char ns[128];
+    mistri_locks *first;
+    mistri_locks *owners[MAX_OWNERS];
+    int n_owners;
+} fixture;
+
+static int fixture_counter;
+
+static bool fixture_open(fixture *f, const backend *b)
+{
+    memset(f, 0, sizeof *f);
+    f->b = b;
+    snprintf(f->ns, sizeof f->ns, "mistri:ctest:%ld:%d", (long)getpid(), ++fixture_counter);
+    mistri_status s = b->open(b, f->ns, &f->first);
+    if (s != MISTRI_OK) {
+        harness_fail_status(__FILE__, __LINE__, "backend open", s, MISTRI_OK);
+        return false;
+    }
+    return true;
+}
+
+/* Another owner on the fixture's backend, freed by fixture_close. */
+static mistri_locks *fixture_owner(fixture *f)
+{
+    mistri_locks *o = NULL;
+    mistri_status s = f->b->owner(f->b, f->ns, f->first, &o);
+    if (s != MISTRI_OK || f->n_owners == MAX_OWNERS) {
+        harness_fail_status(__FILE__, __LINE__, "backend owner", s, MISTRI_OK);
+        mistri_locks_free(o);
+        return NULL;
+    }
+    f->owners[f->n_owners++] = o;
+    return o;
+}
+
+static void fixture_close(fixture *f)
+{
+    for (int i = 0; i < f->n_owners; i++)
+        mistri_locks_free(f->owners[i]);
+    mistri_locks_free(f->first);
+    memset(f, 0, sizeof *f);
+}
+
+#define OPEN_FIXTURE(f, arg)                                                                       \
+    fixture f;                                                                                     \
+    if (!fixture_open(&f, (const backend *)(arg)))                                                 \
+        return;
+
+/* Small wrappers that make the tests read like the contract. */
+static bool acquire(const mistri_locks *l, const char *key, double ttl)
+{
+    bool got = false;
+    CHECK_OK(mistri_locks_acquire(l, key, ttl, &got));
+    return got;
+}
+
+static bool renew(const mistri_locks *l, const char *key, double ttl)
+{
+    bool got = false;
+    CHECK_OK(mistri_locks_renew(l, key, ttl, &got));
+    return got;
+}
+
+static bool release(const mistri_locks *l, const char *key)
+{
+    bool got = false;
+    CHECK_OK(mistri_locks_release(l, key, &got));
+    return got;
+}
+
+static bool held(const mistri_locks *l, const char *key)
+{
+    bool got = false;
+    CHECK_OK(mistri_locks_held(l, key, &got));
+    return got;
+}
+
+static bool flag_up(const mistri_locks *l, const char *key)
+{
+    bool got = false;
+    CHECK_OK(mistri_locks_flag(l, key, &got));
+    return got;
+}
+
+static mistri_hold_options opts(double ttl, double heartbeat)
+{
+    mistri_hold_options o = mistri_hold_options_default();
+    o.ttl = ttl;
+    o.heartbeat = heartbeat;
+    return o;
+}
+
+static mistri_hold *start(const mistri_locks *l, const char *key, mistri_hold_options o)
+{
+    mistri_hold *h = NULL;
+    CHECK_OK(mistri_hold_start(l, key, &o, &h));
+    return h;
+}
+
+static bool hold_lost(const mistri_hold *h)
+{
+    bool lost = true;
+    CHECK_OK(mistri_hold_lost(h, &lost));
+    return lost;
+}
+
+static uint64_t hold_fence(const mistri_hold *h)
+{
+    uint64_t fence = 0;
+    CHECK_OK(mistri_hold_fence(h, &fence));
+    return fence;
+}
+
+static mistri_release_outcome hold_release(mistri_hold *h)
+{
+    mistri_release_outcome outcome = (mistri_release_outcome)0;
+    CHECK_OK(mistri_hold_release(h, &outcome));
+    return outcome;
+}
+
+/* Copies a signal's reason into buf ("" if none). */
+static const char *reason_of(const mistri_signal *s, char *buf, size_t len)
+{
+    char *reason = NULL;
+    buf[0] = '\0';
+    CHECK_OK(mistri_signal_reason(s, &reason));
+    if (reason) {
+        snprintf(buf, len, "%s", reason);
+        mistri_string_free(reason);
+    }
+    return buf;
+}
+
+static bool wait_for(const mistri_signal *s, double timeout)
+{
+    bool aborted = false;
+    CHECK_OK(mistri_signal_wait(s, timeout, &aborted));
+    return aborted;
+}
+
+/* ------------------------------------------------- callback bookkeeping */
+
+typedef struct probe {
+    atomic_int calls;
+    atomic_int finalized;
+    atomic_llong called_at_ns; /* CLOCK_MONOTONIC of the first call */
+    atomic_int on_caller_thread;
+    pthread_t caller;
+    char reason[256];
+} probe;
+
+static void probe_init(probe *p)
+{
+    memset(p, 0, sizeof *p);
+    atomic_init(&p->calls, 0);
+    atomic_init(&p->finalized, 0);
+    atomic_init(&p->called_at_ns, 0);
+    atomic_init(&p->on_caller_thread, 0);
+    p->caller = pthread_self();
+}
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void probe_callback(void *userdata, const char *reason)
+{
+    probe *p = userdata;
+    snprintf(p->reason, sizeof p->reason, "%s", reason ? reason : "(null)");
+    atomic_store(&p->on_caller_thread, pthread_equal(pthread_self(), p->caller) ? 1 : 0);
+    atomic_store(&p->called_at_ns, now_ns());
+    atomic_fetch_add(&p->calls, 1);
+}
+
+static void probe_finalizer(void *userdata)
+{
+    probe *p = userdata;
+    atomic_fetch_add(&p->finalized, 1);
+}
+
+/* Waits up to `timeout` s for an atomic counter to reach `want`. */
+static bool await_count(atomic_int *counter, int want, double timeout)
+{
+    double end = now_s() + timeout;
+    while (atomic_load(counter) < want) {
+        if (now_s() > end)
+            return false;
+        sleep_s(0.001);
+    }
+    return true;
+}
+
+/* ================================================= the contract, per backend */
+
+static void acquire_once_and_refuse_while_live(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first, *b = fixture_owner(&f);
+    CHECK(acquire(a, "job", 5));
+    CHECK(!acquire(a, "job", 5)); /* same owner, live lease */
+    CHECK(!acquire(b, "job", 5)); /* other owner, live lease */
+    CHECK(held(a, "job"));
+    CHECK(held(b, "job"));
+    CHECK(!renew(b, "job", 5)); /* b never acquired it */
+    CHECK(!release(b, "job"));
+    CHECK(held(a, "job"));
+    CHECK(renew(a, "job", 5));
+    uint64_t fence = 0;
+    CHECK_OK(mistri_locks_fence(a, "job", &fence));
+    CHECK(fence >= 1);
+    CHECK_OK(mistri_locks_fence(b, "job", &fence));
+    CHECK(fence == 0); /* b holds nothing */
+    CHECK(release(a, "job"));
+    CHECK(!held(a, "job"));
+    CHECK(!release(a, "job")); /* release is not repeated */
+    CHECK(acquire(b, "job", 5));
+    fixture_close(&f);
+}
+
+static void fractional_ttl_expires_and_can_be_retaken(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first, *b = fixture_owner(&f);
+    CHECK(acquire(a, "short", 0.01));
+    CHECK(!acquire(b, "short", 0.01));
+    sleep_s(0.05);
+    CHECK(!held(a, "short")); /* a 0.01 s lease is gone after 0.05 s */
+    CHECK(acquire(b, "short", 5));
+    CHECK(held(a, "short"));
+    fixture_close(&f);
+}
+
+static void flags_set_read_clear_and_expire(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first, *b = fixture_owner(&f);
+    CHECK(!flag_up(a, "stop"));
+    CHECK_OK(mistri_locks_set_flag(a, "stop", MISTRI_FLAG_TTL));
+    CHECK(flag_up(b, "stop")); /* a flag needs no owner */
+    CHECK_OK(mistri_locks_clear_flag(b, "stop"));
+    CHECK(!flag_up(a, "stop"));
+    CHECK_OK(mistri_locks_clear_flag(b, "stop")); /* lowering a lowered flag is fine */
+    CHECK_OK(mistri_locks_set_flag(a, "blink", 0.02));
+    CHECK(flag_up(a, "blink"));
+    sleep_s(0.06);
+    CHECK(!flag_up(a, "blink"));
+    /* flags and leases live apart */
+    CHECK_OK(mistri_locks_set_flag(a, "both", 5));
+    CHECK(!held(a, "both"));
+    CHECK(acquire(a, "both", 5));
+    fixture_close(&f);
+}
+
+static void hold_outlives_its_ttl_by_renewing(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first, *b = fixture_owner(&f);
+    mistri_hold *h = start(a, "long", opts(0.3, 0.05));
+    REQUIRE(h != NULL);
+    const char *key = NULL;
+    CHECK_OK(mistri_hold_key(h, &key));
+    CHECK(key != NULL && strcmp(key, "long") == 0);
+    size_t active = 0;
+    CHECK_OK(mistri_locks_active_holds(a, &active));
+    CHECK(active == 1);
+    sleep_s(0.8);
+    CHECK(held(b, "long"));
+    CHECK(!hold_lost(h));
+    CHECK(!acquire(b, "long", 5));
+    CHECK(hold_release(h) == MISTRI_RELEASE_RELEASED);
+    CHECK_OK(mistri_locks_active_holds(a, &active));
+    CHECK(active == 0);
+    mistri_hold_free(h);
+    fixture_close(&f);
+}
+
+static void heartbeat_at_the_ttl_still_never_lapses(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first;
+    /* the seed's own tests pass heartbeat == ttl */
+    mistri_hold *h = start(a, "seedlike", opts(0.3, 0.3));
+    REQUIRE(h != NULL);
+    for (int i = 0; i < 8; i++) {
+        sleep_s(0.1);
+        CHECK(held(a, "seedlike"));
+    }
+    CHECK(!hold_lost(h));
+    mistri_hold_free(h);
+    CHECK(!held(a, "seedlike"));
+    fixture_close(&f);
+}
+
+static void released_lease_is_gone_and_stays_gone(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first;
+    mistri_hold *h = start(a, "done", opts(0.3, 0.02));
+    REQUIRE(h != NULL);
+    sleep_s(0.05);
+    CHECK(hold_release(h) == MISTRI_RELEASE_RELEASED);
+    CHECK(!held(a, "done"));
+    sleep_s(0.15); /* no in-flight tick re-stamps it */
+    CHECK(!held(a, "done"));
+    CHECK(hold_release(h) == MISTRI_RELEASE_ALREADY_RELEASED);
+    CHECK(!hold_lost(h)); /* getters still work after release */
+    mistri_hold_free(h);
+    fixture_close(&f);
+}
+
+static void freeing_a_hold_releases_it(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first;
+    mistri_hold *h = start(a, "scoped", opts(5, 1));
+    REQUIRE(h != NULL);
+    CHECK(held(a, "scoped"));
+    mistri_hold_free(h);
+    CHECK(!held(a, "scoped"));
+    fixture_close(&f);
+}
+
+static void refused_hold_is_null_and_holder_keeps_its_lease(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first, *b = fixture_owner(&f);
+    mistri_hold *h = start(a, "one", opts(0.3, 0.05));
+    REQUIRE(h != NULL);
+    uint64_t fence = hold_fence(h);
+    static char sentinel;
+    mistri_hold *refused = (mistri_hold *)(void *)&sentinel;
+    mistri_hold_options o = opts(0.3, 0.05);
+    CHECK_OK(mistri_hold_start(b, "one", &o, &refused)); /* a refusal is not an error */
+    CHECK(refused == NULL);
+    size_t active = 99;
+    CHECK_OK(mistri_locks_active_holds(b, &active));
+    CHECK(active == 0);
+    CHECK(!release(b, "one"));
+    sleep_s(0.5);
+    CHECK(held(a, "one"));
+    CHECK(!hold_lost(h));
+    CHECK(hold_fence(h) == fence);
+    mistri_hold_free(h);
+    mistri_hold *again = start(b, "one", opts(0.3, 0.05));
+    CHECK(again != NULL);
+    if (again)
+        CHECK(hold_fence(again) > fence);
+    mistri_hold_free(again);
+    fixture_close(&f);
+}
+
+static void stale_owner_can_neither_renew_nor_release(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first, *b = fixture_owner(&f);
+    CHECK(acquire(a, "stale", 0.03));
+    sleep_s(0.08);
+    CHECK(acquire(b, "stale", 5));
+    CHECK(!renew(a, "stale", 5));
+    CHECK(!release(a, "stale"));
+    CHECK(held(b, "stale"));
+    CHECK(release(b, "stale"));
+    fixture_close(&f);
+}
+
+static void fencing_numbers_strictly_increase(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *owners[2] = {f.first, fixture_owner(&f)};
+    uint64_t last = 0;
+    for (int i = 0; i < 6; i++) {
+        const mistri_locks *o = owners[i % 2];
+        mistri_hold *h = start(o, "fenced", opts(5, 1));
+        REQUIRE(h != NULL);
+        uint64_t fence = hold_fence(h);
+        CHECK(fence > last);
+        last = fence;
+        mistri_hold_free(h);
+        CHECK(acquire(o, "fenced", 0.01));
+        CHECK_OK(mistri_locks_fence(o, "fenced", &fence));
+        CHECK(fence > last);
+        last = fence;
+        sleep_s(0.02); /* let it expire instead of releasing */
+    }
+    fixture_close(&f);
+}
+
+static void stop_flag_raised_elsewhere_trips_the_signal_within_a_tick(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first, *b = fixture_owner(&f);
+    mistri_signal *sig = NULL;
+    REQUIRE_OK(mistri_signal_new(&sig));
+    probe p;
+    probe_init(&p);
+    uint64_t handle = 0;
+    CHECK_OK(mistri_signal_on_abort(sig, probe_callback, &p, probe_finalizer, &handle));
+    mistri_hold_options o = opts(2, 0.1);
+    o.stop_key = "stop:worker";
+    o.signal = sig;
+    mistri_hold *h = start(a, "worker", o);
+    REQUIRE(h != NULL);
+    mistri_signal *from_hold = NULL;
+    bool same = false;
+    CHECK_OK(mistri_hold_signal(h, &from_hold));
+    CHECK_OK(mistri_signal_same(sig, from_hold, &same));
+    CHECK(same);
+    sleep_s(0.15);
+    CHECK(!wait_for(sig, 0));
+    double raised = now_s();
+    CHECK_OK(mistri_locks_set_flag(b, "stop:worker", 30));
+    CHECK(wait_for(from_hold, 1.0));
+    double took = now_s() - raised;
+    CHECK(took <= 0.1 + 0.25); /* tick 0.1 s, plus generous slack */
+    if (took > 0.35)
+        fprintf(stderr, "    tripped after %.3fs\n", took);
+    char buf[256];
+    CHECK(strstr(reason_of(sig, buf, sizeof buf), "stop:worker") != NULL);
+    /* the C callback ran once, on the heartbeat thread, then its finalizer */
+    CHECK(await_count(&p.calls, 1, 1.0));
+    CHECK(await_count(&p.finalized, 1, 1.0));
+    CHECK(atomic_load(&p.on_caller_thread) == 0);
+    CHECK(strstr(p.reason, "stop:worker") != NULL);
+    CHECK(!hold_lost(h)); /* a stop is not a loss */
+    CHECK(held(a, "worker")); /* still renewing until released */
+    CHECK(hold_release(h) == MISTRI_RELEASE_RELEASED);
+    CHECK(!held(b, "worker"));
+    mistri_hold_free(h);
+    mistri_signal_free(from_hold);
+    mistri_signal_free(sig);
+    CHECK(atomic_load(&p.calls) == 1 && atomic_load(&p.finalized) == 1);
+    fixture_close(&f);
+}
+
+static void stop_flag_already_up_trips_at_once(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first;
+    CHECK_OK(mistri_locks_set_flag(a, "stop:early", 30));
+    mistri_hold_options o = opts(2, 1);
+    o.stop_key = "stop:early";
+    mistri_hold *h = start(a, "early", o); /* no signal given: the hold makes one */
+    REQUIRE(h != NULL);
+    mistri_signal *sig = NULL;
+    CHECK_OK(mistri_hold_signal(h, &sig));
+    CHECK(wait_for(sig, 0.5));
+    mistri_hold_free(h);
+    bool aborted = false; /* the signal handle outlives the hold */
+    CHECK_OK(mistri_signal_aborted(sig, &aborted));
+    CHECK(aborted);
+    mistri_signal_free(sig);
+    fixture_close(&f);
+}
+
+static void breaking_the_lease_trips_the_signal_as_lost(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first, *b = fixture_owner(&f);
+    mistri_hold *h = start(a, "victim", opts(0.3, 0.05));
+    REQUIRE(h != NULL);
+    mistri_signal *sig = NULL;
+    CHECK_OK(mistri_hold_signal(h, &sig));
+    sleep_s(0.06);
+    bool broken = false;
+    double t0 = now_s();
+    CHECK_OK(mistri_locks_break_lease(b, "victim", &broken)); /* operator override */
+    CHECK(broken);
+    CHECK(wait_for(sig, 1.0));
+    CHECK(now_s() - t0 <= 0.05 + 0.25);
+    CHECK(hold_lost(h));
+    char buf[256];
+    CHECK(strstr(reason_of(sig, buf, sizeof buf), "lease lost") != NULL);
+    CHECK(hold_release(h) == MISTRI_RELEASE_LOST);
+    /* a lost holder deletes nothing: the next holder is safe */
+    CHECK(acquire(b, "victim", 5));
+    mistri_hold_free(h);
+    CHECK(held(b, "victim"));
+    mistri_signal_free(sig);
+    fixture_close(&f);
+}
+
+/* A callback may release the hold that tripped it, on the heartbeat thread. */
+typedef struct self_release {
+    mistri_hold *hold;
+    atomic_int done;
+    mistri_status status;
+    mistri_release_outcome outcome;
+} self_release;
+
+static void release_from_callback(void *userdata, const char *reason)
+{
+    self_release *r = userdata;
+    (void)reason;
+    r->status = mistri_hold_release(r->hold, &r->outcome);
+    atomic_store(&r->done, 1);
+}
+
+static void a_callback_may_release_its_hold_on_the_heartbeat_thread(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first, *b = fixture_owner(&f);
+    mistri_hold_options o = opts(2, 0.05);
+    o.stop_key = "stop:self";
+    mistri_hold *h = start(a, "self", o);
+    REQUIRE(h != NULL);
+    self_release r;
+    memset(&r, 0, sizeof r);
+    r.hold = h;
+    atomic_init(&r.done, 0);
+    mistri_signal *sig = NULL;
+    CHECK_OK(mistri_hold_signal(h, &sig));
+    uint64_t handle = 0;
+    CHECK_OK(mistri_signal_on_abort(sig, release_from_callback, &r, NULL, &handle));
+    CHECK_OK(mistri_locks_set_flag(b, "stop:self", 30));
+    CHECK(await_count(&r.done, 1, 2.0)); /* no deadlock */
+    CHECK(r.status == MISTRI_OK && r.outcome == MISTRI_RELEASE_RELEASED);
+    CHECK(!held(b, "self"));
+    mistri_hold_free(h);
+    mistri_signal_free(sig);
+    fixture_close(&f);
+}
+
+/* Contending threads: never two holders at once. */
+#define THREADS 6
+#define WINS_EACH 3
+
+typedef struct contender {
+    const mistri_locks *locks;
+    atomic_int *inside;
+    atomic_int *overlaps;
+    atomic_int *go;
+    int wins, refusals, errors;
+} contender;
+
+static void *contend(void *arg)
+{
+    contender *c = arg;
+    while (!atomic_load(c->go)) {
+    }
+    double end = now_s() + 20;
+    while (c->wins < WINS_EACH && now_s() < end) {
+        mistri_hold *h = NULL;
+        mistri_hold_options o = opts(5, 1);
+        if (mistri_hold_start(c->locks, "contended", &o, &h) != MISTRI_OK) {
+            c->errors++;
+            continue;
+        }
+        if (h == NULL) {
+            c->refusals++;
+            continue;
+        }
+        if (atomic_fetch_add(c->inside, 1) != 0)
+            atomic_fetch_add(c->overlaps, 1);
+        sleep_s(0.0003);
+        atomic_fetch_sub(c->inside, 1);
+        mistri_release_outcome out = (mistri_release_outcome)0;
+        if (mistri_hold_release(h, &out) != MISTRI_OK || out != MISTRI_RELEASE_RELEASED)
+            c->errors++;
+        mistri_hold_free(h);
+        c->wins++;
+    }
+    return NULL;
+}
+
+static void contending_threads_never_both_hold(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    atomic_int inside, overlaps, go;
+    atomic_init(&inside, 0);
+    atomic_init(&overlaps, 0);
+    atomic_init(&go, 0);
+    contender cs[THREADS];
+    pthread_t ts[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        cs[i] = (contender){fixture_owner(&f), &inside, &overlaps, &go, 0, 0, 0};
+        REQUIRE(cs[i].locks != NULL);
+    }
+    for (int i = 0; i < THREADS; i++)
+        REQUIRE(pthread_create(&ts[i], NULL, contend, &cs[i]) == 0);
+    atomic_store(&go, 1);
+    int refusals = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(ts[i], NULL);
+        CHECK(cs[i].wins == WINS_EACH);
+        CHECK(cs[i].errors == 0);
+        refusals += cs[i].refusals;
+    }
+    CHECK(atomic_load(&overlaps) == 0);
+    CHECK(refusals > 0); /* there was contention */
+    fixture_close(&f);
+}
+
+static void configure_read_back_and_clear(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    mistri_locks *configured = NULL;
+    mistri_hold *h = NULL;
+    mistri_hold_options o = opts(5, 1);
+    CHECK_OK(mistri_configure_clear());
+    CHECK_OK(mistri_configured(&configured));
+    CHECK(configured == NULL);
+    CHECK_OK(mistri_hold_start_configured("global", &o, &h)); /* none configured: refused */
+    CHECK(h == NULL);
+    /* arguments are still checked */
+    CHECK_STATUS(mistri_hold_start_configured("", &o, &h), MISTRI_INVALID_ARGUMENT);
+
+    CHECK_OK(mistri_configure(f.first));
+    CHECK_OK(mistri_configured(&configured));
+    REQUIRE(configured != NULL);
+    h = NULL;
+    CHECK_OK(mistri_hold_start_configured("global", NULL /* defaults */, &h));
+    REQUIRE(h != NULL);
+    CHECK(held(f.first, "global"));
+    mistri_hold *second = NULL;
+    CHECK_OK(mistri_hold_start_configured("global", &o, &second));
+    CHECK(second == NULL); /* held: refused */
+    /* the configured handle is the same owner as f.first */
+    CHECK(acquire(configured, "plain", 5));
+    CHECK(release(f.first, "plain"));
+    mistri_hold_free(h);
+    CHECK(!held(configured, "global"));
+    CHECK_OK(mistri_configure_clear());
+    mistri_locks *after = NULL;
+    CHECK_OK(mistri_configured(&after));
+    CHECK(after == NULL);
+    CHECK(acquire(configured, "still-usable", 5)); /* handles outlive the configuration */
+    mistri_locks_free(configured);
+    fixture_close(&f);
+}
+
+/* A forked child's copy of a hold neither renews nor releases. */
+static void a_forked_child_leaves_the_parents_lease_alone(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first;
+    mistri_hold *h = start(a, "forked", opts(5, 0.5));
+    REQUIRE(h != NULL);
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        mistri_release_outcome out = (mistri_release_outcome)0;
+        mistri_status s = mistri_hold_release(h, &out);
+        _exit(s == MISTRI_OK && out == MISTRI_RELEASE_OTHER_PROCESS ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(held(a, "forked"));
+    CHECK(!hold_lost(h));
+    CHECK(hold_release(h) == MISTRI_RELEASE_RELEASED);
+    mistri_hold_free(h);
+    fixture_close(&f);
+}
+
+/* ---------------------------------------------- bad input, per backend */
+
+enum op { ACQUIRE, RENEW, RELEASE, HELD, SET_FLAG, FLAG, CLEAR_FLAG, BREAK, FENCE, N_OPS };
+static const char *OP_NAMES[N_OPS] = {"acquire", "renew",      "release", "held", "set_flag",
+                                      "flag",    "clear_flag", "break",   "fence"};
+
+static mistri_status run_op(enum op op, const mistri_locks *l, const char *key, double ttl,
+                            bool *out)
+{
+    uint64_t fence = 0;
+    switch (op) {
+    case ACQUIRE:
+        return mistri_locks_acquire(l, key, ttl, out);
+    case RENEW:
+        return mistri_locks_renew(l, key, ttl, out);
+    case RELEASE:
+        return mistri_locks_release(l, key, out);
+    case HELD:
+        return mistri_locks_held(l, key, out);
+    case SET_FLAG:
+        return mistri_locks_set_flag(l, key, ttl);
+    case FLAG:
+        return mistri_locks_flag(l, key, out);
+    case CLEAR_FLAG:
+        return mistri_locks_clear_flag(l, key);
+    case BREAK:
+        return mistri_locks_break_lease(l, key, out);
+    case FENCE:
+        return mistri_locks_fence(l, key, out ? &fence : NULL);
+    case N_OPS:
+        break;
+    }
+    return MISTRI_OTHER_ERROR;
+}
+
+static bool op_has_out(enum op op)
+{
+    return op != SET_FLAG && op != CLEAR_FLAG;
+}
+
+static bool op_takes_ttl(enum op op)
+{
+    return op == ACQUIRE || op == RENEW || op == SET_FLAG;
+}
+
+static void bad_input_is_a_status_never_a_crash(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const mistri_locks *a = f.first;
+    const char *not_utf8 = "bad\xff\xfekey";
+    const double bad_ttls[] = {NAN, -1.0, 0.0, -0.0, INFINITY, -INFINITY, 2e9};
+    for (int i = 0; i < N_OPS; i++) {
+        enum op op = (enum op)i;
+        bool out = true;
+        char label[64];
+        snprintf(label, sizeof label, "%s", OP_NAMES[i]);
+        CHECK_STATUS(run_op(op, NULL, "k", 1, &out), MISTRI_NULL_ARGUMENT);
+        CHECK_LAST_ERROR_HAS("locks must not be NULL");
+        CHECK_STATUS(run_op(op, a, NULL, 1, &out), MISTRI_NULL_ARGUMENT);
+        CHECK_LAST_ERROR_HAS("key must not be NULL");
+        CHECK_STATUS(run_op(op, a, not_utf8, 1, &out), MISTRI_INVALID_UTF8);
+        CHECK_LAST_ERROR_HAS("UTF-8");
+        if (op != FENCE) { /* fence only reads this handle's memory */
+            CHECK_STATUS(run_op(op, a, "", 1, &out), MISTRI_INVALID_ARGUMENT);
+            CHECK_LAST_ERROR_HAS("key must not be empty");
+        }
+        if (op_has_out(op)) {
+            CHECK_STATUS(run_op(op, a, "k", 1, NULL), MISTRI_NULL_ARGUMENT);
+        }
+        if (op_takes_ttl(op)) {
+            for (size_t t = 0; t < sizeof bad_ttls / sizeof bad_ttls[0]; t++) {
+                CHECK_STATUS(run_op(op, a, "k", bad_ttls[t], &out), MISTRI_INVALID_ARGUMENT);
+                CHECK_LAST_ERROR_HAS("ttl");
+            }
+        }
+        CHECK(out == true); /* out-params untouched on errors */
+        if (harness_case_failed) {
+            fprintf(stderr, "    (op %s)\n", label);
+            break;
+        }
+    }
+    CHECK_STATUS(mistri_locks_acquire(a, "k", NAN, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_acquire(a, "k", 0, (bool *)NULL), MISTRI_NULL_ARGUMENT);
+    mistri_locks_acquire(a, "k", -1, (bool[]){false});
+    CHECK_LAST_ERROR_HAS("mistri_locks_acquire: invalid argument: ttl");
+
+    /* holds */
+    static char sentinel;
+    mistri_hold *h = (mistri_hold *)(void *)&sentinel;
+    mistri_hold_options o = opts(1, 1);
+    CHECK_STATUS(mistri_hold_start(NULL, "k", &o, &h), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_start(a, NULL, &o, &h), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_start(a, "", &o, &h), MISTRI_INVALID_ARGUMENT);
+    CHECK_STATUS(mistri_hold_start(a, not_utf8, &o, &h), MISTRI_INVALID_UTF8);
+    CHECK_STATUS(mistri_hold_start(a, "k", &o, NULL), MISTRI_NULL_ARGUMENT);
+    for (size_t t = 0; t < sizeof bad_ttls / sizeof bad_ttls[0]; t++) {
+        o = opts(bad_ttls[t], 1);
+        CHECK_STATUS(mistri_hold_start(a, "k", &o, &h), MISTRI_INVALID_ARGUMENT);
+        CHECK_LAST_ERROR_HAS("ttl");
+        o = opts(1, bad_ttls[t]);
+        CHECK_STATUS(mistri_hold_start(a, "k", &o, &h), MISTRI_INVALID_ARGUMENT);
+        CHECK_LAST_ERROR_HAS("heartbeat");
+    }
+    o = opts(1, 1);
+    o.stop_key = "";
+    CHECK_STATUS(mistri_hold_start(a, "k", &o, &h), MISTRI_INVALID_ARGUMENT);
+    CHECK_LAST_ERROR_HAS("stop_key");
+    o.stop_key = not_utf8;
+    CHECK_STATUS(mistri_hold_start(a, "k", &o, &h), MISTRI_INVALID_UTF8);
+    CHECK_LAST_ERROR_HAS("stop_key");
+    CHECK(h == (mistri_hold *)(void *)&sentinel); /* untouched */
+    bool is_held = true;
+    CHECK_OK(mistri_locks_held(a, "k", &is_held));
+    CHECK(!is_held); /* a refused call took nothing */
+
+    /* hold getters and release on NULL */
+    bool b = false;
+    uint64_t fence = 0;
+    const char *key = NULL;
+    mistri_signal *sig = NULL;
+    mistri_release_outcome outcome = (mistri_release_outcome)0;
+    CHECK_STATUS(mistri_hold_release(NULL, &outcome), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_lost(NULL, &b), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_fence(NULL, &fence), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_key(NULL, &key), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_signal(NULL, &sig), MISTRI_NULL_ARGUMENT);
+    mistri_hold *real = start(a, "real", opts(5, 1));
+    REQUIRE(real != NULL);
+    CHECK_STATUS(mistri_hold_lost(real, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_fence(real, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_key(real, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_signal(real, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_OK(mistri_hold_release(real, NULL)); /* outcome is optional */
+    mistri_hold_free(real);
+
+    /* adapter makers and helpers */
+    mistri_locks *l = NULL;
+    size_t n = 0;
+    CHECK_STATUS(mistri_locks_sharing_adapter(NULL, &l), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_sharing_adapter(a, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_active_holds(NULL, &n), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_active_holds(a, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK(l == NULL);
+    fixture_close(&f);
+}
+
+/* =========================================== two processes on one backend */
+
+static const char *g_self; /* this program, to re-execute as a holder */
+
+/* The holder: holds KEY with STOP_KEY and a signal, reports on stdout. */
+static int holder_main(const char *backend_name, const char *param, const char *ns,
+                       const char *key, const char *stop_key)
+{
+    const backend *b = NULL;
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (strcmp(BACKENDS[i].name, backend_name) == 0)
+            b = &BACKENDS[i];
+    if (b == NULL)
+        return 10;
+    backend chosen = *b;
+    chosen.param = param;
+    mistri_locks *locks = NULL;
+    mistri_signal *sig = NULL;
+    mistri_hold *h = NULL;
+    if (chosen.open(&chosen, ns, &locks) != MISTRI_OK || mistri_signal_new(&sig) != MISTRI_OK) {
+        fprintf(stderr, "holder: %s\n", mistri_last_error());
+        return 11;
+    }
+    probe p;
+    probe_init(&p);
+    uint64_t handle = 0;
+    if (mistri_signal_on_abort(sig, probe_callback, &p, probe_finalizer, &handle) != MISTRI_OK)
+        return 12;
+    mistri_hold_options o = mistri_hold_options_default();
+    o.ttl = 5;
+    o.heartbeat = 0.2;
+    o.stop_key = stop_key;
+    o.signal = sig;
+    if (mistri_hold_start(locks, key, &o, &h) != MISTRI_OK || h == NULL) {
+        fprintf(stderr, "holder: no hold: %s\n", mistri_last_error());
+        return 13;
+    }
+    uint64_t fence = 0;
+    mistri_hold_fence(h, &fence);
+    printf("HELD %llu\n", (unsigned long long)fence);
+    fflush(stdout);
+    bool aborted = false;
+    if (mistri_signal_wait(sig, 10, &aborted) != MISTRI_OK || !aborted)
+        return 14;
+    long long tripped = now_ns();
+    await_count(&p.calls, 1, 2.0);
+    bool lost = true;
+    mistri_hold_lost(h, &lost);
+    char *reason = NULL;
+    mistri_signal_reason(sig, &reason);
+    printf("TRIPPED %lld %lld %d %d %s\n", tripped, (long long)atomic_load(&p.called_at_ns),
+           atomic_load(&p.calls), lost ? 1 : 0, reason ? reason : "(none)");
+    mistri_string_free(reason);
+    mistri_release_outcome outcome = (mistri_release_outcome)0;
+    mistri_status s = mistri_hold_release(h, &outcome);
+    printf("RELEASED %d %d\n", (int)s, (int)outcome);
+    fflush(stdout);
+    mistri_hold_free(h);
+    mistri_signal_free(sig);
+    mistri_locks_free(locks);
+    return atomic_load(&p.finalized) == 1 ? 0 : 15;
+}
+
+static void two_processes_holder_is_stopped_by_another(const void *arg)
+{
+    OPEN_FIXTURE(f, arg);
+    const backend *b = f.b;
+    char key[96], stop_key[128];
+    snprintf(key, sizeof key, "shared-%ld", (long)getpid());
+    snprintf(stop_key, sizeof stop_key, "stop:%s", key);
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    char *child_argv[] = {(char *)g_self, "--holder",     (char *)b->name,  (char *)b->param,
+                          f.ns,           key,            stop_key,         NULL};
+    pid_t pid;
+    int spawned = posix_spawn(&pid, g_self, &actions, NULL, child_argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    REQUIRE(spawned == 0);
+    FILE *from_child = fdopen(fds[0], "r");
+    REQUIRE(from_child != NULL);
+    char line[512];
+    unsigned long long fence = 0;
+    CHECK(fgets(line, sizeof line, from_child) != NULL);
+    CHECK(sscanf(line, "HELD %llu", &fence) == 1 && fence >= 1);
+
+    /* this process sees the lease held and cannot take it */
+    CHECK(held(f.first, key));
+    CHECK(!acquire(f.first, key, 5));
+    sleep_s(0.3); /* a few ticks pass without a trip */
+    double raised_s = now_s();
+    long long raised = now_ns();
+    CHECK_OK(mistri_locks_set_flag(f.first, stop_key, 30));
+
+    long long tripped = 0, called = 0;
+    int calls = 0, lost = -1;
+    char reason[256] = "";
+    CHECK(fgets(line, sizeof line, from_child) != NULL);
+    CHECK(sscanf(line, "TRIPPED %lld %lld %d %d %255[^\n]", &tripped, &called, &calls, &lost,
+                 reason) == 5);
+    double took = (double)(tripped - raised) / 1e9;
+    CHECK(took >= 0 && took <= 0.2 + 0.25); /* within a tick (0.2 s) plus slack */
+    if (took > 0.45)
+        fprintf(stderr, "    tripped %.3fs after the flag\n", took);
+    CHECK(calls == 1 && called >= raised);
+    CHECK(lost == 0);
+    CHECK(strstr(reason, stop_key) != NULL);
+    int s = -1, outcome = -1;
+    CHECK(fgets(line, sizeof line, from_child) != NULL);
+    CHECK(sscanf(line, "RELEASED %d %d", &s, &outcome) == 2);
+    CHECK(s == MISTRI_OK && outcome == MISTRI_RELEASE_RELEASED);
+    fclose(from_child);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* afterwards the lease is free */
+    CHECK(!held(f.first, key));
+    CHECK(acquire(f.first, key, 5));
+    (void)raised_s;
+    fixture_close(&f);
+}
+
+/* ================================================ backend-independent tests */
+
+static void signal_abort_is_one_way_and_first_reason_wins(const void *arg)
+{
+    (void)arg;
+    mistri_signal *s = NULL;
+    REQUIRE_OK(mistri_signal_new(&s));
+    bool aborted = true, tripped = false;
+    char *reason = (char *)"sentinel";
+    CHECK_OK(mistri_signal_aborted(s, &aborted));
+    CHECK(!aborted);
+    CHECK_OK(mistri_signal_reason(s, &reason));
+    CHECK(reason == NULL);
+    CHECK_OK(mistri_signal_abort(s, "first", &tripped));
+    CHECK(tripped);
+    CHECK_OK(mistri_signal_abort(s, "second", &tripped));
+    CHECK(!tripped);
+    CHECK_OK(mistri_signal_abort(s, NULL, NULL)); /* tripped is optional */
+    CHECK_OK(mistri_signal_aborted(s, &aborted));
+    CHECK(aborted);
+    char buf[64];
+    CHECK(strcmp(reason_of(s, buf, sizeof buf), "first") == 0);
+    mistri_signal_free(s);
+
+    /* no reason */
+    REQUIRE_OK(mistri_signal_new(&s));
+    CHECK_OK(mistri_signal_abort(s, NULL, &tripped));
+    CHECK(tripped);
+    reason = (char *)"sentinel";
+    CHECK_OK(mistri_signal_reason(s, &reason));
+    CHECK(reason == NULL);
+    mistri_signal_free(s);
+}
+
+static void signal_wait_times_out_and_sees_aborts(const void *arg)
+{
+    (void)arg;
+    mistri_signal *s = NULL;
+    REQUIRE_OK(mistri_signal_new(&s));
+    double t0 = now_s();
+    CHECK(!wait_for(s, 0)); /* zero: just look */
+    CHECK(now_s() - t0 < 0.05);
+    t0 = now_s();
+    CHECK(!wait_for(s, 0.05));
+    CHECK(now_s() - t0 >= 0.05);
+    bool aborted = true;
+    const double bad[] = {NAN, -1.0, -0.001, INFINITY, -INFINITY, 2e9};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_STATUS(mistri_signal_wait(s, bad[i], &aborted), MISTRI_INVALID_ARGUMENT);
+        CHECK_LAST_ERROR_HAS("timeout");
+    }
+    CHECK(aborted == true); /* untouched */
+    CHECK_STATUS(mistri_signal_wait(s, 1, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_wait(NULL, 1, &aborted), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_wait_forever(NULL), MISTRI_NULL_ARGUMENT);
+    mistri_signal_free(s);
+}
+
+typedef struct aborter {
+    mistri_signal *signal;
+    double delay;
+} aborter;
+
+static void *abort_later(void *arg)
+{
+    aborter *a = arg;
+    sleep_s(a->delay);
+    mistri_signal_abort(a->signal, "from another thread", NULL);
+    return NULL;
+}
+
+static void signal_wait_wakes_on_abort_from_another_thread(const void *arg)
+{
+    (void)arg;
+    mistri_signal *s = NULL, *other = NULL;
+    REQUIRE_OK(mistri_signal_new(&s));
+    REQUIRE_OK(mistri_signal_clone(s, &other));
+    aborter a = {other, 0.05};
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, abort_later, &a) == 0);
+    double t0 = now_s();
+    CHECK(wait_for(s, 10));
+    CHECK(now_s() - t0 < 5);
+    pthread_join(t, NULL);
+    mistri_signal_free(other);
+    CHECK_OK(mistri_signal_wait_forever(s)); /* returns at once: aborted */
+
+    mistri_signal *s2 = NULL;
+    REQUIRE_OK(mistri_signal_new(&s2));
+    aborter b = {s2, 0.05};
+    REQUIRE(pthread_create(&t, NULL, abort_later, &b) == 0);
+    CHECK_OK(mistri_signal_wait_forever(s2));
+    pthread_join(t, NULL);
+    char buf[64];
+    CHECK(strcmp(reason_of(s2, buf, sizeof buf), "from another thread") == 0);
+    mistri_signal_free(s2);
+    mistri_signal_free(s);
+}
+
+static void callback_fires_once_on_abort_with_the_reason(const void *arg)
+{
+    (void)arg;
+    mistri_signal *s = NULL;
+    REQUIRE_OK(mistri_signal_new(&s));
+    probe p, q;
+    probe_init(&p);
+    probe_init(&q);
+    uint64_t hp = 0, hq = 0;
+    CHECK_OK(mistri_signal_on_abort(s, probe_callback, &p, probe_finalizer, &hp));
+    CHECK_OK(mistri_signal_on_abort(s, probe_callback, &q, NULL /* no finalizer */, &hq));
+    CHECK(hp != hq);
+    CHECK(atomic_load(&p.calls) == 0);
+    CHECK_OK(mistri_signal_abort(s, "why", NULL));
+    CHECK(atomic_load(&p.calls) == 1 && atomic_load(&q.calls) == 1);
+    CHECK(atomic_load(&p.finalized) == 1 && atomic_load(&q.finalized) == 0);
+    CHECK(atomic_load(&p.on_caller_thread) == 1); /* runs on the aborting thread */
+    CHECK(strcmp(p.reason, "why") == 0);
+    CHECK_OK(mistri_signal_abort(s, "again", NULL));
+    CHECK(atomic_load(&p.calls) == 1);
+    bool removed = true;
+    CHECK_OK(mistri_signal_remove_callback(s, hp, &removed));
+    CHECK(!removed); /* already ran */
+    /* registered after the abort: runs at once, on this thread */
+    probe late;
+    probe_init(&late);
+    uint64_t hl = 0;
+    CHECK_OK(mistri_signal_on_abort(s, probe_callback, &late, probe_finalizer, &hl));
+    CHECK(atomic_load(&late.calls) == 1 && atomic_load(&late.finalized) == 1);
+    CHECK(strcmp(late.reason, "why") == 0);
+    mistri_signal_free(s);
+    CHECK(atomic_load(&p.finalized) == 1); /* exactly once */
+
+    /* aborted without a reason: the callback sees NULL */
+    REQUIRE_OK(mistri_signal_new(&s));
+    probe n;
+    probe_init(&n);
+    CHECK_OK(mistri_signal_on_abort(s, probe_callback, &n, NULL, &hl));
+    CHECK_OK(mistri_signal_abort(s, NULL, NULL));
+    CHECK(strcmp(n.reason, "(null)") == 0);
+    mistri_signal_free(s);
+}
+
+static void callback_can_be_removed(const void *arg)
+{
+    (void)arg;
+    mistri_signal *s = NULL;
+    REQUIRE_OK(mistri_signal_new(&s));
+    probe removed_p, kept_p;
+    probe_init(&removed_p);
+    probe_init(&kept_p);
+    uint64_t hr = 0, hk = 0;
+    CHECK_OK(mistri_signal_on_abort(s, probe_callback, &removed_p, probe_finalizer, &hr));
+    CHECK_OK(mistri_signal_on_abort(s, probe_callback, &kept_p, probe_finalizer, &hk));
+    bool removed = false;
+    CHECK_OK(mistri_signal_remove_callback(s, hr, &removed));
+    CHECK(removed);
+    CHECK(atomic_load(&removed_p.finalized) == 1); /* finalizer runs on removal */
+    CHECK_OK(mistri_signal_remove_callback(s, hr, &removed));
+    CHECK(!removed);
+    CHECK_OK(mistri_signal_remove_callback(s, 987654, NULL)); /* unknown handle; out optional */
+    CHECK_OK(mistri_signal_abort(s, "stop", NULL));
+    CHECK(atomic_load(&removed_p.calls) == 0);
+    CHECK(atomic_load(&removed_p.finalized) == 1);
+    CHECK(atomic_load(&kept_p.calls) == 1 && atomic_load(&kept_p.finalized) == 1);
+    mistri_signal_free(s);
+}
+
+/* A finalizer that re-enters the signal must not deadlock. */
+static void noop_callback(void *userdata, const char *reason)
+{
+    (void)userdata;
+    (void)reason;
+}
+
+typedef struct reentrant {
+    mistri_signal *signal;
+    atomic_int finalized;
+    bool aborted_seen;
+} reentrant;
+
+static void reentrant_finalizer(void *userdata)
+{
+    reentrant *r = userdata;
+    bool aborted = true;
+    uint64_t h = 0;
+    /* touches the signal's own lock: would deadlock if run under it */
+    mistri_signal_aborted(r->signal, &aborted);
+    mistri_signal_on_abort(r->signal, noop_callback, NULL, NULL, &h);
+    mistri_signal_remove_callback(r->signal, h, NULL);
+    r->aborted_seen = aborted;
+    atomic_fetch_add(&r->finalized, 1);
+}
+
+static void callbacks_and_finalizers_run_outside_library_locks(const void *arg)
+{
+    (void)arg;
+    mistri_signal *s = NULL;
+    REQUIRE_OK(mistri_signal_new(&s));
+    reentrant r;
+    r.signal = s;
+    r.aborted_seen = true;
+    atomic_init(&r.finalized, 0);
+    uint64_t h = 0;
+    CHECK_OK(mistri_signal_on_abort(s, noop_callback, &r, reentrant_finalizer, &h));
+    CHECK_OK(mistri_signal_remove_callback(s, h, NULL));
+    CHECK(atomic_load(&r.finalized) == 1);
+    CHECK(!r.aborted_seen);
+    mistri_signal_free(s);
+}
+
+static void freeing_an_unaborted_signal_runs_pending_finalizers(const void *arg)
+{
+    (void)arg;
+    mistri_signal *s = NULL, *other = NULL;
+    REQUIRE_OK(mistri_signal_new(&s));
+    REQUIRE_OK(mistri_signal_clone(s, &other));
+    probe p;
+    probe_init(&p);
+    uint64_t h = 0;
+    CHECK_OK(mistri_signal_on_abort(s, probe_callback, &p, probe_finalizer, &h));
+    mistri_signal_free(s);
+    CHECK(atomic_load(&p.finalized) == 0); /* `other` keeps the signal alive */
+    mistri_signal_free(other);
+    CHECK(atomic_load(&p.calls) == 0 && atomic_load(&p.finalized) == 1);
+}
+
+static void derived_signals_hear_the_parent_never_the_reverse(const void *arg)
+{
+    (void)arg;
+    mistri_signal *parent = NULL, *child = NULL, *grandchild = NULL, *sibling = NULL;
+    REQUIRE_OK(mistri_signal_new(&parent));
+    CHECK_OK(mistri_signal_derive(parent, &child));
+    CHECK_OK(mistri_signal_derive(child, &grandchild));
+    CHECK_OK(mistri_signal_derive(parent, &sibling));
+    CHECK_OK(mistri_signal_abort(sibling, "sibling", NULL));
+    CHECK(!wait_for(parent, 0));
+    CHECK(!wait_for(child, 0));
+    CHECK_OK(mistri_signal_abort(parent, "parent", NULL));
+    char buf[64];
+    CHECK(strcmp(reason_of(child, buf, sizeof buf), "parent") == 0);
+    CHECK(strcmp(reason_of(grandchild, buf, sizeof buf), "parent") == 0);
+    CHECK(strcmp(reason_of(sibling, buf, sizeof buf), "sibling") == 0);
+    mistri_signal *late = NULL;
+    CHECK_OK(mistri_signal_derive(parent, &late));
+    CHECK(wait_for(late, 0));
+    bool same = true;
+    CHECK_OK(mistri_signal_same(parent, late, &same));
+    CHECK(!same);
+    mistri_signal_free(late);
+    mistri_signal_free(sibling);
+    mistri_signal_free(grandchild);
+    mistri_signal_free(child);
+    mistri_signal_free(parent);
+}
+
+static void signal_bad_input_is_a_status(const void *arg)
+{
+    (void)arg;
+    mistri_signal *s = NULL;
+    REQUIRE_OK(mistri_signal_new(&s));
+    mistri_signal *out = NULL;
+    bool b = true;
+    uint64_t h = 42;
+    char *reason = NULL;
+    CHECK_STATUS(mistri_signal_new(NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_clone(NULL, &out), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_clone(s, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_derive(NULL, &out), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_derive(s, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_abort(NULL, "r", &b), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_abort(s, "bad\xff", &b), MISTRI_INVALID_UTF8);
+    CHECK_LAST_ERROR_HAS("reason");
+    CHECK_STATUS(mistri_signal_aborted(NULL, &b), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_aborted(s, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_reason(NULL, &reason), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_reason(s, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_same(NULL, s, &b), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_same(s, NULL, &b), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_same(s, s, NULL), MISTRI_NULL_ARGUMENT);
+    probe p;
+    probe_init(&p);
+    CHECK_STATUS(mistri_signal_on_abort(NULL, probe_callback, &p, probe_finalizer, &h),
+                 MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_signal_on_abort(s, NULL, &p, probe_finalizer, &h), MISTRI_NULL_ARGUMENT);
+    CHECK_LAST_ERROR_HAS("callback must not be NULL");
+    CHECK_STATUS(mistri_signal_on_abort(s, probe_callback, &p, probe_finalizer, NULL),
+                 MISTRI_NULL_ARGUMENT);
+    CHECK(atomic_load(&p.finalized) == 0); /* failed registrations keep userdata */
+    CHECK(h == 42);
+    CHECK_STATUS(mistri_signal_remove_callback(NULL, 1, &b), MISTRI_NULL_ARGUMENT);
+    CHECK(b == true);
+    CHECK_OK(mistri_signal_aborted(s, &b));
+    CHECK(!b); /* the rejected abort did nothing */
+    mistri_signal_free(s);
+}
+
+static void adapters_and_process_wide_calls_reject_bad_input(const void *arg)
+{
+    (void)arg;
+    static char sentinel;
+    mistri_locks *l = (mistri_locks *)(void *)&sentinel;
+    CHECK_STATUS(mistri_locks_memory_new(NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_redis_new(NULL, NULL, &l), MISTRI_NULL_ARGUMENT);
+    CHECK_LAST_ERROR_HAS("url must not be NULL");
+    CHECK_STATUS(mistri_locks_redis_new("redis://127.0.0.1:1/0", NULL, NULL),
+                 MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_redis_new("not a url", NULL, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("mistri_locks_redis_new: configuration error");
+    CHECK_STATUS(mistri_locks_redis_new("redis://127.0.0.1:6379/0", "bad\xff", &l),
+                 MISTRI_INVALID_UTF8);
+    CHECK_STATUS(mistri_locks_redis_new("redis://127.0.0.1:6379/0", "", &l),
+                 MISTRI_INVALID_ARGUMENT);
+    CHECK_STATUS(mistri_locks_redis_new("redis://127.0.0.1:6379/0", "a{b}", &l),
+                 MISTRI_INVALID_ARGUMENT);
+    CHECK_LAST_ERROR_HAS("namespace");
+    CHECK(l == (mistri_locks *)(void *)&sentinel); /* untouched by every failure */
+    /* port 1 on loopback: nothing listens there; connecting is lazy */
+    l = NULL;
+    CHECK_OK(mistri_locks_redis_new("redis://:s3cret@127.0.0.1:1/0", NULL, &l));
+    bool b = true;
+    CHECK_STATUS(mistri_locks_held(l, "k", &b), MISTRI_CONNECTION);
+    CHECK_LAST_ERROR_HAS("mistri_locks_held: connection error");
+    CHECK(strstr(mistri_last_error(), "s3cret") == NULL); /* no password in messages */
+    mistri_hold *h = NULL;
+    CHECK_STATUS(mistri_hold_start(l, "k", NULL, &h), MISTRI_CONNECTION);
+    CHECK(b == true && h == NULL);
+    mistri_locks_free(l);
+    CHECK_STATUS(mistri_configure(NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_configured(NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_hold_start_configured(NULL, NULL, NULL), MISTRI_NULL_ARGUMENT);
+    /* every free accepts NULL */
+    mistri_locks_free(NULL);
+    mistri_hold_free(NULL);
+    mistri_signal_free(NULL);
+    mistri_string_free(NULL);
+}
+
+/* The last error is per thread. */
+static void *fail_on_another_thread(void *arg)
+{
+    (void)arg;
+    mistri_locks_acquire(NULL, "k", 1, NULL);
+    return NULL;
+}
+
+static void last_error_is_per_thread_and_status_names_are_stable(const void *arg)
+{
+    (void)arg;
+    mistri_signal_wait(NULL, 1, NULL);
+    CHECK_LAST_ERROR_HAS("mistri_signal_wait: null argument");
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, fail_on_another_thread, NULL) == 0);
+    pthread_join(t, NULL);
+    CHECK_LAST_ERROR_HAS("mistri_signal_wait"); /* not overwritten by the other thread */
+    CHECK(strcmp(mistri_status_name(MISTRI_OK), "MISTRI_OK") == 0);
+    CHECK(strcmp(mistri_status_name(MISTRI_PANIC), "MISTRI_PANIC") == 0);
+    CHECK(strcmp(mistri_status_name(12345), "MISTRI_UNKNOWN_STATUS") == 0);
+    CHECK(MISTRI_OK == 0 && MISTRI_NULL_ARGUMENT == 7000 && MISTRI_OTHER_ERROR == 7008);
+    CHECK(strcmp(mistri_version(), MISTRI_LOCKS_VERSION) == 0);
+    mistri_hold_options o = mistri_hold_options_default();
+    CHECK(o.ttl == MISTRI_LEASE_TTL && o.heartbeat == MISTRI_HEARTBEAT);
+    CHECK(o.stop_key == NULL && o.signal == NULL);
+    CHECK(MISTRI_LEASE_TTL == 180.0 && MISTRI_HEARTBEAT == 60.0 && MISTRI_FLAG_TTL == 300.0);
+}
+
+/* ===================================================================== main */
+
+typedef struct test_case {
+    const char *name;
+    void (*body)(const void *);
+    bool cross_process_only;
+} test_case;
+
+#define CASE(fn) {#fn, fn, false}
+
+static const test_case CONTRACT[] = {
+    CASE(acquire_once_and_refuse_while_live),
+    CASE(fractional_ttl_expires_and_can_be_retaken),
+    CASE(flags_set_read_clear_and_expire),
+    CASE(hold_outlives_its_ttl_by_renewing),
+    CASE(heartbeat_at_the_ttl_still_never_lapses),
+    CASE(released_lease_is_gone_and_stays_gone),
+    CASE(freeing_a_hold_releases_it),
+    CASE(refused_hold_is_null_and_holder_keeps_its_lease),
+    CASE(stale_owner_can_neither_renew_nor_release),
+    CASE(fencing_numbers_strictly_increase),
+    CASE(stop_flag_raised_elsewhere_trips_the_signal_within_a_tick),
+    CASE(stop_flag_already_up_trips_at_once),
+    CASE(breaking_the_lease_trips_the_signal_as_lost),
+    CASE(a_callback_may_release_its_hold_on_the_heartbeat_thread),
+    CASE(contending_threads_never_both_hold),
+    CASE(configure_read_back_and_clear),
+    CASE(a_forked_child_leaves_the_parents_lease_alone),
+    CASE(bad_input_is_a_status_never_a_crash),
+    {"two_processes_holder_is_stopped_by_another", two_processes_holder_is_stopped_by_another,
+     true},
+};
+
+static const test_case GENERAL[] = {
+    CASE(signal_abort_is_one_way_and_first_reason_wins),
+    CASE(signal_wait_times_out_and_sees_aborts),
+    CASE(signal_wait_wakes_on_abort_from_another_thread),
+    CASE(callback_fires_once_on_abort_with_the_reason),
+    CASE(callback_can_be_removed),
+    CASE(callbacks_and_finalizers_run_outside_library_locks),
+    CASE(freeing_an_unaborted_signal_runs_pending_finalizers),
+    CASE(derived_signals_hear_the_parent_never_the_reverse),
+    CASE(signal_bad_input_is_a_status),
+    CASE(adapters_and_process_wide_calls_reject_bad_input),
+    CASE(last_error_is_per_thread_and_status_names_are_stable),
+};
+
+int main(int argc, char **argv)
+{
+    g_self = argv[0];
+    if (argc == 7 && strcmp(argv[1], "--holder") == 0)
+        return holder_main(argv[2], argv[3], argv[4], argv[5], argv[6]);
+    const char *url = argc > 1 ? argv[1] : getenv("MISTRI_TEST_REDIS_URL");
+    const char *only = getenv("MISTRI_TEST_ONLY"); /* run cases whose name contains this */
+    if (url == NULL || url[0] == '\0') {
+        fprintf(stderr, "usage: %s REDIS_URL (a throwaway server: the tests write to it)\n",
+                argv[0]);
+        return 2;
+    }
+    BACKENDS[1].param = url;
+    for (size_t b = 0; b < N_BACKENDS; b++) {
+        for (size_t i = 0; i < sizeof CONTRACT / sizeof CONTRACT[0]; i++) {
+            if (CONTRACT[i].cross_process_only && !BACKENDS[b].cross_process)
+                continue;
+            if (only && !strstr(CONTRACT[i].name, only))
+                continue;
+            harness_run(CONTRACT[i].name, BACKENDS[b].name, CONTRACT[i].body, &BACKENDS[b]);
+        }
+    }
+    for (size_t i = 0; i < sizeof GENERAL / sizeof GENERAL[0]; i++) {
+        if (only && !strstr(GENERAL[i].name, only))
+            continue;
+        harness_run(GENERAL[i].name, "any", GENERAL[i].body, NULL);
+    }
+    return harness_summary();
+}

@@ -1,0 +1,26 @@
+/* The README's C quick start, compiled and run by ffi/test.sh against the
+ * installed library (pkg-config). Memory backend: needs no server. */
+#include <mistri_locks.h>
+#include <stdio.h>
+
+int main(void)
+{
+    mistri_locks *locks = NULL;
+    mistri_hold *hold = NULL;
+    mistri_signal *signal = NULL;
+    bool aborted = false;
+    mistri_hold_options opts = mistri_hold_options_default();
+    opts.heartbeat = 0.1;
+    opts.stop_key = "stop:report";
+    if (mistri_locks_memory_new(&locks) != MISTRI_OK ||
+        mistri_hold_start(locks, "report", &opts, &hold) != MISTRI_OK || hold == NULL)
+        return fprintf(stderr, "no hold: %s\n", mistri_last_error()), 1;
+    mistri_hold_signal(hold, &signal);
+    mistri_locks_set_flag(locks, "stop:report", MISTRI_FLAG_TTL); /* from anywhere */
+    mistri_signal_wait(signal, 5.0, &aborted);                   /* your work loop */
+    printf("stopped: %s (library %s)\n", aborted ? "yes" : "no", mistri_version());
+    mistri_hold_free(hold); /* releases the lease */
+    mistri_signal_free(signal);
+    mistri_locks_free(locks);
+    return aborted ? 0 : 1;
+}
