@@ -59,6 +59,18 @@ gcc "${CFLAGS[@]}" tests/c/contract.c "${LINK[@]}" -o "$WORK/contract"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/contract.c "${LINK[@]}" -o "$WORK/contract-asan"
 gcc "${CFLAGS[@]}" examples/c/worker.c "${LINK[@]}" -o "$WORK/worker"
 gcc "${CFLAGS[@]}" tests/c/quickstart.c "${LINK[@]}" -o "$WORK/quickstart"
+# The quick start in ffi/README.md compiles as shown.
+python3 - "$HERE/README.md" >"$WORK/readme.c" <<'PY'
+import re, sys
+blocks = re.findall(r"```c\n(.*?)```", open(sys.argv[1]).read(), re.S)
+assert blocks, "no C block in ffi/README.md"
+print(blocks[0])
+PY
+gcc "${CFLAGS[@]}" "$WORK/readme.c" "${LINK[@]}" -o "$WORK/readme"
+# The header is also valid C++ (extern "C", no C-only constructs).
+echo '#include "mistri_locks.h"' |
+  g++ -std=c++11 -Wall -Wextra -Werror -pedantic -I"$ROOT/include" -x c++ -fsyntax-only -
+"$WORK/quickstart"
 
 step "start a throwaway redis-server on a free 127.0.0.1 port"
 free_port() {

@@ -23,7 +23,10 @@ pub(crate) unsafe fn arg_ref<'a, T>(ptr: *const T, what: &'static str) -> Result
 ///
 /// # Safety
 /// `ptr` is NULL or points to a NUL-terminated string that outlives `'a`.
-pub(crate) unsafe fn arg_str<'a>(ptr: *const c_char, what: &'static str) -> Result<&'a str, Failure> {
+pub(crate) unsafe fn arg_str<'a>(
+    ptr: *const c_char,
+    what: &'static str,
+) -> Result<&'a str, Failure> {
     // SAFETY: forwarded from this function's contract.
     unsafe { arg_opt_str(ptr, what) }?.ok_or(Failure::Null(what))
 }
@@ -109,7 +112,10 @@ mod tests {
         assert_eq!(timeout_secs(0.25).unwrap(), Duration::from_millis(250));
         for bad in [f64::NAN, -1.0, f64::INFINITY, f64::NEG_INFINITY, 2e9] {
             let err = timeout_secs(bad).unwrap_err();
-            assert!(matches!(err, Failure::Core(Error::InvalidArgument(_))), "{bad}");
+            assert!(
+                matches!(err, Failure::Core(Error::InvalidArgument(_))),
+                "{bad}"
+            );
         }
     }
 

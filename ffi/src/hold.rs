@@ -3,7 +3,7 @@
 
 use crate::args::{arg_opt_str, arg_ref, arg_str, out_ptr, secs, write_out};
 use crate::locks::{mistri_locks, MISTRI_HEARTBEAT, MISTRI_LEASE_TTL};
-use crate::panic::{ffi_boundary, ffi_boundary_void};
+use crate::panic::{ffi_boundary, ffi_boundary_or, ffi_boundary_void};
 use crate::signal::{mistri_signal, new_signal_handle};
 use crate::status::{mistri_status, Failure};
 use mistri_core::{Hold, HoldOptions, ReleaseOutcome};
@@ -38,12 +38,13 @@ pub struct mistri_hold_options {
 /// `MISTRI_HEARTBEAT` (60 s), no stop key, no signal (a fresh one).
 #[no_mangle]
 pub extern "C" fn mistri_hold_options_default() -> mistri_hold_options {
-    mistri_hold_options {
+    const DEFAULTS: mistri_hold_options = mistri_hold_options {
         ttl: MISTRI_LEASE_TTL,
         heartbeat: MISTRI_HEARTBEAT,
         stop_key: std::ptr::null(),
         signal: std::ptr::null(),
-    }
+    };
+    ffi_boundary_or!("mistri_hold_options_default", DEFAULTS, { DEFAULTS })
 }
 
 /// What `mistri_hold_release` did. Every value is a normal outcome, not an

@@ -33,5 +33,8 @@ use std::ffi::c_char;
 /// mismatch.
 #[no_mangle]
 pub extern "C" fn mistri_version() -> *const c_char {
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+    const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+    panic::ffi_boundary_or!("mistri_version", VERSION.as_ptr().cast(), {
+        VERSION.as_ptr().cast()
+    })
 }

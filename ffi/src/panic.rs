@@ -14,7 +14,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// `ffi_boundary!("mistri_x", { ...; Ok(()) })`
 macro_rules! ffi_boundary {
     ($name:literal, $body:block) => {
-        $crate::panic::guard($name, move || -> Result<(), $crate::status::Failure> { $body })
+        $crate::panic::guard($name, move || -> Result<(), $crate::status::Failure> {
+            $body
+        })
     };
 }
 pub(crate) use ffi_boundary;
@@ -27,6 +29,16 @@ macro_rules! ffi_boundary_void {
     };
 }
 pub(crate) use ffi_boundary_void;
+
+/// Like [`ffi_boundary!`] for the few functions that return a value rather
+/// than a status (`mistri_version`, `mistri_last_error`, ...): a panic is
+/// recorded as the last error and `$fallback` is returned instead.
+macro_rules! ffi_boundary_or {
+    ($name:literal, $fallback:expr, $body:block) => {
+        $crate::panic::guard_or($name, move || $body, move || $fallback)
+    };
+}
+pub(crate) use ffi_boundary_or;
 
 /// The function behind [`ffi_boundary!`].
 pub(crate) fn guard<F>(name: &str, body: F) -> mistri_status
@@ -49,6 +61,21 @@ where
 pub(crate) fn guard_void<F: FnOnce()>(name: &str, body: F) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
         set_last_error(name, &Failure::Panic(panic_message(payload.as_ref())));
+    }
+}
+
+/// The function behind [`ffi_boundary_or!`].
+pub(crate) fn guard_or<T, F, G>(name: &str, body: F, fallback: G) -> T
+where
+    F: FnOnce() -> T,
+    G: FnOnce() -> T,
+{
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(value) => value,
+        Err(payload) => {
+            set_last_error(name, &Failure::Panic(panic_message(payload.as_ref())));
+            fallback()
+        }
     }
 }
 
@@ -87,5 +114,15 @@ mod tests {
         // SAFETY: as above.
         let msg = unsafe { CStr::from_ptr(crate::status::mistri_last_error()) };
         assert!(msg.to_str().unwrap().ends_with("void boom"));
+        let value = ffi_boundary_or!("mistri_test_or", 7, {
+            if std::hint::black_box(true) {
+                panic!("value boom");
+            }
+            1
+        });
+        assert_eq!(value, 7);
+        // SAFETY: as above.
+        let msg = unsafe { CStr::from_ptr(crate::status::mistri_last_error()) };
+        assert!(msg.to_str().unwrap().ends_with("value boom"));
     }
 }

@@ -6,6 +6,7 @@
 //! non-UTF-8) have their own statuses.
 
 use crate::args::sanitize_nul;
+use crate::panic::ffi_boundary_or;
 use mistri_core::Error;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CString};
@@ -139,8 +140,8 @@ pub(crate) fn set_last_error(function: &str, failure: &Failure) {
 /// alone: check the status first, then read the message.
 #[no_mangle]
 pub extern "C" fn mistri_last_error() -> *const c_char {
-    static EMPTY: &[u8] = b"\0";
-    let read = std::panic::catch_unwind(|| {
+    const EMPTY: &[u8] = b"\0";
+    ffi_boundary_or!("mistri_last_error", EMPTY.as_ptr().cast(), {
         LAST_ERROR
             .try_with(|slot| match slot.try_borrow() {
                 Ok(slot) => slot.as_ref().map(|s| s.as_ptr()),
@@ -148,11 +149,8 @@ pub extern "C" fn mistri_last_error() -> *const c_char {
             })
             .ok()
             .flatten()
-    });
-    match read {
-        Ok(Some(ptr)) => ptr,
-        _ => EMPTY.as_ptr().cast(),
-    }
+            .unwrap_or(EMPTY.as_ptr().cast())
+    })
 }
 
 /// The name of a status as a static string, e.g. `"MISTRI_CONNECTION"`, or
@@ -161,6 +159,13 @@ pub extern "C" fn mistri_last_error() -> *const c_char {
 /// Ownership: static; never free it. Threading: any thread.
 #[no_mangle]
 pub extern "C" fn mistri_status_name(status: c_int) -> *const c_char {
+    const UNKNOWN: &[u8] = b"MISTRI_UNKNOWN_STATUS\0";
+    ffi_boundary_or!("mistri_status_name", UNKNOWN.as_ptr().cast(), {
+        status_name(status).as_ptr().cast()
+    })
+}
+
+fn status_name(status: c_int) -> &'static [u8] {
     use mistri_status::*;
     let all = [
         MISTRI_OK,
@@ -176,7 +181,7 @@ pub extern "C" fn mistri_status_name(status: c_int) -> *const c_char {
     ];
     // Compared as numbers: C may pass any int, and turning an arbitrary int
     // into a Rust enum would be undefined behaviour.
-    let name: &'static [u8] = match all.into_iter().find(|s| *s as c_int == status) {
+    match all.into_iter().find(|s| *s as c_int == status) {
         Some(MISTRI_OK) => b"MISTRI_OK\0",
         Some(MISTRI_NULL_ARGUMENT) => b"MISTRI_NULL_ARGUMENT\0",
         Some(MISTRI_INVALID_UTF8) => b"MISTRI_INVALID_UTF8\0",
@@ -188,8 +193,7 @@ pub extern "C" fn mistri_status_name(status: c_int) -> *const c_char {
         Some(MISTRI_PANIC) => b"MISTRI_PANIC\0",
         Some(MISTRI_OTHER_ERROR) => b"MISTRI_OTHER_ERROR\0",
         None => b"MISTRI_UNKNOWN_STATUS\0",
-    };
-    name.as_ptr().cast()
+    }
 }
 
 #[cfg(test)]

@@ -38,10 +38,7 @@ fn generate() -> String {
 fn first_difference(a: &str, b: &str) -> String {
     for (n, (x, y)) in a.lines().zip(b.lines()).enumerate() {
         if x != y {
-            return format!(
-                "line {}:\n  committed: {x}\n  generated: {y}",
-                n + 1
-            );
+            return format!("line {}:\n  committed: {x}\n  generated: {y}", n + 1);
         }
     }
     format!(

@@ -1,4 +1,5 @@
-/* The README's C quick start, compiled and run by ffi/test.sh against the
+/* The quick start of ffi/README.md, raising its own stop flag so that it
+ * ends; compiled and run by ffi/test.sh against the build tree and the
  * installed library (pkg-config). Memory backend: needs no server. */
 #include <mistri_locks.h>
 #include <stdio.h>
