@@ -162,10 +162,14 @@ impl AbortSignal {
 
     /// Removes a callback that has not run yet. Returns whether it was found.
     pub fn remove_callback(&self, handle: CallbackHandle) -> bool {
-        let mut state = self.inner.state.lock();
-        let before = state.callbacks.len();
-        state.callbacks.retain(|(h, _)| *h != handle.0);
-        state.callbacks.len() != before
+        let removed = {
+            let mut state = self.inner.state.lock();
+            let at = state.callbacks.iter().position(|(h, _)| *h == handle.0);
+            at.map(|i| state.callbacks.remove(i))
+        };
+        // Dropped here, with no lock held: dropping a closure may run code
+        // (a C finalizer, a host object's release) that uses this signal.
+        removed.is_some()
     }
 
     /// Blocks until the signal is aborted or `timeout` passes (`None`: no
