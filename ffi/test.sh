@@ -111,7 +111,10 @@ done
 URL="redis://127.0.0.1:$PORT/0"
 echo "redis-server pid $REDIS_PID at $URL"
 
-step "C tests (Memory, Redis, two processes)"
+export MISTRI_TEST_LOCAL_DIR="$WORK/local"
+mkdir -p "$MISTRI_TEST_LOCAL_DIR"
+
+step "C tests (Memory, Redis, Local, two processes)"
 timeout 600 "$WORK/contract" "$URL"
 
 step "C tests under AddressSanitizer + UndefinedBehaviorSanitizer"

@@ -188,7 +188,8 @@ typedef struct mistri_hold mistri_hold;
  * backend. Two Redis handles on the same server and namespace are two
  * owners of the same leases and flags, in this process or any other.
  *
- * Ownership: made by `mistri_locks_memory_new`, `mistri_locks_redis_new`,
+ * Ownership: made by `mistri_locks_memory_new`, `mistri_locks_local_new`,
+ * `mistri_locks_redis_new`,
  * `mistri_locks_sharing_adapter` or `mistri_configured`; freed by
  * `mistri_locks_free`. Holds made from it keep what they need alive, so it
  * may be freed before them.
@@ -434,6 +435,26 @@ enum mistri_status mistri_locks_memory_new(struct mistri_locks **out);
  * or writable.
  */
 enum mistri_status mistri_locks_redis_new(const char *url, const char *namespace_, struct mistri_locks **out);
+
+/**
+ * Makes a Local adapter: leases and flags shared by every process on this
+ * host that opens the same SQLite database file, with no server. `path`
+ * is the file (created with mode 0600, its folder with 0700, if missing);
+ * NULL means the per-user default (`$XDG_RUNTIME_DIR/mistri_locks/locks.db`,
+ * else `$TMPDIR/mistri_locks-$UID/locks.db`).
+ *
+ * On `MISTRI_OK`, `*out` receives a new handle; free it with
+ * `mistri_locks_free`. Connections are reopened after `fork()`.
+ *
+ * Errors: `MISTRI_CONFIG` (the file can't be created or written, or is not
+ * an SQLite database: the message names the path),
+ * `MISTRI_INVALID_ARGUMENT` (empty path), `MISTRI_NULL_ARGUMENT` (out),
+ * `MISTRI_INVALID_UTF8`.
+ *
+ * # Safety
+ * `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+ */
+enum mistri_status mistri_locks_local_new(const char *path, struct mistri_locks **out);
 
 /**
  * Makes another owner on the same backend as `locks`: it shares the

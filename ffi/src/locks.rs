@@ -1,4 +1,4 @@
-//! `mistri_locks`: an adapter handle (Memory or Redis) with the seven
+//! `mistri_locks`: an adapter handle (Memory, Local or Redis) with the seven
 //! operations of the contract, and the process-wide configured adapter.
 
 use crate::args::{arg_opt_str, arg_ref, arg_str, out_ptr, secs, write_out};
@@ -26,7 +26,8 @@ pub const MISTRI_FLAG_TTL: f64 = 300.0;
 /// backend. Two Redis handles on the same server and namespace are two
 /// owners of the same leases and flags, in this process or any other.
 ///
-/// Ownership: made by `mistri_locks_memory_new`, `mistri_locks_redis_new`,
+/// Ownership: made by `mistri_locks_memory_new`, `mistri_locks_local_new`,
+/// `mistri_locks_redis_new`,
 /// `mistri_locks_sharing_adapter` or `mistri_configured`; freed by
 /// `mistri_locks_free`. Holds made from it keep what they need alive, so it
 /// may be freed before them.
@@ -92,6 +93,38 @@ pub unsafe extern "C" fn mistri_locks_redis_new(
         let namespace = unsafe { arg_opt_str(namespace_, "namespace") }?
             .unwrap_or(mistri_core::redis::DEFAULT_NAMESPACE);
         let locks = Locks::redis(url, namespace)?;
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, new_handle(locks)) };
+        Ok(())
+    })
+}
+
+/// Makes a Local adapter: leases and flags shared by every process on this
+/// host that opens the same SQLite database file, with no server. `path`
+/// is the file (created with mode 0600, its folder with 0700, if missing);
+/// NULL means the per-user default (`$XDG_RUNTIME_DIR/mistri_locks/locks.db`,
+/// else `$TMPDIR/mistri_locks-$UID/locks.db`).
+///
+/// On `MISTRI_OK`, `*out` receives a new handle; free it with
+/// `mistri_locks_free`. Connections are reopened after `fork()`.
+///
+/// Errors: `MISTRI_CONFIG` (the file can't be created or written, or is not
+/// an SQLite database: the message names the path),
+/// `MISTRI_INVALID_ARGUMENT` (empty path), `MISTRI_NULL_ARGUMENT` (out),
+/// `MISTRI_INVALID_UTF8`.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_locks_local_new(
+    path: *const c_char,
+    out: *mut *mut mistri_locks,
+) -> mistri_status {
+    ffi_boundary!("mistri_locks_local_new", {
+        let out = out_ptr(out, "out")?;
+        // SAFETY: C string per this function's contract.
+        let path = unsafe { arg_opt_str(path, "path") }?;
+        let locks = Locks::local(path.map(std::path::Path::new))?;
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, new_handle(locks)) };
         Ok(())

@@ -72,9 +72,29 @@ static mistri_status redis_owner(const backend *b, const char *ns, const mistri_
     return mistri_locks_redis_new(b->param, ns, out);
 }
 
+/* Local: one database file per fixture, named after its namespace, in the
+ * folder given as the backend's param. */
+static mistri_status local_open(const backend *b, const char *ns, mistri_locks **out)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.db", b->param, ns);
+    for (char *c = path + strlen(b->param) + 1; *c; c++)
+        if (*c == ':')
+            *c = '-';
+    return mistri_locks_local_new(path, out);
+}
+
+static mistri_status local_owner(const backend *b, const char *ns, const mistri_locks *first,
+                                 mistri_locks **out)
+{
+    (void)first; /* a separate adapter object on the same file */
+    return local_open(b, ns, out);
+}
+
 static backend BACKENDS[] = {
     {"memory", NULL, false, memory_open, memory_owner},
     {"redis", NULL /* URL, from argv */, true, redis_open, redis_owner},
+    {"local", NULL /* a folder, from MISTRI_TEST_LOCAL_DIR */, true, local_open, local_owner},
 };
 #define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -1329,6 +1349,12 @@ static void adapters_and_process_wide_calls_reject_bad_input(const void *arg)
     CHECK_STATUS(mistri_locks_redis_new("redis://127.0.0.1:6379/0", "a{b}", &l),
                  MISTRI_INVALID_ARGUMENT);
     CHECK_LAST_ERROR_HAS("namespace");
+    CHECK_STATUS(mistri_locks_local_new("", &l), MISTRI_INVALID_ARGUMENT);
+    CHECK_STATUS(mistri_locks_local_new("bad\xff.db", &l), MISTRI_INVALID_UTF8);
+    CHECK_STATUS(mistri_locks_local_new(NULL, NULL), MISTRI_NULL_ARGUMENT);
+    /* a parent that is a file, not a folder: unusable even for root */
+    CHECK_STATUS(mistri_locks_local_new("/etc/hostname/locks.db", &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("/etc/hostname/locks.db");
     CHECK(l == (mistri_locks *)(void *)&sentinel); /* untouched by every failure */
     /* port 1 on loopback: nothing listens there; connecting is lazy */
     l = NULL;
@@ -1439,6 +1465,12 @@ int main(int argc, char **argv)
         return 2;
     }
     BACKENDS[1].param = url;
+    const char *local_dir = getenv("MISTRI_TEST_LOCAL_DIR");
+    if (local_dir == NULL || local_dir[0] == '\0') {
+        fprintf(stderr, "MISTRI_TEST_LOCAL_DIR must name a scratch folder for the Local backend\n");
+        return 2;
+    }
+    BACKENDS[2].param = local_dir;
     for (size_t b = 0; b < N_BACKENDS; b++) {
         for (size_t i = 0; i < sizeof CONTRACT / sizeof CONTRACT[0]; i++) {
             if (CONTRACT[i].cross_process_only && !BACKENDS[b].cross_process)
