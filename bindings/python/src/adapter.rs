@@ -7,23 +7,56 @@
 //! that no thread holds across Python code, so they keep the GIL: releasing
 //! and retaking it would cost more than the operation.
 
-use crate::args::Seconds;
+use crate::args::{Heartbeat, Seconds, Ttl};
 use crate::error::IntoPyResult;
 use crate::hold::{start, Hold, Source};
 use mistri_locks::Locks;
+use parking_lot::Mutex;
 use pyo3::prelude::*;
-use std::time::Duration;
 
 /// A backend for leases and flags (use `Memory()` or `Redis(...)`).
 #[pyclass(subclass, frozen, module = "mistri_locks")]
 pub(crate) struct Adapter {
-    pub(crate) locks: Locks,
+    owner: Mutex<Owner>,
     blocking: bool,
+}
+
+/// The core object, and the process it belongs to.
+struct Owner {
+    pid: u32,
+    locks: Locks,
 }
 
 impl Adapter {
     fn new(locks: Locks, blocking: bool) -> Self {
-        Adapter { locks, blocking }
+        Adapter {
+            owner: Mutex::new(Owner {
+                pid: std::process::id(),
+                locks,
+            }),
+            blocking,
+        }
+    }
+
+    /// The core object for this process.
+    ///
+    /// In a forked child the adapter becomes a new owner on the same backend
+    /// (`sharing_adapter`: the same connections, which the core reopens
+    /// after fork, but its own issued leases and heartbeat engine). The
+    /// parent's engine is left untouched: its condvar may count the parent's
+    /// heartbeat thread, which does not exist here, as a waiter, and
+    /// notifying it could hand the engine's mutex to that ghost. The child
+    /// never owned the parent's leases, so nothing is lost.
+    pub(crate) fn locks(&self) -> Locks {
+        let mut owner = self.owner.lock();
+        let pid = std::process::id();
+        if owner.pid != pid {
+            let fresh = owner.locks.sharing_adapter();
+            // Never drop the parent's engine here either (see above).
+            std::mem::forget(std::mem::replace(&mut owner.locks, fresh));
+            owner.pid = pid;
+        }
+        owner.locks.clone()
     }
 
     /// Runs `op` GIL-free if it may block on the network.
@@ -32,10 +65,11 @@ impl Adapter {
         py: Python<'_>,
         op: impl FnOnce(&Locks) -> mistri_locks::Result<T> + Send,
     ) -> PyResult<T> {
+        let locks = self.locks();
         let result = if self.blocking {
-            py.detach(|| op(&self.locks))
+            py.detach(|| op(&locks))
         } else {
-            op(&self.locks)
+            op(&locks)
         };
         result.py_err(py)
     }
@@ -44,16 +78,16 @@ impl Adapter {
 #[pymethods]
 impl Adapter {
     /// Takes the lease on `key` for `ttl` seconds if no live lease exists.
-    fn acquire(&self, py: Python<'_>, key: String, ttl: Seconds) -> PyResult<bool> {
-        let ttl = ttl.duration(py, "ttl")?;
+    fn acquire(&self, py: Python<'_>, key: String, ttl: Seconds<Ttl>) -> PyResult<bool> {
+        let ttl = ttl.duration(py)?;
         self.run(py, |l| l.acquire(&key, ttl))
     }
 
     /// Extends this adapter's lease on `key` to `ttl` seconds from now.
     /// False if it holds none (never acquired, released, or expired and
     /// retaken).
-    fn renew(&self, py: Python<'_>, key: String, ttl: Seconds) -> PyResult<bool> {
-        let ttl = ttl.duration(py, "ttl")?;
+    fn renew(&self, py: Python<'_>, key: String, ttl: Seconds<Ttl>) -> PyResult<bool> {
+        let ttl = ttl.duration(py)?;
         self.run(py, |l| l.renew(&key, ttl))
     }
 
@@ -68,9 +102,9 @@ impl Adapter {
     }
 
     /// Raises the flag `key` for `ttl` seconds.
-    #[pyo3(signature = (key, ttl = Seconds::FLAG_TTL))]
-    fn set_flag(&self, py: Python<'_>, key: String, ttl: Seconds) -> PyResult<()> {
-        let ttl: Duration = ttl.duration(py, "ttl")?;
+    #[pyo3(signature = (key, ttl = Seconds::<Ttl>::FLAG_TTL))]
+    fn set_flag(&self, py: Python<'_>, key: String, ttl: Seconds<Ttl>) -> PyResult<()> {
+        let ttl = ttl.duration(py)?;
         self.run(py, |l| l.set_flag(&key, ttl))
     }
 
@@ -86,7 +120,7 @@ impl Adapter {
 
     /// The fencing number of this adapter's lease on `key`, if it has one.
     fn fence(&self, key: &str) -> Option<u64> {
-        self.locks.fence(key)
+        self.locks().fence(key)
     }
 
     /// Operator override: deletes whatever lease is on `key`; its holder's
@@ -97,19 +131,19 @@ impl Adapter {
 
     /// Acquires `key` and keeps it renewed until the Hold is released.
     /// None when the lease is held elsewhere.
-    #[pyo3(signature = (key, ttl = Seconds::LEASE_TTL, heartbeat = Seconds::HEARTBEAT, stop_key = None, signal = None))]
+    #[pyo3(signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None))]
     fn hold(
         &self,
         py: Python<'_>,
         key: String,
-        ttl: Seconds,
-        heartbeat: Seconds,
+        ttl: Seconds<Ttl>,
+        heartbeat: Seconds<Heartbeat>,
         stop_key: Option<String>,
         signal: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Option<Hold>> {
         start(
             py,
-            Source::Adapter(&self.locks),
+            Source::Adapter(self.locks()),
             key,
             ttl,
             heartbeat,
@@ -128,6 +162,14 @@ impl Memory {
     #[new]
     fn new() -> PyClassInitializer<Self> {
         PyClassInitializer::from(Adapter::new(Locks::memory(), false)).add_subclass(Memory)
+    }
+
+    /// Another owner on the same in-process store: its own leases and
+    /// heartbeat. Two of these behave like two processes.
+    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Memory>> {
+        let base = slf.as_super();
+        let init = PyClassInitializer::from(Adapter::new(base.locks().sharing_adapter(), false));
+        Py::new(slf.py(), init.add_subclass(Memory))
     }
 
     fn __repr__(&self) -> &'static str {
@@ -150,6 +192,15 @@ impl Redis {
     fn new(py: Python<'_>, url: String, namespace: String) -> PyResult<PyClassInitializer<Self>> {
         let locks = Locks::redis(&url, &namespace).py_err(py)?;
         Ok(PyClassInitializer::from(Adapter::new(locks, true)).add_subclass(Redis { namespace }))
+    }
+
+    /// Another owner on the same server and connection pool: its own
+    /// leases and heartbeat. Two of these behave like two processes.
+    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Redis>> {
+        let base = slf.as_super();
+        let init = PyClassInitializer::from(Adapter::new(base.locks().sharing_adapter(), true));
+        let namespace = slf.namespace.clone();
+        Py::new(slf.py(), init.add_subclass(Redis { namespace }))
     }
 
     /// The key namespace.

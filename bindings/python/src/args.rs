@@ -4,50 +4,87 @@ use crate::error::IntoPyResult;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
+use std::marker::PhantomData;
 use std::time::Duration;
 
-/// Seconds as Python passes them: an `int` or a `float` (or anything with
-/// `__float__`, such as numpy scalars), but never a `bool` (`ttl=True` is a
-/// bug, not one second). Range checks happen in [`Seconds::duration`], which
-/// names the argument.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Seconds(pub f64);
+/// Names an argument that takes seconds, for messages.
+pub(crate) trait Argument {
+    const NAME: &'static str;
+}
 
-impl Seconds {
-    pub const LEASE_TTL: Seconds = Seconds(mistri_locks::LEASE_TTL.as_secs() as f64);
-    pub const HEARTBEAT: Seconds = Seconds(mistri_locks::HEARTBEAT.as_secs() as f64);
-    pub const FLAG_TTL: Seconds = Seconds(mistri_locks::FLAG_TTL.as_secs() as f64);
+/// The `ttl` argument.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ttl;
+impl Argument for Ttl {
+    const NAME: &'static str = "ttl";
+}
+
+/// The `heartbeat` argument.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Heartbeat;
+impl Argument for Heartbeat {
+    const NAME: &'static str = "heartbeat";
+}
+
+/// The `timeout` argument of waits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeout;
+impl Argument for Timeout {
+    const NAME: &'static str = "timeout";
+}
+
+/// Seconds as Python passes them for argument `A`: an `int` or a `float`
+/// (or anything with `__float__`, such as numpy scalars), but never a `bool`
+/// (`ttl=True` is a bug, not one second). Range checks happen in
+/// [`Seconds::duration`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seconds<A>(pub f64, PhantomData<A>);
+
+impl<A: Argument> Seconds<A> {
+    pub const fn new(secs: f64) -> Self {
+        Seconds(secs, PhantomData)
+    }
 
     /// The core's validation: NaN, infinite, zero, negative or huge values
-    /// are a `ValueError` naming `what`.
-    pub fn duration(self, py: Python<'_>, what: &str) -> PyResult<Duration> {
-        mistri_locks::duration_from_secs(what, self.0).py_err(py)
+    /// are a `ValueError` naming the argument.
+    pub fn duration(self, py: Python<'_>) -> PyResult<Duration> {
+        mistri_locks::duration_from_secs(A::NAME, self.0).py_err(py)
     }
 }
 
-impl<'a, 'py> FromPyObject<'a, 'py> for Seconds {
+impl Seconds<Ttl> {
+    pub const LEASE_TTL: Self = Self::new(mistri_locks::LEASE_TTL.as_secs() as f64);
+    pub const FLAG_TTL: Self = Self::new(mistri_locks::FLAG_TTL.as_secs() as f64);
+}
+
+impl Seconds<Heartbeat> {
+    pub const HEARTBEAT: Self = Self::new(mistri_locks::HEARTBEAT.as_secs() as f64);
+}
+
+impl<'a, 'py, A: Argument> FromPyObject<'a, 'py> for Seconds<A> {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         if let Ok(f) = obj.cast::<PyFloat>() {
-            return Ok(Seconds(f.value()));
+            return Ok(Self::new(f.value()));
         }
         let numeric = !obj.is_instance_of::<PyBool>()
             && !obj.is_instance_of::<pyo3::types::PyString>()
             && (obj.is_instance_of::<PyInt>() || obj.hasattr("__float__")?);
         if !numeric {
             return Err(PyTypeError::new_err(format!(
-                "expected a number of seconds (int or float), got {}",
+                "{} must be a number of seconds (int or float), got {}",
+                A::NAME,
                 type_name(&obj)
             )));
         }
         match obj.extract::<f64>() {
-            Ok(v) => Ok(Seconds(v)),
+            Ok(v) => Ok(Self::new(v)),
             // An int too large for a float: let the core's range check
             // produce the message.
             Err(_) if obj.is_instance_of::<PyInt>() => {
                 let negative = obj.lt(0)?;
-                Ok(Seconds(if negative {
+                Ok(Self::new(if negative {
                     f64::NEG_INFINITY
                 } else {
                     f64::INFINITY
@@ -60,8 +97,8 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Seconds {
 
 /// A wait timeout: `None` waits forever; `0` just looks; negative or NaN is
 /// a `ValueError`. Unlike a TTL, zero is allowed.
-pub(crate) fn wait_timeout(timeout: Option<Seconds>) -> PyResult<Option<Duration>> {
-    let Some(Seconds(secs)) = timeout else {
+pub(crate) fn wait_timeout(timeout: Option<Seconds<Timeout>>) -> PyResult<Option<Duration>> {
+    let Some(Seconds(secs, _)) = timeout else {
         return Ok(None);
     };
     if secs.is_nan() || secs < 0.0 {

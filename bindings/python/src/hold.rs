@@ -1,7 +1,7 @@
 //! `mistri_locks.Hold`: a lease renewed by the core's heartbeat engine while
 //! the `with` block (or the caller's work) runs.
 
-use crate::args::Seconds;
+use crate::args::{Heartbeat, Seconds, Ttl};
 use crate::error::IntoPyResult;
 use crate::signal::{ensure_dispatcher, Forwarder, PyAbortSignal};
 use mistri_locks::{HoldOptions, Locks, ReleaseOutcome};
@@ -26,24 +26,25 @@ pub(crate) struct Hold {
 }
 
 /// Where a hold is taken: one adapter, or the configured one.
-pub(crate) enum Source<'a> {
-    Adapter(&'a Locks),
-    Configured,
+pub(crate) enum Source {
+    Adapter(Locks),
+    /// No adapter configured: only validate the arguments.
+    Nothing,
 }
 
 /// The arguments of `hold(...)`, shared by `mistri_locks.hold` and
 /// `Adapter.hold`.
 pub(crate) fn start(
     py: Python<'_>,
-    source: Source<'_>,
+    source: Source,
     key: String,
-    ttl: Seconds,
-    heartbeat: Seconds,
+    ttl: Seconds<Ttl>,
+    heartbeat: Seconds<Heartbeat>,
     stop_key: Option<String>,
     signal: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Option<Hold>> {
-    let ttl = ttl.duration(py, "ttl")?;
-    let heartbeat = heartbeat.duration(py, "heartbeat")?;
+    let ttl = ttl.duration(py)?;
+    let heartbeat = heartbeat.duration(py)?;
     let (core_signal, signal, forwarder) = match signal {
         None => {
             let fresh = PyAbortSignal::wrap(mistri_locks::AbortSignal::new());
@@ -69,7 +70,11 @@ pub(crate) fn start(
     let hold = py
         .detach(|| match source {
             Source::Adapter(locks) => locks.hold(&key, opts),
-            Source::Configured => mistri_locks::hold(&key, opts),
+            // Nothing configured: still tell the caller its arguments are
+            // wrong, as the core's `hold` does.
+            Source::Nothing => mistri_locks::args::check_key("key", &key)
+                .and_then(|()| opts.validate())
+                .map(|()| None),
         })
         .py_err(py)?;
     Ok(hold.map(|hold| Hold {

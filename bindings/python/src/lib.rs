@@ -15,7 +15,7 @@ mod hold;
 mod signal;
 
 use crate::adapter::Adapter;
-use crate::args::Seconds;
+use crate::args::{Heartbeat, Seconds, Ttl};
 use crate::hold::{start, Hold, Source};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -27,7 +27,7 @@ static CONFIGURED: Mutex<Option<Py<Adapter>>> = Mutex::new(None);
 /// Sets (or with None, clears) the process-wide adapter used by `hold()`.
 #[pyfunction]
 fn configure(adapter: Option<Bound<'_, Adapter>>) {
-    let locks = adapter.as_ref().map(|a| a.get().locks.clone());
+    let locks = adapter.as_ref().map(|a| a.get().locks());
     let previous = std::mem::replace(&mut *CONFIGURED.lock(), adapter.map(Bound::unbind));
     mistri_locks::configure(locks);
     drop(previous); // with the GIL held, outside the mutex
@@ -43,24 +43,22 @@ fn locks(py: Python<'_>) -> Option<Py<Adapter>> {
 /// heartbeat until released. None when no adapter is configured or the
 /// lease is held elsewhere.
 #[pyfunction]
-#[pyo3(name = "hold", signature = (key, ttl = Seconds::LEASE_TTL, heartbeat = Seconds::HEARTBEAT, stop_key = None, signal = None))]
+#[pyo3(name = "hold", signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None))]
 fn hold_configured(
     py: Python<'_>,
     key: String,
-    ttl: Seconds,
-    heartbeat: Seconds,
+    ttl: Seconds<Ttl>,
+    heartbeat: Seconds<Heartbeat>,
     stop_key: Option<String>,
     signal: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Option<Hold>> {
-    start(
-        py,
-        Source::Configured,
-        key,
-        ttl,
-        heartbeat,
-        stop_key,
-        signal,
-    )
+    // Through the Python adapter object rather than the core's global, so a
+    // forked child holds through its own engine (see `Adapter::locks`).
+    let source = match &*CONFIGURED.lock() {
+        Some(adapter) => Source::Adapter(adapter.get().locks()),
+        None => Source::Nothing,
+    };
+    start(py, source, key, ttl, heartbeat, stop_key, signal)
 }
 
 #[pymodule]

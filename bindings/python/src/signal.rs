@@ -30,7 +30,7 @@
 //! never run twice. Lock order: a list mutex is never held while taking the
 //! queue mutex or calling Python.
 
-use crate::args::{wait_timeout, Seconds};
+use crate::args::{wait_timeout, Seconds, Timeout};
 use parking_lot::{Condvar, Mutex};
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
@@ -157,37 +157,53 @@ fn route(callbacks: &Arc<Callbacks>, reason: Option<&str>) {
 
 // ---- the dispatcher queue --------------------------------------------------
 
+/// Fired lists waiting for the dispatcher thread, of one process.
+///
+/// Each process gets a fresh queue (mutex and condvar included): a forked
+/// child must not use a condvar that the parent's dispatcher thread was
+/// parked on at the fork. parking_lot would count that thread, which does
+/// not exist in the child, as a waiter and could hand it the mutex.
 struct Queue {
-    /// The process the queued lists belong to: a forked child drops what it
-    /// inherited (its parent delivers those).
     pid: u32,
+    state: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
     items: Vec<Arc<Callbacks>>,
     stopped: bool,
 }
 
-impl Queue {
-    fn for_this_process(&mut self) -> &mut Self {
-        let pid = std::process::id();
-        if self.pid != pid {
-            self.pid = pid;
-            self.items.clear();
-            self.stopped = false;
+/// Only ever locked for a moment, never waited on.
+static CURRENT_QUEUE: Mutex<Option<Arc<Queue>>> = Mutex::new(None);
+static DISPATCHER_PID: AtomicU32 = AtomicU32::new(0);
+
+/// This process's queue.
+fn queue() -> Arc<Queue> {
+    let pid = std::process::id();
+    let mut current = CURRENT_QUEUE.lock();
+    match &*current {
+        Some(queue) if queue.pid == pid => queue.clone(),
+        _ => {
+            let queue = Arc::new(Queue {
+                pid,
+                state: Mutex::new(QueueState::default()),
+                ready: Condvar::new(),
+            });
+            // A parent's queue, inherited by fork: its lists are the
+            // parent's to deliver, and its locks may have waiters that do
+            // not exist here. Leave it untouched.
+            std::mem::forget(current.replace(queue.clone()));
+            queue
         }
-        self
     }
 }
 
-static QUEUE: Mutex<Queue> = Mutex::new(Queue {
-    pid: 0,
-    items: Vec::new(),
-    stopped: false,
-});
-static QUEUED: Condvar = Condvar::new();
-static DISPATCHER_PID: AtomicU32 = AtomicU32::new(0);
-
 fn enqueue(callbacks: Arc<Callbacks>) {
-    QUEUE.lock().for_this_process().items.push(callbacks);
-    QUEUED.notify_all();
+    let queue = queue();
+    queue.state.lock().items.push(callbacks);
+    queue.ready.notify_all();
 }
 
 /// Makes sure this process runs the dispatcher thread (started by the
@@ -209,13 +225,12 @@ pub(crate) fn ensure_dispatcher(py: Python<'_>) -> PyResult<()> {
 pub(crate) fn _deliver_pending(py: Python<'_>, timeout: f64) -> bool {
     let slice = Duration::from_secs_f64(timeout.clamp(0.0, 1.0));
     let (batch, stopped) = py.detach(|| {
-        let mut guard = QUEUE.lock();
-        let queue = guard.for_this_process();
-        if queue.items.is_empty() && !queue.stopped {
-            QUEUED.wait_for(&mut guard, slice);
+        let queue = queue();
+        let mut state = queue.state.lock();
+        if state.items.is_empty() && !state.stopped {
+            queue.ready.wait_for(&mut state, slice);
         }
-        let queue = guard.for_this_process();
-        (std::mem::take(&mut queue.items), queue.stopped)
+        (std::mem::take(&mut state.items), state.stopped)
     });
     for callbacks in batch {
         callbacks.deliver(py);
@@ -226,8 +241,9 @@ pub(crate) fn _deliver_pending(py: Python<'_>, timeout: f64) -> bool {
 /// Tells the dispatcher to finish (at interpreter exit).
 #[pyfunction]
 pub(crate) fn _stop_dispatch() {
-    QUEUE.lock().for_this_process().stopped = true;
-    QUEUED.notify_all();
+    let queue = queue();
+    queue.state.lock().stopped = true;
+    queue.ready.notify_all();
 }
 
 // ---- AbortSignal ----------------------------------------------------------
@@ -309,7 +325,7 @@ impl PyAbortSignal {
     /// Returns whether the signal is aborted. Releases the GIL while it
     /// waits; Ctrl-C (KeyboardInterrupt) interrupts it.
     #[pyo3(signature = (timeout = None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<Seconds>) -> PyResult<bool> {
+    fn wait(&self, py: Python<'_>, timeout: Option<Seconds<Timeout>>) -> PyResult<bool> {
         let timeout = wait_timeout(timeout)?;
         interruptible_wait(py, &self.core, timeout)
     }
