@@ -13,23 +13,51 @@
 //! without it (see `nogvl`).
 
 use crate::args;
-use crate::error;
 use crate::hold::RbHold;
 use crate::nogvl::{nogvl, uninterruptible};
 use crate::signal::Signal;
+use crate::{error, fork};
 use magnus::{method, prelude::*, typed_data::Obj, Error, RModule, Ruby, Value};
 use mistri_locks::Locks;
+use std::borrow::Cow;
+use std::sync::{Mutex, PoisonError};
 
 #[magnus::wrap(class = "MistriLocks::Adapter", free_immediately, size)]
 pub struct Adapter {
     locks: Locks,
+    /// The fork generation `locks` belongs to.
+    generation: u32,
+    /// In a forked child: the same backend with a fresh engine (see `fork`).
+    forked: Mutex<Option<(u32, Locks)>>,
     /// Operations are network round trips (release the GVL for them).
     remote: bool,
 }
 
 impl Adapter {
     pub fn new(locks: Locks, remote: bool) -> Self {
-        Adapter { locks, remote }
+        Adapter {
+            locks,
+            generation: fork::generation(),
+            forked: Mutex::new(None),
+            remote,
+        }
+    }
+
+    /// The core object to use in this process.
+    fn locks(&self) -> Cow<'_, Locks> {
+        let generation = fork::generation();
+        if generation == self.generation {
+            return Cow::Borrowed(&self.locks);
+        }
+        let mut forked = self.forked.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*forked {
+            Some((g, locks)) if *g == generation => Cow::Owned(locks.clone()),
+            _ => {
+                let locks = self.locks.sharing_adapter();
+                *forked = Some((generation, locks.clone()));
+                Cow::Owned(locks)
+            }
+        }
     }
 
     /// Runs one core operation, without the GVL if it is a round trip.
@@ -38,7 +66,7 @@ impl Adapter {
         ruby: &Ruby,
         op: impl FnOnce(&Locks) -> mistri_locks::Result<R>,
     ) -> Result<R, Error> {
-        let locks = &self.locks;
+        let locks = &*self.locks();
         let result = if self.remote {
             nogvl(ruby, || op(locks), uninterruptible)?
         } else {
@@ -88,7 +116,7 @@ impl Adapter {
     /// The fencing number of this adapter's lease on `key`, or nil.
     fn fence(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<Option<u64>, Error> {
         let key = args::key(ruby, "key", key)?;
-        Ok(rb_self.locks.fence(&key))
+        Ok(rb_self.locks().fence(&key))
     }
 
     /// Operator override: deletes whoever's lease is on `key`.
@@ -118,12 +146,12 @@ impl Adapter {
     /// Another owner on the same backend (its own leases and heartbeat),
     /// as another process would be; same class as this one.
     fn sharing_adapter(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
-        let other = Adapter::new(rb_self.locks.sharing_adapter(), rb_self.remote);
+        let other = Adapter::new(rb_self.locks().sharing_adapter(), rb_self.remote);
         ruby.obj_wrap_as(other, rb_self.class())
     }
 
     fn active_holds(&self) -> usize {
-        self.locks.active_holds()
+        self.locks().active_holds()
     }
 }
 

@@ -13,25 +13,28 @@
 //!   Ruby delivery thread empties with `_wait_events` (blocking without the
 //!   GVL, interruptible).
 //!
-//! The queue remembers the process id: a forked child starts empty (its
-//! parent's pending notes are the parent's business).
+//! The queue remembers the fork generation: a forked child starts empty
+//! (its parent's pending notes are the parent's business). It uses std's
+//! futex-based Mutex/Condvar, which a forked child can use even if the
+//! parent's delivery thread was parked on them (parking_lot's global wait
+//! table would hand the lock to that thread, absent in the child).
 
 use crate::nogvl::nogvl;
 use magnus::{function, prelude::*, Error, RModule, Ruby};
-use parking_lot::{Condvar, Mutex};
 use std::cell::RefCell;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 /// One note: which Ruby object to tell, and the abort's reason.
 pub type Event = (u64, Option<String>);
 
 struct Queue {
-    pid: u32,
+    generation: u32,
     events: Vec<Event>,
     wakes: u64,
 }
 
 static QUEUE: Mutex<Queue> = Mutex::new(Queue {
-    pid: 0,
+    generation: 0,
     events: Vec::new(),
     wakes: 0,
 });
@@ -41,11 +44,13 @@ thread_local! {
     static CAPTURED: RefCell<Option<Vec<Event>>> = const { RefCell::new(None) };
 }
 
-fn queue() -> parking_lot::MutexGuard<'static, Queue> {
-    let mut q = QUEUE.lock();
-    let pid = std::process::id();
-    if q.pid != pid {
-        q.pid = pid;
+fn queue() -> MutexGuard<'static, Queue> {
+    // Nothing panics while holding it; if something did, the queue is
+    // still consistent (a Vec and two counters).
+    let mut q = QUEUE.lock().unwrap_or_else(PoisonError::into_inner);
+    let generation = crate::fork::generation();
+    if q.generation != generation {
+        q.generation = generation;
         q.events.clear();
     }
     q
@@ -93,12 +98,12 @@ fn take_or_wait() -> Option<Vec<Event>> {
         if q.wakes != wakes {
             return None;
         }
-        CHANGED.wait(&mut q);
+        q = CHANGED.wait(q).unwrap_or_else(PoisonError::into_inner);
     }
 }
 
 fn wake() {
-    let mut q = QUEUE.lock();
+    let mut q = queue();
     q.wakes = q.wakes.wrapping_add(1);
     CHANGED.notify_all();
 }

@@ -17,6 +17,7 @@ mod adapter;
 mod args;
 mod delivery;
 mod error;
+mod fork;
 mod hold;
 mod memory;
 mod nogvl;
@@ -45,6 +46,7 @@ fn check_hold_args(
 
 #[magnus::init(name = "mistri_locks")]
 fn init(ruby: &Ruby) -> Result<(), Error> {
+    fork::init();
     let module = ruby.define_module("MistriLocks")?;
     module.const_set("LEASE_TTL", LEASE_TTL.as_secs())?;
     module.const_set("HEARTBEAT", HEARTBEAT.as_secs())?;

@@ -1,0 +1,41 @@
+//! Fork detection: a generation number bumped in every forked child by a
+//! `pthread_atfork` child handler, so a check costs one atomic load instead
+//! of a `getpid` system call.
+//!
+//! Why the face needs it: the core's heartbeat engine parks its thread on a
+//! `parking_lot` condvar. After `fork` the child's copy of that condvar
+//! still lists the parent's parked thread (parking_lot keeps waiters in a
+//! process-global table that fork copies); the child's first notify hands
+//! the engine's mutex to that thread, which does not exist in the child,
+//! and the next hold deadlocks. So an adapter used in a forked child moves
+//! to a fresh engine on the same backend (`Locks::sharing_adapter`: the
+//! child has no issued leases and no heartbeat of its parent's anyway).
+//! Workaround until the core's engine is fork-safe on its own.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Once;
+
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn in_child() {
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Installs the handler (once per process; children inherit it).
+pub fn init() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: registers a plain `extern "C" fn()` that only touches an
+        // atomic (async-signal-safe, as a child handler must be). A failure
+        // (ENOMEM) leaves fork detection off, which is the core's own
+        // behaviour: nothing unsafe follows from it.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(in_child));
+        }
+    });
+}
+
+/// The current generation: changes in every forked child.
+pub fn generation() -> u32 {
+    GENERATION.load(Ordering::Relaxed)
+}

@@ -1,0 +1,39 @@
+# frozen_string_literal: true
+
+# The binding surface once more under GC.stress (a full GC at every
+# allocation): Memory contract cases and the signal cases. A Ruby object the
+# extension failed to keep reachable (a callback block, a duck-typed signal,
+# a hold's signal) would be collected here and its use would crash or
+# misbehave. Redis and subprocess cases are left to the normal run (the same
+# Ruby code paths, much slower under stress).
+
+require_relative "test_helper"
+require_relative "contract_test"
+require_relative "signal_test"
+
+module UnderGCStress
+  def setup
+    super
+    GC.stress = true
+  end
+
+  def teardown
+    GC.stress = false
+    super
+  end
+end
+
+Backends.parametrize(ContractCases, "ContractGCStressTest",
+                     factories: Backends::FACTORIES.slice("Memory")) do
+  include UnderGCStress
+  # The contended case makes thousands of objects per hold; under stress it
+  # measures the collector, not the binding.
+  undef_method :test_contending_threads_never_both_hold
+end
+
+class SignalGCStressTest < Minitest::Test
+  include SignalCases
+  include UnderGCStress
+  # Counting iterations of another thread under stress is meaningless.
+  undef_method :test_a_wait_releases_the_gvl
+end

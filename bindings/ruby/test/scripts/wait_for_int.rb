@@ -1,0 +1,17 @@
+# frozen_string_literal: true
+
+# Blocks in a wait that nothing will end; SIGINT must interrupt it.
+require "mistri_locks"
+
+hold = MistriLocks::Memory.new.hold("int", ttl: 5, heartbeat: 1)
+puts "waiting"
+$stdout.flush
+t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+begin
+  hold.signal.wait
+  puts "returned"
+  exit 1
+rescue Interrupt
+  puts "interrupted after #{Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0}"
+  exit 0
+end

@@ -1,0 +1,247 @@
+# frozen_string_literal: true
+
+# MistriLocks::AbortSignal, interruptible waits, errors and the binding's
+# surface (not backend-specific, except where Redis errors are the point).
+
+require_relative "test_helper"
+
+module SignalCases
+  def test_abort_is_one_way_and_the_first_reason_wins
+    s = MistriLocks::AbortSignal.new
+    refute s.aborted?
+    assert_nil s.reason
+    assert_same true, s.abort!("first")
+    assert_same false, s.abort!("second")
+    assert s.aborted?
+    assert_equal "first", s.reason
+    t = MistriLocks::AbortSignal.new
+    t.abort!
+    assert_nil t.reason
+    u = MistriLocks::AbortSignal.new
+    u.abort!(:shutdown)
+    assert_equal "shutdown", u.reason, "reasons are strings"
+  end
+
+  def test_callbacks_run_once_on_the_aborting_thread_in_order
+    s = MistriLocks::AbortSignal.new
+    seen = []
+    s.on_abort { |r| seen << [:a, r, Thread.current] }
+    bad = s.on_abort { raise "a bad callback" }
+    s.on_abort { |r| seen << [:b, r, Thread.current] }
+    assert_kind_of Integer, bad
+    _out, err = capture_io { s.abort!("why") }
+    assert_match(/a bad callback/, err)
+    assert_equal [[:a, "why", Thread.current], [:b, "why", Thread.current]], seen
+    s.abort!("again")
+    assert_equal 2, seen.size, "once only"
+    s.on_abort { |r| seen << [:late, r] } # already aborted: runs at once
+    assert_equal [:late, "why"], seen.last
+  end
+
+  def test_removed_callbacks_do_not_run
+    s = MistriLocks::AbortSignal.new
+    ran = false
+    h = s.on_abort { ran = true }
+    assert_same true, s.remove_callback(h)
+    assert_same false, s.remove_callback(h)
+    assert_same false, s.remove_callback(12_345)
+    s.abort!
+    refute ran
+    assert_raises(ArgumentError) { s.on_abort }
+  end
+
+  def test_derive_hears_the_parent_never_the_reverse
+    parent = MistriLocks::AbortSignal.new
+    child = parent.derive
+    grandchild = child.derive
+    sibling = parent.derive
+    heard = []
+    grandchild.on_abort { |r| heard << r }
+    sibling.abort!("sibling")
+    refute parent.aborted?
+    refute child.aborted?
+    parent.abort!("parent")
+    assert_equal "parent", child.reason
+    assert_equal "parent", grandchild.reason
+    assert_equal "sibling", sibling.reason
+    assert_equal ["parent"], heard, "a child's callbacks run during the parent's abort!"
+    assert parent.derive.aborted?
+  end
+
+  def test_wait_times_out_then_sees_an_abort_from_another_thread
+    s = MistriLocks::AbortSignal.new
+    t0 = Clock.now
+    assert_same false, s.wait(0.05)
+    assert_operator Clock.now - t0, :>=, 0.05
+    assert_same false, s.wait(0)
+    Thread.new { sleep 0.05; s.abort!("other") }
+    assert_same true, s.wait(5)
+    assert_same true, s.wait
+    assert_same true, s.wait(0)
+    assert_raises(ArgumentError) { s.wait(-1) }
+    assert_raises(ArgumentError) { s.wait(Float::NAN) }
+    assert_raises(TypeError) { s.wait("1") }
+  end
+
+  def test_a_wait_releases_the_gvl
+    s = MistriLocks::AbortSignal.new
+    count = 0
+    counter = Thread.new { loop { count += 1 } }
+    refute s.wait(0.3)
+    counter.kill
+    assert_operator count, :>, 1000, "other threads ran during the wait"
+  end
+
+  def test_thread_raise_interrupts_a_blocked_wait
+    s = MistriLocks::AbortSignal.new
+    waiter = Thread.new do
+      s.wait
+      :returned
+    rescue RuntimeError => e
+      e
+    end
+    sleep 0.2
+    raised = Clock.now
+    waiter.raise(RuntimeError, "wake up")
+    assert waiter.join(2), "Thread#raise did not interrupt the wait"
+    assert_operator Clock.now - raised, :<, 1
+    assert_equal "wake up", waiter.value.message
+    refute s.aborted?
+  end
+
+  def test_thread_kill_interrupts_a_blocked_wait
+    s = MistriLocks::AbortSignal.new
+    waiter = Thread.new { s.wait }
+    sleep 0.2
+    waiter.kill
+    assert waiter.join(2), "Thread#kill did not end the wait"
+  end
+
+  def test_timeout_interrupts_a_blocked_wait
+    s = MistriLocks::AbortSignal.new
+    t0 = Clock.now
+    assert_raises(Timeout::Error) { Timeout.timeout(0.2) { s.wait } }
+    assert_operator Clock.now - t0, :<, 2
+    hold = MistriLocks::Memory.new.hold("timeout", ttl: 5, heartbeat: 1)
+    assert_raises(Timeout::Error) { Timeout.timeout(0.2) { hold.signal.wait(30) } }
+    hold.release
+  end
+
+  def test_several_waiters_one_interrupted_the_others_keep_waiting
+    s = MistriLocks::AbortSignal.new
+    waiters = Array.new(3) { Thread.new { s.wait(10) } }
+    waiters[0].report_on_exception = false
+    sleep 0.1
+    waiters[0].raise(RuntimeError, "just you")
+    assert_raises(RuntimeError) { waiters[0].join(2) }
+    sleep 0.1
+    assert(waiters[1..].all?(&:alive?))
+    s.abort!
+    assert_equal [true, true], waiters[1..].map(&:value)
+  end
+end
+
+class SignalTest < Minitest::Test
+  include SignalCases
+end
+
+class SurfaceTest < Minitest::Test
+  def test_constants
+    assert_equal 180, MistriLocks::LEASE_TTL
+    assert_equal 60, MistriLocks::HEARTBEAT
+    assert_equal 300, MistriLocks::FLAG_TTL
+    assert_equal "redis://127.0.0.1:6379/0", MistriLocks::Redis::DEFAULT_URL
+    assert_equal "mistri:locks", MistriLocks::Redis::DEFAULT_NAMESPACE
+  end
+
+  def test_exception_classes
+    assert_operator MistriLocks::Error, :<, StandardError
+    %i[ConfigError ConnectionError BackendError SystemError].each do |name|
+      assert_operator MistriLocks.const_get(name), :<, MistriLocks::Error
+    end
+  end
+
+  def test_adapters_are_adapters_and_not_allocatable
+    assert_kind_of MistriLocks::Adapter, MistriLocks::Memory.new
+    assert_instance_of MistriLocks::Memory, MistriLocks::Memory.new.sharing_adapter
+    assert_raises(TypeError) { MistriLocks::Memory.allocate }
+    assert_raises(TypeError) { MistriLocks::Hold.allocate }
+    assert_raises(TypeError) { MistriLocks::Hold.new }
+  end
+
+  def test_bad_redis_urls_and_namespaces
+    assert_raises(MistriLocks::ConfigError) { MistriLocks::Redis.new(url: "http://nope") }
+    assert_raises(ArgumentError) { MistriLocks::Redis.new(url: TestRedis.url, namespace: "") }
+    assert_raises(ArgumentError) { MistriLocks::Redis.new(url: TestRedis.url, namespace: "a{b}") }
+    assert_raises(TypeError) { MistriLocks::Redis.new(url: 5) }
+  end
+
+  def test_an_unreachable_redis_is_a_connection_error
+    probe = TCPServer.new("127.0.0.1", 0)
+    port = probe.addr[1]
+    probe.close
+    adapter = MistriLocks::Redis.new(url: "redis://127.0.0.1:#{port}/0")
+    e = assert_raises(MistriLocks::ConnectionError) { adapter.acquire("k", ttl: 1) }
+    assert_match(/127\.0\.0\.1/, e.message)
+    assert_raises(MistriLocks::ConnectionError) { adapter.hold("k", ttl: 1, heartbeat: 1) }
+  end
+
+  def test_a_redis_round_trip_releases_the_gvl
+    adapter = MistriLocks::Redis.new(url: TestRedis.url, namespace: "gvl:#{SecureRandom.hex(4)}")
+    assert adapter.acquire("warm", ttl: 1) # connect first
+    count = 0
+    counter = Thread.new { loop { count += 1 } }
+    sleep 0.05
+    TestRedis.command("CLIENT", "PAUSE", "1000", "ALL")
+    before = count
+    t0 = Clock.now
+    assert adapter.acquire("paused", ttl: 5)
+    took = Clock.now - t0
+    ran = count - before
+    counter.kill
+    assert_operator took, :>=, 0.25, "the server pause should have delayed the acquire"
+    assert_operator ran, :>, 1000, "other threads ran during the round trip"
+  end
+
+  def test_module_level_hold_without_an_adapter
+    previous = MistriLocks.locks
+    MistriLocks.locks = nil
+    assert_nil MistriLocks.hold("free", ttl: 1, heartbeat: 1)
+    ran = false
+    assert_nil(MistriLocks.hold("free") { ran = true })
+    refute ran
+    assert_raises(ArgumentError) { MistriLocks.hold("") }
+    assert_raises(ArgumentError) { MistriLocks.hold("k", ttl: 0) }
+    assert_raises(TypeError) { MistriLocks.hold("k", signal: 5) }
+    assert_raises(TypeError) { MistriLocks.locks = Object.new }
+  ensure
+    MistriLocks.locks = previous
+  end
+
+  def test_hold_signal_defaults_to_one_abort_signal_per_hold
+    m = MistriLocks::Memory.new
+    hold = m.hold("sig", ttl: 5, heartbeat: 1)
+    assert_instance_of MistriLocks::AbortSignal, hold.signal
+    assert_same hold.signal, hold.signal
+    assert_match(/key="sig"/, hold.inspect)
+    hold.signal.abort!("by hand") # the hold keeps its lease; the work loop decides
+    assert m.held?("sig")
+    assert hold.release
+  end
+
+  def test_a_raising_duck_signal_gets_a_warning_and_delivery_goes_on
+    m = MistriLocks::Memory.new
+    bad = Object.new
+    def bad.abort!(_reason) = raise("duck trouble")
+    good = DuckSignal.new
+    m.set_flag("stop:ducks", ttl: 30)
+    _out, err = capture_io do
+      h1 = m.hold("d1", ttl: 5, heartbeat: 0.05, stop_key: "stop:ducks", signal: bad)
+      h2 = m.hold("d2", ttl: 5, heartbeat: 0.05, stop_key: "stop:ducks", signal: good)
+      assert good.wait(2)
+      sleep 0.1
+      [h1, h2].each(&:release)
+    end
+    assert_match(/duck trouble/, err)
+  end
+end
