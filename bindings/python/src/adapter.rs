@@ -13,6 +13,7 @@ use crate::hold::{start, Hold, Source};
 use mistri_locks::Locks;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
+use std::path::PathBuf;
 
 /// A backend for leases and flags (use `Memory()` or `Redis(...)`).
 #[pyclass(subclass, frozen, module = "mistri_locks")]
@@ -212,5 +213,42 @@ impl Redis {
     fn __repr__(&self) -> String {
         // Never the URL: it may carry a password.
         format!("<mistri_locks.Redis namespace={:?}>", self.namespace)
+    }
+}
+
+/// Leases and flags shared by every process on this host, with no server:
+/// an SQLite file (default: a per-user file chosen by the core).
+#[pyclass(extends = Adapter, frozen, module = "mistri_locks")]
+pub(crate) struct Local {
+    path: PathBuf,
+}
+
+#[pymethods]
+impl Local {
+    #[new]
+    #[pyo3(signature = (path = None))]
+    fn new(py: Python<'_>, path: Option<PathBuf>) -> PyResult<PyClassInitializer<Self>> {
+        let locks = py.detach(|| Locks::local(path.as_deref())).py_err(py)?;
+        let path = path.unwrap_or_else(mistri_locks::local::default_path);
+        Ok(PyClassInitializer::from(Adapter::new(locks, true)).add_subclass(Local { path }))
+    }
+
+    /// Another owner on the same database file: its own leases and
+    /// heartbeat. Two of these behave like two processes.
+    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Local>> {
+        let base = slf.as_super();
+        let init = PyClassInitializer::from(Adapter::new(base.locks().sharing_adapter(), true));
+        let path = slf.path.clone();
+        Py::new(slf.py(), init.add_subclass(Local { path }))
+    }
+
+    /// The database file.
+    #[getter]
+    fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<mistri_locks.Local path={:?}>", self.path)
     }
 }

@@ -68,6 +68,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Adapter>()?;
     m.add_class::<adapter::Memory>()?;
     m.add_class::<adapter::Redis>()?;
+    m.add_class::<adapter::Local>()?;
     m.add_class::<Hold>()?;
     m.add_class::<signal::PyAbortSignal>()?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;

@@ -109,6 +109,26 @@ class MemoryBackend:
         assert self.first.break_lease(key)
 
 
+class LocalBackend:
+    """An SQLite file of its own; each owner is a separate adapter object on
+    it, as separate processes would be."""
+
+    name = "local"
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.path = request.getfixturevalue("tmp_path") / "locks.db"
+        self.first = self.owner()
+
+    def adapter(self) -> mistri_locks.Adapter:
+        return self.first
+
+    def owner(self) -> mistri_locks.Adapter:
+        return mistri_locks.Local(self.path)
+
+    def delete_lease(self, key: str) -> None:
+        assert self.first.break_lease(key)
+
+
 class RedisBackend:
     """A unique namespace on the session's redis-server; each owner is a
     separate adapter object with its own connections."""
@@ -134,6 +154,7 @@ class RedisBackend:
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], object]] = {
     "memory": MemoryBackend,
     "redis": RedisBackend,
+    "local": LocalBackend,
 }
 
 

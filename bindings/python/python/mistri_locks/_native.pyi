@@ -1,6 +1,8 @@
 """Type stubs of the native module; checked against it by mypy stubtest."""
 
 import builtins
+import os
+import pathlib
 from types import TracebackType
 from typing import Any, Callable, Final, Optional, Protocol, Union, final
 
@@ -10,6 +12,7 @@ __all__ = [
     "Adapter",
     "Memory",
     "Redis",
+    "Local",
     "Hold",
     "AbortSignal",
     "configure",
@@ -112,6 +115,13 @@ class Redis(Adapter):
     def sharing_adapter(self) -> Redis: ...
     @property
     def namespace(self) -> str: ...
+
+@final
+class Local(Adapter):
+    def __new__(cls, path: Union[str, os.PathLike[str], None] = None) -> Self: ...
+    def sharing_adapter(self) -> Local: ...
+    @property
+    def path(self) -> pathlib.Path: ...
 
 def configure(adapter: Optional[Adapter]) -> None: ...
 def locks() -> Optional[Adapter]: ...
