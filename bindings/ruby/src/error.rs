@@ -27,13 +27,19 @@ struct Classes {
 static CLASSES: OnceLock<Classes> = OnceLock::new();
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
-    let base = module.define_error("Error", ruby.exception_standard_error())?;
+    // Kept in a static: pin them for the GC (compaction must not move them).
+    let define = |name: &str, superclass: ExceptionClass| {
+        let class = module.define_error(name, superclass)?;
+        ruby.gc_register_mark_object(class);
+        Ok::<_, Error>(class)
+    };
+    let base = define("Error", ruby.exception_standard_error())?;
     let classes = Classes {
         base: base.into(),
-        config: module.define_error("ConfigError", base)?.into(),
-        connection: module.define_error("ConnectionError", base)?.into(),
-        backend: module.define_error("BackendError", base)?.into(),
-        system: module.define_error("SystemError", base)?.into(),
+        config: define("ConfigError", base)?.into(),
+        connection: define("ConnectionError", base)?.into(),
+        backend: define("BackendError", base)?.into(),
+        system: define("SystemError", base)?.into(),
     };
     // A second load of the extension finds the same constants: keep the first.
     let _ = CLASSES.set(classes);
