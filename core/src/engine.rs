@@ -22,6 +22,11 @@
 //! in-flight batch, then removes it under the lock, so once it returns no
 //! tick will ever touch that lease again.
 //!
+//! Fork: the engine's mutex and condvars are `std::sync` ones (see
+//! `crate::sync`): parking_lot would leave the parent's parked heartbeat
+//! thread queued on them in the child, and the child's first `hold` would
+//! hang.
+//!
 //! Lock order: the engine's state mutex is never held while calling the
 //! adapter or tripping a signal (callbacks run with no engine lock held, so
 //! a callback may release holds).
@@ -35,7 +40,7 @@ use crate::adapter::{Adapter, Lease};
 use crate::args::current_pid;
 use crate::error::{Error, Result};
 use crate::signal::AbortSignal;
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -189,7 +194,7 @@ impl Engine {
             return Unregistered::Gone;
         }
         while state.in_flight.contains(&id) {
-            self.shared.batch_done.wait(&mut state);
+            state = self.shared.batch_done.wait(state);
         }
         match state.entries.remove(&id) {
             Some(_) => {
@@ -258,7 +263,7 @@ fn run(shared: Arc<Shared>) {
                 state.running = false;
                 return;
             }
-            shared.wake.wait_until(&mut state, since + IDLE_EXIT);
+            drop(shared.wake.wait_until(state, since + IDLE_EXIT));
             continue;
         }
         idle_since = None;
@@ -269,7 +274,7 @@ fn run(shared: Arc<Shared>) {
             .min()
             .unwrap_or(now);
         if next > now {
-            shared.wake.wait_until(&mut state, next);
+            drop(shared.wake.wait_until(state, next));
             continue;
         }
         let batch = collect_due(&mut state, now);

@@ -3,19 +3,26 @@
 use crate::error::Result;
 use crate::hold::{Hold, HoldOptions};
 use crate::locks::Locks;
-use parking_lot::RwLock;
+use std::sync::{PoisonError, RwLock};
 
+// std's RwLock: no user-space waiter queue for a forked child to inherit.
 static CONFIGURED: RwLock<Option<Locks>> = RwLock::new(None);
 
 /// Sets (or with `None`, clears) the process-wide adapter. Returns the one
 /// it replaces.
 pub fn configure(locks: Option<Locks>) -> Option<Locks> {
-    std::mem::replace(&mut *CONFIGURED.write(), locks)
+    std::mem::replace(
+        &mut *CONFIGURED.write().unwrap_or_else(PoisonError::into_inner),
+        locks,
+    )
 }
 
 /// The process-wide adapter, if one is configured.
 pub fn locks() -> Option<Locks> {
-    CONFIGURED.read().clone()
+    CONFIGURED
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
 }
 
 /// [`Locks::hold`] on the configured adapter; `Ok(None)` when none is

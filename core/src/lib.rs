@@ -44,6 +44,7 @@ pub mod locks;
 pub mod memory;
 pub mod redis;
 pub mod signal;
+mod sync;
 
 pub use adapter::{Adapter, Beat, Lease};
 pub use args::duration_from_secs;

@@ -11,10 +11,14 @@
 //! - Children made by [`AbortSignal::derive`] hear their parent's abort (with
 //!   its reason); a child's abort never reaches its parent.
 //!
+//! Fork: the state lock and condvar are `std::sync` ones (see
+//! `crate::sync`), so a child whose parent had threads in `wait` can still
+//! abort and wait.
+//!
 //! Lock order: a signal's own state lock is never held while any other lock
 //! is taken, and never while callbacks run.
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -180,11 +184,13 @@ impl AbortSignal {
         while !state.aborted {
             match deadline {
                 Some(d) => {
-                    if self.inner.changed.wait_until(&mut state, d).timed_out() {
+                    let (guard, timed_out) = self.inner.changed.wait_until(state, d);
+                    state = guard;
+                    if timed_out {
                         break;
                     }
                 }
-                None => self.inner.changed.wait(&mut state),
+                None => state = self.inner.changed.wait(state),
             }
         }
         state.aborted
@@ -207,7 +213,9 @@ impl AbortSignal {
             }
             match deadline {
                 Some(d) => {
-                    if self.inner.changed.wait_until(&mut state, d).timed_out() {
+                    let (guard, timed_out) = self.inner.changed.wait_until(state, d);
+                    state = guard;
+                    if timed_out {
                         return if state.aborted {
                             WaitOutcome::Aborted
                         } else {
@@ -215,7 +223,7 @@ impl AbortSignal {
                         };
                     }
                 }
-                None => self.inner.changed.wait(&mut state),
+                None => state = self.inner.changed.wait(state),
             }
         }
     }
@@ -309,7 +317,7 @@ mod tests {
     fn a_callback_may_reenter_the_signal() {
         let s = AbortSignal::new();
         let s2 = s.clone();
-        let seen = Arc::new(Mutex::new(None));
+        let seen = Arc::new(parking_lot::Mutex::new(None));
         let seen2 = seen.clone();
         s.on_abort(move |_| {
             *seen2.lock() = Some((s2.is_aborted(), s2.reason()));
