@@ -8,7 +8,7 @@
 
 use crate::nogvl::nogvl;
 use crate::{args, delivery};
-use magnus::{function, method, prelude::*, Error, RModule, Ruby, Value};
+use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
 use mistri_locks::{AbortSignal, CallbackHandle, WaitOutcome};
 use std::time::Instant;
 
@@ -18,8 +18,9 @@ use std::time::Instant;
 pub struct Signal(pub AbortSignal);
 
 impl Signal {
-    fn new() -> Self {
-        Signal(AbortSignal::new())
+    /// `AbortSignal.new` (the receiver, so subclasses get their class).
+    fn new(ruby: &Ruby, class: RClass) -> Obj<Self> {
+        ruby.obj_wrap_as(Signal(AbortSignal::new()), class)
     }
 
     /// `_abort(reason)` -> `[tripped, notes]`: trips the signal; the notes
@@ -82,7 +83,7 @@ impl Signal {
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("AbortSignal", ruby.class_object())?;
     class.undef_default_alloc_func();
-    class.define_singleton_method("new", function!(Signal::new, 0))?;
+    class.define_singleton_method("new", method!(Signal::new, 0))?;
     class.define_method("aborted?", method!(Signal::is_aborted, 0))?;
     class.define_method("reason", method!(Signal::reason, 0))?;
     class.define_method("derive", method!(Signal::derive, 0))?;

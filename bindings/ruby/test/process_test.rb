@@ -85,12 +85,22 @@ module ForkCases
     a = backend.locks
     hold = a.hold("fork:parent", ttl: 0.5, heartbeat: 0.05)
     assert a.acquire("fork:plain", ttl: 5)
+    inherited = MistriLocks::AbortSignal.new # watched before the fork
+    heard = Queue.new
+    inherited.on_abort { |r| heard << r }
     got = in_child do
       r = {}
       r["hold_release"] = hold.release          # the parent's hold: touches nothing
       r["plain_release"] = a.release("fork:plain") # the parent's lease: not ours
       r["renew"] = a.renew("fork:plain", ttl: 5)
       r["acquire"] = a.acquire("fork:child", ttl: 5) # reconnects (Redis)
+      # a signal watched in the parent, tripped by the child's heartbeat:
+      # the child's own delivery thread runs the parent-registered block
+      inheriting = a.hold("fork:inherit", ttl: 1, heartbeat: 0.05, stop_key: "fork:inherit-stop",
+                                           signal: inherited)
+      a.set_flag("fork:inherit-stop", ttl: 5)
+      r["inherited_callback"] = Timeout.timeout(2) { heard.pop }
+      inheriting.release
       child_hold = a.hold("fork:child-hold", ttl: 0.3, heartbeat: 0.05, stop_key: "fork:stop")
       duck = DuckSignal.new
       ducked = a.hold("fork:child-duck", ttl: 0.3, heartbeat: 0.05, stop_key: "fork:stop", signal: duck)
@@ -111,6 +121,8 @@ module ForkCases
     assert_equal true, got["child_signal"]
     assert_equal true, got["child_duck"]
     assert_equal true, got["child_release"]
+    assert_match(/fork:inherit-stop/, got["inherited_callback"])
+    refute inherited.aborted?, "the child's abort stays in the child"
     sleep 0.6 # beyond the parent lease's ttl: still renewed by the parent
     assert a.held?("fork:parent")
     refute hold.lost?

@@ -36,6 +36,13 @@ module MistriLocks
         end
       end
 
+      # Makes sure this process has its delivery thread (after a fork, the
+      # parent's is gone). Holds call it: a signal whose watchers were
+      # registered before a fork may be tripped by the child's heartbeat.
+      def ensure_running
+        @lock.synchronize { start_thread }
+      end
+
       # Delivers notes [[id, reason], ...] on the calling thread. A target
       # that raises gets a warning, and the others are still told.
       def deliver(events)

@@ -57,7 +57,10 @@ module MistriLocks
         check_signal(signal)
         native = signal if signal.is_a?(AbortSignal)
         hold = adapter.__send__(:_hold, key, ttl, heartbeat, stop_key, native)
-        hold&.__send__(:_attach, signal)
+        return nil unless hold
+
+        Delivery.ensure_running if native
+        hold.__send__(:_attach, signal)
         hold
       end
 
