@@ -11,53 +11,25 @@ use crate::args::{Heartbeat, Seconds, Ttl};
 use crate::error::IntoPyResult;
 use crate::hold::{start, Hold, Source};
 use mistri_locks::Locks;
-use parking_lot::Mutex;
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
 /// A backend for leases and flags (use `Memory()` or `Redis(...)`).
 #[pyclass(subclass, frozen, module = "mistri_locks")]
 pub(crate) struct Adapter {
-    owner: Mutex<Owner>,
-    blocking: bool,
-}
-
-/// The core object, and the process it belongs to.
-struct Owner {
-    pid: u32,
     locks: Locks,
+    blocking: bool,
 }
 
 impl Adapter {
     fn new(locks: Locks, blocking: bool) -> Self {
-        Adapter {
-            owner: Mutex::new(Owner {
-                pid: std::process::id(),
-                locks,
-            }),
-            blocking,
-        }
+        Adapter { locks, blocking }
     }
 
-    /// The core object for this process.
-    ///
-    /// In a forked child the adapter becomes a new owner on the same backend
-    /// (`sharing_adapter`: the same connections, which the core reopens
-    /// after fork, but its own issued leases and heartbeat engine). The
-    /// parent's engine is left untouched: its condvar may count the parent's
-    /// heartbeat thread, which does not exist here, as a waiter, and
-    /// notifying it could hand the engine's mutex to that ghost. The child
-    /// never owned the parent's leases, so nothing is lost.
+    /// The core object. After `fork` the core itself reconnects, forgets
+    /// the parent's issued leases and starts a fresh heartbeat engine.
     pub(crate) fn locks(&self) -> Locks {
-        let mut owner = self.owner.lock();
-        let pid = std::process::id();
-        if owner.pid != pid {
-            let fresh = owner.locks.sharing_adapter();
-            // Never drop the parent's engine here either (see above).
-            std::mem::forget(std::mem::replace(&mut owner.locks, fresh));
-            owner.pid = pid;
-        }
-        owner.locks.clone()
+        self.locks.clone()
     }
 
     /// Runs `op` GIL-free if it may block on the network.

@@ -52,8 +52,8 @@ fn hold_configured(
     stop_key: Option<String>,
     signal: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Option<Hold>> {
-    // Through the Python adapter object rather than the core's global, so a
-    // forked child holds through its own engine (see `Adapter::locks`).
+    // The configured Python adapter object (which may be a subclass), not
+    // the core's global.
     let source = match &*CONFIGURED.lock() {
         Some(adapter) => Source::Adapter(adapter.get().locks()),
         None => Source::Nothing,
