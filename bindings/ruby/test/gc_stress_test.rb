@@ -26,6 +26,7 @@ end
 Backends.parametrize(ContractCases, "ContractGCStressTest",
                      factories: Backends::FACTORIES.slice("Memory")) do
   include UnderGCStress
+  def short = 0.3
   # The contended case makes thousands of objects per hold; under stress it
   # measures the collector, not the binding.
   undef_method :test_contending_threads_never_both_hold
