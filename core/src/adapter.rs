@@ -11,13 +11,15 @@
 //! non-empty and durations non-zero and at most [`crate::args::MAX_SECS`].
 
 use crate::error::Result;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A lease this process holds on a key: the proof of ownership that renew
 /// and release present.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Lease {
-    key: String,
+    // Shared with the issued-lease map of `Locks` (one allocation per key).
+    key: Arc<str>,
     token: String,
     fence: u64,
 }
@@ -34,7 +36,7 @@ impl std::fmt::Debug for Lease {
 
 impl Lease {
     /// Builds a lease; for adapter implementations.
-    pub fn new(key: impl Into<String>, token: impl Into<String>, fence: u64) -> Self {
+    pub fn new(key: impl Into<Arc<str>>, token: impl Into<String>, fence: u64) -> Self {
         Lease {
             key: key.into(),
             token: token.into(),
@@ -43,6 +45,10 @@ impl Lease {
     }
     /// The key the lease is on (without any namespace).
     pub fn key(&self) -> &str {
+        &self.key
+    }
+    /// The key as a shared string (cheap to clone).
+    pub fn shared_key(&self) -> &Arc<str> {
         &self.key
     }
     /// The owner token minted at acquire (128 random bits as hex).

@@ -76,23 +76,56 @@ pub(crate) fn millis_ceil(d: Duration) -> u64 {
     ms.max(1) as u64
 }
 
-/// A fresh owner token: 128 bits from the operating system's RNG, as 32
-/// lowercase hex characters.
-pub(crate) fn mint_token() -> Result<String> {
-    let mut buf = [0u8; 16];
-    getrandom::fill(&mut buf)
-        .map_err(|e| Error::System(format!("the OS random number generator failed: {e}")))?;
-    let mut s = String::with_capacity(32);
-    for b in buf {
-        s.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-        s.push(char::from_digit(u32::from(b & 15), 16).unwrap_or('0'));
-    }
-    Ok(s)
+/// Bytes of OS randomness fetched at once for owner tokens.
+const TOKEN_POOL: usize = 4096;
+
+struct TokenPool {
+    generation: u64,
+    bytes: [u8; TOKEN_POOL],
+    used: usize,
 }
 
-/// This process's id, to tell a forked child from its parent.
-pub(crate) fn current_pid() -> u32 {
-    std::process::id()
+thread_local! {
+    static TOKEN_POOL_TLS: std::cell::RefCell<TokenPool> = const {
+        std::cell::RefCell::new(TokenPool { generation: u64::MAX, bytes: [0; TOKEN_POOL], used: TOKEN_POOL })
+    };
+}
+
+/// A fresh owner token: 128 bits from the operating system's RNG, as 32
+/// lowercase hex characters.
+///
+/// The OS RNG is read 4 KiB at a time into a per-thread buffer (one
+/// `getrandom` call per 256 tokens, instead of one per acquire); each byte
+/// is used once, and a forked child throws the buffer away so it never
+/// mints its parent's tokens.
+pub(crate) fn mint_token() -> Result<String> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let generation = crate::fork::generation();
+    TOKEN_POOL_TLS.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        if pool.generation != generation || pool.used + 16 > TOKEN_POOL {
+            getrandom::fill(&mut pool.bytes).map_err(|e| {
+                Error::System(format!("the OS random number generator failed: {e}"))
+            })?;
+            pool.used = 0;
+            pool.generation = generation;
+        }
+        let start = pool.used;
+        pool.used += 16;
+        let mut hex = [0u8; 32];
+        for (i, b) in pool.bytes[start..start + 16].iter().enumerate() {
+            hex[2 * i] = HEX[usize::from(b >> 4)];
+            hex[2 * i + 1] = HEX[usize::from(b & 15)];
+        }
+        // Forget the bytes once used.
+        pool.bytes[start..start + 16].fill(0);
+        Ok(hex.iter().map(|&c| char::from(c)).collect())
+    })
+}
+
+/// This process's fork generation (see [`crate::fork`]).
+pub(crate) fn fork_generation() -> u64 {
+    crate::fork::generation()
 }
 
 #[cfg(test)]
@@ -130,11 +163,14 @@ mod tests {
 
     #[test]
     fn tokens_are_unique_hex() {
-        let a = mint_token().unwrap();
-        let b = mint_token().unwrap();
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, b);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2000 {
+            // past several refills of the buffer
+            let t = mint_token().unwrap();
+            assert_eq!(t.len(), 32);
+            assert!(t.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')));
+            assert!(seen.insert(t));
+        }
     }
 
     #[test]

@@ -37,7 +37,7 @@
 //! renews its parent's leases.
 
 use crate::adapter::{Adapter, Lease};
-use crate::args::current_pid;
+use crate::args::fork_generation;
 use crate::error::{Error, Result};
 use crate::signal::AbortSignal;
 use crate::sync::{Condvar, Mutex};
@@ -94,7 +94,7 @@ impl Entry {
 
 #[derive(Default)]
 struct State {
-    pid: u32,
+    generation: u64,
     entries: HashMap<u64, Entry>,
     next_id: u64,
     running: bool,
@@ -131,7 +131,7 @@ impl Engine {
             shared: Arc::new(Shared {
                 adapter,
                 state: Mutex::new(State {
-                    pid: current_pid(),
+                    generation: fork_generation(),
                     ..State::default()
                 }),
                 wake: Condvar::new(),
@@ -161,11 +161,11 @@ impl Engine {
             status: reg.status,
         };
         let mut state = self.shared.state.lock();
-        let pid = current_pid();
-        if state.pid != pid {
+        let generation = fork_generation();
+        if state.generation != generation {
             // A forked child: the parent's entries and thread are not ours.
             *state = State {
-                pid,
+                generation,
                 ..State::default()
             };
         }
@@ -190,7 +190,7 @@ impl Engine {
     /// Takes a hold out; returns once no tick can touch its lease again.
     pub(crate) fn unregister(&self, id: u64) -> Unregistered {
         let mut state = self.shared.state.lock();
-        if state.pid != current_pid() {
+        if state.generation != fork_generation() {
             return Unregistered::Gone;
         }
         while state.in_flight.contains(&id) {
@@ -212,7 +212,7 @@ impl Engine {
     /// How many holds are renewing (for tests and inspection).
     pub(crate) fn len(&self) -> usize {
         let state = self.shared.state.lock();
-        if state.pid != current_pid() {
+        if state.generation != fork_generation() {
             0
         } else {
             state.entries.len()
@@ -253,7 +253,7 @@ fn run(shared: Arc<Shared>) {
     let mut idle_since: Option<Instant> = None;
     loop {
         let mut state = shared.state.lock();
-        if state.pid != current_pid() {
+        if state.generation != fork_generation() {
             return;
         }
         let now = Instant::now();

@@ -21,7 +21,7 @@
 //! [`ReleaseOutcome::OtherProcess`] without touching the backend.
 
 use crate::adapter::Lease;
-use crate::args::{check_duration, check_key, current_pid};
+use crate::args::{check_duration, check_key, fork_generation};
 use crate::engine::{Engine, HoldStatus, Registration, Unregistered};
 use crate::error::Result;
 use crate::signal::AbortSignal;
@@ -120,7 +120,7 @@ pub struct Hold {
     id: u64,
     signal: AbortSignal,
     status: Arc<HoldStatus>,
-    pid: u32,
+    generation: u64,
     released: Mutex<bool>,
 }
 
@@ -168,7 +168,7 @@ impl Hold {
             id,
             signal,
             status,
-            pid: current_pid(),
+            generation: fork_generation(),
             released: Mutex::new(false),
         }))
     }
@@ -207,7 +207,7 @@ impl Hold {
     /// the hold has stopped renewing regardless, so the lease expires on its
     /// own within its ttl.
     pub fn release(&self) -> Result<ReleaseOutcome> {
-        if self.pid != current_pid() {
+        if self.generation != fork_generation() {
             return Ok(ReleaseOutcome::OtherProcess);
         }
         let mut released = self.released.lock();

@@ -25,7 +25,7 @@
 //! requires, and opens its own.
 
 use crate::adapter::{Adapter, Beat, Lease};
-use crate::args::{current_pid, mint_token};
+use crate::args::{fork_generation, mint_token};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
@@ -55,7 +55,7 @@ struct Pooled {
 }
 
 struct Pool {
-    pid: u32,
+    generation: u64,
     idle: Vec<Pooled>,
 }
 
@@ -209,7 +209,7 @@ impl Local {
             path,
             boot: boot_id(),
             pool: Mutex::new(Pool {
-                pid: current_pid(),
+                generation: fork_generation(),
                 idle: Vec::new(),
             }),
         };
@@ -247,13 +247,13 @@ impl Local {
     fn checkout(&self) -> Result<Pooled> {
         {
             let mut pool = self.pool.lock();
-            let pid = current_pid();
-            if pool.pid != pid {
+            let generation = fork_generation();
+            if pool.generation != generation {
                 // SQLite forbids using (or closing) a connection across fork.
                 for c in pool.idle.drain(..) {
                     std::mem::forget(c);
                 }
-                pool.pid = pid;
+                pool.generation = generation;
             }
             if let Some(con) = pool.idle.pop() {
                 return Ok(con);
@@ -264,9 +264,9 @@ impl Local {
 
     fn checkin(&self, con: Pooled) {
         let mut pool = self.pool.lock();
-        if pool.pid == current_pid() && pool.idle.len() < MAX_IDLE {
+        if pool.generation == fork_generation() && pool.idle.len() < MAX_IDLE {
             pool.idle.push(con);
-        } else if pool.pid != current_pid() {
+        } else if pool.generation != fork_generation() {
             std::mem::forget(con);
         }
     }

@@ -9,7 +9,7 @@
 //! leases either.
 
 use crate::adapter::{Adapter, Lease};
-use crate::args::{check_duration, check_key, current_pid};
+use crate::args::{check_duration, check_key, fork_generation};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::hold::{Hold, HoldOptions};
@@ -17,13 +17,14 @@ use crate::local::Local;
 use crate::memory::Memory;
 use crate::redis::Redis;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 struct Issued {
-    pid: u32,
-    leases: HashMap<String, Lease>,
+    generation: u64,
+    // Keyed by the lease's own shared key: no second allocation per key.
+    leases: HashMap<Arc<str>, Lease>,
 }
 
 struct Inner {
@@ -72,8 +73,8 @@ impl Locks {
             inner: Arc::new(Inner {
                 engine: Engine::new(adapter),
                 issued: Mutex::new(Issued {
-                    pid: current_pid(),
-                    leases: HashMap::new(),
+                    generation: fork_generation(),
+                    leases: HashMap::default(),
                 }),
             }),
         }
@@ -114,10 +115,10 @@ impl Locks {
 
     fn issued(&self) -> parking_lot::MutexGuard<'_, Issued> {
         let mut issued = self.inner.issued.lock();
-        let pid = current_pid();
-        if issued.pid != pid {
+        let generation = fork_generation();
+        if issued.generation != generation {
             issued.leases.clear();
-            issued.pid = pid;
+            issued.generation = generation;
         }
         issued
     }
@@ -131,7 +132,9 @@ impl Locks {
         check_duration("ttl", ttl)?;
         match self.adapter().acquire(key, ttl)? {
             Some(lease) => {
-                self.issued().leases.insert(key.to_owned(), lease);
+                self.issued()
+                    .leases
+                    .insert(lease.shared_key().clone(), lease);
                 Ok(true)
             }
             None => Ok(false),
@@ -163,12 +166,16 @@ impl Locks {
     /// release can be retried).
     pub fn release(&self, key: &str) -> Result<bool> {
         check_key("key", key)?;
-        let Some(lease) = self.issued().leases.get(key).cloned() else {
+        let Some(lease) = self.issued().leases.remove(key) else {
             return Ok(false);
         };
-        let released = self.adapter().release(&lease)?;
-        self.forget(&lease);
-        Ok(released)
+        self.adapter().release(&lease).inspect_err(|_| {
+            // Keep it, so the release can be retried.
+            self.issued()
+                .leases
+                .entry(lease.shared_key().clone())
+                .or_insert(lease.clone());
+        })
     }
 
     fn forget(&self, lease: &Lease) {

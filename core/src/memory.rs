@@ -12,14 +12,21 @@ use crate::adapter::{Adapter, Lease};
 use crate::args::mint_token;
 use crate::error::Result;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::time::{Duration, Instant};
 
 const MIN_PRUNE_AT: usize = 64;
 
 struct Entry {
-    token: String,
+    /// The owner token's bytes; tokens minted here are 32 ASCII bytes.
+    token: Vec<u8>,
     expires: Instant,
+}
+
+impl Entry {
+    fn owned_by(&self, lease: &Lease) -> bool {
+        self.token == lease.token().as_bytes()
+    }
 }
 
 struct State {
@@ -57,8 +64,8 @@ impl Memory {
     pub fn new() -> Self {
         Memory {
             state: Mutex::new(State {
-                leases: HashMap::new(),
-                flags: HashMap::new(),
+                leases: HashMap::default(),
+                flags: HashMap::default(),
                 fence: 0,
                 prune_at: MIN_PRUNE_AT,
             }),
@@ -99,16 +106,25 @@ impl Adapter for Memory {
         if state.live_lease(key, now).is_some() {
             return Ok(None);
         }
-        state.prune(now);
         state.fence += 1;
         let fence = state.fence;
-        state.leases.insert(
-            key.to_owned(),
-            Entry {
-                token: token.clone(),
-                expires: deadline(now, ttl),
-            },
-        );
+        let expires = deadline(now, ttl);
+        match state.leases.get_mut(key) {
+            // An expired or released entry: reuse its allocations.
+            Some(e) => {
+                e.token.clear();
+                e.token.extend_from_slice(token.as_bytes());
+                e.expires = expires;
+            }
+            None => {
+                state.prune(now);
+                let entry = Entry {
+                    token: token.as_bytes().to_vec(),
+                    expires,
+                };
+                state.leases.insert(key.to_owned(), entry);
+            }
+        }
         Ok(Some(Lease::new(key, token, fence)))
     }
 
@@ -116,7 +132,7 @@ impl Adapter for Memory {
         let now = Instant::now();
         let mut state = self.state.lock();
         match state.leases.get_mut(lease.key()) {
-            Some(e) if e.expires > now && e.token == lease.token() => {
+            Some(e) if e.expires > now && e.owned_by(lease) => {
                 e.expires = deadline(now, ttl);
                 Ok(true)
             }
@@ -127,13 +143,15 @@ impl Adapter for Memory {
     fn release(&self, lease: &Lease) -> Result<bool> {
         let now = Instant::now();
         let mut state = self.state.lock();
-        let owned = state
-            .live_lease(lease.key(), now)
-            .is_some_and(|e| e.token == lease.token());
-        if owned {
-            state.leases.remove(lease.key());
+        match state.leases.get_mut(lease.key()) {
+            Some(e) if e.expires > now && e.owned_by(lease) => {
+                // Expire it in place; the next acquire of this key reuses
+                // the entry, and pruning removes it if none comes.
+                e.expires = now;
+                Ok(true)
+            }
+            _ => Ok(false),
         }
-        Ok(owned)
     }
 
     fn held(&self, key: &str) -> Result<bool> {

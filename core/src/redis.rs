@@ -19,7 +19,7 @@
 //! its own. A connection that saw an error is discarded, not reused.
 
 use crate::adapter::{Adapter, Beat, Lease};
-use crate::args::{current_pid, millis_ceil, mint_token};
+use crate::args::{fork_generation, millis_ceil, mint_token};
 use crate::error::{Error, Result};
 use ::redis::{Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind};
 use parking_lot::Mutex;
@@ -56,7 +56,7 @@ end
 return 0";
 
 struct Pool {
-    pid: u32,
+    generation: u64,
     idle: Vec<Connection>,
 }
 
@@ -126,7 +126,7 @@ impl Redis {
             namespace: namespace.to_owned(),
             timeout,
             pool: Mutex::new(Pool {
-                pid: current_pid(),
+                generation: fork_generation(),
                 idle: Vec::new(),
             }),
             acquire: Script::new(ACQUIRE_LUA),
@@ -158,12 +158,12 @@ impl Redis {
     fn checkout(&self) -> Result<Connection> {
         {
             let mut pool = self.pool.lock();
-            let pid = current_pid();
-            if pool.pid != pid {
+            let generation = fork_generation();
+            if pool.generation != generation {
                 // Forked: these sockets are shared with the parent. Dropping
                 // closes only our copies; we never write to them.
                 pool.idle.clear();
-                pool.pid = pid;
+                pool.generation = generation;
             }
             if let Some(con) = pool.idle.pop() {
                 return Ok(con);
@@ -182,7 +182,7 @@ impl Redis {
 
     fn checkin(&self, con: Connection) {
         let mut pool = self.pool.lock();
-        if pool.pid == current_pid() && pool.idle.len() < MAX_IDLE && con.is_open() {
+        if pool.generation == fork_generation() && pool.idle.len() < MAX_IDLE && con.is_open() {
             pool.idle.push(con);
         }
     }
