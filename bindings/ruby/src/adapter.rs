@@ -13,51 +13,30 @@
 //! without it (see `nogvl`).
 
 use crate::args;
+use crate::error;
 use crate::hold::RbHold;
 use crate::nogvl::{nogvl, uninterruptible};
 use crate::signal::Signal;
-use crate::{error, fork};
 use magnus::{method, prelude::*, typed_data::Obj, Error, RModule, Ruby, Value};
 use mistri_locks::Locks;
-use std::borrow::Cow;
-use std::sync::{Mutex, PoisonError};
 
 #[magnus::wrap(class = "MistriLocks::Adapter", free_immediately, size)]
 pub struct Adapter {
+    /// After `fork` the core reconnects, forgets the parent's issued leases
+    /// and starts a fresh heartbeat engine by itself.
     locks: Locks,
-    /// The fork generation `locks` belongs to.
-    generation: u32,
-    /// In a forked child: the same backend with a fresh engine (see `fork`).
-    forked: Mutex<Option<(u32, Locks)>>,
     /// Operations are network round trips (release the GVL for them).
     remote: bool,
 }
 
 impl Adapter {
     pub fn new(locks: Locks, remote: bool) -> Self {
-        Adapter {
-            locks,
-            generation: fork::generation(),
-            forked: Mutex::new(None),
-            remote,
-        }
+        Adapter { locks, remote }
     }
 
-    /// The core object to use in this process.
-    fn locks(&self) -> Cow<'_, Locks> {
-        let generation = fork::generation();
-        if generation == self.generation {
-            return Cow::Borrowed(&self.locks);
-        }
-        let mut forked = self.forked.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*forked {
-            Some((g, locks)) if *g == generation => Cow::Owned(locks.clone()),
-            _ => {
-                let locks = self.locks.sharing_adapter();
-                *forked = Some((generation, locks.clone()));
-                Cow::Owned(locks)
-            }
-        }
+    /// The core object.
+    fn locks(&self) -> &Locks {
+        &self.locks
     }
 
     /// Runs one core operation, without the GVL if it is a round trip.
@@ -66,7 +45,7 @@ impl Adapter {
         ruby: &Ruby,
         op: impl FnOnce(&Locks) -> mistri_locks::Result<R>,
     ) -> Result<R, Error> {
-        let locks = &*self.locks();
+        let locks = self.locks();
         let result = if self.remote {
             nogvl(ruby, || op(locks), uninterruptible)?
         } else {

@@ -2,15 +2,8 @@
 //! `pthread_atfork` child handler, so a check costs one atomic load instead
 //! of a `getpid` system call.
 //!
-//! Why the face needs it: the core's heartbeat engine parks its thread on a
-//! `parking_lot` condvar. After `fork` the child's copy of that condvar
-//! still lists the parent's parked thread (parking_lot keeps waiters in a
-//! process-global table that fork copies); the child's first notify hands
-//! the engine's mutex to that thread, which does not exist in the child,
-//! and the next hold deadlocks. So an adapter used in a forked child moves
-//! to a fresh engine on the same backend (`Locks::sharing_adapter`: the
-//! child has no issued leases and no heartbeat of its parent's anyway).
-//! Workaround until the core's engine is fork-safe on its own.
+//! The delivery queue (`delivery.rs`) uses it: a forked child must start
+//! with an empty queue and its own delivery thread.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;

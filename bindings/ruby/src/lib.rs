@@ -19,6 +19,7 @@ mod delivery;
 mod error;
 mod fork;
 mod hold;
+mod local;
 mod memory;
 mod nogvl;
 mod redis;
@@ -59,5 +60,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     adapter::init(ruby, module)?;
     memory::init(ruby, module)?;
     redis::init(ruby, module)?;
+    local::init(ruby, module)?;
     Ok(())
 }

@@ -176,6 +176,23 @@ class SurfaceTest < Minitest::Test
     assert_raises(TypeError) { MistriLocks::Redis.new(url: 5) }
   end
 
+  def test_bad_local_paths
+    assert_raises(TypeError) { MistriLocks::Local.new(path: 5) }
+    assert_raises(ArgumentError) { MistriLocks::Local.new(path: "") }
+    Dir.mktmpdir do |dir|
+      corrupt = File.join(dir, "corrupt.db")
+      File.write(corrupt, "this is not an sqlite database\n" * 100)
+      error = assert_raises(MistriLocks::ConfigError) { MistriLocks::Local.new(path: corrupt) }
+      assert_includes error.message, "corrupt.db"
+      # a parent that is a file: unusable even for root
+      assert_raises(MistriLocks::ConfigError) { MistriLocks::Local.new(path: File.join(corrupt, "x.db")) }
+      # a Pathname works like a String
+      require "pathname"
+      local = MistriLocks::Local.new(path: Pathname.new(dir) / "ok.db")
+      assert local.acquire("k", ttl: 1)
+    end
+  end
+
   def test_an_unreachable_redis_is_a_connection_error
     probe = TCPServer.new("127.0.0.1", 0)
     port = probe.addr[1]

@@ -11,6 +11,8 @@ require "securerandom"
 require "socket"
 require "rbconfig"
 require "timeout"
+require "tmpdir"
+require "fileutils"
 
 module Clock
   def self.now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -94,6 +96,17 @@ module TestRedis
   end
 end
 
+# A scratch folder for Local database files, removed at exit.
+module TestLocal
+  def self.dir
+    @dir ||= begin
+      dir = Dir.mktmpdir("mistri-rb-local")
+      at_exit { FileUtils.rm_rf(dir) }
+      dir
+    end
+  end
+end
+
 # One backend per test: fresh state, and "other owners" that behave like
 # other processes.
 module Backends
@@ -119,10 +132,23 @@ module Backends
     end
   end
 
-  # Adding a backend (e.g. "Local") is one line here.
+  class Local
+    def initialize
+      # A fresh database file per test, in one scratch folder per run.
+      @path = File.join(TestLocal.dir, "#{SecureRandom.hex(6)}.db")
+      @first = owner
+    end
+
+    def locks = @first
+    def owner = MistriLocks::Local.new(path: @path)
+    def delete_lease(key) = owner.break_lease(key) || raise("no lease on #{key}")
+  end
+
+  # Adding a backend is one line here.
   FACTORIES = {
     "Memory" => -> { Memory.new },
     "Redis" => -> { Redis.new },
+    "Local" => -> { Local.new },
   }.freeze
 
   # Defines one Minitest class per backend, named "#{backend}#{suffix}",

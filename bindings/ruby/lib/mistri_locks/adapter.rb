@@ -56,4 +56,14 @@ module MistriLocks
     def self.new(url: DEFAULT_URL, namespace: DEFAULT_NAMESPACE) = _open(url, namespace)
     private_class_method :_open
   end
+
+  # Leases and flags shared by every process on this host (Puma or Unicorn
+  # workers, a Sidekiq swarm) through an SQLite database file: atomic across
+  # processes, no server. +path+ nil means the per-user default
+  # ($XDG_RUNTIME_DIR/mistri_locks/locks.db, else a private folder in the
+  # temp dir). A corrupt or unwritable file is a MistriLocks::ConfigError.
+  class Local < Adapter
+    def self.new(path: nil) = _open(path.nil? ? nil : File.path(path))
+    private_class_method :_open
+  end
 end
