@@ -4,6 +4,8 @@
 //! on a free loopback port) and may make several independent "processes" on
 //! it with `Fixture::owner()` (their own issued leases and heartbeat engine).
 
+mod common;
+use common::*;
 use mistri_locks::{AbortSignal, HoldOptions, Locks, ReleaseOutcome};
 use mistri_locks_testkit::RedisServer;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -87,18 +89,6 @@ impl Fixture {
             }
             None => assert!(self.owner().break_lease(key).unwrap()),
         }
-    }
-}
-
-fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(s)
-}
-
-fn opts(ttl: f64, heartbeat: f64) -> HoldOptions {
-    HoldOptions {
-        ttl: secs(ttl),
-        heartbeat: secs(heartbeat),
-        ..HoldOptions::default()
     }
 }
 

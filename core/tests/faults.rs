@@ -2,21 +2,11 @@
 //! the process-wide configuration (kept here, in its own binary, because it
 //! is global state).
 
-use mistri_locks::{Error, HoldOptions, Locks, ReleaseOutcome};
+mod common;
+use common::*;
+use mistri_locks::{Error, Locks, ReleaseOutcome};
 use mistri_locks_testkit::{RedisConfig, RedisServer};
-use std::time::{Duration, Instant};
-
-fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(s)
-}
-
-fn opts(ttl: f64, heartbeat: f64) -> HoldOptions {
-    HoldOptions {
-        ttl: secs(ttl),
-        heartbeat: secs(heartbeat),
-        ..HoldOptions::default()
-    }
-}
+use std::time::Instant;
 
 #[test]
 fn redis_going_away_loses_the_hold_once_the_deadline_passes() {

@@ -4,17 +4,11 @@
 //! parent's. In its own binary: forking a process full of test threads is
 //! asking for trouble.
 
+mod common;
+use common::*;
 use mistri_locks::{AbortSignal, HoldOptions, Locks, ReleaseOutcome};
 use mistri_locks_testkit::RedisServer;
 use std::time::Duration;
-
-fn opts(ttl: f64, heartbeat: f64) -> HoldOptions {
-    HoldOptions {
-        ttl: Duration::from_secs_f64(ttl),
-        heartbeat: Duration::from_secs_f64(heartbeat),
-        ..HoldOptions::default()
-    }
-}
 
 /// Runs `child` in a forked child with a 10 s alarm (a hang fails the test
 /// instead of wedging it) and returns its exit code.

@@ -2,6 +2,8 @@
 //! itself as the child processes: `child` below does nothing unless
 //! `MISTRI_TEST_ROLE` is set.
 
+mod common;
+use common::*;
 use mistri_locks::{Error, HoldOptions, Locks};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,18 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const KEY: &str = "contended";
-
-fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(s)
-}
-
-fn opts(ttl: f64, heartbeat: f64) -> HoldOptions {
-    HoldOptions {
-        ttl: secs(ttl),
-        heartbeat: secs(heartbeat),
-        ..HoldOptions::default()
-    }
-}
 
 struct Dir(PathBuf);
 

@@ -1,21 +1,10 @@
 //! Thread-count test, in its own test binary so that no other test's
 //! threads are counted.
 
+mod common;
+use common::*;
 use mistri_locks::{HoldOptions, Locks};
 use mistri_locks_testkit::{thread_count, RedisServer};
-use std::time::Duration;
-
-fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(s)
-}
-
-fn opts(ttl: f64, heartbeat: f64) -> HoldOptions {
-    HoldOptions {
-        ttl: secs(ttl),
-        heartbeat: secs(heartbeat),
-        ..HoldOptions::default()
-    }
-}
 
 fn thousand_holds(a: &Locks) {
     let before = thread_count();
