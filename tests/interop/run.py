@@ -1,0 +1,121 @@
+"""The interop matrix: on one throwaway redis-server, every language holds a
+lease with a stop key while every language (itself included) sees it held
+and raises the stop flag; the holder's signal must trip within a tick, the
+lease must then be free, and fencing numbers must rise across all rounds.
+
+Run by run.sh, which builds the three agents first."""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+AGENTS = {}  # language -> argv prefix
+TICK = 0.2  # the agents' heartbeat (tick = min(heartbeat, 1 s))
+SLACK = 0.5  # scheduling slack on a loaded machine
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis(workdir):
+    for _ in range(5):
+        port = free_port()
+        proc = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", workdir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(64).startswith(b"+PONG"):
+                        return proc, f"redis://127.0.0.1:{port}/0"
+            except OSError:
+                time.sleep(0.02)
+        proc.kill()
+    sys.exit("interop: could not start redis-server")
+
+
+def wait_for_line(path, prefix, limit):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line.strip(), time.monotonic()
+        time.sleep(0.005)
+    return None, time.monotonic()
+
+
+def round_trip(holder, stopper, url, ns, key, workdir):
+    out = os.path.join(workdir, f"{holder}-{stopper}.out")
+    with open(out, "w") as f:
+        proc = subprocess.Popen(AGENTS[holder] + ["hold", url, ns, key], stdout=f)
+    try:
+        held, _ = wait_for_line(out, "HELD", 20)
+        if held is None:
+            return False, f"{holder} never held ({open(out).read()!r})", None
+        fence = int(held.split()[1])
+        stop = subprocess.run(AGENTS[stopper] + ["stop", url, ns, key],
+                              capture_output=True, text=True, timeout=20)
+        raised = time.monotonic()
+        if stop.returncode != 0 or "HELD? true" not in stop.stdout.replace("True", "true"):
+            return False, f"{stopper} did not see the lease held: {stop.stdout!r}", fence
+        stopped, at = wait_for_line(out, "STOPPED", 5)
+        if stopped is None:
+            return False, f"{holder} was not stopped ({open(out).read()!r})", fence
+        took = at - raised
+        if took > TICK + SLACK:
+            return False, f"{holder} stopped {took:.3f} s after the flag", fence
+        if proc.wait(timeout=10) != 0:
+            return False, f"{holder} exited {proc.returncode}", fence
+        if ("stop:" + key) not in stopped:
+            return False, f"reason does not name the stop key: {stopped!r}", fence
+        third = [l for l in AGENTS if l not in (holder, stopper)] or [holder]
+        check = subprocess.run(AGENTS[third[0]] + ["check", url, ns, key],
+                               capture_output=True, text=True, timeout=20)
+        if "held=false" not in check.stdout:
+            return False, f"lease still held after release: {check.stdout!r}", fence
+        return True, f"stopped in {took:.3f} s, fence {fence}", fence
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def main():
+    root = sys.argv[1]
+    AGENTS["c"] = [sys.argv[2]]
+    AGENTS["python"] = [sys.argv[3], os.path.join(root, "tests/interop/agent.py")]
+    AGENTS["ruby"] = ["ruby", "-I", os.path.join(root, "bindings/ruby/lib"),
+                      os.path.join(root, "tests/interop/agent.rb")]
+    with tempfile.TemporaryDirectory(prefix="mistri-interop-") as workdir:
+        redis, url = start_redis(workdir)
+        try:
+            ns, key = f"mistri:interop:{os.getpid()}", "job"
+            passed = failed = 0
+            last_fence = 0
+            for holder in AGENTS:
+                for stopper in AGENTS:
+                    ok, detail, fence = round_trip(holder, stopper, url, ns, key, workdir)
+                    if ok and fence <= last_fence:
+                        ok, detail = False, f"fence {fence} after {last_fence}"
+                    last_fence = max(last_fence, fence or 0)
+                    print(f"{'ok  ' if ok else 'FAIL'} hold: {holder:<6} stop: {stopper:<6} {detail}")
+                    passed += ok
+                    failed += not ok
+        finally:
+            redis.kill()
+            redis.wait()
+    print(f"interop: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
