@@ -112,14 +112,15 @@ pub(crate) fn mint_token() -> Result<String> {
         }
         let start = pool.used;
         pool.used += 16;
-        let mut hex = [0u8; 32];
-        for (i, b) in pool.bytes[start..start + 16].iter().enumerate() {
-            hex[2 * i] = HEX[usize::from(b >> 4)];
-            hex[2 * i + 1] = HEX[usize::from(b & 15)];
+        let mut hex = Vec::with_capacity(32);
+        for b in &pool.bytes[start..start + 16] {
+            hex.push(HEX[usize::from(b >> 4)]);
+            hex.push(HEX[usize::from(b & 15)]);
         }
         // Forget the bytes once used.
         pool.bytes[start..start + 16].fill(0);
-        Ok(hex.iter().map(|&c| char::from(c)).collect())
+        // Only ASCII hex digits went in, so this never fails.
+        String::from_utf8(hex).map_err(|e| Error::System(format!("token encoding: {e}")))
     })
 }
 
