@@ -15,7 +15,7 @@ pub const MISTRI_HEARTBEAT: f64 = 60.0;
 /// `mistri_locks_set_flag` when you have no better value).
 pub const MISTRI_FLAG_TTL: f64 = 300.0;
 
-/// An adapter: a backend (Memory or Redis) plus the leases this handle has
+/// An adapter: a backend (Memory, Local or Redis) plus the leases this handle has
 /// acquired, and the heartbeat engine that renews its holds.
 ///
 /// Each handle is one *owner*: `mistri_locks_renew` and
@@ -23,7 +23,8 @@ pub const MISTRI_FLAG_TTL: f64 = 300.0;
 /// obtained from it with `mistri_configured`) acquired. Two handles made by
 /// `mistri_locks_memory_new` are two separate backends; use
 /// `mistri_locks_sharing_adapter` for a second owner on the same Memory
-/// backend. Two Redis handles on the same server and namespace are two
+/// backend. Two Redis handles on the same server and namespace (or two
+/// Local handles on the same file) are two
 /// owners of the same leases and flags, in this process or any other.
 ///
 /// Ownership: made by `mistri_locks_memory_new`, `mistri_locks_local_new`,
