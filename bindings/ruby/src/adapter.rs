@@ -54,42 +54,55 @@ impl Adapter {
         result.map_err(|e| error::to_ruby(ruby, e))
     }
 
+    /// Like [`Adapter::run`] for an operation on one key. Memory keeps the
+    /// GVL and borrows the key's bytes (no copy: the hot path of the seed's
+    /// contract); a round trip copies the key first, since another Ruby
+    /// thread may change the string while we run without the GVL.
+    fn run_keyed<R>(
+        &self,
+        ruby: &Ruby,
+        key: Value,
+        op: impl FnOnce(&Locks, &str) -> mistri_locks::Result<R>,
+    ) -> Result<R, Error> {
+        let locks = self.locks();
+        let result = if self.remote {
+            let key = args::key(ruby, "key", key)?;
+            nogvl(ruby, || op(locks, &key), uninterruptible)?
+        } else {
+            args::with_key(ruby, "key", key, |key| op(locks, key))?
+        };
+        result.map_err(|e| error::to_ruby(ruby, e))
+    }
+
     fn acquire(ruby: &Ruby, rb_self: &Self, key: Value, ttl: Value) -> Result<bool, Error> {
-        let key = args::key(ruby, "key", key)?;
         let ttl = args::duration(ruby, "ttl", ttl)?;
-        rb_self.run(ruby, |l| l.acquire(&key, ttl))
+        rb_self.run_keyed(ruby, key, |l, key| l.acquire(key, ttl))
     }
 
     fn renew(ruby: &Ruby, rb_self: &Self, key: Value, ttl: Value) -> Result<bool, Error> {
-        let key = args::key(ruby, "key", key)?;
         let ttl = args::duration(ruby, "ttl", ttl)?;
-        rb_self.run(ruby, |l| l.renew(&key, ttl))
+        rb_self.run_keyed(ruby, key, |l, key| l.renew(key, ttl))
     }
 
     fn release(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<bool, Error> {
-        let key = args::key(ruby, "key", key)?;
-        rb_self.run(ruby, |l| l.release(&key))
+        rb_self.run_keyed(ruby, key, |l, key| l.release(key))
     }
 
     fn held(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<bool, Error> {
-        let key = args::key(ruby, "key", key)?;
-        rb_self.run(ruby, |l| l.held(&key))
+        rb_self.run_keyed(ruby, key, |l, key| l.held(key))
     }
 
     fn set_flag(ruby: &Ruby, rb_self: &Self, key: Value, ttl: Value) -> Result<bool, Error> {
-        let key = args::key(ruby, "key", key)?;
         let ttl = args::duration(ruby, "ttl", ttl)?;
-        rb_self.run(ruby, |l| l.set_flag(&key, ttl).map(|()| true))
+        rb_self.run_keyed(ruby, key, |l, key| l.set_flag(key, ttl).map(|()| true))
     }
 
     fn flag(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<bool, Error> {
-        let key = args::key(ruby, "key", key)?;
-        rb_self.run(ruby, |l| l.flag(&key))
+        rb_self.run_keyed(ruby, key, |l, key| l.flag(key))
     }
 
     fn clear_flag(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<bool, Error> {
-        let key = args::key(ruby, "key", key)?;
-        rb_self.run(ruby, |l| l.clear_flag(&key).map(|()| true))
+        rb_self.run_keyed(ruby, key, |l, key| l.clear_flag(key).map(|()| true))
     }
 
     /// The fencing number of this adapter's lease on `key`, or nil.

@@ -32,6 +32,27 @@ pub fn key(ruby: &Ruby, what: &str, v: Value) -> Result<String, Error> {
     ))
 }
 
+/// Calls `f` with the key as a `&str`, borrowing a UTF-8 String's bytes
+/// instead of copying them when it can. Only for work that keeps the GVL
+/// and never calls back into Ruby (Memory operations): with the GVL held
+/// and no Ruby code running, nothing can modify or free the string, and the
+/// `Value` on our stack keeps it alive.
+pub fn with_key<R>(
+    ruby: &Ruby,
+    what: &str,
+    v: Value,
+    f: impl FnOnce(&str) -> R,
+) -> Result<R, Error> {
+    if let Some(s) = RString::from_value(v) {
+        // SAFETY: see above; the borrow ends when `f` returns.
+        if let Some(borrowed) = unsafe { s.test_as_str() } {
+            return Ok(f(borrowed));
+        }
+    }
+    let owned = key(ruby, what, v)?;
+    Ok(f(&owned))
+}
+
 /// Seconds as a Ruby number (Integer, Float, or another Numeric such as a
 /// Rational), as a plain `f64`. Anything else is a TypeError.
 pub fn seconds(ruby: &Ruby, what: &str, v: Value) -> Result<f64, Error> {
