@@ -1,4 +1,4 @@
-//! The adapter trait: what a backend (Memory, Redis, later Local) must do.
+//! The adapter trait: what a backend (Memory, Local, Redis) must do.
 //!
 //! The trait passes ownership explicitly: `acquire` returns a [`Lease`]
 //! carrying the key, the owner token and the fencing number, and `renew` /
@@ -12,7 +12,7 @@
 
 use crate::error::Result;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A lease this process holds on a key: the proof of ownership that renew
 /// and release present.
@@ -62,14 +62,42 @@ impl Lease {
     }
 }
 
-/// One heartbeat tick's answers, in request order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// One renewal of a heartbeat tick.
+#[derive(Debug, Clone, Copy)]
+pub struct Renewal<'a> {
+    /// The lease to extend (its token must still own the key).
+    pub lease: &'a Lease,
+    /// The new time to live, from when the backend applies the renewal.
+    pub ttl: Duration,
+    /// Apply only if at least this much of the lease's current life is
+    /// left when the backend sees the renewal. The engine passes its safety
+    /// margin plus the last round-trip time, so a renewal that arrives after
+    /// the holder was told it may have lost the lease can never extend it
+    /// (see `docs/PROTOCOL.md`). Zero: no such condition.
+    pub min_left: Duration,
+}
+
+/// What one renewal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewed {
+    /// The token owned the key and the lease is extended.
+    Yes,
+    /// The lease is gone, or another token owns the key.
+    NotHeld,
+    /// The token still owns the key but less than `min_left` of its life
+    /// was left: not extended, and its holder must consider it lost.
+    TooLate,
+}
+
+/// One heartbeat tick's answers, in request order, one result per item: a
+/// failure of one item (a server error, a malformed reply) does not decide
+/// the others.
+#[derive(Debug, Default)]
 pub struct Beat {
-    /// For each renewal: did the lease's owner token still own the key (and
-    /// so was it extended)?
-    pub renewed: Vec<bool>,
-    /// For each flag key: is the flag up?
-    pub flags: Vec<bool>,
+    /// For each renewal: what it found, or why it has no answer.
+    pub renewals: Vec<Result<Renewed>>,
+    /// For each flag key: is the flag up, or why there is no answer.
+    pub flags: Vec<Result<bool>>,
 }
 
 /// A backend for leases and flags. Object-safe, shared between threads.
@@ -81,6 +109,14 @@ pub struct Beat {
 pub trait Adapter: Send + Sync + 'static {
     /// A short name for messages and inspection: `"memory"`, `"redis"`.
     fn name(&self) -> &'static str;
+
+    /// The longest one operation may block on I/O (Redis: the socket
+    /// timeout; Local: the lock wait). Zero for in-process adapters. The
+    /// engine caps each tick by it and counts it into the default safety
+    /// margin.
+    fn io_timeout(&self) -> Duration {
+        Duration::ZERO
+    }
 
     /// Takes the lease on `key` for `ttl` if no live lease exists, minting a
     /// fresh owner token and the next fencing number.
@@ -111,20 +147,45 @@ pub trait Adapter: Send + Sync + 'static {
     /// Lowers the flag `key` (no error if it was down).
     fn clear_flag(&self, key: &str) -> Result<()>;
 
-    /// One heartbeat tick: renew each `(lease, ttl)` and read each flag.
+    /// Extends `renewal.lease` if its token still owns the key and at least
+    /// `renewal.min_left` of its life is left.
+    fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed>;
+
+    /// One heartbeat tick: every renewal and every flag read, answered by
+    /// `deadline`.
     ///
-    /// Networked adapters override this to send everything in one round
-    /// trip; the default does one call per item. An `Err` means the whole
-    /// batch's outcome is unknown (the engine retries until deadlines pass).
-    fn beat(&self, renewals: &[(&Lease, Duration)], flags: &[&str]) -> Result<Beat> {
-        let renewed = renewals
+    /// Networked adapters send everything in one round trip and must not
+    /// block past `deadline` (a timeout drops the connection; the next
+    /// tick uses a fresh one). `Err` means no item has an answer; per-item
+    /// failures go in the [`Beat`]. The default does one call per item and
+    /// gives the items still waiting at `deadline` a timeout error.
+    fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
+        let late = || {
+            crate::Error::Connection(format!(
+                "{} did not answer before the tick's deadline",
+                self.name()
+            ))
+        };
+        let renewals = renewals
             .iter()
-            .map(|(lease, ttl)| self.renew(lease, *ttl))
-            .collect::<Result<Vec<_>>>()?;
+            .map(|r| {
+                if Instant::now() >= deadline {
+                    Err(late())
+                } else {
+                    self.renew_within(r)
+                }
+            })
+            .collect();
         let flags = flags
             .iter()
-            .map(|key| self.flag(key))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Beat { renewed, flags })
+            .map(|key| {
+                if Instant::now() >= deadline {
+                    Err(late())
+                } else {
+                    self.flag(key)
+                }
+            })
+            .collect();
+        Ok(Beat { renewals, flags })
     }
 }

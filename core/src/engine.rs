@@ -1,47 +1,64 @@
-//! The heartbeat engine: one thread per [`crate::Locks`] renews every hold
-//! made through it and reads their stop flags, batching all work due in the
-//! same tick into one [`Adapter::beat`] call (one pipelined round trip on
-//! Redis). A process holding 10,000 leases runs one heartbeat thread, not
-//! 10,000.
+//! The heartbeat engine: renews every hold made through one
+//! [`crate::Locks`] and reads their stop flags, batching all work due in the
+//! same tick into one [`Adapter::beat`] (one pipelined round trip on Redis),
+//! and tells each holder *before* its lease could belong to anyone else.
 //!
-//! Schedule per hold:
-//! - renew every `min(heartbeat, ttl / 3)`, so a lease never lapses between
-//!   renewals even when the caller passes `heartbeat >= ttl`;
-//! - read the stop flag every tick, `tick = min(heartbeat, 1 s)`, until it is
-//!   seen up once;
-//! - work due within a quarter interval of now is pulled into the current
-//!   batch, so holds drift into shared ticks instead of each waking alone.
+//! Two threads per engine, so that no I/O call can decide when a deadline
+//! is noticed:
+//! - the **scheduler** (`mistri-heartbeat`) never does I/O. It keeps the
+//!   schedule, hands due work to the I/O thread, and trips every hold whose
+//!   *safe deadline* passes without a newer confirmed renewal, from its own
+//!   timer, whatever the I/O thread is doing;
+//! - the **I/O thread** (`mistri-heartbeat-io`) runs one batch at a time,
+//!   each bounded by a wall-clock deadline: the earliest safe deadline of
+//!   any hold of the engine (capped by the adapter's I/O timeout). Then it
+//!   deletes the leases of holds dropped without a release (faces' GC).
 //!
-//! Outcomes: a renewal answered "not yours" (gone, expired or taken) marks
-//! the hold *lost* at once. A renewal that errors is retried every tick; when
-//! the lease's own deadline (send time of the last good renewal + ttl) has
-//! passed, the hold is lost. Lost holds leave the engine and their signal is
-//! tripped with a reason that says the lease was lost.
+//! Schedule per hold (`ttl`, `heartbeat`, margin `m`):
+//! - renew every `min(heartbeat, ttl / 3)`; read the stop flag every tick,
+//!   `tick = min(heartbeat, 1 s, renew interval)`; both floored at
+//!   [`MIN_HEARTBEAT`]; a failed renewal is retried every tick;
+//! - safe deadline = send time of the last confirmed renewal (at first, of
+//!   the acquire) + `ttl` − `m`. The backend applied that renewal after it
+//!   was sent, so the lease lives until at least send time + `ttl`: the
+//!   holder hears `m` before the earliest moment anyone else can take it;
+//! - every renewal carries `min_left = m + last round-trip time`: the
+//!   backend refuses it ([`Renewed::TooLate`]) unless that much of the
+//!   lease's life is left, so a renewal that arrives after the safe
+//!   deadline can never extend a lease its holder was told it lost.
 //!
-//! Release protocol: [`Engine::unregister`] waits while the entry is in an
-//! in-flight batch, then removes it under the lock, so once it returns no
-//! tick will ever touch that lease again.
+//! Outcomes: a renewal answered "not held" or "too late" marks the hold
+//! *lost* at once; one that fails is retried; the safe deadline passing
+//! marks it lost. Lost holds leave the engine; their signal is latched at
+//! once (waiters wake) with a reason starting `lease lost:`, and its
+//! callbacks run on the notifier thread ([`crate::notify`]), never here.
+//! If a hold is lost by its deadline while a renewal of it is in flight and
+//! that renewal then succeeds (it arrived in time but its answer did not),
+//! the engine deletes the lease so it does not linger.
 //!
-//! Fork: the engine's mutex and condvars are `std::sync` ones (see
-//! `crate::sync`): parking_lot would leave the parent's parked heartbeat
-//! thread queued on them in the child, and the child's first `hold` would
-//! hang.
+//! Release: [`Engine::unregister`] removes the entry under the lock and
+//! returns at once, even while a batch holding a renewal of it is in
+//! flight. Renewals compare the owner token, so a renewal that reaches the
+//! backend after the holder's delete finds nothing to extend; one that
+//! reaches it before is undone by the delete.
 //!
-//! Lock order: the engine's state mutex is never held while calling the
-//! adapter or tripping a signal (callbacks run with no engine lock held, so
-//! a callback may release holds).
+//! Fork: the engine's shared state is a [`ForkLocal`]; a forked child
+//! builds an empty engine of its own on first use without touching the
+//! parent's mutex (which another thread may have held at the fork). The
+//! child has no heartbeat threads until it makes a hold.
 //!
-//! The thread exits after [`IDLE_EXIT`] with no entries and is started again
-//! on the next registration. After `fork`, the child's engine state is
-//! discarded on first use: the child has no heartbeat thread and never
-//! renews its parent's leases.
+//! Lock order: the state mutex is never held while calling the adapter,
+//! tripping a signal or starting a thread's work; it is a leaf.
+//!
+//! Both threads exit after [`IDLE_EXIT`] with nothing to do and are started
+//! again by the next registration.
 
-use crate::adapter::{Adapter, Lease};
-use crate::args::fork_generation;
+use crate::adapter::{Adapter, Lease, Renewal, Renewed};
 use crate::error::{Error, Result};
+use crate::fork::ForkLocal;
 use crate::signal::AbortSignal;
 use crate::sync::{Condvar, Mutex};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +67,25 @@ use std::time::{Duration, Instant};
 pub const IDLE_EXIT: Duration = Duration::from_secs(2);
 /// Upper bound of the stop-flag tick.
 pub const MAX_TICK: Duration = Duration::from_secs(1);
+/// The engine's resolution: shorter heartbeats are treated as this.
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(1);
+/// The least default safety margin (unless a quarter of the ttl is less):
+/// room for the scheduler to wake up late on a loaded machine.
+pub const MIN_MARGIN: Duration = Duration::from_millis(25);
+
+/// The default safety margin for a hold: `min(ttl / 4, max(tick + io, 25 ms))`
+/// where `io` is the adapter's I/O timeout.
+pub fn default_margin(ttl: Duration, heartbeat: Duration, io_timeout: Duration) -> Duration {
+    let (_, tick) = intervals(ttl, heartbeat);
+    (ttl / 4).min((tick + io_timeout).max(MIN_MARGIN))
+}
+
+/// `(renew interval, tick)` for a hold.
+fn intervals(ttl: Duration, heartbeat: Duration) -> (Duration, Duration) {
+    let renew_every = heartbeat.min(ttl / 3).max(MIN_HEARTBEAT);
+    let tick = heartbeat.min(MAX_TICK).min(renew_every).max(MIN_HEARTBEAT);
+    (renew_every, tick)
+}
 
 /// What the engine and the [`crate::Hold`] share about one hold.
 #[derive(Debug, Default)]
@@ -61,18 +97,26 @@ pub(crate) struct Registration {
     pub lease: Lease,
     pub ttl: Duration,
     pub heartbeat: Duration,
+    pub margin: Duration,
     pub stop_key: Option<String>,
     pub signal: AbortSignal,
     pub status: Arc<HoldStatus>,
+    /// When the acquire was sent, and when its answer came.
+    pub sent: Instant,
+    pub confirmed: Instant,
 }
 
 struct Entry {
     lease: Lease,
     ttl: Duration,
+    margin: Duration,
     renew_every: Duration,
     tick: Duration,
     next_renew: Instant,
-    deadline: Instant,
+    safe_deadline: Instant,
+    /// Round trip of the last confirmed renewal (or the acquire).
+    rtt: Duration,
+    last_error: Option<String>,
     stop_key: Option<String>,
     next_check: Instant,
     signal: AbortSignal,
@@ -80,40 +124,66 @@ struct Entry {
 }
 
 impl Entry {
-    fn checks_flag(&self) -> bool {
-        self.stop_key.is_some()
-    }
     fn next_due(&self) -> Instant {
-        if self.checks_flag() {
-            self.next_renew.min(self.next_check)
-        } else {
-            self.next_renew
+        match self.stop_key {
+            Some(_) => self.next_renew.min(self.next_check),
+            None => self.next_renew,
         }
     }
 }
 
+/// A batch for the I/O thread.
+#[derive(Default)]
+struct Job {
+    renew_ids: Vec<u64>,
+    renewals: Vec<(Lease, Duration, Duration)>,
+    check_ids: Vec<u64>,
+    checks: Vec<String>,
+    deletes: Vec<Lease>,
+    deadline: Option<Instant>,
+}
+
 #[derive(Default)]
 struct State {
-    generation: u64,
     entries: HashMap<u64, Entry>,
     next_id: u64,
-    running: bool,
-    in_flight: Vec<u64>,
+    scheduler_running: bool,
+    io_running: bool,
+    /// A job is with the I/O thread (waiting or running).
+    io_busy: bool,
+    job: Option<Job>,
+    /// Entries lost by deadline while a renewal of theirs was in flight.
+    orphans: HashSet<u64>,
+    in_flight: HashSet<u64>,
+    /// Leases to delete in the background (holds dropped without release).
+    deletes: Vec<Lease>,
 }
 
 struct Shared {
     adapter: Arc<dyn Adapter>,
     state: Mutex<State>,
-    /// Wakes the heartbeat thread (new entry, or shutdown).
+    /// Wakes the scheduler (new entry, batch done, deletes queued).
     wake: Condvar,
-    /// Wakes releasers waiting for an in-flight batch.
-    batch_done: Condvar,
+    /// Wakes the I/O thread (a job is ready).
+    io_wake: Condvar,
+}
+
+impl Shared {
+    fn new(adapter: Arc<dyn Adapter>) -> Arc<Shared> {
+        Arc::new(Shared {
+            adapter,
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            io_wake: Condvar::new(),
+        })
+    }
 }
 
 /// A handle to one engine. Cloning shares it.
 #[derive(Clone)]
 pub(crate) struct Engine {
-    shared: Arc<Shared>,
+    shared: Arc<ForkLocal<Arc<Shared>>>,
+    adapter: Arc<dyn Adapter>,
 }
 
 /// What [`Engine::unregister`] found.
@@ -121,243 +191,385 @@ pub(crate) struct Engine {
 pub(crate) enum Unregistered {
     /// It was renewing; it is out now.
     Removed,
-    /// It had already left (lost).
+    /// It had already left (lost), or this is a forked child.
     Gone,
+}
+
+type Trips = Vec<(AbortSignal, String)>;
+
+fn trip_all(trips: Trips) {
+    for (signal, reason) in trips {
+        if let Some(pending) = signal.trip(Some(&reason)) {
+            crate::notify::run_later(pending);
+        }
+    }
 }
 
 impl Engine {
     pub(crate) fn new(adapter: Arc<dyn Adapter>) -> Self {
         Engine {
-            shared: Arc::new(Shared {
-                adapter,
-                state: Mutex::new(State {
-                    generation: fork_generation(),
-                    ..State::default()
-                }),
-                wake: Condvar::new(),
-                batch_done: Condvar::new(),
-            }),
+            shared: Arc::new(ForkLocal::new(Shared::new(adapter.clone()), |parent| {
+                Shared::new(parent.adapter.clone())
+            })),
+            adapter,
         }
     }
 
-    /// Adds a hold; starts the heartbeat thread if none runs.
-    pub(crate) fn register(&self, reg: Registration, acquired_at: Instant) -> Result<u64> {
-        let renew_every = reg
-            .heartbeat
-            .min(reg.ttl / 3)
-            .max(Duration::from_micros(100));
-        let tick = reg.heartbeat.min(MAX_TICK).min(renew_every);
+    fn shared(&self) -> &Arc<Shared> {
+        self.shared.get()
+    }
+
+    /// Adds a hold; starts the heartbeat threads if they are not running.
+    ///
+    /// # Errors
+    /// [`Error::System`] if a thread cannot be started.
+    pub(crate) fn register(&self, reg: Registration) -> Result<u64> {
+        let (renew_every, tick) = intervals(reg.ttl, reg.heartbeat);
         let entry = Entry {
-            next_renew: acquired_at + renew_every,
-            deadline: acquired_at + reg.ttl,
+            next_renew: reg.sent + renew_every,
+            safe_deadline: (reg.sent + reg.ttl)
+                .checked_sub(reg.margin)
+                .unwrap_or(reg.sent),
+            rtt: reg.confirmed.saturating_duration_since(reg.sent),
+            last_error: None,
             // Read the stop flag right away: it may be up already.
-            next_check: acquired_at,
+            next_check: reg.confirmed,
             lease: reg.lease,
             ttl: reg.ttl,
+            margin: reg.margin,
             renew_every,
             tick,
             stop_key: reg.stop_key,
             signal: reg.signal,
             status: reg.status,
         };
-        let mut state = self.shared.state.lock();
-        let generation = fork_generation();
-        if state.generation != generation {
-            // A forked child: the parent's entries and thread are not ours.
-            *state = State {
-                generation,
-                ..State::default()
-            };
-        }
+        let shared = self.shared();
+        let mut state = shared.state.lock();
+        ensure_threads(shared, &mut state)?;
         state.next_id += 1;
         let id = state.next_id;
         state.entries.insert(id, entry);
-        if !state.running {
-            let shared = self.shared.clone();
-            std::thread::Builder::new()
-                .name("mistri-heartbeat".into())
-                .spawn(move || run(shared))
-                .map_err(|e| {
-                    state.entries.remove(&id);
-                    Error::System(format!("cannot start the heartbeat thread: {e}"))
-                })?;
-            state.running = true;
-        }
-        self.shared.wake.notify_one();
+        shared.wake.notify_one();
         Ok(id)
     }
 
-    /// Takes a hold out; returns once no tick can touch its lease again.
+    /// Takes a hold out. Returns at once: from now on no batch touches the
+    /// entry, and no renewal of it can outlive the holder's delete (see the
+    /// module header).
     pub(crate) fn unregister(&self, id: u64) -> Unregistered {
-        let mut state = self.shared.state.lock();
-        if state.generation != fork_generation() {
-            return Unregistered::Gone;
-        }
-        while state.in_flight.contains(&id) {
-            state = self.shared.batch_done.wait(state);
-        }
+        let shared = self.shared();
+        let mut state = shared.state.lock();
         match state.entries.remove(&id) {
             Some(_) => {
-                self.shared.wake.notify_one();
+                shared.wake.notify_one();
                 Unregistered::Removed
             }
             None => Unregistered::Gone,
         }
     }
 
+    /// Deletes `lease` on the I/O thread, soon; for holds dropped where no
+    /// I/O may happen (a Ruby GC free function). If no thread can be
+    /// started, the lease is left to expire at its ttl.
+    pub(crate) fn delete_later(&self, lease: Lease) {
+        let shared = self.shared();
+        let mut state = shared.state.lock();
+        if ensure_threads(shared, &mut state).is_ok() {
+            state.deletes.push(lease);
+            shared.wake.notify_one();
+        }
+    }
+
     pub(crate) fn adapter(&self) -> &Arc<dyn Adapter> {
-        &self.shared.adapter
+        &self.adapter
     }
 
     /// How many holds are renewing (for tests and inspection).
     pub(crate) fn len(&self) -> usize {
-        let state = self.shared.state.lock();
-        if state.generation != fork_generation() {
-            0
-        } else {
-            state.entries.len()
-        }
+        self.shared().state.lock().entries.len()
     }
 }
 
-struct Batch {
-    renew_ids: Vec<u64>,
-    renewals: Vec<(Lease, Duration)>,
-    check_ids: Vec<u64>,
-    checks: Vec<String>,
+fn ensure_threads(shared: &Arc<Shared>, state: &mut State) -> Result<()> {
+    let spawn = |name: &str, body: fn(Arc<Shared>), shared: Arc<Shared>| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || body(shared))
+            .map(drop)
+            .map_err(|e| Error::System(format!("cannot start the {name} thread: {e}")))
+    };
+    if !state.io_running {
+        spawn("mistri-heartbeat-io", run_io, shared.clone())?;
+        state.io_running = true;
+    }
+    if !state.scheduler_running {
+        spawn("mistri-heartbeat", run_scheduler, shared.clone())?;
+        state.scheduler_running = true;
+    }
+    Ok(())
 }
 
-fn collect_due(state: &mut State, now: Instant) -> Batch {
-    let mut batch = Batch {
-        renew_ids: Vec::new(),
-        renewals: Vec::new(),
-        check_ids: Vec::new(),
-        checks: Vec::new(),
-    };
+/// Removes the entries whose safe deadline has passed; their trips.
+fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
+    let expired: Vec<u64> = state
+        .entries
+        .iter()
+        .filter(|(_, e)| e.safe_deadline <= now)
+        .map(|(id, _)| *id)
+        .collect();
+    for id in expired {
+        let Some(e) = state.entries.remove(&id) else {
+            continue;
+        };
+        if state.in_flight.contains(&id) {
+            state.orphans.insert(id);
+        }
+        let why = match &e.last_error {
+            Some(err) => format!("; last error: {err}"),
+            None => String::new(),
+        };
+        let reason = format!(
+            "lease lost: no renewal of {:?} was confirmed before its safe deadline (ttl {:.3} s, \
+             safety margin {:.3} s); it may expire within {:.3} s{why}",
+            e.lease.key(),
+            e.ttl.as_secs_f64(),
+            e.margin.as_secs_f64(),
+            e.margin.as_secs_f64(),
+        );
+        e.status.lost.store(true, Ordering::SeqCst);
+        trips.push((e.signal, reason));
+    }
+}
+
+/// The due work, as a job bounded by the earliest safe deadline.
+fn collect_due(state: &mut State, now: Instant) -> Option<Job> {
+    let mut job = Job::default();
     for (id, e) in &state.entries {
         if e.next_renew <= now + e.renew_every / 4 {
-            batch.renew_ids.push(*id);
-            batch.renewals.push((e.lease.clone(), e.ttl));
+            job.renew_ids.push(*id);
+            job.renewals
+                .push((e.lease.clone(), e.ttl, e.margin.saturating_add(e.rtt)));
         }
         if let Some(stop_key) = &e.stop_key {
             if e.next_check <= now + e.tick / 4 {
-                batch.check_ids.push(*id);
-                batch.checks.push(stop_key.clone());
+                job.check_ids.push(*id);
+                job.checks.push(stop_key.clone());
             }
         }
     }
-    batch
+    job.deletes = std::mem::take(&mut state.deletes);
+    if job.renew_ids.is_empty() && job.check_ids.is_empty() && job.deletes.is_empty() {
+        return None;
+    }
+    job.deadline = state.entries.values().map(|e| e.safe_deadline).min();
+    state.in_flight = job.renew_ids.iter().copied().collect();
+    Some(job)
 }
 
-fn run(shared: Arc<Shared>) {
+fn run_scheduler(shared: Arc<Shared>) {
     let mut idle_since: Option<Instant> = None;
+    let mut state = shared.state.lock();
     loop {
-        let mut state = shared.state.lock();
-        if state.generation != fork_generation() {
-            return;
-        }
         let now = Instant::now();
-        if state.entries.is_empty() {
+        let mut trips = Trips::new();
+        expire(&mut state, now, &mut trips);
+        if !trips.is_empty() {
+            drop(state);
+            trip_all(trips);
+            state = shared.state.lock();
+            continue;
+        }
+        if !state.io_busy {
+            if let Some(job) = collect_due(&mut state, now) {
+                state.job = Some(job);
+                state.io_busy = true;
+                shared.io_wake.notify_one();
+            }
+        }
+        let idle = state.entries.is_empty() && !state.io_busy && state.deletes.is_empty();
+        let mut wake_at = state.entries.values().map(|e| e.safe_deadline).min();
+        if !state.io_busy {
+            let due = state.entries.values().map(Entry::next_due).min();
+            wake_at = match (wake_at, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        if idle {
             let since = *idle_since.get_or_insert(now);
             if now >= since + IDLE_EXIT {
-                state.running = false;
+                state.scheduler_running = false;
                 return;
             }
-            drop(shared.wake.wait_until(state, since + IDLE_EXIT));
-            continue;
+            wake_at = Some(since + IDLE_EXIT);
+        } else {
+            idle_since = None;
         }
-        idle_since = None;
-        let next = state
-            .entries
-            .values()
-            .map(Entry::next_due)
-            .min()
-            .unwrap_or(now);
-        if next > now {
-            drop(shared.wake.wait_until(state, next));
-            continue;
+        state = match wake_at {
+            Some(at) => shared.wake.wait_until(state, at).0,
+            None => shared.wake.wait(state),
+        };
+    }
+}
+
+fn run_io(shared: Arc<Shared>) {
+    loop {
+        let mut job = {
+            let mut state = shared.state.lock();
+            let idle_until = Instant::now() + IDLE_EXIT;
+            loop {
+                if let Some(job) = state.job.take() {
+                    break job;
+                }
+                let (guard, timed_out) = shared.io_wake.wait_until(state, idle_until);
+                state = guard;
+                if timed_out && state.job.is_none() {
+                    state.io_running = false;
+                    return;
+                }
+            }
+        };
+        // Bounded by the earliest safe deadline of the engine's holds, and
+        // by the adapter's own I/O timeout (none for in-process adapters).
+        let cap = shared.adapter.io_timeout();
+        let mut deadline = job.deadline.unwrap_or_else(|| Instant::now() + MAX_TICK);
+        if !cap.is_zero() {
+            deadline = deadline.min(Instant::now() + cap);
         }
-        let batch = collect_due(&mut state, now);
-        state.in_flight = batch
-            .renew_ids
+        let renewals: Vec<Renewal<'_>> = job
+            .renewals
             .iter()
-            .chain(&batch.check_ids)
-            .copied()
+            .map(|(lease, ttl, min_left)| Renewal {
+                lease,
+                ttl: *ttl,
+                min_left: *min_left,
+            })
             .collect();
-        drop(state);
-
+        let checks: Vec<&str> = job.checks.iter().map(String::as_str).collect();
         let sent = Instant::now();
-        let renewals: Vec<(&Lease, Duration)> =
-            batch.renewals.iter().map(|(l, t)| (l, *t)).collect();
-        let checks: Vec<&str> = batch.checks.iter().map(String::as_str).collect();
-        let result = shared.adapter.beat(&renewals, &checks);
+        let result = if renewals.is_empty() && checks.is_empty() {
+            Ok(Default::default())
+        } else {
+            shared.adapter.beat(&renewals, &checks, deadline)
+        };
         let done = Instant::now();
+        drop(renewals);
 
-        let mut trips: Vec<(AbortSignal, String)> = Vec::new();
-        let mut state = shared.state.lock();
-        match &result {
-            Ok(beat) => {
-                for (i, id) in batch.renew_ids.iter().enumerate() {
-                    let renewed = beat.renewed.get(i).copied().unwrap_or(false);
-                    if renewed {
-                        if let Some(e) = state.entries.get_mut(id) {
-                            e.deadline = sent + e.ttl;
-                            e.next_renew = sent + e.renew_every;
-                        }
-                    } else if let Some(e) = state.entries.remove(id) {
-                        let reason = format!(
-                            "lease lost: {:?} is no longer held by this holder (it expired, was taken or was broken)",
-                            e.lease.key()
-                        );
-                        e.status.lost.store(true, Ordering::SeqCst);
-                        trips.push((e.signal, reason));
-                    }
-                }
-                for (i, id) in batch.check_ids.iter().enumerate() {
-                    let up = beat.flags.get(i).copied().unwrap_or(false);
-                    if let Some(e) = state.entries.get_mut(id) {
-                        if up {
-                            let key = e.stop_key.take().unwrap_or_default();
-                            trips.push((e.signal.clone(), format!("stop flag {key:?} raised")));
-                        } else {
-                            e.next_check = sent + e.tick;
-                        }
-                    }
+        let mut trips = Trips::new();
+        let mut deletes = std::mem::take(&mut job.deletes);
+        {
+            let mut state = shared.state.lock();
+            apply(
+                &mut state,
+                &job,
+                result,
+                sent,
+                done,
+                &mut trips,
+                &mut deletes,
+            );
+            state.in_flight.clear();
+            state.orphans.clear();
+            state.io_busy = false;
+            shared.wake.notify_one();
+        }
+        trip_all(trips);
+        for lease in deletes {
+            // Best effort, bounded by the adapter's own timeout; a lease
+            // that can't be deleted expires at its ttl.
+            let _ = shared.adapter.release(&lease);
+        }
+    }
+}
+
+fn apply(
+    state: &mut State,
+    job: &Job,
+    result: Result<crate::adapter::Beat>,
+    sent: Instant,
+    done: Instant,
+    trips: &mut Trips,
+    deletes: &mut Vec<Lease>,
+) {
+    let beat = match result {
+        Ok(beat) => beat,
+        Err(err) => {
+            let text = err.to_string();
+            for id in &job.renew_ids {
+                if let Some(e) = state.entries.get_mut(id) {
+                    e.next_renew = done + e.tick;
+                    e.last_error = Some(text.clone());
                 }
             }
+            for id in &job.check_ids {
+                if let Some(e) = state.entries.get_mut(id) {
+                    e.next_check = done + e.tick;
+                }
+            }
+            return;
+        }
+    };
+    for (i, id) in job.renew_ids.iter().enumerate() {
+        let answer = beat.renewals.get(i).map_or_else(
+            || {
+                Err(Error::Backend(
+                    "the backend sent fewer answers than renewals".into(),
+                ))
+            },
+            |r| match r {
+                Ok(v) => Ok(*v),
+                Err(e) => Err(Error::Backend(e.to_string())),
+            },
+        );
+        let Some(e) = state.entries.get_mut(id) else {
+            // Released (its holder deletes it) or lost by deadline while
+            // this renewal was in flight: if the renewal took, undo it.
+            if answer.as_ref().is_ok_and(|r| *r == Renewed::Yes) && state.orphans.contains(id) {
+                deletes.push(job.renewals[i].0.clone());
+            }
+            continue;
+        };
+        let lost = match answer {
+            Ok(Renewed::Yes) => {
+                e.safe_deadline = (sent + e.ttl).checked_sub(e.margin).unwrap_or(sent);
+                e.rtt = done.saturating_duration_since(sent);
+                e.next_renew = sent + e.renew_every;
+                e.last_error = None;
+                None
+            }
+            Ok(Renewed::NotHeld) => Some(format!(
+                "lease lost: {:?} is no longer held by this holder (it expired, was taken or was broken)",
+                e.lease.key()
+            )),
+            Ok(Renewed::TooLate) => Some(format!(
+                "lease lost: the renewal of {:?} reached the backend with less than the safety margin \
+                 of its life left, and was refused",
+                e.lease.key()
+            )),
             Err(err) => {
-                for id in &batch.renew_ids {
-                    let lost = match state.entries.get_mut(id) {
-                        Some(e) if done >= e.deadline => true,
-                        Some(e) => {
-                            e.next_renew = done + e.tick;
-                            false
-                        }
-                        None => false,
-                    };
-                    if lost {
-                        if let Some(e) = state.entries.remove(id) {
-                            let reason = format!(
-                                "lease lost: renewals of {:?} failed until its deadline passed: {err}",
-                                e.lease.key()
-                            );
-                            e.status.lost.store(true, Ordering::SeqCst);
-                            trips.push((e.signal, reason));
-                        }
-                    }
-                }
-                for id in &batch.check_ids {
-                    if let Some(e) = state.entries.get_mut(id) {
-                        e.next_check = done + e.tick;
-                    }
-                }
+                e.next_renew = done + e.tick;
+                e.last_error = Some(err.to_string());
+                None
+            }
+        };
+        if let Some(reason) = lost {
+            if let Some(e) = state.entries.remove(id) {
+                e.status.lost.store(true, Ordering::SeqCst);
+                trips.push((e.signal, reason));
             }
         }
-        state.in_flight.clear();
-        shared.batch_done.notify_all();
-        drop(state);
-        for (signal, reason) in trips {
-            signal.abort(Some(&reason));
+    }
+    for (i, id) in job.check_ids.iter().enumerate() {
+        let Some(e) = state.entries.get_mut(id) else {
+            continue;
+        };
+        match beat.flags.get(i) {
+            Some(Ok(true)) => {
+                let key = e.stop_key.take().unwrap_or_default();
+                trips.push((e.signal.clone(), format!("stop flag {key:?} raised")));
+            }
+            Some(Ok(false)) => e.next_check = sent + e.tick,
+            _ => e.next_check = done + e.tick,
         }
     }
 }

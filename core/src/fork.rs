@@ -9,11 +9,20 @@
 //! child's copy neither renews nor releases) and the buffer of owner-token
 //! randomness (a child must never mint its parent's tokens).
 //!
+//! [`ForkLocal`] is the other half: state that a forked child must rebuild
+//! without touching the parent's copy. A mutex that another thread of the
+//! parent held at the moment of `fork` stays locked forever in the child
+//! (the thread that would unlock it does not exist there), so the child
+//! never locks an inherited engine, pool or issued-lease mutex: on first
+//! use in a new generation it builds a fresh value (optionally seeded from
+//! the old one if that can be had without blocking) and leaks the old one.
+//!
 //! Processes forked without running atfork handlers (a raw `clone`
 //! syscall) are not detected; `fork()`, `os.fork`, `Process.fork`,
 //! multiprocessing and every pre-forking server use `fork()`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Once;
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -35,6 +44,89 @@ pub(crate) fn generation() -> u64 {
         }
     });
     GENERATION.load(Ordering::SeqCst)
+}
+
+struct Slot<T> {
+    generation: u64,
+    value: T,
+}
+
+/// A value that each process generation has its own copy of.
+///
+/// Reading is one atomic load plus a compare in the common case. In a
+/// forked child the first [`ForkLocal::get`] builds the child's value with
+/// `renew(&parents_value)` and never frees the parent's (it may be locked
+/// by a thread that does not exist here, and a reference to it may still
+/// be live on this thread's stack). One value is leaked per fork per
+/// object that the child uses.
+pub(crate) struct ForkLocal<T> {
+    slot: AtomicPtr<Slot<T>>,
+    renew: fn(&T) -> T,
+    // Owns `T`s and hands out `&T` to any thread: Send needs `T: Send`,
+    // Sync needs `T: Send + Sync` (a value built on one thread may be
+    // dropped on another). The raw pointer alone would claim both always.
+    _owns: PhantomData<(Box<T>, std::sync::Mutex<T>)>,
+}
+
+impl<T> ForkLocal<T> {
+    /// `value` for this process; `renew` makes a child's value from the
+    /// parent's (it must not block on the parent's locks: use `try_lock`).
+    pub(crate) fn new(value: T, renew: fn(&T) -> T) -> Self {
+        let slot = Box::new(Slot {
+            generation: generation(),
+            value,
+        });
+        ForkLocal {
+            slot: AtomicPtr::new(Box::into_raw(slot)),
+            renew,
+            _owns: PhantomData,
+        }
+    }
+
+    /// This process's value.
+    pub(crate) fn get(&self) -> &T {
+        let current = generation();
+        loop {
+            let ptr = self.slot.load(Ordering::Acquire);
+            // SAFETY: `slot` always points to a live `Slot` made by
+            // `Box::into_raw`; slots are freed only in `Drop` (which has
+            // `&mut self`, so no reference from `get` can be alive then).
+            let slot = unsafe { &*ptr };
+            if slot.generation == current {
+                return &slot.value;
+            }
+            let fresh = Box::into_raw(Box::new(Slot {
+                generation: current,
+                value: (self.renew)(&slot.value),
+            }));
+            match self
+                .slot
+                .compare_exchange(ptr, fresh, Ordering::AcqRel, Ordering::Acquire)
+            {
+                // The parent's slot is leaked on purpose (see above).
+                Ok(_) => {
+                    // SAFETY: `fresh` was just published and is never freed
+                    // before `Drop`.
+                    return unsafe { &(*fresh).value };
+                }
+                Err(_) => {
+                    // Another thread of the child won; drop ours, use theirs.
+                    // SAFETY: `fresh` was never shared.
+                    drop(unsafe { Box::from_raw(fresh) });
+                }
+            }
+        }
+    }
+}
+
+impl<T> Drop for ForkLocal<T> {
+    fn drop(&mut self) {
+        let ptr = *self.slot.get_mut();
+        // SAFETY: the current slot came from `Box::into_raw` and, with
+        // `&mut self`, nothing borrows it. Slots of earlier generations were
+        // leaked on purpose and are not reachable from here.
+        drop(unsafe { Box::from_raw(ptr) });
+    }
 }
 
 #[cfg(test)]

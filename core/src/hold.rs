@@ -22,8 +22,8 @@
 
 use crate::adapter::Lease;
 use crate::args::{check_duration, check_key, fork_generation};
-use crate::engine::{Engine, HoldStatus, Registration, Unregistered};
-use crate::error::Result;
+use crate::engine::{default_margin, Engine, HoldStatus, Registration, Unregistered};
+use crate::error::{Error, Result};
 use crate::signal::AbortSignal;
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 pub const LEASE_TTL: Duration = Duration::from_secs(180);
 /// Default heartbeat: 60 s.
 pub const HEARTBEAT: Duration = Duration::from_secs(60);
+/// The shortest ttl a hold accepts (a plain `acquire` takes any ttl).
+pub const MIN_HOLD_TTL: Duration = Duration::from_millis(10);
 /// Default flag TTL: 300 s.
 pub const FLAG_TTL: Duration = Duration::from_secs(300);
 
@@ -50,6 +52,13 @@ pub struct HoldOptions {
     pub stop_key: Option<String>,
     /// The signal to trip on stop or loss; `None` makes a fresh one.
     pub signal: Option<AbortSignal>,
+    /// How long before the lease could expire the holder is told it may
+    /// have lost it (when no renewal has been confirmed since): the safe
+    /// deadline is the send time of the last confirmed renewal + ttl − this.
+    /// `None`: [`crate::default_margin`], i.e.
+    /// `min(ttl / 4, max(tick + the adapter's I/O timeout, 25 ms))`.
+    /// Must be less than half the ttl.
+    pub safety_margin: Option<Duration>,
 }
 
 impl Default for HoldOptions {
@@ -59,6 +68,7 @@ impl Default for HoldOptions {
             heartbeat: HEARTBEAT,
             stop_key: None,
             signal: None,
+            safety_margin: None,
         }
     }
 }
@@ -72,10 +82,33 @@ impl HoldOptions {
     pub fn validate(&self) -> Result<()> {
         check_duration("ttl", self.ttl)?;
         check_duration("heartbeat", self.heartbeat)?;
+        if self.ttl < MIN_HOLD_TTL {
+            return Err(Error::InvalidArgument(format!(
+                "ttl of a hold must be at least {} s (the heartbeat engine's resolution), got {}",
+                MIN_HOLD_TTL.as_secs_f64(),
+                self.ttl.as_secs_f64()
+            )));
+        }
+        if let Some(margin) = self.safety_margin {
+            check_duration("safety_margin", margin)?;
+            if margin >= self.ttl / 2 {
+                return Err(Error::InvalidArgument(format!(
+                    "safety_margin must be less than half the ttl ({} s), got {}",
+                    self.ttl.as_secs_f64() / 2.0,
+                    margin.as_secs_f64()
+                )));
+            }
+        }
         if let Some(stop) = &self.stop_key {
             check_key("stop_key", stop)?;
         }
         Ok(())
+    }
+
+    /// The safety margin this hold will use with `adapter`.
+    pub fn margin_for(&self, adapter: &dyn crate::Adapter) -> Duration {
+        self.safety_margin
+            .unwrap_or_else(|| default_margin(self.ttl, self.heartbeat, adapter.io_timeout()))
     }
 }
 
@@ -121,7 +154,18 @@ pub struct Hold {
     signal: AbortSignal,
     status: Arc<HoldStatus>,
     generation: u64,
-    released: Mutex<bool>,
+    release: Mutex<Releasing>,
+}
+
+/// How far [`Hold::release`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Releasing {
+    /// Still in the engine.
+    Holding,
+    /// Out of the engine; the delete has not been confirmed yet.
+    Deleting,
+    /// Done (with whatever outcome was reported).
+    Done,
 }
 
 impl std::fmt::Debug for Hold {
@@ -141,21 +185,26 @@ impl Hold {
         check_key("key", key)?;
         opts.validate()?;
         let adapter = engine.adapter();
-        let acquired_at = Instant::now();
+        let margin = opts.margin_for(adapter.as_ref());
+        let sent = Instant::now();
         let Some(lease) = adapter.acquire(key, opts.ttl)? else {
             return Ok(None);
         };
+        let confirmed = Instant::now();
         let signal = opts.signal.unwrap_or_default();
         let status = Arc::new(HoldStatus::default());
         let reg = Registration {
             lease: lease.clone(),
             ttl: opts.ttl,
             heartbeat: opts.heartbeat,
+            margin,
             stop_key: opts.stop_key,
             signal: signal.clone(),
             status: status.clone(),
+            sent,
+            confirmed,
         };
-        let id = match engine.register(reg, acquired_at) {
+        let id = match engine.register(reg) {
             Ok(id) => id,
             Err(e) => {
                 let _ = adapter.release(&lease);
@@ -169,7 +218,7 @@ impl Hold {
             signal,
             status,
             generation: fork_generation(),
-            released: Mutex::new(false),
+            release: Mutex::new(Releasing::Holding),
         }))
     }
 
@@ -200,30 +249,60 @@ impl Hold {
     }
 
     /// Stops renewing and deletes the lease if it is still ours. Idempotent.
-    /// Returns only after no heartbeat tick can touch the lease again.
+    ///
+    /// Returns without waiting for the heartbeat: from the moment the hold
+    /// leaves the engine no tick renews it, and a renewal already in flight
+    /// can't outlive the delete (renewals compare the owner token, so one
+    /// that reaches the backend after the delete finds nothing to extend).
+    /// The delete itself is bounded by the adapter's I/O timeout (Redis: its
+    /// `timeout`, 5 s by default; Local: 5 s of lock wait; Memory: none).
     ///
     /// # Errors
-    /// The adapter's error if the delete failed (e.g. Redis unreachable);
-    /// the hold has stopped renewing regardless, so the lease expires on its
-    /// own within its ttl.
+    /// The adapter's error if the delete could not be confirmed (e.g. Redis
+    /// unreachable): the hold has stopped renewing, so the lease expires
+    /// within its ttl, and calling `release` again retries the delete.
     pub fn release(&self) -> Result<ReleaseOutcome> {
         if self.generation != fork_generation() {
             return Ok(ReleaseOutcome::OtherProcess);
         }
-        let mut released = self.released.lock();
-        if *released {
-            return Ok(ReleaseOutcome::AlreadyReleased);
-        }
-        *released = true;
-        match self.engine.unregister(self.id) {
-            Unregistered::Gone => Ok(ReleaseOutcome::Lost),
-            Unregistered::Removed => {
-                if self.engine.adapter().release(&self.lease)? {
-                    Ok(ReleaseOutcome::Released)
-                } else {
-                    Ok(ReleaseOutcome::NotHeld)
+        let mut state = self.release.lock();
+        match *state {
+            Releasing::Done => return Ok(ReleaseOutcome::AlreadyReleased),
+            Releasing::Holding => {
+                if self.engine.unregister(self.id) == Unregistered::Gone {
+                    *state = Releasing::Done;
+                    return Ok(ReleaseOutcome::Lost);
                 }
+                *state = Releasing::Deleting;
             }
+            Releasing::Deleting => {}
+        }
+        let deleted = self.engine.adapter().release(&self.lease)?;
+        *state = Releasing::Done;
+        Ok(if deleted {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+
+    /// Stops renewing now and leaves the delete to the engine's I/O thread:
+    /// no I/O on this thread. For places where blocking is not allowed (a
+    /// garbage collector's free function). Later calls to
+    /// [`Hold::release`] report [`ReleaseOutcome::AlreadyReleased`].
+    pub fn release_in_background(&self) {
+        if self.generation != fork_generation() {
+            return;
+        }
+        let mut state = self.release.lock();
+        let was = std::mem::replace(&mut *state, Releasing::Done);
+        let removed = match was {
+            Releasing::Holding => self.engine.unregister(self.id) == Unregistered::Removed,
+            Releasing::Deleting => true,
+            Releasing::Done => false,
+        };
+        if removed {
+            self.engine.delete_later(self.lease.clone());
         }
     }
 }

@@ -24,13 +24,14 @@
 //! child forgets (leaks, never closes) inherited connections, as SQLite
 //! requires, and opens its own.
 
-use crate::adapter::{Adapter, Beat, Lease};
+use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::args::{fork_generation, mint_token};
 use crate::error::{Error, Result};
+use crate::fork::ForkLocal;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a writer waits for another process's transaction.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -59,6 +60,18 @@ struct Pool {
     idle: Vec<Pooled>,
 }
 
+impl Pool {
+    /// A forked child's pool starts empty without touching the parent's
+    /// (whose lock may be held forever there); the parent's connections are
+    /// leaked with it, never closed, as SQLite requires.
+    fn empty() -> Pool {
+        Pool {
+            generation: fork_generation(),
+            idle: Vec::new(),
+        }
+    }
+}
+
 /// A host-local backend: any number of processes opening the same file
 /// share leases, flags and fencing numbers.
 ///
@@ -77,7 +90,7 @@ struct Pool {
 pub struct Local {
     path: PathBuf,
     boot: String,
-    pool: Mutex<Pool>,
+    pool: ForkLocal<Mutex<Pool>>,
 }
 
 /// Nanoseconds on `CLOCK_BOOTTIME` (Linux; `CLOCK_MONOTONIC` elsewhere).
@@ -208,10 +221,7 @@ impl Local {
         let local = Local {
             path,
             boot: boot_id(),
-            pool: Mutex::new(Pool {
-                generation: fork_generation(),
-                idle: Vec::new(),
-            }),
+            pool: ForkLocal::new(Mutex::new(Pool::empty()), |_| Mutex::new(Pool::empty())),
         };
         // Open one connection now, so a corrupt file is reported here.
         let con = local.connect()?;
@@ -246,7 +256,7 @@ impl Local {
 
     fn checkout(&self) -> Result<Pooled> {
         {
-            let mut pool = self.pool.lock();
+            let mut pool = self.pool.get().lock();
             let generation = fork_generation();
             if pool.generation != generation {
                 // SQLite forbids using (or closing) a connection across fork.
@@ -263,7 +273,7 @@ impl Local {
     }
 
     fn checkin(&self, con: Pooled) {
-        let mut pool = self.pool.lock();
+        let mut pool = self.pool.get().lock();
         if pool.generation == fork_generation() && pool.idle.len() < MAX_IDLE {
             pool.idle.push(con);
         } else if pool.generation != fork_generation() {
@@ -355,16 +365,31 @@ impl Local {
     fn renew_in(
         &self,
         con: &Connection,
-        lease: &Lease,
-        ttl: Duration,
+        renewal: &Renewal<'_>,
         now: i64,
-    ) -> rusqlite::Result<bool> {
+    ) -> rusqlite::Result<Renewed> {
+        let lease = renewal.lease;
         let n = con
             .prepare_cached(
                 "UPDATE leases SET expires_ns = ?1 WHERE key = ?2 AND token = ?3 AND expires_ns > ?4 AND boot = ?5",
             )?
-            .execute(params![now.saturating_add(ns(ttl)), lease.key(), lease.token(), now, self.boot])?;
-        Ok(n == 1)
+            .execute(params![
+                now.saturating_add(ns(renewal.ttl)),
+                lease.key(),
+                lease.token(),
+                now.saturating_add(ns(renewal.min_left)),
+                self.boot
+            ])?;
+        if n == 1 {
+            return Ok(Renewed::Yes);
+        }
+        // Not extended: still ours but too close to expiry, or not ours.
+        let ours = self.live_lease(con, lease.key(), now)?.as_deref() == Some(lease.token());
+        Ok(if ours && !renewal.min_left.is_zero() {
+            Renewed::TooLate
+        } else {
+            Renewed::NotHeld
+        })
     }
 
     fn flag_in(&self, con: &Connection, key: &str, now: i64) -> rusqlite::Result<bool> {
@@ -378,6 +403,10 @@ impl Local {
 impl Adapter for Local {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn io_timeout(&self) -> Duration {
+        BUSY_TIMEOUT
     }
 
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
@@ -403,7 +432,16 @@ impl Adapter for Local {
     }
 
     fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
-        self.with_con(true, |con, now| self.renew_in(con, lease, ttl, now))
+        let renewal = Renewal {
+            lease,
+            ttl,
+            min_left: Duration::ZERO,
+        };
+        Ok(self.renew_within(&renewal)? == Renewed::Yes)
+    }
+
+    fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
+        self.with_con(true, |con, now| self.renew_in(con, renewal, now))
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
@@ -456,28 +494,44 @@ impl Adapter for Local {
         })
     }
 
-    fn beat(&self, renewals: &[(&Lease, Duration)], flags: &[&str]) -> Result<Beat> {
+    fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
         if renewals.is_empty() && flags.is_empty() {
             return Ok(Beat::default());
         }
+        let Some(budget) = deadline.checked_duration_since(Instant::now()) else {
+            return Err(Error::Connection(format!(
+                "local lock database {}: no time left for this tick",
+                self.path.display()
+            )));
+        };
         // One transaction for the whole tick: one write lock, one fsync.
+        // Waiting for another process's write lock is bounded by the
+        // tick's deadline, not by BUSY_TIMEOUT.
         self.with_con(!renewals.is_empty(), |con, _| {
-            let tx = con.transaction_with_behavior(if renewals.is_empty() {
-                TransactionBehavior::Deferred
-            } else {
-                TransactionBehavior::Immediate
-            })?;
-            let now = now_ns();
-            let renewed = renewals
-                .iter()
-                .map(|(lease, ttl)| self.renew_in(&tx, lease, *ttl, now))
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let flags = flags
-                .iter()
-                .map(|key| self.flag_in(&tx, key, now))
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            tx.commit()?;
-            Ok(Beat { renewed, flags })
+            con.busy_timeout(budget.max(Duration::from_millis(1)))?;
+            let result = (|| {
+                let tx = con.transaction_with_behavior(if renewals.is_empty() {
+                    TransactionBehavior::Deferred
+                } else {
+                    TransactionBehavior::Immediate
+                })?;
+                let now = now_ns();
+                let renewed = renewals
+                    .iter()
+                    .map(|r| self.renew_in(&tx, r, now))
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let up = flags
+                    .iter()
+                    .map(|key| self.flag_in(&tx, key, now))
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                tx.commit()?;
+                Ok(Beat {
+                    renewals: renewed.into_iter().map(Ok).collect(),
+                    flags: up.into_iter().map(Ok).collect(),
+                })
+            })();
+            con.busy_timeout(BUSY_TIMEOUT)?;
+            result
         })
     }
 }

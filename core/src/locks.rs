@@ -9,9 +9,10 @@
 //! leases either.
 
 use crate::adapter::{Adapter, Lease};
-use crate::args::{check_duration, check_key, fork_generation};
+use crate::args::{check_duration, check_key};
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::fork::ForkLocal;
 use crate::hold::{Hold, HoldOptions};
 use crate::local::Local;
 use crate::memory::Memory;
@@ -21,15 +22,17 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[derive(Default)]
 struct Issued {
-    generation: u64,
     // Keyed by the lease's own shared key: no second allocation per key.
     leases: HashMap<Arc<str>, Lease>,
 }
 
 struct Inner {
     engine: Engine,
-    issued: Mutex<Issued>,
+    // A forked child starts with none (the parent's leases are not its
+    // own), without touching the parent's lock.
+    issued: ForkLocal<Mutex<Issued>>,
 }
 
 /// An adapter with the seven operations of the seed's contract, and holds.
@@ -72,10 +75,7 @@ impl Locks {
         Locks {
             inner: Arc::new(Inner {
                 engine: Engine::new(adapter),
-                issued: Mutex::new(Issued {
-                    generation: fork_generation(),
-                    leases: HashMap::default(),
-                }),
+                issued: ForkLocal::new(Mutex::default(), |_| Mutex::default()),
             }),
         }
     }
@@ -114,13 +114,7 @@ impl Locks {
     }
 
     fn issued(&self) -> parking_lot::MutexGuard<'_, Issued> {
-        let mut issued = self.inner.issued.lock();
-        let generation = fork_generation();
-        if issued.generation != generation {
-            issued.leases.clear();
-            issued.generation = generation;
-        }
-        issued
+        self.inner.issued.get().lock()
     }
 
     /// Takes the lease on `key` for `ttl` if no live lease exists.

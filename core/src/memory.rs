@@ -7,10 +7,16 @@
 //! which makes them strictly increasing per key without remembering keys.
 //!
 //! Lock order: one mutex, never held while calling out.
+//!
+//! Fork: a child gets a copy of the store (Memory is per process; the copy
+//! keeps the parent's leases visible as held), made without blocking on the
+//! parent's lock; if that lock was held at the moment of `fork`, the child
+//! starts empty (see `State::for_child`).
 
-use crate::adapter::{Adapter, Lease};
+use crate::adapter::{Adapter, Lease, Renewal, Renewed};
 use crate::args::mint_token;
 use crate::error::Result;
+use crate::fork::ForkLocal;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::time::{Duration, Instant};
@@ -50,7 +56,7 @@ struct State {
 /// assert!(locks.release("job").unwrap());
 /// ```
 pub struct Memory {
-    state: Mutex<State>,
+    state: ForkLocal<Mutex<State>>,
 }
 
 impl Default for Memory {
@@ -63,17 +69,51 @@ impl Memory {
     /// An empty in-memory backend.
     pub fn new() -> Self {
         Memory {
-            state: Mutex::new(State {
-                leases: HashMap::default(),
-                flags: HashMap::default(),
-                fence: 0,
-                prune_at: MIN_PRUNE_AT,
-            }),
+            state: ForkLocal::new(Mutex::new(State::default()), State::for_child),
+        }
+    }
+
+    fn state(&self) -> &Mutex<State> {
+        self.state.get()
+    }
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            leases: HashMap::default(),
+            flags: HashMap::default(),
+            fence: 0,
+            prune_at: MIN_PRUNE_AT,
         }
     }
 }
 
 impl State {
+    /// A forked child's store: a copy of the parent's, unless a thread of
+    /// the parent was inside an operation at the moment of `fork` (its
+    /// lock is held forever in the child, and the maps may be half
+    /// updated); then the child starts empty.
+    fn for_child(parent: &Mutex<State>) -> Mutex<State> {
+        let copy = parent.try_lock().map(|s| State {
+            leases: s
+                .leases
+                .iter()
+                .map(|(k, e)| {
+                    let entry = Entry {
+                        token: e.token.clone(),
+                        expires: e.expires,
+                    };
+                    (k.clone(), entry)
+                })
+                .collect(),
+            flags: s.flags.clone(),
+            fence: s.fence,
+            prune_at: s.prune_at,
+        });
+        Mutex::new(copy.unwrap_or_default())
+    }
+
     fn live_lease(&self, key: &str, now: Instant) -> Option<&Entry> {
         self.leases.get(key).filter(|e| e.expires > now)
     }
@@ -102,7 +142,7 @@ impl Adapter for Memory {
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
         let token = mint_token()?;
         let now = Instant::now();
-        let mut state = self.state.lock();
+        let mut state = self.state().lock();
         if state.live_lease(key, now).is_some() {
             return Ok(None);
         }
@@ -129,20 +169,32 @@ impl Adapter for Memory {
     }
 
     fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let renewal = Renewal {
+            lease,
+            ttl,
+            min_left: Duration::ZERO,
+        };
+        Ok(self.renew_within(&renewal)? == Renewed::Yes)
+    }
+
+    fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
         let now = Instant::now();
-        let mut state = self.state.lock();
-        match state.leases.get_mut(lease.key()) {
-            Some(e) if e.expires > now && e.owned_by(lease) => {
-                e.expires = deadline(now, ttl);
-                Ok(true)
+        let mut state = self.state().lock();
+        match state.leases.get_mut(renewal.lease.key()) {
+            Some(e) if e.expires > now && e.owned_by(renewal.lease) => {
+                if e.expires - now < renewal.min_left {
+                    return Ok(Renewed::TooLate);
+                }
+                e.expires = deadline(now, renewal.ttl);
+                Ok(Renewed::Yes)
             }
-            _ => Ok(false),
+            _ => Ok(Renewed::NotHeld),
         }
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
         let now = Instant::now();
-        let mut state = self.state.lock();
+        let mut state = self.state().lock();
         match state.leases.get_mut(lease.key()) {
             Some(e) if e.expires > now && e.owned_by(lease) => {
                 // Expire it in place; the next acquire of this key reuses
@@ -155,18 +207,22 @@ impl Adapter for Memory {
     }
 
     fn held(&self, key: &str) -> Result<bool> {
-        Ok(self.state.lock().live_lease(key, Instant::now()).is_some())
+        Ok(self
+            .state()
+            .lock()
+            .live_lease(key, Instant::now())
+            .is_some())
     }
 
     fn break_lease(&self, key: &str) -> Result<bool> {
         let now = Instant::now();
-        let mut state = self.state.lock();
+        let mut state = self.state().lock();
         Ok(state.leases.remove(key).is_some_and(|e| e.expires > now))
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
         let now = Instant::now();
-        let mut state = self.state.lock();
+        let mut state = self.state().lock();
         state.prune(now);
         state.flags.insert(key.to_owned(), deadline(now, ttl));
         Ok(())
@@ -175,7 +231,7 @@ impl Adapter for Memory {
     fn flag(&self, key: &str) -> Result<bool> {
         let now = Instant::now();
         Ok(self
-            .state
+            .state()
             .lock()
             .flags
             .get(key)
@@ -183,7 +239,7 @@ impl Adapter for Memory {
     }
 
     fn clear_flag(&self, key: &str) -> Result<()> {
-        self.state.lock().flags.remove(key);
+        self.state().lock().flags.remove(key);
         Ok(())
     }
 }
@@ -203,7 +259,7 @@ mod tests {
         }
         std::thread::sleep(Duration::from_millis(2));
         m.acquire("last", Duration::from_secs(5)).unwrap();
-        let state = m.state.lock();
+        let state = m.state().lock();
         assert!(
             state.leases.len() + state.flags.len() < 300,
             "{}",

@@ -18,12 +18,15 @@
 //! inherited connections (closing only its copies of the sockets) and opens
 //! its own. A connection that saw an error is discarded, not reused.
 
-use crate::adapter::{Adapter, Beat, Lease};
-use crate::args::{fork_generation, millis_ceil, mint_token};
+use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
+use crate::args::{millis_ceil, mint_token};
 use crate::error::{Error, Result};
-use ::redis::{Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind};
+use crate::fork::ForkLocal;
+use ::redis::{
+    Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
+};
 use parking_lot::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The default key namespace.
 pub const DEFAULT_NAMESPACE: &str = "mistri:locks";
@@ -32,6 +35,9 @@ pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
 /// Connect, read and write timeout of every connection.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_IDLE: usize = 16;
+/// The shortest socket timeout set (a zero timeout means "block forever"
+/// to the OS, and redis-rs refuses it).
+const MIN_IO: Duration = Duration::from_millis(1);
 
 /// `KEYS[1]` lease, `KEYS[2]` fence counter; `ARGV[1]` token, `ARGV[2]` ttl
 /// in ms. Returns the new fencing number, or 0 when the lease is taken.
@@ -41,12 +47,19 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 return 0";
 
-/// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` ttl in ms. 1 if renewed.
+/// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` (optional)
+/// the least life in ms the lease must have left. 1 if renewed, 0 if the
+/// token does not own the key, -1 if it does but less than `ARGV[3]` ms of
+/// its life is left (a renewal that arrived too late: not applied).
 pub const RENEW_LUA: &str = "\
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0";
+local floor = tonumber(ARGV[3]) or 0
+if floor > 0 and redis.call('PTTL', KEYS[1]) < floor then
+  return -1
+end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])";
 
 /// `KEYS[1]` lease; `ARGV[1]` token. 1 if deleted.
 pub const RELEASE_LUA: &str = "\
@@ -56,8 +69,19 @@ end
 return 0";
 
 struct Pool {
-    generation: u64,
     idle: Vec<Connection>,
+}
+
+impl Pool {
+    /// A forked child's pool: empty. The parent's sockets are closed (our
+    /// copies only; nothing is written to them) if its pool can be had
+    /// without blocking, else leaked with the parent's pool.
+    fn for_child(parent: &Mutex<Pool>) -> Mutex<Pool> {
+        if let Some(mut pool) = parent.try_lock() {
+            pool.idle.clear();
+        }
+        Mutex::new(Pool { idle: Vec::new() })
+    }
 }
 
 /// A Redis backend. Cheap to share: wrap it in [`crate::Locks`] once and
@@ -75,7 +99,7 @@ pub struct Redis {
     addr: String,
     namespace: String,
     timeout: Duration,
-    pool: Mutex<Pool>,
+    pool: ForkLocal<Mutex<Pool>>,
     acquire: Script,
     renew: Script,
     release: Script,
@@ -125,10 +149,7 @@ impl Redis {
             addr,
             namespace: namespace.to_owned(),
             timeout,
-            pool: Mutex::new(Pool {
-                generation: fork_generation(),
-                idle: Vec::new(),
-            }),
+            pool: ForkLocal::new(Mutex::new(Pool { idle: Vec::new() }), Pool::for_child),
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
             release: Script::new(RELEASE_LUA),
@@ -155,48 +176,97 @@ impl Redis {
         format!("{}:flag:{{{key}}}", self.namespace)
     }
 
-    fn checkout(&self) -> Result<Connection> {
-        {
-            let mut pool = self.pool.lock();
-            let generation = fork_generation();
-            if pool.generation != generation {
-                // Forked: these sockets are shared with the parent. Dropping
-                // closes only our copies; we never write to them.
-                pool.idle.clear();
-                pool.generation = generation;
-            }
-            if let Some(con) = pool.idle.pop() {
-                return Ok(con);
-            }
+    /// The connect/read/write timeout: every operation's wall-clock bound.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// A pooled connection, or a new one connected within `deadline`.
+    fn checkout(&self, deadline: Instant) -> Result<Connection> {
+        if let Some(con) = self.pool.get().lock().idle.pop() {
+            return Ok(con);
         }
-        let con = self
-            .client
-            .get_connection_with_timeout(self.timeout)
-            .map_err(|e| self.map_err(e))?;
-        con.set_read_timeout(Some(self.timeout))
-            .map_err(|e| self.map_err(e))?;
-        con.set_write_timeout(Some(self.timeout))
-            .map_err(|e| self.map_err(e))?;
-        Ok(con)
+        // Connecting also runs a setup pipeline of two replies, each of
+        // which may wait out the read timeout: give each step a third.
+        let left = self.left(deadline)?;
+        self.client
+            .get_connection_with_timeout((left / 3).max(MIN_IO))
+            .map_err(|e| self.map_err(e))
     }
 
     fn checkin(&self, con: Connection) {
-        let mut pool = self.pool.lock();
-        if pool.generation == fork_generation() && pool.idle.len() < MAX_IDLE && con.is_open() {
+        let mut pool = self.pool.get().lock();
+        if pool.idle.len() < MAX_IDLE && con.is_open() {
             pool.idle.push(con);
         }
     }
 
-    /// Runs `f` on a pooled connection; the connection goes back to the pool
-    /// only if `f` succeeded (after an error its state is unknown).
-    fn with_con<T>(&self, f: impl FnOnce(&mut Connection) -> ::redis::RedisResult<T>) -> Result<T> {
-        let mut con = self.checkout()?;
-        match f(&mut con) {
+    /// Time left until `deadline`, or the error that says there is none.
+    fn left(&self, deadline: Instant) -> Result<Duration> {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| *d >= MIN_IO)
+            .ok_or_else(|| {
+                Error::Connection(format!(
+                    "Redis at {} did not answer in time (deadline passed)",
+                    self.addr
+                ))
+            })
+    }
+
+    /// Points both socket timeouts at `deadline`.
+    fn aim(&self, con: &Connection, deadline: Instant) -> Result<()> {
+        let left = self.left(deadline)?;
+        con.set_read_timeout(Some(left))
+            .and_then(|()| con.set_write_timeout(Some(left)))
+            .map_err(|e| self.map_err(e))
+    }
+
+    /// Runs `f` on a pooled connection whose every read and write ends by
+    /// `now + timeout`. The connection goes back to the pool only if `f`
+    /// succeeded: after an error or a timeout its state is unknown (late
+    /// replies may still arrive), so it is dropped.
+    fn with_con<T>(
+        &self,
+        f: impl FnOnce(&mut Connection, Instant) -> ::redis::RedisResult<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + self.timeout;
+        let mut con = self.checkout(deadline)?;
+        self.aim(&con, deadline)?;
+        match f(&mut con, deadline) {
             Ok(v) => {
                 self.checkin(con);
                 Ok(v)
             }
             Err(e) => Err(self.map_err(e)),
+        }
+    }
+
+    /// Runs `script` with EVALSHA, falling back to EVAL (which also caches
+    /// it) after a server restart or SCRIPT FLUSH, each step bounded by
+    /// `deadline`.
+    fn eval<T: ::redis::FromRedisValue>(
+        &self,
+        con: &mut Connection,
+        deadline: Instant,
+        script: &Script,
+        source: &str,
+        keys: &[String],
+        args: &[String],
+    ) -> ::redis::RedisResult<T> {
+        let build = |verb: &str, body: &str| {
+            let mut cmd = ::redis::cmd(verb);
+            cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
+            cmd
+        };
+        match build("EVALSHA", script.get_hash()).query(con) {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                if let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                    con.set_read_timeout(Some(left.max(MIN_IO)))?;
+                }
+                build("EVAL", source).query(con)
+            }
+            other => other,
         }
     }
 
@@ -235,25 +305,92 @@ impl Redis {
         }
     }
 
-    fn beat_once(
+    /// One tick on one connection: everything sent at once, each reply
+    /// read with the time left until `deadline` (so a stalled server costs
+    /// the tick's budget once, not once per reply). Returns the raw reply
+    /// of each item, or the I/O error that ended the tick; the caller drops
+    /// the connection after an error.
+    fn beat_on(
         &self,
         con: &mut Connection,
-        renewals: &[(&Lease, Duration)],
+        renewals: &[Renewal<'_>],
         flags: &[&str],
-    ) -> ::redis::RedisResult<Vec<i64>> {
+        deadline: Instant,
+    ) -> Result<Vec<Value>> {
         let mut pipe = ::redis::pipe();
-        for (lease, ttl) in renewals {
-            let mut inv = self.renew.prepare_invoke();
-            inv.key(self.lease_key(lease.key()))
-                .arg(lease.token())
-                .arg(millis_ceil(*ttl));
-            pipe.invoke_script(&inv);
+        for r in renewals {
+            pipe.cmd("EVALSHA")
+                .arg(self.renew.get_hash())
+                .arg(1)
+                .arg(self.lease_key(r.lease.key()))
+                .arg(r.lease.token())
+                .arg(millis_ceil(r.ttl))
+                .arg(min_left_ms(r.min_left));
         }
         for key in flags {
             pipe.exists(self.flag_key(key));
         }
-        pipe.query(con)
+        let packed = pipe.get_packed_pipeline();
+        self.aim(con, deadline)?;
+        con.send_packed_command(&packed)
+            .map_err(|e| self.map_err(e))?;
+        let count = renewals.len() + flags.len();
+        let mut replies = Vec::with_capacity(count);
+        let mut aimed_at = Instant::now();
+        for _ in 0..count {
+            // Re-aim the read timeout whenever a millisecond has passed,
+            // so no read can run past the deadline by more than that.
+            if aimed_at.elapsed() >= MIN_IO {
+                self.aim(con, deadline)?;
+                aimed_at = Instant::now();
+            }
+            replies.push(con.recv_response().map_err(|e| self.map_err(e))?);
+        }
+        Ok(replies)
     }
+}
+
+/// `ARGV[3]` of the renew script: at least `d`, in whole milliseconds
+/// (rounded up, so the condition is never weaker than asked); 0 for none.
+fn min_left_ms(d: Duration) -> u64 {
+    if d.is_zero() {
+        0
+    } else {
+        millis_ceil(d)
+    }
+}
+
+/// What a renew script's reply means; anything else is an error.
+fn renewed_from(value: &Value, addr: &str) -> Result<Renewed> {
+    match value {
+        Value::Int(1) => Ok(Renewed::Yes),
+        Value::Int(0) => Ok(Renewed::NotHeld),
+        Value::Int(-1) => Ok(Renewed::TooLate),
+        other => Err(item_error(other, addr)),
+    }
+}
+
+/// What an EXISTS reply means; anything else is an error.
+fn flag_from(value: &Value, addr: &str) -> Result<bool> {
+    match value {
+        Value::Int(n @ (0 | 1)) => Ok(*n == 1),
+        other => Err(item_error(other, addr)),
+    }
+}
+
+fn item_error(value: &Value, addr: &str) -> Error {
+    match value {
+        Value::ServerError(e) => {
+            Error::Backend(format!("Redis at {addr} answered with an error: {e:?}"))
+        }
+        other => Error::Backend(format!(
+            "Redis at {addr} sent an unexpected reply: {other:?}"
+        )),
+    }
+}
+
+fn is_noscript(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
 
 /// Takes a password out of an error message that quotes the URL.
@@ -272,42 +409,68 @@ impl Adapter for Redis {
         "redis"
     }
 
+    fn io_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
         let token = mint_token()?;
-        let fence: u64 = self.with_con(|con| {
-            self.acquire
-                .key(self.lease_key(key))
-                .key(self.fence_key(key))
-                .arg(&token)
-                .arg(millis_ceil(ttl))
-                .invoke(con)
+        let fence: u64 = self.with_con(|con, deadline| {
+            self.eval(
+                con,
+                deadline,
+                &self.acquire,
+                ACQUIRE_LUA,
+                &[self.lease_key(key), self.fence_key(key)],
+                &[token.clone(), millis_ceil(ttl).to_string()],
+            )
         })?;
         Ok((fence > 0).then(|| Lease::new(key, token, fence)))
     }
 
     fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
-        self.with_con(|con| {
-            self.renew
-                .key(self.lease_key(lease.key()))
-                .arg(lease.token())
-                .arg(millis_ceil(ttl))
-                .invoke::<i64>(con)
-        })
-        .map(|n| n == 1)
+        let renewal = Renewal {
+            lease,
+            ttl,
+            min_left: Duration::ZERO,
+        };
+        Ok(self.renew_within(&renewal)? == Renewed::Yes)
+    }
+
+    fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
+        let reply: Value = self.with_con(|con, deadline| {
+            self.eval(
+                con,
+                deadline,
+                &self.renew,
+                RENEW_LUA,
+                &[self.lease_key(renewal.lease.key())],
+                &[
+                    renewal.lease.token().to_owned(),
+                    millis_ceil(renewal.ttl).to_string(),
+                    min_left_ms(renewal.min_left).to_string(),
+                ],
+            )
+        })?;
+        renewed_from(&reply, &self.addr)
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
-        self.with_con(|con| {
-            self.release
-                .key(self.lease_key(lease.key()))
-                .arg(lease.token())
-                .invoke::<i64>(con)
-        })
-        .map(|n| n == 1)
+        let n: i64 = self.with_con(|con, deadline| {
+            self.eval(
+                con,
+                deadline,
+                &self.release,
+                RELEASE_LUA,
+                &[self.lease_key(lease.key())],
+                &[lease.token().to_owned()],
+            )
+        })?;
+        Ok(n == 1)
     }
 
     fn held(&self, key: &str) -> Result<bool> {
-        self.with_con(|con| {
+        self.with_con(|con, _| {
             ::redis::cmd("EXISTS")
                 .arg(self.lease_key(key))
                 .query::<i64>(con)
@@ -316,7 +479,7 @@ impl Adapter for Redis {
     }
 
     fn break_lease(&self, key: &str) -> Result<bool> {
-        self.with_con(|con| {
+        self.with_con(|con, _| {
             ::redis::cmd("DEL")
                 .arg(self.lease_key(key))
                 .query::<i64>(con)
@@ -325,7 +488,7 @@ impl Adapter for Redis {
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
-        self.with_con(|con| {
+        self.with_con(|con, _| {
             ::redis::cmd("SET")
                 .arg(self.flag_key(key))
                 .arg("1")
@@ -336,7 +499,7 @@ impl Adapter for Redis {
     }
 
     fn flag(&self, key: &str) -> Result<bool> {
-        self.with_con(|con| {
+        self.with_con(|con, _| {
             ::redis::cmd("EXISTS")
                 .arg(self.flag_key(key))
                 .query::<i64>(con)
@@ -345,26 +508,40 @@ impl Adapter for Redis {
     }
 
     fn clear_flag(&self, key: &str) -> Result<()> {
-        self.with_con(|con| ::redis::cmd("DEL").arg(self.flag_key(key)).query::<()>(con))
+        self.with_con(|con, _| ::redis::cmd("DEL").arg(self.flag_key(key)).query::<()>(con))
     }
 
-    fn beat(&self, renewals: &[(&Lease, Duration)], flags: &[&str]) -> Result<Beat> {
+    fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
         if renewals.is_empty() && flags.is_empty() {
             return Ok(Beat::default());
         }
-        let answers = self.with_con(|con| match self.beat_once(con, renewals, flags) {
-            // EVALSHA inside a pipeline can't fall back by itself: after a
-            // server restart or SCRIPT FLUSH, load and send the tick again.
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.renew.load(con)?;
-                self.beat_once(con, renewals, flags)
+        let deadline = deadline.min(Instant::now() + self.timeout);
+        let mut con = self.checkout(deadline)?;
+        // Any error below drops `con`: a timed-out connection may still
+        // deliver late replies, which must never be read as this tick's.
+        let mut replies = self.beat_on(&mut con, renewals, flags, deadline)?;
+        // After a server restart or SCRIPT FLUSH the renewals answer
+        // NOSCRIPT: load the script and send those renewals once more.
+        let again: Vec<usize> = (0..renewals.len())
+            .filter(|i| is_noscript(&replies[*i]))
+            .collect();
+        if !again.is_empty() {
+            self.aim(&con, deadline)?;
+            self.renew.load(&mut con).map_err(|e| self.map_err(e))?;
+            let retry: Vec<Renewal<'_>> = again.iter().map(|i| renewals[*i]).collect();
+            let answers = self.beat_on(&mut con, &retry, &[], deadline)?;
+            for (i, answer) in again.into_iter().zip(answers) {
+                replies[i] = answer;
             }
-            other => other,
-        })?;
-        let (renewed, flagged) = answers.split_at(renewals.len().min(answers.len()));
+        }
+        self.checkin(con);
+        let (renewed, up) = replies.split_at(renewals.len());
         Ok(Beat {
-            renewed: renewed.iter().map(|n| *n == 1).collect(),
-            flags: flagged.iter().map(|n| *n == 1).collect(),
+            renewals: renewed
+                .iter()
+                .map(|v| renewed_from(v, &self.addr))
+                .collect(),
+            flags: up.iter().map(|v| flag_from(v, &self.addr)).collect(),
         })
     }
 }

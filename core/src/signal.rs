@@ -3,8 +3,12 @@
 //! Invariants:
 //! - A signal goes from "not aborted" to "aborted" at most once; the reason
 //!   given by the first `abort` wins and never changes afterwards.
-//! - Every registered callback runs exactly once, on the thread that aborts,
-//!   after the state lock is released (a callback may freely call back into
+//! - Every registered callback runs exactly once, after the state lock is
+//!   released: on the thread that calls `abort`, or, when the heartbeat
+//!   engine trips the signal (stop flag, lost lease), on the library's
+//!   notifier thread ([`crate::notify`]) — never on the heartbeat thread.
+//!   The latch itself (and every waiter's wake-up) happens at once either
+//!   way (a callback may freely call back into
 //!   this signal, or any other). A callback registered after the abort runs
 //!   at once, on the registering thread.
 //! - A panicking callback is caught; the remaining callbacks still run.
@@ -24,6 +28,27 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 type Callback = Box<dyn FnOnce(Option<&str>) + Send + 'static>;
+
+/// The callbacks of a tripped signal (and of its children), still to run.
+pub(crate) struct PendingCallbacks {
+    reason: Option<String>,
+    callbacks: Vec<Callback>,
+    children: Vec<PendingCallbacks>,
+}
+
+impl PendingCallbacks {
+    /// Runs every callback, the signal's own first, then its children's; a
+    /// panicking callback does not stop the ones after it.
+    pub(crate) fn run(self) {
+        let reason = self.reason.as_deref();
+        for callback in self.callbacks {
+            let _ = catch_unwind(AssertUnwindSafe(|| callback(reason)));
+        }
+        for child in self.children {
+            child.run();
+        }
+    }
+}
 
 /// Identifies a callback registered with [`AbortSignal::on_abort`], to
 /// remove it again.
@@ -109,13 +134,27 @@ impl AbortSignal {
     /// Trips the signal. Returns `true` if this call tripped it, `false` if it
     /// was already aborted (the first reason stays).
     ///
-    /// Callbacks run on this thread before `abort` returns; then the signal's
+    /// Callbacks run on this thread before `abort` returns; the signal's
     /// children are aborted with the same reason.
     pub fn abort(&self, reason: Option<&str>) -> bool {
+        match self.trip(reason) {
+            Some(pending) => {
+                pending.run();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Latches the signal (and its children) now, waking every waiter, and
+    /// hands back the callbacks to run, so the caller decides on which
+    /// thread user code runs (the heartbeat engine hands them to
+    /// [`crate::notify`]). `None` if it was already aborted.
+    pub(crate) fn trip(&self, reason: Option<&str>) -> Option<PendingCallbacks> {
         let (callbacks, children) = {
             let mut state = self.inner.state.lock();
             if state.aborted {
-                return false;
+                return None;
             }
             state.aborted = true;
             state.reason = reason.map(str::to_owned);
@@ -125,14 +164,17 @@ impl AbortSignal {
                 std::mem::take(&mut state.children),
             )
         };
-        for (_, callback) in callbacks {
-            // A panicking callback must not strand the ones after it.
-            let _ = catch_unwind(AssertUnwindSafe(|| callback(reason)));
-        }
+        let mut pending = PendingCallbacks {
+            reason: reason.map(str::to_owned),
+            callbacks: callbacks.into_iter().map(|(_, cb)| cb).collect(),
+            children: Vec::new(),
+        };
         for child in children.iter().filter_map(Weak::upgrade) {
-            AbortSignal { inner: child }.abort(reason);
+            if let Some(more) = (AbortSignal { inner: child }).trip(reason) {
+                pending.children.push(more);
+            }
         }
-        true
+        Some(pending)
     }
 
     /// Has the signal been tripped?

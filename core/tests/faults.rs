@@ -18,13 +18,11 @@ fn redis_going_away_loses_the_hold_once_the_deadline_passes() {
     let stopped = Instant::now();
     assert!(hold.signal().wait(Some(secs(3.0))), "never told");
     let took = stopped.elapsed();
-    // Renewals keep failing; the loss is declared once the lease's own
-    // deadline (last good renewal + ttl) has passed, within a tick of it.
+    // Renewals keep failing; the loss is declared at the safe deadline:
+    // last confirmed renewal (< 50 ms before the stop) + ttl (0.5 s) - the
+    // margin (0.125 s), from the engine's timer; strictly before the ttl.
     assert!(took >= secs(0.3), "declared lost too early: {took:?}");
-    assert!(
-        took <= secs(0.5 + 0.05 + 0.4),
-        "declared lost too late: {took:?}"
-    );
+    assert!(took < secs(0.45), "declared lost too late: {took:?}");
     assert!(hold.is_lost());
     let reason = hold.signal().reason().unwrap();
     assert!(
