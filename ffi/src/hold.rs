@@ -120,6 +120,9 @@ unsafe fn hold_options(opts: *const mistri_hold_options) -> Result<HoldOptions, 
         heartbeat: secs("heartbeat", opts.heartbeat)?,
         stop_key: stop_key.map(str::to_owned),
         signal,
+        // The struct has no room for more fields without breaking callers
+        // built against it: C holds use the default margin (see the header).
+        safety_margin: None,
     })
 }
 

@@ -7,7 +7,7 @@
 //! that no thread holds across Python code, so they keep the GIL: releasing
 //! and retaking it would cost more than the operation.
 
-use crate::args::{Heartbeat, Seconds, Ttl};
+use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
 use crate::error::IntoPyResult;
 use crate::hold::{start, Hold, Source};
 use mistri_locks::Locks;
@@ -104,7 +104,8 @@ impl Adapter {
 
     /// Acquires `key` and keeps it renewed until the Hold is released.
     /// None when the lease is held elsewhere.
-    #[pyo3(signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None))]
+    #[pyo3(signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None, safety_margin = None))]
+    #[allow(clippy::too_many_arguments)] // one per keyword argument of hold()
     fn hold(
         &self,
         py: Python<'_>,
@@ -113,6 +114,7 @@ impl Adapter {
         heartbeat: Seconds<Heartbeat>,
         stop_key: Option<String>,
         signal: Option<Bound<'_, PyAny>>,
+        safety_margin: Option<Seconds<SafetyMargin>>,
     ) -> PyResult<Option<Hold>> {
         start(
             py,
@@ -122,6 +124,7 @@ impl Adapter {
             heartbeat,
             stop_key,
             signal,
+            safety_margin,
         )
     }
 }

@@ -26,6 +26,13 @@ impl Argument for Heartbeat {
     const NAME: &'static str = "heartbeat";
 }
 
+/// The `safety_margin` argument of holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SafetyMargin;
+impl Argument for SafetyMargin {
+    const NAME: &'static str = "safety_margin";
+}
+
 /// The `timeout` argument of waits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timeout;

@@ -1,7 +1,7 @@
 //! `mistri_locks.Hold`: a lease renewed by the core's heartbeat engine while
 //! the `with` block (or the caller's work) runs.
 
-use crate::args::{Heartbeat, Seconds, Ttl};
+use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
 use crate::error::IntoPyResult;
 use crate::signal::{ensure_dispatcher, Forwarder, PyAbortSignal};
 use mistri_locks::{HoldOptions, Locks, ReleaseOutcome};
@@ -34,6 +34,7 @@ pub(crate) enum Source {
 
 /// The arguments of `hold(...)`, shared by `mistri_locks.hold` and
 /// `Adapter.hold`.
+#[allow(clippy::too_many_arguments)] // one per keyword argument of hold()
 pub(crate) fn start(
     py: Python<'_>,
     source: Source,
@@ -42,9 +43,11 @@ pub(crate) fn start(
     heartbeat: Seconds<Heartbeat>,
     stop_key: Option<String>,
     signal: Option<Bound<'_, PyAny>>,
+    safety_margin: Option<Seconds<SafetyMargin>>,
 ) -> PyResult<Option<Hold>> {
     let ttl = ttl.duration(py)?;
     let heartbeat = heartbeat.duration(py)?;
+    let safety_margin = safety_margin.map(|m| m.duration(py)).transpose()?;
     let (core_signal, signal, forwarder) = match signal {
         None => {
             let fresh = PyAbortSignal::wrap(mistri_locks::AbortSignal::new());
@@ -66,6 +69,7 @@ pub(crate) fn start(
         heartbeat,
         stop_key,
         signal: Some(core_signal),
+        safety_margin,
     };
     let hold = py
         .detach(|| match source {

@@ -15,7 +15,7 @@ mod hold;
 mod signal;
 
 use crate::adapter::Adapter;
-use crate::args::{Heartbeat, Seconds, Ttl};
+use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
 use crate::hold::{start, Hold, Source};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -43,7 +43,7 @@ fn locks(py: Python<'_>) -> Option<Py<Adapter>> {
 /// heartbeat until released. None when no adapter is configured or the
 /// lease is held elsewhere.
 #[pyfunction]
-#[pyo3(name = "hold", signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None))]
+#[pyo3(name = "hold", signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None, safety_margin = None))]
 fn hold_configured(
     py: Python<'_>,
     key: String,
@@ -51,6 +51,7 @@ fn hold_configured(
     heartbeat: Seconds<Heartbeat>,
     stop_key: Option<String>,
     signal: Option<Bound<'_, PyAny>>,
+    safety_margin: Option<Seconds<SafetyMargin>>,
 ) -> PyResult<Option<Hold>> {
     // The configured Python adapter object (which may be a subclass), not
     // the core's global.
@@ -58,7 +59,16 @@ fn hold_configured(
         Some(adapter) => Source::Adapter(adapter.get().locks()),
         None => Source::Nothing,
     };
-    start(py, source, key, ttl, heartbeat, stop_key, signal)
+    start(
+        py,
+        source,
+        key,
+        ttl,
+        heartbeat,
+        stop_key,
+        signal,
+        safety_margin,
+    )
 }
 
 #[pymodule]

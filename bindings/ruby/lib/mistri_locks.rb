@@ -45,6 +45,13 @@ module MistriLocks
     # +stop_key+, trips the hold's signal within a tick (min(heartbeat, 1 s))
     # of anyone raising that flag.
     #
+    # The hold is lost (its signal trips with a reason starting "lease
+    # lost:") as soon as a renewal finds the lease gone, or when no renewal
+    # has been confirmed by its safe deadline: the send time of the last
+    # confirmed renewal + ttl - +safety_margin+ (default
+    # min(ttl/4, max(tick + the adapter's I/O timeout, 0.025))), so the
+    # holder hears it before anyone else can take the lease.
+    #
     # Returns a MistriLocks::Hold, or nil when no adapter is configured or
     # the lease is held elsewhere (a refused caller never touches the real
     # holder's lease).
@@ -56,13 +63,14 @@ module MistriLocks
     # +signal+: a MistriLocks::AbortSignal, or any object responding to
     # abort!(reason) (such as Mistri::AbortSignal), which is called from a
     # Ruby thread when the hold is stopped or lost.
-    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, &block)
+    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil, &block)
       adapter = @locks
       if adapter
-        return adapter.hold(key, ttl: ttl, heartbeat: heartbeat, stop_key: stop_key, signal: signal, &block)
+        return adapter.hold(key, ttl: ttl, heartbeat: heartbeat, stop_key: stop_key, signal: signal,
+                                 safety_margin: safety_margin, &block)
       end
 
-      _check_hold_args(key, ttl, heartbeat, stop_key)
+      _check_hold_args(key, ttl, heartbeat, stop_key, safety_margin)
       Hold.check_signal(signal)
       nil
     end

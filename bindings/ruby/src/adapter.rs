@@ -117,9 +117,10 @@ impl Adapter {
         rb_self.run(ruby, |l| l.break_lease(&key))
     }
 
-    /// `_hold(key, ttl, heartbeat, stop_key, signal)` -> Hold or nil;
+    /// `_hold(key, ttl, heartbeat, stop_key, signal, safety_margin)` -> Hold or nil;
     /// `signal` is nil or a `MistriLocks::AbortSignal` (duck-typed signals
     /// are the Ruby half's business).
+    #[allow(clippy::too_many_arguments)] // one per argument of the Ruby method
     fn hold(
         ruby: &Ruby,
         rb_self: &Self,
@@ -128,9 +129,11 @@ impl Adapter {
         heartbeat: Value,
         stop_key: Option<Value>,
         signal: Option<&Signal>,
+        safety_margin: Option<Value>,
     ) -> Result<Option<RbHold>, Error> {
         let key = args::key(ruby, "key", key)?;
-        let opts = args::hold_options(ruby, ttl, heartbeat, stop_key, signal.map(|s| s.0.clone()))?;
+        let signal = signal.map(|s| s.0.clone());
+        let opts = args::hold_options(ruby, ttl, heartbeat, stop_key, signal, safety_margin)?;
         let hold = rb_self.run(ruby, |l| l.hold(&key, opts))?;
         Ok(hold.map(|h| RbHold::new(h, rb_self.remote)))
     }
@@ -161,6 +164,6 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_private_method("_acquire", method!(Adapter::acquire, 2))?;
     class.define_private_method("_renew", method!(Adapter::renew, 2))?;
     class.define_private_method("_set_flag", method!(Adapter::set_flag, 2))?;
-    class.define_private_method("_hold", method!(Adapter::hold, 5))?;
+    class.define_private_method("_hold", method!(Adapter::hold, 6))?;
     Ok(())
 }

@@ -100,11 +100,15 @@ pub fn hold_options(
     heartbeat: Value,
     stop_key: Option<Value>,
     signal: Option<AbortSignal>,
+    safety_margin: Option<Value>,
 ) -> Result<HoldOptions, Error> {
     Ok(HoldOptions {
         ttl: duration(ruby, "ttl", ttl)?,
         heartbeat: duration(ruby, "heartbeat", heartbeat)?,
         stop_key: stop_key.map(|k| key(ruby, "stop_key", k)).transpose()?,
         signal,
+        safety_margin: safety_margin
+            .map(|m| duration(ruby, "safety_margin", m))
+            .transpose()?,
     })
 }

@@ -4,9 +4,10 @@
 //! `_signal`. `lib/mistri_locks/hold.rb` adds `release`, `signal`, the block
 //! form and the delivery to a duck-typed `signal:` object.
 //!
-//! A Hold garbage-collected without `release` is released by its free
-//! function (the core's Drop; on Redis that is a round trip during GC), and
-//! a forked child's copy never touches its parent's lease.
+//! A Hold garbage-collected without `release` does no I/O in its free
+//! function: it leaves the heartbeat at once and hands the delete of its
+//! lease to the core engine's I/O thread (`Hold::release_in_background`).
+//! A forked child's copy never touches its parent's lease.
 
 use crate::error;
 use crate::nogvl::{nogvl, uninterruptible};
@@ -56,6 +57,14 @@ impl RbHold {
     /// `_signal`: a new Ruby object around the hold's core signal.
     fn signal(&self) -> Signal {
         Signal(self.hold.signal().clone())
+    }
+}
+
+impl Drop for RbHold {
+    fn drop(&mut self) {
+        // Runs inside Ruby's GC (free_immediately): no network round trip
+        // here. After this, the core Hold's own Drop finds nothing to do.
+        self.hold.release_in_background();
     }
 }
 

@@ -28,7 +28,7 @@ mod signal;
 use magnus::{function, prelude::*, Error, Ruby, Value};
 use mistri_locks::{HoldOptions, FLAG_TTL, HEARTBEAT, LEASE_TTL};
 
-/// `MistriLocks._check_hold_args(key, ttl, heartbeat, stop_key)`: the
+/// `MistriLocks._check_hold_args(key, ttl, heartbeat, stop_key, safety_margin)`: the
 /// argument checks of a hold, for `MistriLocks.hold` when no adapter is
 /// configured (it returns nil, but still tells a caller its arguments are
 /// wrong, as the core does).
@@ -38,9 +38,10 @@ fn check_hold_args(
     ttl: Value,
     heartbeat: Value,
     stop_key: Option<Value>,
+    safety_margin: Option<Value>,
 ) -> Result<(), Error> {
     let key = args::key(ruby, "key", key)?;
-    let opts = args::hold_options(ruby, ttl, heartbeat, stop_key, None)?;
+    let opts = args::hold_options(ruby, ttl, heartbeat, stop_key, None, safety_margin)?;
     mistri_locks::args::check_key("key", &key).map_err(|e| error::to_ruby(ruby, e))?;
     HoldOptions::validate(&opts).map_err(|e| error::to_ruby(ruby, e))
 }
@@ -52,7 +53,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.const_set("LEASE_TTL", LEASE_TTL.as_secs())?;
     module.const_set("HEARTBEAT", HEARTBEAT.as_secs())?;
     module.const_set("FLAG_TTL", FLAG_TTL.as_secs())?;
-    module.define_singleton_method("_check_hold_args", function!(check_hold_args, 4))?;
+    module.define_singleton_method("_check_hold_args", function!(check_hold_args, 5))?;
     error::init(ruby, module)?;
     delivery::init(ruby, module)?;
     signal::init(ruby, module)?;

@@ -102,6 +102,7 @@ class Adapter:
         heartbeat: _Seconds = ...,
         stop_key: Optional[str] = None,
         signal: Union[AbortSignal, _SupportsAbort, None] = None,
+        safety_margin: Optional[_Seconds] = None,
     ) -> Optional[Hold]: ...
 
 @final
@@ -131,6 +132,7 @@ def hold(
     heartbeat: _Seconds = ...,
     stop_key: Optional[str] = None,
     signal: Union[AbortSignal, _SupportsAbort, None] = None,
+    safety_margin: Optional[_Seconds] = None,
 ) -> Optional[Hold]: ...
 def _deliver_pending(timeout: float) -> bool: ...
 def _stop_dispatch() -> None: ...

@@ -35,8 +35,8 @@ module MistriLocks
     def set_flag(key, ttl: FLAG_TTL) = _set_flag(key, ttl)
 
     # See MistriLocks.hold (this adapter instead of MistriLocks.locks).
-    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, &block)
-      hold = Hold.start(self, key, ttl, heartbeat, stop_key, signal)
+    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil, &block)
+      hold = Hold.start(self, key, ttl, heartbeat, stop_key, signal, safety_margin)
       block ? Hold.run(hold, &block) : hold
     end
   end

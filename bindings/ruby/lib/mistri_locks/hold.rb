@@ -53,10 +53,10 @@ module MistriLocks
       end
 
       # Acquires through +adapter+ and wires the signal. (Internal.)
-      def start(adapter, key, ttl, heartbeat, stop_key, signal)
+      def start(adapter, key, ttl, heartbeat, stop_key, signal, safety_margin = nil)
         check_signal(signal)
         native = signal if signal.is_a?(AbortSignal)
-        hold = adapter.__send__(:_hold, key, ttl, heartbeat, stop_key, native)
+        hold = adapter.__send__(:_hold, key, ttl, heartbeat, stop_key, native, safety_margin)
         return nil unless hold
 
         Delivery.ensure_running if native
