@@ -255,8 +255,15 @@ impl RedisServer {
     /// with the same settings and no data (nothing is persisted). Retries
     /// the bind for up to 5 s. Panics if it won't come back.
     pub fn restart(&mut self) {
+        self.restart_after(Duration::ZERO);
+    }
+
+    /// [`RedisServer::restart`] with the port left dead for `downtime`
+    /// between the kill and the new start (connections are refused then).
+    pub fn restart_after(&mut self, downtime: Duration) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        std::thread::sleep(downtime);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             match Self::spawn_on(&self.config, self.port, self.dir.clone()) {
