@@ -286,6 +286,27 @@ fn direct(server: &RedisServer) -> redis::Connection {
     con
 }
 
+/// Waits until a renewal of `key` has just landed on the server (its PTTL
+/// jumps back up), so a fault started right after it has the last
+/// confirmable renewal at "now": the lease's latest server expiry is then
+/// now + ttl, which makes the "told before expiry" bound sharp instead of
+/// depending on where in the renewal cycle the fault happened to start.
+fn wait_for_renewal(server: &RedisServer, key: &str) {
+    let mut con = direct(server);
+    let lease = lease_key(key);
+    let start = Instant::now();
+    let mut prev: i64 = redis::cmd("PTTL").arg(&lease).query(&mut con).unwrap();
+    while start.elapsed() < secs(3.0) {
+        let now: i64 = redis::cmd("PTTL").arg(&lease).query(&mut con).unwrap();
+        if now > prev + 100 {
+            return;
+        }
+        prev = now;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("no renewal of {key} seen within 3 s (harness: is the hold renewing?)");
+}
+
 fn lease_key(key: &str) -> String {
     Redis::open("redis://127.0.0.1/0", NS)
         .unwrap()
@@ -418,6 +439,7 @@ fn blackhole_case(n: usize) {
         early.len()
     );
 
+    wait_for_renewal(&server, &watched[0]);
     let silence = Instant::now();
     proxy.blackhole(true);
 
@@ -485,6 +507,7 @@ fn redis_frozen_past_the_ttl() {
     std::thread::sleep(secs(1.2));
     assert!(holds.iter().all(|h| !h.is_lost()), "lost before the fault");
 
+    wait_for_renewal(&server, &ks[0]);
     let frozen = Instant::now();
     server.freeze();
     std::thread::sleep(secs(TTL + 1.0));
@@ -523,12 +546,14 @@ fn redis_frozen_past_the_ttl() {
 
 // ---------------------------------------------------------------- 3 restart
 
-/// Redis killed and back, empty, only after a ttl: the holder must have
-/// been told by then (its timer, since nothing answers meanwhile).
+/// Redis killed right after a renewal and back, empty, a ttl later: the
+/// holder must have been told before kill + ttl (when its lease would have
+/// expired had the server lived; its timer, since nothing answers
+/// meanwhile), and so before anyone acquires on the new server.
 #[test]
 fn redis_restarted_empty_after_downtime() {
     let label = "restart after downtime";
-    println!("{label}: SIGKILL, down for ttl + 0.5 s, back empty on the same port");
+    println!("{label}: SIGKILL right after a renewal, down for a ttl, back empty on the same port");
     let mut server = RedisServer::start();
     let locks = redis_locks(&server.url(), IO_TIMEOUT);
     let witness = redis_locks(&server.url(), IO_TIMEOUT);
@@ -538,8 +563,9 @@ fn redis_restarted_empty_after_downtime() {
     std::thread::sleep(secs(1.2));
     assert!(holds.iter().all(|h| !h.is_lost()), "lost before the fault");
 
+    wait_for_renewal(&server, &ks[0]);
     let killed = Instant::now();
-    server.restart_after(secs(TTL + 0.5));
+    server.restart_after(secs(TTL));
     let back = Instant::now();
     let taken = take_when_free(&witness, &ks, back + secs(3.0));
     wait_told(&told, back + secs(LATE_WAIT));
@@ -552,7 +578,21 @@ fn redis_restarted_empty_after_downtime() {
         stats(told_at),
         ms(diff(killed, back))
     );
-    let violations = judge_told_before(label, &ks, &told, &taken, "the independent acquire");
+    let expiry = vec![Some(killed + secs(TTL)); ks.len()];
+    let mut violations = judge_told_before(
+        label,
+        &ks,
+        &told,
+        &expiry,
+        "kill + ttl (latest expiry had it lived)",
+    );
+    violations.extend(judge_told_before(
+        label,
+        &ks,
+        &told,
+        &taken,
+        "the independent acquire",
+    ));
     finish(label, None, holds, violations);
 }
 
@@ -620,8 +660,13 @@ fn redis_restarted_empty_at_once() {
 
 #[test]
 fn latency_beyond_the_margin() {
-    let label = "delay 1.5 s";
-    let delay = 1.5;
+    // 1.2 s each way: a round trip (2.4 s) outlasts the ttl, so no renewal
+    // sent after the delay starts can be confirmed in time, while the first
+    // renewal sent after it (0.5 s later) still reaches Redis 0.3 s before
+    // the lease expires - a late renewal that could extend it. (With 1.5 s
+    // it would land just as the lease expires: a coin toss.)
+    let label = "delay 1.2 s";
+    let delay = 1.2;
     println!("{label}: every chunk held {delay} s each way; ttl {TTL} s, heartbeat {HEARTBEAT} s, Redis timeout {IO_TIMEOUT} s");
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
@@ -637,6 +682,7 @@ fn latency_beyond_the_margin() {
     // Any renewal sent from now on needs >= 2 * delay > ttl to be answered,
     // so the last one the holder could see confirmed was sent before
     // `slowed`: no lease may outlive slowed + ttl once its holder was told.
+    wait_for_renewal(&server, &ks[0]);
     let slowed = Instant::now();
     proxy.delay(secs(delay));
     let implied = slowed + secs(TTL);
@@ -671,6 +717,16 @@ fn latency_beyond_the_margin() {
     wait_told(&told, Instant::now() + secs(LATE_WAIT));
 
     let mut violations = judge_told_before(label, &ks, &told, &taken, "the independent acquire");
+    // Had no late renewal extended it, the lease would have expired at
+    // slowed + ttl: the holder must be told before that too.
+    let implied_all = vec![Some(implied); ks.len()];
+    violations.extend(judge_told_before(
+        label,
+        &ks,
+        &told,
+        &implied_all,
+        "slowed + ttl (expiry of the last confirmable renewal)",
+    ));
     let mut extensions = Vec::new();
     for (i, k) in ks.iter().enumerate() {
         if let Some(e) = latest_after_told[i] {
@@ -752,7 +808,7 @@ fn holder_process_killed() {
 
 // ---------------------------------------------------------------- 6 soak
 
-const SOAK_SECS: f64 = 10.0;
+const SOAK_SECS: f64 = 12.0;
 const SOAK_PROCESSES: usize = 4;
 const SOAK_THREADS: usize = 2;
 const SOAK_KEYS: usize = 3;
@@ -798,28 +854,28 @@ fn mutual_exclusion_soak_under_proxy_faults() {
         })
         .collect();
 
-    // The fault schedule: every 0.5 s each proxy is blackholed (25%),
-    // delayed 0.1-0.9 s (20%) or healthy; deterministic.
+    // The fault schedule, deterministic: in every 2 s slot one process,
+    // chosen at random, is cut off (blackhole, 70%) or slowed (0.3-1.2 s
+    // each way, 30%) while the others stay healthy, ready to take whatever
+    // lease the faulted one loses. A silence of 2 s outlives a lease
+    // (ttl 1 s).
     let mut rng = Lcg(0x5eed_f00d);
     let start = Instant::now();
     let (mut blackholes, mut delays) = (0, 0);
     while start.elapsed() < secs(SOAK_SECS) {
         for p in &proxies {
-            let roll = rng.next() % 100;
-            if roll < 25 {
-                p.delay(Duration::ZERO);
-                p.blackhole(true);
-                blackholes += 1;
-            } else if roll < 45 {
-                p.blackhole(false);
-                p.delay(Duration::from_millis(100 + rng.next() % 800));
-                delays += 1;
-            } else {
-                p.blackhole(false);
-                p.delay(Duration::ZERO);
-            }
+            p.blackhole(false);
+            p.delay(Duration::ZERO);
         }
-        std::thread::sleep(secs(0.5));
+        let p = &proxies[(rng.next() % SOAK_PROCESSES as u64) as usize];
+        if rng.next() % 10 < 7 {
+            p.blackhole(true);
+            blackholes += 1;
+        } else {
+            p.delay(Duration::from_millis(300 + rng.next() % 900));
+            delays += 1;
+        }
+        std::thread::sleep(secs(2.0));
     }
     for p in &proxies {
         p.blackhole(false);
@@ -864,6 +920,9 @@ fn mutual_exclusion_soak_under_proxy_faults() {
         }
     }
     let told = records.iter().filter(|r| r.how == "told").count();
+    let per_process: Vec<usize> = (0..SOAK_PROCESSES)
+        .map(|i| records.iter().filter(|r| r.process == i).count())
+        .collect();
 
     // The witness: per key, sorted by start, no interval may begin before
     // an earlier one ended, and fences rise with start.
@@ -902,7 +961,7 @@ fn mutual_exclusion_soak_under_proxy_faults() {
         }
     }
     println!(
-        "  {label}: {} holds recorded ({told} ended by being told, {} by release); faults injected: {blackholes} blackhole and {delays} delay slots; children killed while stuck: {killed}",
+        "  {label}: {} holds recorded ({told} ended by being told, {} by release); per process {per_process:?}; faults injected: {blackholes} blackhole and {delays} delay slots of 2 s; children killed while stuck: {killed}",
         records.len(),
         records.len() - told
     );
@@ -952,15 +1011,19 @@ fn soak_child(dir: &Path) {
             let prefix = prefix.clone();
             std::thread::spawn(move || {
                 let mut rng = Lcg(0xabcd + (index * 16 + t) as u64);
+                let (mut won, mut refused, mut failed) = (0, 0, 0);
+                let mut releasing = Duration::ZERO;
                 while Instant::now() < stop_at {
                     let key = format!("{prefix}-{}", rng.next() % SOAK_KEYS as u64);
                     let hold = match locks.hold(&key, opts(SOAK_TTL, SOAK_HEARTBEAT)) {
                         Ok(Some(h)) => h,
                         Ok(None) => {
+                            refused += 1;
                             std::thread::sleep(Duration::from_millis(2 + rng.next() % 4));
                             continue;
                         }
                         Err(_) => {
+                            failed += 1;
                             std::thread::sleep(Duration::from_millis(20));
                             continue;
                         }
@@ -973,9 +1036,9 @@ fn soak_child(dir: &Path) {
                             let _ = cell.set(monotonic_ns());
                         });
                     }
-                    // Mostly short work; a third outlives the ttl.
-                    let work = if rng.next() % 3 == 0 {
-                        1000 + rng.next() % 1500
+                    // Half the holds work briefly; half outlive the ttl.
+                    let work = if rng.next() % 2 == 0 {
+                        1200 + rng.next() % 1300
                     } else {
                         20 + rng.next() % 200
                     };
@@ -988,8 +1051,15 @@ fn soak_child(dir: &Path) {
                     // The record first: a release that hangs must not hide it.
                     let line = format!("{key} {} {start} {end} {how}\n", hold.fence());
                     (&*out).write_all(line.as_bytes()).unwrap();
+                    won += 1;
+                    let released = Instant::now();
                     let _ = hold.release();
+                    releasing += released.elapsed();
                 }
+                eprintln!(
+                    "    soak process {index} thread {t}: {won} holds, {refused} refused, {failed} errors, {:.1} s inside release()",
+                    releasing.as_secs_f64()
+                );
             })
         })
         .collect();
@@ -1000,7 +1070,9 @@ fn soak_child(dir: &Path) {
         }
         let _ = tx.send(());
     });
-    let _ = rx.recv_timeout(secs(5.0));
+    // Threads stop starting holds at `stop_at`; give the last ones (work up
+    // to 2.5 s, then a release) 5 s more, then leave regardless.
+    let _ = rx.recv_timeout((stop_at + secs(5.0)).saturating_duration_since(Instant::now()));
     // SAFETY: _exit takes no pointers; skipping destructors here is the
     // point (a stuck release must not keep the child alive), and every
     // record was written with its own write call already.
