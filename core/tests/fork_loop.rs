@@ -90,6 +90,9 @@ fn fork_loop(label: &str, locks: &Locks, busy: usize, heartbeat: f64) {
                 break;
             }
             if forked.elapsed() >= CHILD_LIMIT {
+                if tally.hung == 0 {
+                    print_stack(label, pid);
+                }
                 // SAFETY: kill and waitpid take no pointers but `status`
                 // (valid); `pid` is our unreaped child.
                 unsafe {
@@ -122,6 +125,38 @@ fn fork_loop(label: &str, locks: &Locks, busy: usize, heartbeat: f64) {
     }
     assert_eq!(tally.hung, 0, "{label}: {tally:?}");
     assert_eq!(tally.failed, 0, "{label}: {tally:?}");
+}
+
+/// Where a hung child is stuck, if gdb is at hand (so a failure says which
+/// lock it is, not just that there is one). Bounded: gdb gets 20 s.
+fn print_stack(label: &str, pid: libc::pid_t) {
+    let Ok(mut gdb) = std::process::Command::new("gdb")
+        .args(["-p", &pid.to_string(), "-batch", "-ex", "bt"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    else {
+        return;
+    };
+    let started = Instant::now();
+    while gdb.try_wait().ok().flatten().is_none() {
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = gdb.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut out = String::new();
+    if let Some(mut stdout) = gdb.stdout.take() {
+        use std::io::Read;
+        let _ = stdout.read_to_string(&mut out);
+    }
+    let _ = gdb.wait();
+    println!("{label}: first hung child ({pid}) is stuck at:");
+    for line in out.lines().filter(|l| l.starts_with('#')).take(25) {
+        println!("    {line}");
+    }
 }
 
 #[test]
