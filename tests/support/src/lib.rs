@@ -5,6 +5,9 @@
 //! on drop. The server is also told to die with the thread that started it
 //! (`PR_SET_PDEATHSIG`), so a test killed outright leaves nothing behind.
 
+mod proxy;
+pub use proxy::Proxy;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -18,6 +21,7 @@ pub struct RedisServer {
     dir: PathBuf,
     password: Option<String>,
     tls: bool,
+    config: RedisConfig,
 }
 
 /// What to start.
@@ -59,6 +63,23 @@ impl RedisServer {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("mistri-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let made = if config.tls {
+            make_certificate(&dir)
+        } else {
+            Ok(())
+        };
+        let started = made.and_then(|()| Self::spawn_on(config, port, dir.clone()));
+        if started.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        started
+    }
+
+    /// Starts `redis-server` on `port`, in `dir` (which holds the
+    /// certificate for TLS), and waits for it to answer.
+    fn spawn_on(config: &RedisConfig, port: u16, dir: PathBuf) -> Result<RedisServer, String> {
+        // A TLS server is judged ready by its log: start from an empty one.
+        let _ = std::fs::remove_file(dir.join("redis.log"));
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args([
@@ -78,7 +99,6 @@ impl RedisServer {
             cmd.args(["--requirepass", pass]);
         }
         if config.tls {
-            make_certificate(&dir)?;
             cmd.args(["--port", "0", "--tls-port", &port.to_string()])
                 .args(["--tls-auth-clients", "no"])
                 .arg("--tls-cert-file")
@@ -110,18 +130,26 @@ impl RedisServer {
             dir,
             password: config.password.clone(),
             tls: config.tls,
+            config: config.clone(),
         };
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut failure = "redis-server did not answer PING within 10 s".to_owned();
         while Instant::now() < deadline {
             if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!("redis-server exited early: {status}"));
+                failure = format!("redis-server exited early: {status}");
+                break;
             }
             if server.ping() {
                 return Ok(server);
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        Err("redis-server did not answer PING within 10 s".into())
+        // Stop this attempt but keep `dir`: the caller decides (a restart
+        // retries in it).
+        let _ = server.child.kill();
+        let _ = server.child.wait();
+        std::mem::forget(server); // its Drop would remove `dir`
+        Err(failure)
     }
 
     fn ping(&self) -> bool {
@@ -195,6 +223,64 @@ impl RedisServer {
         };
         // The last reply is QUIT's.
         out.strip_suffix("+OK\r\n").unwrap_or(out).to_owned()
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the server process with SIGSTOP: connections stay open, the
+    /// kernel still accepts and buffers, nothing answers. Its clock (and so
+    /// key expiry) keeps running.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Resumes a frozen server (SIGCONT); it then serves what was buffered.
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        // SAFETY: kill takes no pointers; `pid` is our own child, not yet
+        // reaped (we reap it only in `stop`/`restart`), so it names that
+        // process and no other.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+    }
+
+    /// Kills the server (SIGKILL) and starts a fresh one on the same port,
+    /// with the same settings and no data (nothing is persisted). Retries
+    /// the bind for up to 5 s. Panics if it won't come back.
+    pub fn restart(&mut self) {
+        self.restart_after(Duration::ZERO);
+    }
+
+    /// [`RedisServer::restart`] with the port left dead for `downtime`
+    /// between the kill and the new start (connections are refused then).
+    pub fn restart_after(&mut self, downtime: Duration) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(downtime);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match Self::spawn_on(&self.config, self.port, self.dir.clone()) {
+                Ok(mut fresh) => {
+                    // Take over the new process. `fresh` now owns the old,
+                    // reaped one; its Drop would remove our `dir`, so it
+                    // is forgotten (a few bytes).
+                    std::mem::swap(&mut self.child, &mut fresh.child);
+                    std::mem::forget(fresh);
+                    return;
+                }
+                Err(e) if Instant::now() >= deadline => {
+                    panic!("redis-server did not come back on port {}: {e}", self.port)
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
     }
 
     /// Stops the server (SIGKILL for speed: nothing is persisted).

@@ -1,0 +1,1171 @@
+//! The fault suite of issue 9: what a hold promises whatever the network or
+//! the server does, measured on a real redis-server on loopback, through the
+//! testkit's [`Proxy`] where the network is the fault.
+//!
+//! The promises asserted (independent of how the engine is built):
+//!
+//! 1. **Told first.** A hold's signal trips, with a reason starting
+//!    `lease lost:`, strictly before anyone else could acquire its lease.
+//!    An independent client (its own `Locks`, straight to Redis, never
+//!    through the proxy) polls `acquire` on the holder's keys every few ms;
+//!    the instant taken just before the acquire that succeeded must come
+//!    after the instant the holder's `on_abort` callback ran.
+//! 2. **Release is bounded.** `release()` returns within the Redis
+//!    adapter's timeout + 1 s, whatever the network does (an
+//!    `Error::Connection` is an allowed answer).
+//! 3. **No late extension.** Once the holder was told, the lease never
+//!    outlives (PTTL read straight from Redis) the expiry implied by the
+//!    last renewal the holder could have seen confirmed.
+//!
+//! Each case prints its figures (`--nocapture`) and checks every promise
+//! before failing, so one run gives the whole picture:
+//!
+//! ```text
+//! cargo test -p mistri_locks_core --test network_faults -- --nocapture --test-threads=1
+//! ```
+//!
+//! The test binary re-executes itself for the multi-process cases: `child`
+//! does nothing unless `MISTRI_FAULT_ROLE` is set.
+
+mod common;
+use common::*;
+use mistri_locks::{Error, Hold, HoldOptions, Locks, Redis};
+use mistri_locks_testkit::{unique, Proxy, RedisServer};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Lease ttl, heartbeat and Redis I/O timeout of the single-process cases.
+const TTL: f64 = 2.0;
+const HEARTBEAT: f64 = 0.5;
+const IO_TIMEOUT: f64 = 1.0;
+/// `release()` must return within the adapter's timeout plus this.
+const RELEASE_SLACK: f64 = 1.0;
+/// How long past the moment it is due a case waits for a late "told", to
+/// measure how late it was (a bounded wait: the figure is then "> this").
+const LATE_WAIT: f64 = 5.0;
+const NS: &str = "mistri:faults";
+
+// ---------------------------------------------------------------- harness
+
+/// When a hold's signal tripped, and why (set by an `on_abort` callback).
+type Told = Arc<OnceLock<(Instant, String)>>;
+
+fn watch(hold: &Hold) -> Told {
+    let told: Told = Arc::default();
+    let cell = told.clone();
+    hold.signal().on_abort(move |reason| {
+        let _ = cell.set((Instant::now(), reason.unwrap_or("").to_owned()));
+    });
+    told
+}
+
+/// A `Locks` on `url` with the suite's I/O timeout.
+fn redis_locks(url: &str, timeout: f64) -> Locks {
+    Locks::new(Redis::with_timeout(url, NS, secs(timeout)).unwrap())
+}
+
+fn hold_opts(key: &str) -> HoldOptions {
+    HoldOptions {
+        stop_key: Some(format!("stop-{key}")),
+        ..opts(TTL, HEARTBEAT)
+    }
+}
+
+fn hold_all(locks: &Locks, keys: &[String]) -> Vec<Hold> {
+    keys.iter()
+        .map(|k| locks.hold(k, hold_opts(k)).unwrap().expect("free key"))
+        .collect()
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<String> {
+    let base = unique(prefix);
+    (0..n).map(|i| format!("{base}-{i}")).collect()
+}
+
+/// Every 50th index plus the last (all of them for small `n`).
+fn sample(n: usize) -> Vec<usize> {
+    let mut at: Vec<usize> = (0..n).step_by(50).collect();
+    if at.last() != Some(&(n - 1)) {
+        at.push(n - 1);
+    }
+    at
+}
+
+/// The independent client: polls `acquire` on every key every ~2 ms until
+/// it has them all or `until` passes. For each key: the instant taken just
+/// before sending the acquire that succeeded. Errors (server away) count as
+/// "not yet".
+fn take_when_free(witness: &Locks, keys: &[String], until: Instant) -> Vec<Option<Instant>> {
+    let mut taken = vec![None; keys.len()];
+    while Instant::now() < until && taken.iter().any(Option::is_none) {
+        for (key, slot) in keys.iter().zip(taken.iter_mut()) {
+            if slot.is_some() {
+                continue;
+            }
+            let sent = Instant::now();
+            if let Ok(true) = witness.acquire(key, secs(60.0)) {
+                *slot = Some(sent);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    taken
+}
+
+/// Waits (bounded) until every `told` is set or `until` passes.
+fn wait_told(told: &[Told], until: Instant) {
+    while Instant::now() < until && told.iter().any(|t| t.get().is_none()) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn ms(d: f64) -> String {
+    format!("{:.0} ms", d * 1000.0)
+}
+
+/// Signed seconds `b - a`.
+fn diff(a: Instant, b: Instant) -> f64 {
+    if b >= a {
+        (b - a).as_secs_f64()
+    } else {
+        -(a - b).as_secs_f64()
+    }
+}
+
+fn stats(mut v: Vec<f64>) -> String {
+    if v.is_empty() {
+        return "-".into();
+    }
+    v.sort_by(f64::total_cmp);
+    format!(
+        "min {} / median {} / max {}",
+        ms(v[0]),
+        ms(v[v.len() / 2]),
+        ms(v[v.len() - 1])
+    )
+}
+
+/// Promise 1 for each key: told (reason `lease lost:`) strictly before
+/// `before[i]`. Prints the lead times; returns the violations.
+fn judge_told_before(
+    label: &str,
+    keys: &[String],
+    told: &[Told],
+    before: &[Option<Instant>],
+    what: &str,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    let mut leads = Vec::new();
+    let mut late = Vec::new();
+    let mut untold = 0;
+    for ((key, told), before) in keys.iter().zip(told).zip(before) {
+        let Some(before) = before else {
+            violations.push(format!("{label}: {key}: {what} never happened"));
+            continue;
+        };
+        match told.get() {
+            None => {
+                untold += 1;
+                violations.push(format!(
+                    "{label}: {key}: holder not told within {LATE_WAIT} s after {what}"
+                ));
+            }
+            Some((at, reason)) => {
+                if !reason.starts_with("lease lost:") {
+                    violations.push(format!(
+                        "{label}: {key}: reason does not start with `lease lost:`: {reason:?}"
+                    ));
+                }
+                let lead = diff(*at, *before);
+                if lead > 0.0 {
+                    leads.push(lead);
+                } else {
+                    late.push(-lead);
+                    violations.push(format!("{label}: {key}: told {} AFTER {what}", ms(-lead)));
+                }
+            }
+        }
+    }
+    println!(
+        "  {label}: {} keys watched; told before {what}: {} (lead {}); told after: {} (late by {}); not told within {LATE_WAIT} s: {untold}",
+        keys.len(),
+        leads.len(),
+        stats(leads),
+        late.len(),
+        stats(late),
+    );
+    violations
+}
+
+/// Ends a case: closes the proxy first (so any call stuck on its sockets
+/// fails fast), releases the holds off-thread with a bounded wait, then
+/// fails with every violation found.
+fn finish(label: &str, proxy: Option<Proxy>, holds: Vec<Hold>, violations: Vec<String>) {
+    drop(proxy);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for hold in holds {
+            let _ = hold.release();
+        }
+        let _ = tx.send(());
+    });
+    if rx.recv_timeout(secs(15.0)).is_err() {
+        println!("  {label}: holds still releasing 15 s after the case; left behind");
+    }
+    assert!(
+        violations.is_empty(),
+        "{label}: {} violation(s):\n{}",
+        violations.len(),
+        violations.join("\n")
+    );
+}
+
+/// Runs `hold.release()` on a thread; the receiver gets (elapsed, result).
+fn release_in_background(hold: Hold) -> mpsc::Receiver<(Duration, Result<(), Error>)> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let result = hold.release().map(|_| ());
+        let _ = tx.send((start.elapsed(), result));
+    });
+    rx
+}
+
+/// Promise 2: the release returned within the bound.
+fn judge_release(
+    label: &str,
+    rx: &mpsc::Receiver<(Duration, Result<(), Error>)>,
+    started: Instant,
+) -> Vec<String> {
+    let bound = secs(IO_TIMEOUT + RELEASE_SLACK);
+    // Wait at least to the bound; longer only to measure how late it is.
+    let wait = (started + bound + secs(LATE_WAIT)).saturating_duration_since(Instant::now());
+    match rx.recv_timeout(wait) {
+        Ok((took, result)) => {
+            println!(
+                "  {label}: release() returned in {} ({result:?})",
+                ms(took.as_secs_f64())
+            );
+            let mut v = Vec::new();
+            if took > bound {
+                v.push(format!(
+                    "{label}: release() took {}, bound {}",
+                    ms(took.as_secs_f64()),
+                    ms(bound.as_secs_f64())
+                ));
+            }
+            if let Err(e) = result {
+                if !matches!(e, Error::Connection(_)) {
+                    v.push(format!("{label}: release() failed with {e}"));
+                }
+            }
+            v
+        }
+        Err(_) => {
+            let blocked = started.elapsed().as_secs_f64();
+            println!("  {label}: release() still blocked after {}", ms(blocked));
+            vec![format!(
+                "{label}: release() still blocked after {}, bound {}",
+                ms(blocked),
+                ms(bound.as_secs_f64())
+            )]
+        }
+    }
+}
+
+/// A plain redis-rs connection straight to the server, for PTTL.
+fn direct(server: &RedisServer) -> redis::Connection {
+    let client = redis::Client::open(server.url()).unwrap();
+    let con = client
+        .get_connection_with_timeout(secs(2.0))
+        .expect("direct connection");
+    con.set_read_timeout(Some(secs(2.0))).unwrap();
+    con
+}
+
+/// Waits until a renewal of `key` has just landed on the server (its PTTL
+/// jumps back up), so a fault started right after it has the last
+/// confirmable renewal at "now": the lease's latest server expiry is then
+/// now + ttl, which makes the "told before expiry" bound sharp instead of
+/// depending on where in the renewal cycle the fault happened to start.
+fn wait_for_renewal(server: &RedisServer, key: &str) {
+    let mut con = direct(server);
+    let lease = lease_key(key);
+    let start = Instant::now();
+    let mut prev: i64 = redis::cmd("PTTL").arg(&lease).query(&mut con).unwrap();
+    while start.elapsed() < secs(3.0) {
+        let now: i64 = redis::cmd("PTTL").arg(&lease).query(&mut con).unwrap();
+        if now > prev + 100 {
+            return;
+        }
+        prev = now;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("no renewal of {key} seen within 3 s (harness: is the hold renewing?)");
+}
+
+fn lease_key(key: &str) -> String {
+    Redis::open("redis://127.0.0.1/0", NS)
+        .unwrap()
+        .lease_key(key)
+}
+
+// ---------------------------------------------------------------- sanity
+
+/// The harness itself: the proxy forwards faithfully when not faulted,
+/// holds silent when blackholed (delivering later), and delays as told; a
+/// hold through it renews for several ttls.
+#[test]
+fn harness_proxy_forwards_holds_and_delays() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+
+    // Raw round trips, including a value larger than one read.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+    s.set_read_timeout(Some(secs(0.3))).unwrap();
+    let big = "x".repeat(300_000);
+    let set = format!(
+        "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n${}\r\n{big}\r\n*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n",
+        big.len()
+    );
+    s.write_all(set.as_bytes()).unwrap();
+    let want = format!("+OK\r\n${}\r\n{big}\r\n", big.len());
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while got.len() < want.len() {
+        let n = s.read(&mut buf).expect("reply through the proxy");
+        assert!(n > 0, "proxy closed the connection");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, want.as_bytes(), "bytes changed in transit");
+
+    // Blackhole: silence, bytes held, delivered after.
+    proxy.blackhole(true);
+    s.write_all(b"PING\r\n").unwrap();
+    assert!(
+        s.read(&mut buf).is_err(),
+        "a blackholed proxy must stay silent (read should time out)"
+    );
+    proxy.blackhole(false);
+    s.set_read_timeout(Some(secs(2.0))).unwrap();
+    let n = s.read(&mut buf).unwrap();
+    assert_eq!(
+        &buf[..n],
+        b"+PONG\r\n",
+        "held bytes are delivered on resume"
+    );
+
+    // Delay: a round trip takes at least twice the delay.
+    proxy.delay(secs(0.2));
+    let start = Instant::now();
+    s.write_all(b"PING\r\n").unwrap();
+    let n = s.read(&mut buf).unwrap();
+    let rtt = start.elapsed();
+    assert_eq!(&buf[..n], b"+PONG\r\n");
+    assert!(rtt >= secs(0.4), "delayed round trip took only {rtt:?}");
+    assert!(rtt < secs(1.0), "delayed round trip took {rtt:?}");
+    proxy.delay(Duration::ZERO);
+    println!(
+        "  proxy: 300 kB echoed intact; blackhole held and then delivered; delayed RTT {rtt:?}"
+    );
+
+    // A hold through the unfaulted proxy renews for several ttls.
+    let locks = redis_locks(&proxy.url(), IO_TIMEOUT);
+    let witness = redis_locks(&server.url(), IO_TIMEOUT);
+    let ks = keys("sanity", 10);
+    let holds = hold_all(&locks, &ks);
+    std::thread::sleep(secs(3.0 * TTL));
+    for (k, h) in ks.iter().zip(&holds) {
+        assert!(
+            !h.is_lost(),
+            "{k}: lost through a healthy proxy: {:?}",
+            h.signal().reason()
+        );
+        assert!(
+            !witness.acquire(k, secs(1.0)).unwrap(),
+            "{k}: lapsed through a healthy proxy"
+        );
+    }
+    for h in holds {
+        assert_eq!(h.release().unwrap(), mistri_locks::ReleaseOutcome::Released);
+    }
+    println!(
+        "  a hold through the proxy renewed for {} s (3 ttls)",
+        3.0 * TTL
+    );
+
+    // Drop closes everything and joins every thread.
+    let before = mistri_locks_testkit::thread_count();
+    drop(locks);
+    drop(proxy);
+    assert!(
+        mistri_locks_testkit::thread_count() <= before,
+        "proxy left threads behind"
+    );
+}
+
+// ---------------------------------------------------------------- 1 blackhole
+
+fn blackhole_case(n: usize) {
+    let label = format!("blackhole N={n}");
+    println!(
+        "{label}: ttl {TTL} s, heartbeat {HEARTBEAT} s, Redis timeout {IO_TIMEOUT} s, stop keys on"
+    );
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let locks = redis_locks(&proxy.url(), IO_TIMEOUT);
+    let witness = redis_locks(&server.url(), IO_TIMEOUT);
+
+    let all = keys(&format!("bh{n}"), n);
+    let holds = hold_all(&locks, &all);
+    let extra_key = unique("bh-release");
+    let extra = locks
+        .hold(&extra_key, hold_opts(&extra_key))
+        .unwrap()
+        .expect("free");
+    let at = sample(n);
+    let watched: Vec<String> = at.iter().map(|&i| all[i].clone()).collect();
+    let told: Vec<Told> = at.iter().map(|&i| watch(&holds[i])).collect();
+
+    // Renewing fine through the proxy first.
+    std::thread::sleep(secs(1.2));
+    let early: Vec<_> = holds.iter().filter(|h| h.is_lost()).collect();
+    assert!(
+        early.is_empty(),
+        "{label}: {} holds lost before any fault",
+        early.len()
+    );
+
+    wait_for_renewal(&server, &watched[0]);
+    let silence = Instant::now();
+    proxy.blackhole(true);
+
+    // Release one hold mid-silence, before its lease can expire.
+    std::thread::sleep(secs(0.5));
+    let release_started = Instant::now();
+    let released = release_in_background(extra);
+
+    // Every lease expires by silence + ttl (its last renewal reached Redis
+    // before the silence); allow 3 s more before calling it "never free".
+    let taken = take_when_free(&witness, &watched, silence + secs(TTL + 3.0));
+    let last_taken = taken
+        .iter()
+        .flatten()
+        .max()
+        .copied()
+        .unwrap_or_else(Instant::now);
+    wait_told(&told, last_taken + secs(LATE_WAIT));
+
+    let frees: Vec<f64> = taken.iter().flatten().map(|t| diff(silence, *t)).collect();
+    println!(
+        "  {label}: leases taken by the independent client at silence + {}",
+        stats(frees)
+    );
+    let told_at: Vec<f64> = told
+        .iter()
+        .filter_map(|t| t.get().map(|(at, _)| diff(silence, *at)))
+        .collect();
+    println!("  {label}: holders told at silence + {}", stats(told_at));
+    let mut violations =
+        judge_told_before(&label, &watched, &told, &taken, "the independent acquire");
+    violations.extend(judge_release(&label, &released, release_started));
+    // `finish` releases the holds after the proxy closed.
+    finish(&label, Some(proxy), holds, violations);
+}
+
+#[test]
+fn blackhole_1_hold() {
+    blackhole_case(1);
+}
+
+#[test]
+fn blackhole_10_holds() {
+    blackhole_case(10);
+}
+
+#[test]
+fn blackhole_1000_holds() {
+    blackhole_case(1000);
+}
+
+// ---------------------------------------------------------------- 2 SIGSTOP
+
+#[test]
+fn redis_frozen_past_the_ttl() {
+    let label = "frozen redis";
+    println!("{label}: SIGSTOP for ttl + 1 s, then SIGCONT; ttl {TTL} s, heartbeat {HEARTBEAT} s");
+    let server = RedisServer::start();
+    let locks = redis_locks(&server.url(), IO_TIMEOUT);
+    let witness = redis_locks(&server.url(), IO_TIMEOUT);
+    let ks = keys("frozen", 10);
+    let holds = hold_all(&locks, &ks);
+    let told: Vec<Told> = holds.iter().map(watch).collect();
+    std::thread::sleep(secs(1.2));
+    assert!(holds.iter().all(|h| !h.is_lost()), "lost before the fault");
+
+    wait_for_renewal(&server, &ks[0]);
+    let frozen = Instant::now();
+    server.freeze();
+    std::thread::sleep(secs(TTL + 1.0));
+    server.thaw();
+    let thawed = Instant::now();
+
+    let taken = take_when_free(&witness, &ks, thawed + secs(3.0));
+    wait_told(&told, thawed + secs(LATE_WAIT));
+    // The latest the server could expire a lease: freeze + ttl.
+    let expiry = vec![Some(frozen + secs(TTL)); ks.len()];
+    let told_at: Vec<f64> = told
+        .iter()
+        .filter_map(|t| t.get().map(|(at, _)| diff(frozen, *at)))
+        .collect();
+    println!(
+        "  {label}: holders told at freeze + {}; thawed at freeze + {}",
+        stats(told_at),
+        ms(diff(frozen, thawed))
+    );
+    let mut violations = judge_told_before(
+        label,
+        &ks,
+        &told,
+        &expiry,
+        "freeze + ttl (latest server expiry)",
+    );
+    violations.extend(judge_told_before(
+        label,
+        &ks,
+        &told,
+        &taken,
+        "the independent acquire after SIGCONT",
+    ));
+    finish(label, None, holds, violations);
+}
+
+// ---------------------------------------------------------------- 3 restart
+
+/// Redis killed right after a renewal and back, empty, a ttl later: the
+/// holder must have been told before kill + ttl (when its lease would have
+/// expired had the server lived; its timer, since nothing answers
+/// meanwhile), and so before anyone acquires on the new server.
+#[test]
+fn redis_restarted_empty_after_downtime() {
+    let label = "restart after downtime";
+    println!("{label}: SIGKILL right after a renewal, down for a ttl, back empty on the same port");
+    let mut server = RedisServer::start();
+    let locks = redis_locks(&server.url(), IO_TIMEOUT);
+    let witness = redis_locks(&server.url(), IO_TIMEOUT);
+    let ks = keys("restart-down", 10);
+    let holds = hold_all(&locks, &ks);
+    let told: Vec<Told> = holds.iter().map(watch).collect();
+    std::thread::sleep(secs(1.2));
+    assert!(holds.iter().all(|h| !h.is_lost()), "lost before the fault");
+
+    wait_for_renewal(&server, &ks[0]);
+    let killed = Instant::now();
+    server.restart_after(secs(TTL));
+    let back = Instant::now();
+    let taken = take_when_free(&witness, &ks, back + secs(3.0));
+    wait_told(&told, back + secs(LATE_WAIT));
+    let told_at: Vec<f64> = told
+        .iter()
+        .filter_map(|t| t.get().map(|(at, _)| diff(killed, *at)))
+        .collect();
+    println!(
+        "  {label}: holders told at kill + {}; server back at kill + {}",
+        stats(told_at),
+        ms(diff(killed, back))
+    );
+    let expiry = vec![Some(killed + secs(TTL)); ks.len()];
+    let mut violations = judge_told_before(
+        label,
+        &ks,
+        &told,
+        &expiry,
+        "kill + ttl (latest expiry had it lived)",
+    );
+    violations.extend(judge_told_before(
+        label,
+        &ks,
+        &told,
+        &taken,
+        "the independent acquire",
+    ));
+    finish(label, None, holds, violations);
+}
+
+/// Redis killed and restarted at once, empty. The lease is free the moment
+/// the server is back, before any holder can hear of it: "told first" can't
+/// be kept here (fencing is the defence). What is asserted: a renewal finds
+/// the lease gone and the holder is told within a renewal interval + a tick
+/// + the I/O timeout of the restart, and another client can acquire.
+#[test]
+fn redis_restarted_empty_at_once() {
+    let label = "instant restart";
+    println!("{label}: SIGKILL and restart on the same port, empty");
+    let mut server = RedisServer::start();
+    let locks = redis_locks(&server.url(), IO_TIMEOUT);
+    let witness = redis_locks(&server.url(), IO_TIMEOUT);
+    let ks = keys("restart-now", 10);
+    let holds = hold_all(&locks, &ks);
+    let fences: Vec<u64> = holds.iter().map(Hold::fence).collect();
+    let told: Vec<Told> = holds.iter().map(watch).collect();
+    std::thread::sleep(secs(1.2));
+    assert!(holds.iter().all(|h| !h.is_lost()), "lost before the fault");
+
+    server.restart();
+    let back = Instant::now();
+    let taken = take_when_free(&witness, &ks, back + secs(3.0));
+    wait_told(&told, back + secs(LATE_WAIT));
+    let gaps: Vec<f64> = told
+        .iter()
+        .filter_map(|t| t.get().map(|(at, _)| diff(back, *at)))
+        .collect();
+    let new_fences: Vec<u64> = ks.iter().filter_map(|k| witness.fence(k)).collect();
+    println!(
+        "  {label}: free at once (taken at back + {}); holders told at back + {}",
+        stats(taken.iter().flatten().map(|t| diff(back, *t)).collect()),
+        stats(gaps)
+    );
+    println!(
+        "  {label}: fences before {:?}..{:?}, after the restart {:?}..{:?} (issue 2 keeps them rising)",
+        fences.first(),
+        fences.last(),
+        new_fences.first(),
+        new_fences.last()
+    );
+    let renew_every = HEARTBEAT.min(TTL / 3.0);
+    let bound = back + secs(renew_every + HEARTBEAT.min(1.0) + IO_TIMEOUT);
+    let mut violations = Vec::new();
+    for ((k, t), got) in ks.iter().zip(&told).zip(&taken) {
+        if got.is_none() {
+            violations.push(format!("{label}: {k}: not free after the restart"));
+        }
+        match t.get() {
+            Some((at, reason)) if *at <= bound && reason.starts_with("lease lost:") => {}
+            Some((at, reason)) => violations.push(format!(
+                "{label}: {k}: told at back + {} ({reason:?}); bound {}",
+                ms(diff(back, *at)),
+                ms(diff(back, bound))
+            )),
+            None => violations.push(format!("{label}: {k}: never told")),
+        }
+    }
+    finish(label, None, holds, violations);
+}
+
+// ---------------------------------------------------------------- 4 latency
+
+#[test]
+fn latency_beyond_the_margin() {
+    // 1.2 s each way: a round trip (2.4 s) outlasts the ttl, so no renewal
+    // sent after the delay starts can be confirmed in time, while the first
+    // renewal sent after it (0.5 s later) still reaches Redis 0.3 s before
+    // the lease expires - a late renewal that could extend it. (With 1.5 s
+    // it would land just as the lease expires: a coin toss.)
+    let label = "delay 1.2 s";
+    let delay = 1.2;
+    println!("{label}: every chunk held {delay} s each way; ttl {TTL} s, heartbeat {HEARTBEAT} s, Redis timeout {IO_TIMEOUT} s");
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let locks = redis_locks(&proxy.url(), IO_TIMEOUT);
+    let witness = redis_locks(&server.url(), IO_TIMEOUT);
+    let mut pttl = direct(&server);
+    let ks = keys("latency", 10);
+    let holds = hold_all(&locks, &ks);
+    let told: Vec<Told> = holds.iter().map(watch).collect();
+    std::thread::sleep(secs(1.2));
+    assert!(holds.iter().all(|h| !h.is_lost()), "lost before the fault");
+
+    // Any renewal sent from now on needs >= 2 * delay > ttl to be answered,
+    // so the last one the holder could see confirmed was sent before
+    // `slowed`: no lease may outlive slowed + ttl once its holder was told.
+    wait_for_renewal(&server, &ks[0]);
+    let slowed = Instant::now();
+    proxy.delay(secs(delay));
+    let implied = slowed + secs(TTL);
+    let slack = 0.15;
+
+    let lease_keys: Vec<String> = ks.iter().map(|k| lease_key(k)).collect();
+    let mut taken: Vec<Option<Instant>> = vec![None; ks.len()];
+    let mut latest_after_told: Vec<Option<Instant>> = vec![None; ks.len()];
+    let until = slowed + secs(TTL + 2.0 * delay + 2.0 * TTL + 1.0);
+    while Instant::now() < until && taken.iter().any(Option::is_none) {
+        for i in 0..ks.len() {
+            if taken[i].is_some() {
+                continue;
+            }
+            let now = Instant::now();
+            let left: i64 = redis::cmd("PTTL")
+                .arg(&lease_keys[i])
+                .query(&mut pttl)
+                .unwrap();
+            if left > 0 {
+                let expiry = now + Duration::from_millis(left as u64);
+                if told[i].get().is_some_and(|(at, _)| *at < now) {
+                    let e = latest_after_told[i].get_or_insert(expiry);
+                    *e = (*e).max(expiry);
+                }
+            } else if witness.acquire(&ks[i], secs(60.0)).unwrap_or(false) {
+                taken[i] = Some(now);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_told(&told, Instant::now() + secs(LATE_WAIT));
+
+    let mut violations = judge_told_before(label, &ks, &told, &taken, "the independent acquire");
+    // Had no late renewal extended it, the lease would have expired at
+    // slowed + ttl: the holder must be told before that too.
+    let implied_all = vec![Some(implied); ks.len()];
+    violations.extend(judge_told_before(
+        label,
+        &ks,
+        &told,
+        &implied_all,
+        "slowed + ttl (expiry of the last confirmable renewal)",
+    ));
+    let mut extensions = Vec::new();
+    for (i, k) in ks.iter().enumerate() {
+        if let Some(e) = latest_after_told[i] {
+            let over = diff(implied, e);
+            extensions.push(over);
+            if over > slack {
+                violations.push(format!(
+                    "{label}: {k}: after the holder was told the lease lived to {} past the last confirmable renewal's expiry",
+                    ms(over)
+                ));
+            }
+        }
+        if let Some(t) = taken[i] {
+            let over = diff(implied, t);
+            if over > slack + 0.05 {
+                violations.push(format!(
+                    "{label}: {k}: free only {} after the last confirmable renewal's expiry",
+                    ms(over)
+                ));
+            }
+        }
+    }
+    println!(
+        "  {label}: taken at slowed + {}; server expiry seen after told, relative to slowed + ttl: {}",
+        stats(taken.iter().flatten().map(|t| diff(slowed, *t)).collect()),
+        stats(extensions)
+    );
+    finish(label, Some(proxy), holds, violations);
+}
+
+// ---------------------------------------------------------------- 5 SIGKILL
+
+#[test]
+fn holder_process_killed() {
+    let label = "holder SIGKILLed";
+    let dir = TempDir::new("mistri-fault-kill");
+    let server = RedisServer::start();
+    let key = unique("killed");
+    let mut child = spawn_role(
+        "hold",
+        &dir.0,
+        &[("URL", server.url()), ("KEY", key.clone())],
+    );
+    let ready = dir.0.join("ready");
+    wait_for(&ready, secs(20.0), &mut child);
+    let fence: u64 = std::fs::read_to_string(&ready)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::thread::sleep(secs(1.2)); // a few renewals
+
+    let killed = Instant::now();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let witness = redis_locks(&server.url(), IO_TIMEOUT);
+    let tick = HEARTBEAT.min(1.0);
+    let taken = take_when_free(
+        &witness,
+        std::slice::from_ref(&key),
+        killed + secs(TTL + tick + 2.0),
+    )[0];
+    let Some(taken) = taken else {
+        panic!(
+            "{label}: lease not free {} s after the kill",
+            TTL + tick + 2.0
+        );
+    };
+    let free_after = diff(killed, taken);
+    let new_fence = witness.fence(&key).unwrap();
+    println!("  {label}: lease taken by another client at kill + {} (bound ttl + tick = {}); fence {fence} -> {new_fence}", ms(free_after), ms(TTL + tick));
+    assert!(
+        free_after <= TTL + tick,
+        "{label}: free only after {}",
+        ms(free_after)
+    );
+    assert!(new_fence > fence, "{label}: fence {fence} -> {new_fence}");
+}
+
+// ---------------------------------------------------------------- 6 soak
+
+const SOAK_SECS: f64 = 12.0;
+const SOAK_PROCESSES: usize = 4;
+const SOAK_THREADS: usize = 2;
+const SOAK_KEYS: usize = 3;
+const SOAK_TTL: f64 = 1.0;
+const SOAK_HEARTBEAT: f64 = 0.25;
+const SOAK_IO_TIMEOUT: f64 = 0.5;
+
+#[derive(Debug, Clone)]
+struct Interval {
+    key: String,
+    fence: u64,
+    start: u64,
+    end: u64,
+    how: String,
+    process: usize,
+}
+
+#[test]
+fn mutual_exclusion_soak_under_proxy_faults() {
+    let label = "soak";
+    println!(
+        "{label}: {SOAK_PROCESSES} processes x {SOAK_THREADS} threads, {SOAK_KEYS} keys, {SOAK_SECS} s, ttl {SOAK_TTL} s, heartbeat {SOAK_HEARTBEAT} s, Redis timeout {SOAK_IO_TIMEOUT} s"
+    );
+    let dir = TempDir::new("mistri-fault-soak");
+    let server = RedisServer::start();
+    let prefix = unique("soak");
+    let proxies: Vec<Proxy> = (0..SOAK_PROCESSES)
+        .map(|_| Proxy::start(server.port()))
+        .collect();
+    let mut children: Vec<Child> = proxies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            spawn_role(
+                "soak",
+                &dir.0,
+                &[
+                    ("URL", p.url()),
+                    ("KEY", prefix.clone()),
+                    ("INDEX", i.to_string()),
+                ],
+            )
+        })
+        .collect();
+
+    // The fault schedule, deterministic: in every 2 s slot one process,
+    // chosen at random, is cut off (blackhole, 70%) or slowed (0.3-1.2 s
+    // each way, 30%) while the others stay healthy, ready to take whatever
+    // lease the faulted one loses. A silence of 2 s outlives a lease
+    // (ttl 1 s).
+    let mut rng = Lcg(0x5eed_f00d);
+    let start = Instant::now();
+    let (mut blackholes, mut delays) = (0, 0);
+    while start.elapsed() < secs(SOAK_SECS) {
+        for p in &proxies {
+            p.blackhole(false);
+            p.delay(Duration::ZERO);
+        }
+        let p = &proxies[(rng.next() % SOAK_PROCESSES as u64) as usize];
+        if rng.next() % 10 < 7 {
+            p.blackhole(true);
+            blackholes += 1;
+        } else {
+            p.delay(Duration::from_millis(300 + rng.next() % 900));
+            delays += 1;
+        }
+        std::thread::sleep(secs(2.0));
+    }
+    for p in &proxies {
+        p.blackhole(false);
+        p.delay(Duration::ZERO);
+    }
+    // Children stop by themselves at SOAK_SECS; a child stuck (say, in a
+    // release) is killed 8 s later.
+    let mut killed = 0;
+    let give_up = Instant::now() + secs(8.0);
+    for c in &mut children {
+        loop {
+            if c.try_wait().unwrap().is_some() {
+                break;
+            }
+            if Instant::now() >= give_up {
+                let _ = c.kill();
+                let _ = c.wait();
+                killed += 1;
+                break;
+            }
+            std::thread::sleep(secs(0.02));
+        }
+    }
+    drop(proxies);
+
+    let mut records = Vec::new();
+    for i in 0..SOAK_PROCESSES {
+        let text = std::fs::read_to_string(dir.0.join(format!("records-{i}"))).unwrap_or_default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            if f.len() != 5 {
+                continue; // a line cut by a kill
+            }
+            records.push(Interval {
+                key: f[0].into(),
+                fence: f[1].parse().unwrap(),
+                start: f[2].parse().unwrap(),
+                end: f[3].parse().unwrap(),
+                how: f[4].into(),
+                process: i,
+            });
+        }
+    }
+    let told = records.iter().filter(|r| r.how == "told").count();
+    let per_process: Vec<usize> = (0..SOAK_PROCESSES)
+        .map(|i| records.iter().filter(|r| r.process == i).count())
+        .collect();
+
+    // The witness: per key, sorted by start, no interval may begin before
+    // an earlier one ended, and fences rise with start.
+    let mut overlaps = Vec::new();
+    let mut inversions = Vec::new();
+    for k in 0..SOAK_KEYS {
+        let key = format!("{prefix}-{k}");
+        let mut mine: Vec<&Interval> = records.iter().filter(|r| r.key == key).collect();
+        mine.sort_by_key(|r| r.start);
+        let mut latest: Option<&Interval> = None;
+        for pair in mine.windows(2) {
+            if pair[1].fence <= pair[0].fence {
+                inversions.push(format!(
+                    "{key}: fence {} (start {}) then fence {} (start {})",
+                    pair[0].fence, pair[0].start, pair[1].fence, pair[1].start
+                ));
+            }
+        }
+        for r in mine {
+            if let Some(l) = latest {
+                if l.end > r.start {
+                    overlaps.push(format!(
+                        "{key}: fence {} (process {}, ended by {}) still inside {} ms when fence {} (process {}) started",
+                        l.fence,
+                        l.process,
+                        l.how,
+                        (l.end - r.start) as f64 / 1e6,
+                        r.fence,
+                        r.process
+                    ));
+                }
+            }
+            match latest {
+                Some(l) if r.end <= l.end => {}
+                _ => latest = Some(r),
+            }
+        }
+    }
+    println!(
+        "  {label}: {} holds recorded ({told} ended by being told, {} by release); per process {per_process:?}; faults injected: {blackholes} blackhole and {delays} delay slots of 2 s; children killed while stuck: {killed}",
+        records.len(),
+        records.len() - told
+    );
+    println!(
+        "  {label}: overlaps: {}; fence inversions: {}",
+        overlaps.len(),
+        inversions.len()
+    );
+    for o in overlaps.iter().take(5) {
+        println!("    overlap: {o}");
+    }
+    assert!(
+        records.len() >= 20,
+        "{label}: too little contention to judge: {}",
+        records.len()
+    );
+    assert!(
+        overlaps.is_empty() && inversions.is_empty(),
+        "{label}: {} overlaps, {} fence inversions:\n{}\n{}",
+        overlaps.len(),
+        inversions.len(),
+        overlaps.join("\n"),
+        inversions.join("\n")
+    );
+}
+
+fn soak_child(dir: &Path) {
+    let url = std::env::var("MISTRI_FAULT_URL").unwrap();
+    let prefix = std::env::var("MISTRI_FAULT_KEY").unwrap();
+    let index: usize = std::env::var("MISTRI_FAULT_INDEX")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let locks = redis_locks(&url, SOAK_IO_TIMEOUT);
+    let out = Arc::new(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(dir.join(format!("records-{index}")))
+            .unwrap(),
+    );
+    let stop_at = Instant::now() + secs(SOAK_SECS);
+    let threads: Vec<_> = (0..SOAK_THREADS)
+        .map(|t| {
+            let locks = locks.clone();
+            let out = out.clone();
+            let prefix = prefix.clone();
+            std::thread::spawn(move || {
+                let mut rng = Lcg(0xabcd + (index * 16 + t) as u64);
+                let (mut won, mut refused, mut failed) = (0, 0, 0);
+                let mut releasing = Duration::ZERO;
+                while Instant::now() < stop_at {
+                    let key = format!("{prefix}-{}", rng.next() % SOAK_KEYS as u64);
+                    let hold = match locks.hold(&key, opts(SOAK_TTL, SOAK_HEARTBEAT)) {
+                        Ok(Some(h)) => h,
+                        Ok(None) => {
+                            refused += 1;
+                            std::thread::sleep(Duration::from_millis(2 + rng.next() % 4));
+                            continue;
+                        }
+                        Err(_) => {
+                            failed += 1;
+                            std::thread::sleep(Duration::from_millis(20));
+                            continue;
+                        }
+                    };
+                    let start = monotonic_ns();
+                    let told_ns = Arc::new(OnceLock::new());
+                    {
+                        let cell = told_ns.clone();
+                        hold.signal().on_abort(move |_| {
+                            let _ = cell.set(monotonic_ns());
+                        });
+                    }
+                    // Half the holds work briefly; half outlive the ttl.
+                    let work = if rng.next() % 10 < 5 {
+                        1200 + rng.next() % 1300
+                    } else {
+                        20 + rng.next() % 200
+                    };
+                    hold.signal().wait(Some(Duration::from_millis(work)));
+                    let now = monotonic_ns();
+                    let (end, how) = match told_ns.get() {
+                        Some(&t) if t <= now => (t, "told"),
+                        _ => (now, "released"),
+                    };
+                    // The record first: a release that hangs must not hide it.
+                    let line = format!("{key} {} {start} {end} {how}\n", hold.fence());
+                    (&*out).write_all(line.as_bytes()).unwrap();
+                    won += 1;
+                    let released = Instant::now();
+                    let _ = hold.release();
+                    releasing += released.elapsed();
+                }
+                eprintln!(
+                    "    soak process {index} thread {t}: {won} holds, {refused} refused, {failed} errors, {:.1} s inside release()",
+                    releasing.as_secs_f64()
+                );
+            })
+        })
+        .collect();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for t in threads {
+            let _ = t.join();
+        }
+        let _ = tx.send(());
+    });
+    // Threads stop starting holds at `stop_at`; give the last ones (work up
+    // to 2.5 s, then a release) 5 s more, then leave regardless.
+    let _ = rx.recv_timeout((stop_at + secs(5.0)).saturating_duration_since(Instant::now()));
+    // SAFETY: _exit takes no pointers; skipping destructors here is the
+    // point (a stuck release must not keep the child alive), and every
+    // record was written with its own write call already.
+    unsafe { libc::_exit(0) };
+}
+
+// ---------------------------------------------------------------- children
+
+/// The child processes' entry point.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var("MISTRI_FAULT_ROLE") else {
+        return;
+    };
+    let dir = PathBuf::from(std::env::var("MISTRI_FAULT_DIR").unwrap());
+    match role.as_str() {
+        "hold" => {
+            let url = std::env::var("MISTRI_FAULT_URL").unwrap();
+            let key = std::env::var("MISTRI_FAULT_KEY").unwrap();
+            let locks = redis_locks(&url, IO_TIMEOUT);
+            let hold = locks
+                .hold(&key, opts(TTL, HEARTBEAT))
+                .unwrap()
+                .expect("free");
+            std::fs::write(dir.join("ready.tmp"), hold.fence().to_string()).unwrap();
+            std::fs::rename(dir.join("ready.tmp"), dir.join("ready")).unwrap();
+            std::thread::sleep(secs(60.0));
+        }
+        "soak" => soak_child(&dir),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn spawn_role(role: &str, dir: &Path, env: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("MISTRI_FAULT_ROLE", role)
+        .env("MISTRI_FAULT_DIR", dir)
+        .stdout(Stdio::null());
+    for (k, v) in env {
+        cmd.env(format!("MISTRI_FAULT_{k}"), v);
+    }
+    cmd.spawn().unwrap()
+}
+
+fn wait_for(path: &Path, limit: Duration, child: &mut Child) {
+    let start = Instant::now();
+    while !path.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("child exited before {}: {status}", path.display());
+        }
+        assert!(start.elapsed() < limit, "{} never appeared", path.display());
+        std::thread::sleep(secs(0.005));
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(unique(name));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: one clock for every process on the host.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A small deterministic generator for the fault schedule and the work.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+}
