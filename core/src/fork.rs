@@ -17,18 +17,87 @@
 //! use in a new generation it builds a fresh value (optionally seeded from
 //! the old one if that can be had without blocking) and leaks the old one.
 //!
+//! [`enter_section`] covers what no rebuild can fix: state that lives
+//! outside our objects (SQLite's per-process lock bookkeeping). A fork
+//! waits until no such section runs.
+//!
 //! Processes forked without running atfork handlers (a raw `clone`
 //! syscall) are not detected; `fork()`, `os.fork`, `Process.fork`,
 //! multiprocessing and every pre-forking server use `fork()`.
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn in_child() {
     GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Sections that `fork` must not cut in half: how many run now, and
+/// whether a fork is waiting for them to end.
+static IN_SECTION: AtomicUsize = AtomicUsize::new(0);
+static FORKING: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn before_fork() {
+    FORKING.store(true, Ordering::SeqCst);
+    while IN_SECTION.load(Ordering::SeqCst) != 0 {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
+extern "C" fn after_fork() {
+    FORKING.store(false, Ordering::SeqCst);
+}
+
+extern "C" fn after_fork_in_child() {
+    IN_SECTION.store(0, Ordering::SeqCst);
+    FORKING.store(false, Ordering::SeqCst);
+}
+
+/// A stretch of code that a `fork` waits for (see [`enter_section`]).
+pub(crate) struct Section(());
+
+impl Drop for Section {
+    fn drop(&mut self) {
+        IN_SECTION.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Enters a section that `fork()` waits for: a `pthread_atfork` prepare
+/// handler holds the fork until every section has ended, and new sections
+/// wait while a fork is pending. For SQLite calls: SQLite keeps its lock
+/// bookkeeping (and mutexes) in process memory, so a child forked in the
+/// middle of a transaction of another thread inherits locks that nobody
+/// will ever release, and its own first transaction waits forever.
+///
+/// Sections must be short (bounded I/O) and must not nest a `fork`.
+pub(crate) fn enter_section() -> Section {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: registers plain `extern "C" fn()`s that touch only
+        // atomics (and sleep, in the prepare handler, which runs before the
+        // fork in the forking thread). Children inherit the registration.
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork),
+                Some(after_fork_in_child),
+            );
+        }
+    });
+    loop {
+        while FORKING.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        IN_SECTION.fetch_add(1, Ordering::SeqCst);
+        if !FORKING.load(Ordering::SeqCst) {
+            return Section(());
+        }
+        // A fork began meanwhile: step back out and let it through.
+        IN_SECTION.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The current fork generation: different in every forked child.

@@ -286,6 +286,8 @@ impl Local {
         write: bool,
         f: impl FnOnce(&mut Connection, i64) -> rusqlite::Result<T>,
     ) -> Result<T> {
+        // No fork may cut an SQLite call in half (see `fork::enter_section`).
+        let _section = crate::fork::enter_section();
         let mut pooled = self.checkout()?;
         let now = now_ns();
         let result = f(&mut pooled.con, now);
