@@ -1381,7 +1381,7 @@ static void adapters_and_process_wide_calls_reject_bad_input(const void *arg)
 /* Local refuses a database that another user could tamper with: a folder
  * owned by another uid (tests run as root: given to nobody), a folder others
  * can write, a symbolic link in place of the file. */
-static void local_refuses_unsafe_folders_and_symlinks(void *arg)
+static void local_refuses_unsafe_folders_and_symlinks(const void *arg)
 {
     (void)arg;
     const char *scratch = getenv("MISTRI_TEST_LOCAL_DIR");
