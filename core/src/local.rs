@@ -180,7 +180,10 @@ fn create_default_folder(path: &Path, dir: &Path) -> Result<()> {
     let meta = std::fs::metadata(base).map_err(|e| {
         config_err(
             path,
-            format!("the shared base folder {} is not usable: {e}", base.display()),
+            format!(
+                "the shared base folder {} is not usable: {e}",
+                base.display()
+            ),
         )
     })?;
     if !meta.is_dir() {
@@ -237,7 +240,10 @@ fn check_folder(path: &Path, dir: &Path, default: bool) -> Result<()> {
         ));
     }
     if !meta.is_dir() {
-        return Err(config_err(path, format!("its parent {shown} is not a folder")));
+        return Err(config_err(
+            path,
+            format!("its parent {shown} is not a folder"),
+        ));
     }
     let uid = current_uid();
     if meta.uid() != uid && meta.uid() != 0 {
@@ -332,7 +338,10 @@ fn prepare(path: &Path) -> Result<()> {
             .mode(0o700)
             .create(dir)
             .map_err(|e| {
-                config_err(path, format!("cannot create its folder {}: {e}", dir.display()))
+                config_err(
+                    path,
+                    format!("cannot create its folder {}: {e}", dir.display()),
+                )
             })?;
     }
     check_folder(path, dir, default)?;

@@ -110,7 +110,10 @@ fn redis_fences_rise_across_a_restart_without_persistence() {
     let _again = Restarted::on_port(port);
     assert_eq!(command(port, "DBSIZE"), ":0\r\n", "the data is gone");
     let after = fence_of(&locks, "job");
-    assert!(after > before, "fence {after} after {before} before the restart");
+    assert!(
+        after > before,
+        "fence {after} after {before} before the restart"
+    );
     rising(&locks, "job", 3, after);
     // Another key's fences rise on their own, above the clock too.
     assert!(fence_of(&locks, "other") > before);
@@ -123,7 +126,10 @@ fn redis_fences_rise_after_flushall() {
     let before = rising(&locks, "job", 4, 0);
     assert_eq!(server.command("FLUSHALL"), "+OK\r\n");
     let after = fence_of(&locks, "job");
-    assert!(after > before, "fence {after} after {before} before FLUSHALL");
+    assert!(
+        after > before,
+        "fence {after} after {before} before FLUSHALL"
+    );
 }
 
 #[test]
@@ -181,7 +187,10 @@ fn local_fences_rise_when_the_database_file_is_deleted() {
     assert!(!db.exists());
     let locks = Locks::local(Some(&db)).unwrap();
     let after = fence_of(&locks, "job");
-    assert!(after > before, "fence {after} after {before} in the old file");
+    assert!(
+        after > before,
+        "fence {after} after {before} in the old file"
+    );
     rising(&locks, "job", 3, after);
 }
 

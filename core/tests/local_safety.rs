@@ -34,7 +34,11 @@ impl Drop for Dir {
 fn wait_for(path: &Path) {
     let start = Instant::now();
     while !path.exists() {
-        assert!(start.elapsed() < secs(20.0), "{} never appeared", path.display());
+        assert!(
+            start.elapsed() < secs(20.0),
+            "{} never appeared",
+            path.display()
+        );
         std::thread::sleep(secs(0.005));
     }
 }
