@@ -202,3 +202,12 @@ fn memory_fences_rise_across_adapters() {
     let after = fence_of(&Locks::memory(), "job");
     assert!(after > before, "fence {after} after {before}");
 }
+
+#[test]
+fn the_protocol_document_carries_the_exact_acquire_script() {
+    let doc = include_str!("../../docs/PROTOCOL.md");
+    assert!(
+        doc.contains(mistri_locks::redis::ACQUIRE_LUA),
+        "docs/PROTOCOL.md must quote ACQUIRE_LUA verbatim"
+    );
+}
