@@ -441,14 +441,17 @@ enum mistri_status mistri_locks_redis_new(const char *url, const char *namespace
  * Makes a Local adapter: leases and flags shared by every process on this
  * host that opens the same SQLite database file, with no server. `path`
  * is the file (created with mode 0600, its folder with 0700, if missing);
- * NULL means the per-user default (`$XDG_RUNTIME_DIR/mistri_locks/locks.db`,
- * else `$TMPDIR/mistri_locks-$UID/locks.db`).
+ * NULL means `$MISTRI_LOCKS_LOCAL_PATH`, else the per-user default
+ * `/var/tmp/mistri_locks-<uid>/locks.db` (the same for every process of the
+ * user, whatever its environment).
  *
  * On `MISTRI_OK`, `*out` receives a new handle; free it with
  * `mistri_locks_free`. Connections are reopened after `fork()`.
  *
- * Errors: `MISTRI_CONFIG` (the file can't be created or written, or is not
- * an SQLite database: the message names the path),
+ * Errors: `MISTRI_CONFIG` (the file can't be created or written, is not an
+ * SQLite database, is a symbolic link or another user's, or its folder is a
+ * symbolic link, another user's or writable by others: the message names
+ * the path and the problem),
  * `MISTRI_INVALID_ARGUMENT` (empty path), `MISTRI_NULL_ARGUMENT` (out),
  * `MISTRI_INVALID_UTF8`.
  *

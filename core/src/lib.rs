@@ -37,6 +37,7 @@ pub mod adapter;
 pub mod args;
 mod engine;
 pub mod error;
+pub mod fence;
 mod fork;
 mod global;
 pub mod hold;

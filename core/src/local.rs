@@ -20,6 +20,24 @@
 //! restarts without a row per key ever seen. Expired rows are deleted every
 //! [`PRUNE_EVERY`] writes of a connection, so the file stays bounded.
 //!
+//! Fences: `max(counter + 1, realtime µs)` ([`crate::fence`]). The persisted
+//! counter guards against the realtime clock stepping back while the file
+//! lives; the realtime floor guards against the file being lost (deleted,
+//! recreated, restored from a backup). Acquire commits with
+//! `synchronous=FULL` (the WAL is fsynced before the fence is returned), so
+//! neither a crash nor a power loss can undo an issued fence; everything
+//! else commits with `NORMAL`, whose last commits a power loss may undo —
+//! renewals, releases and flags of a boot whose rows are void after it.
+//!
+//! Place: one default file per user, `/var/tmp/mistri_locks-<uid>/locks.db`
+//! ([`user_default_path`]), derived from the uid only so a login shell, cron,
+//! systemd and `sudo -u` agree; `$MISTRI_LOCKS_LOCAL_PATH` or an explicit
+//! path overrides it. Before SQLite opens it, the folder must be a real
+//! folder of this uid (or root) that nobody else can write (the default one
+//! exactly 0700) and the file a regular file of this uid, opened with
+//! `O_NOFOLLOW`: anything else is an [`Error::Config`] naming the path and
+//! the problem, never silently used.
+//!
 //! Connections: a small pool like the Redis adapter's; after `fork` the
 //! child forgets (leaks, never closes) inherited connections, as SQLite
 //! requires, and opens its own.
@@ -126,19 +144,37 @@ fn boot_id() -> String {
         .unwrap_or_else(|_| "unknown-boot".to_owned())
 }
 
-/// The default database path for this user: under `$XDG_RUNTIME_DIR`
-/// (per-user, mode 0700, emptied at logout/reboot), else a per-user folder
-/// in the temp dir.
+/// The fixed base of the default database folder: the same for every
+/// process of the host whatever its environment (`TMPDIR`,
+/// `XDG_RUNTIME_DIR`, cron, systemd, `sudo -u`), and kept across logout and
+/// reboot (FHS: `/var/tmp` is not cleaned at boot, unlike `/tmp` or the
+/// per-session tmpfs `$XDG_RUNTIME_DIR`). It is a shared folder (mode 1777):
+/// the only sticky, world-writable folder a database's path may pass through.
+pub const DEFAULT_BASE: &str = "/var/tmp";
+
+/// The environment variable naming the database file when no path is passed.
+pub const PATH_ENV: &str = "MISTRI_LOCKS_LOCAL_PATH";
+
+fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// This user's default database: `/var/tmp/mistri_locks-<uid>/locks.db`,
+/// derived from the uid only, so every process of the user opens the same
+/// file.
+pub fn user_default_path() -> PathBuf {
+    Path::new(DEFAULT_BASE)
+        .join(format!("mistri_locks-{}", current_uid()))
+        .join("locks.db")
+}
+
+/// The database a `None` path means: `$MISTRI_LOCKS_LOCAL_PATH` when set and
+/// not empty, else [`user_default_path`].
 pub fn default_path() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(dir) if dir.is_absolute() && dir.is_dir() => dir.join("mistri_locks").join("locks.db"),
-        _ => {
-            // SAFETY: getuid has no preconditions and cannot fail.
-            let uid = unsafe { libc::getuid() };
-            std::env::temp_dir()
-                .join(format!("mistri_locks-{uid}"))
-                .join("locks.db")
-        }
+    match std::env::var_os(PATH_ENV) {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => user_default_path(),
     }
 }
 
@@ -146,72 +182,196 @@ fn config_err(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::Config(format!("local lock database {}: {what}", path.display()))
 }
 
-/// Creates the folder (mode 0700) and the file (mode 0600) so that other
-/// users can neither read nor write them; refuses a folder that another
-/// user owns or can write.
-fn prepare(path: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| config_err(path, format!("cannot create its folder: {e}")))?;
-    }
-    let meta = std::fs::metadata(dir)
-        .map_err(|e| config_err(path, format!("cannot use its folder: {e}")))?;
+const STICKY: u32 = 0o1000;
+
+/// Creates this user's default folder under [`DEFAULT_BASE`] (mode 0700) if
+/// it is missing. The base itself must be root's (or ours) and, if others may
+/// write it, sticky, so nobody else can rename or delete our folder.
+fn create_default_folder(path: &Path, dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let base = dir.parent().unwrap_or(Path::new(DEFAULT_BASE));
+    let meta = std::fs::metadata(base).map_err(|e| {
+        config_err(
+            path,
+            format!(
+                "the shared base folder {} is not usable: {e}",
+                base.display()
+            ),
+        )
+    })?;
     if !meta.is_dir() {
-        return Err(config_err(path, "its parent is not a folder"));
-    }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let shared_tmp = meta.mode() & 0o1000 != 0; // sticky (like /tmp): others can't replace our file
-    if !shared_tmp && meta.uid() != uid && uid != 0 {
         return Err(config_err(
             path,
-            format!("its folder belongs to uid {}, not to us", meta.uid()),
+            format!("the shared base {} is not a folder", base.display()),
         ));
     }
-    if !shared_tmp && meta.mode() & 0o022 != 0 && meta.uid() != 0 {
-        return Err(config_err(path, "its folder is writable by other users"));
+    let uid = current_uid();
+    if meta.uid() != 0 && meta.uid() != uid {
+        return Err(config_err(
+            path,
+            format!(
+                "the shared base folder {} belongs to uid {}, not to root or uid {uid}",
+                base.display(),
+                meta.uid()
+            ),
+        ));
     }
-    match std::fs::OpenOptions::new()
+    if meta.mode() & 0o022 != 0 && meta.mode() & STICKY == 0 {
+        return Err(config_err(
+            path,
+            format!(
+                "the shared base folder {} is writable by others without the sticky bit",
+                base.display()
+            ),
+        ));
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        // Checked by check_folder, like any existing folder.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(config_err(
+            path,
+            format!("cannot create its folder {}: {e}", dir.display()),
+        )),
+    }
+}
+
+/// The folder that holds the database (and SQLite's `-wal` and `-shm`
+/// files) must be a real folder (not a symbolic link), owned by this uid (or
+/// root), and writable by nobody else: whoever can write it can delete or
+/// replace the database under a running holder. The default folder must be
+/// exactly private (no group or other bits at all).
+fn check_folder(path: &Path, dir: &Path, default: bool) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = dir.display();
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| config_err(path, format!("cannot use its folder {shown}: {e}")))?;
+    if meta.file_type().is_symlink() {
+        return Err(config_err(
+            path,
+            format!("its folder {shown} is a symbolic link; refusing it (name the real folder)"),
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(config_err(
+            path,
+            format!("its parent {shown} is not a folder"),
+        ));
+    }
+    let uid = current_uid();
+    if meta.uid() != uid && meta.uid() != 0 {
+        return Err(config_err(
+            path,
+            format!(
+                "its folder {shown} belongs to uid {}, not to uid {uid} (this process); refusing it: its owner could delete or replace the database",
+                meta.uid()
+            ),
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(config_err(
+            path,
+            format!(
+                "its folder {shown} (mode {mode:04o}) is writable by other users; refusing it: make it mode 0700 or use another folder"
+            ),
+        ));
+    }
+    if default && mode & 0o077 != 0 {
+        return Err(config_err(
+            path,
+            format!("its folder {shown} has mode {mode:04o}; it must be 0700 (chmod 700 it)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Opens (creating, mode 0600) the database file without following a
+/// symbolic link, and checks what was opened: a regular file of ours.
+fn check_file(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let symlink = || {
+        config_err(
+            path,
+            "it is a symbolic link; refusing it (name the real file)",
+        )
+    };
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(symlink());
+    }
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-    {
-        Ok(file) => {
-            let meta = file.metadata().map_err(|e| config_err(path, e))?;
-            if meta.uid() != uid && uid != 0 {
-                return Err(config_err(
-                    path,
-                    format!("it belongs to uid {}, not to us", meta.uid()),
-                ));
-            }
-            if meta.mode() & 0o077 != 0 {
-                file.set_permissions(std::fs::Permissions::from_mode(0o600))
-                    .map_err(|e| config_err(path, format!("cannot make it private: {e}")))?;
-            }
-            Ok(())
-        }
-        Err(e) => Err(config_err(path, format!("cannot open it for writing: {e}"))),
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => symlink(),
+            _ => config_err(path, format!("cannot open it for writing: {e}")),
+        })?;
+    let meta = file.metadata().map_err(|e| config_err(path, e))?;
+    if !meta.is_file() {
+        return Err(config_err(path, "it is not a regular file"));
     }
+    let uid = current_uid();
+    if meta.uid() != uid {
+        return Err(config_err(
+            path,
+            format!(
+                "it belongs to uid {}, not to uid {uid} (this process)",
+                meta.uid()
+            ),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        // Ours, in a folder only we can write: just make it private.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| config_err(path, format!("cannot make it private: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Makes sure the folder and the file are safe to use before SQLite opens
+/// the file by name: see [`check_folder`] and [`check_file`]. Only we can
+/// write the checked folder, so nobody can swap the file in between.
+fn prepare(path: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let default = path == user_default_path();
+    if default {
+        create_default_folder(path, dir)?;
+    } else if std::fs::symlink_metadata(dir).is_err() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| {
+                config_err(
+                    path,
+                    format!("cannot create its folder {}: {e}", dir.display()),
+                )
+            })?;
+    }
+    check_folder(path, dir, default)?;
+    check_file(path)
 }
 
 impl Local {
     /// Opens (creating if needed) the database at `path`, or at
-    /// [`default_path`] when `None`.
+    /// [`default_path`] when `None` (`$MISTRI_LOCKS_LOCAL_PATH`, else
+    /// `/var/tmp/mistri_locks-<uid>/locks.db`).
     ///
     /// # Errors
-    /// [`Error::Config`] when the file can't be created or written, or is
-    /// not an SQLite database (corrupt): the message names the path.
+    /// [`Error::Config`] when the file can't be created or written, is not
+    /// an SQLite database (corrupt), is a symbolic link or belongs to another
+    /// user, or when its folder is a symbolic link, belongs to another user
+    /// or can be written by other users: the message names the path and the
+    /// problem.
     pub fn open(path: Option<&Path>) -> Result<Self> {
         let path = path.map(Path::to_path_buf).unwrap_or_else(default_path);
         if path.as_os_str().is_empty() {
@@ -394,6 +554,37 @@ impl Local {
         })
     }
 
+    /// The acquire transaction; the fencing number if the lease was free.
+    fn acquire_in(
+        &self,
+        con: &mut Connection,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> rusqlite::Result<Option<u64>> {
+        let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Read the clocks after taking the write lock: a wait for the lock
+        // must not make us judge expiry with a stale time, nor issue a floor
+        // older than a fence another process issued meanwhile.
+        let now = now_ns();
+        if self.live_lease(&tx, key, now)?.is_some() {
+            return Ok(None);
+        }
+        let floor = i64::try_from(crate::fence::floor_now()).unwrap_or(i64::MAX);
+        // max(counter + 1, realtime floor): see crate::fence.
+        let fence: i64 = tx
+            .prepare_cached(
+                "UPDATE meta SET value = max(value + 1, ?1) WHERE name = 'fence' RETURNING value",
+            )?
+            .query_row(params![floor], |r| r.get(0))?;
+        tx.prepare_cached(
+            "INSERT OR REPLACE INTO leases (key, token, expires_ns, boot) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![key, token, now.saturating_add(ns(ttl)), self.boot])?;
+        tx.commit()?;
+        Ok(Some(fence as u64))
+    }
+
     fn flag_in(&self, con: &Connection, key: &str, now: i64) -> rusqlite::Result<bool> {
         con.prepare_cached(
             "SELECT EXISTS(SELECT 1 FROM flags WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3)",
@@ -414,22 +605,15 @@ impl Adapter for Local {
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
         let token = mint_token()?;
         self.with_con(true, |con, _| {
-            let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            // Read the clock after taking the write lock: a wait for the lock
-            // must not make us judge expiry with a stale time.
-            let now = now_ns();
-            if self.live_lease(&tx, key, now)?.is_some() {
-                return Ok(None);
-            }
-            let fence: i64 = tx
-                .prepare_cached("UPDATE meta SET value = value + 1 WHERE name = 'fence' RETURNING value")?
-                .query_row([], |r| r.get(0))?;
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO leases (key, token, expires_ns, boot) VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![key, token, now.saturating_add(ns(ttl)), self.boot])?;
-            tx.commit()?;
-            Ok(Some(Lease::new(key, token.clone(), fence as u64)))
+            // A fence must never be issued twice, so this commit reaches the
+            // disk before the fence is returned (the level can't change
+            // inside a transaction). Other writes stay NORMAL: what a power
+            // loss undoes of them belongs to a boot whose rows are void.
+            con.pragma_update(None, "synchronous", "FULL")?;
+            let fence = self.acquire_in(con, key, &token, ttl);
+            // Failing to lower it again costs speed only, never the lease.
+            let _ = con.pragma_update(None, "synchronous", "NORMAL");
+            Ok(fence?.map(|fence| Lease::new(key, token.clone(), fence)))
         })
     }
 

@@ -4,7 +4,9 @@
 //! is read, so no sweeper thread is needed. Expired entries are pruned when
 //! the maps have doubled since the last prune, so memory stays proportional
 //! to the live entries. Fencing numbers come from one counter per adapter,
-//! which makes them strictly increasing per key without remembering keys.
+//! which makes them strictly increasing per key without remembering keys,
+//! floored by the realtime clock like every backend's ([`crate::fence`]), so
+//! they also rise across adapters and process restarts.
 //!
 //! Lock order: one mutex, never held while calling out.
 //!
@@ -141,12 +143,13 @@ impl Adapter for Memory {
 
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
         let token = mint_token()?;
+        let floor = crate::fence::floor_now();
         let now = Instant::now();
         let mut state = self.state().lock();
         if state.live_lease(key, now).is_some() {
             return Ok(None);
         }
-        state.fence += 1;
+        state.fence = crate::fence::next(state.fence, floor);
         let fence = state.fence;
         let expires = deadline(now, ttl);
         match state.leases.get_mut(key) {

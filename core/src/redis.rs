@@ -5,8 +5,8 @@
 //!   braces around KEY are literal: a Redis Cluster hash tag, so the lease
 //!   and its fence counter always share a slot.
 //! - Acquire: one Lua script doing `SET lease token NX PX ttl` and, on
-//!   success, `INCR fence` (atomic: no other client sees one without the
-//!   other).
+//!   success, `INCR fence` floored by the server's clock (atomic: no other
+//!   client sees one without the other; see [`ACQUIRE_LUA`]).
 //! - Renew / release: Lua compare-and-`PEXPIRE` / compare-and-`DEL` on the
 //!   token. Keys only ever travel as `KEYS`, values as `ARGV`.
 //! - A heartbeat tick is one pipeline: every renewal and flag read of the
@@ -41,11 +41,25 @@ const MIN_IO: Duration = Duration::from_millis(1);
 
 /// `KEYS[1]` lease, `KEYS[2]` fence counter; `ARGV[1]` token, `ARGV[2]` ttl
 /// in ms. Returns the new fencing number, or 0 when the lease is taken.
+///
+/// The fence is `max(INCR counter, server TIME in µs)`, and the counter is
+/// raised to the clock when the clock wins ([`crate::fence`]): a counter lost
+/// with the data (restart without persistence, `FLUSHALL`, failover,
+/// eviction) restarts above every fence issued before. `TIME` before a write
+/// needs effects replication, the only mode since Redis 7 (default since 5).
+/// `%.0f` writes the whole number exactly (below 2^53, a Lua double is).
 pub const ACQUIRE_LUA: &str = "\
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 0
 end
-return 0";
+local fence = redis.call('INCR', KEYS[2])
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if floor > fence then
+  fence = floor
+  redis.call('SET', KEYS[2], string.format('%.0f', floor))
+end
+return fence";
 
 /// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` (optional)
 /// the least life in ms the lease must have left. 1 if renewed, 0 if the

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1377,6 +1378,48 @@ static void adapters_and_process_wide_calls_reject_bad_input(const void *arg)
     mistri_string_free(NULL);
 }
 
+/* Local refuses a database that another user could tamper with: a folder
+ * owned by another uid (tests run as root: given to nobody), a folder others
+ * can write, a symbolic link in place of the file. */
+static void local_refuses_unsafe_folders_and_symlinks(const void *arg)
+{
+    (void)arg;
+    const char *scratch = getenv("MISTRI_TEST_LOCAL_DIR");
+    REQUIRE(scratch != NULL);
+    char dir[512], path[600], real[600];
+    mistri_locks *l = NULL;
+
+    snprintf(dir, sizeof dir, "%s/writable-%ld", scratch, (long)getpid());
+    REQUIRE(mkdir(dir, 0700) == 0 && chmod(dir, 0777) == 0);
+    snprintf(path, sizeof path, "%s/locks.db", dir);
+    CHECK_STATUS(mistri_locks_local_new(path, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS(path);
+    CHECK_LAST_ERROR_HAS("writable by other users");
+    CHECK(l == NULL);
+
+    snprintf(dir, sizeof dir, "%s/link-%ld", scratch, (long)getpid());
+    REQUIRE(mkdir(dir, 0700) == 0);
+    snprintf(real, sizeof real, "%s/real.db", dir);
+    snprintf(path, sizeof path, "%s/locks.db", dir);
+    REQUIRE(symlink(real, path) == 0);
+    CHECK_STATUS(mistri_locks_local_new(path, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("symbolic link");
+    CHECK(access(real, F_OK) != 0); /* the link was not followed */
+    CHECK(l == NULL);
+
+    if (geteuid() != 0) {
+        fprintf(stderr, "    (not root: skipping the folder owned by another uid)\n");
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/nobody-%ld", scratch, (long)getpid());
+    REQUIRE(mkdir(dir, 0700) == 0 && chown(dir, 65534, 65534) == 0);
+    snprintf(path, sizeof path, "%s/locks.db", dir);
+    CHECK_STATUS(mistri_locks_local_new(path, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("belongs to uid 65534");
+    CHECK(access(path, F_OK) != 0); /* nothing created there */
+    CHECK(l == NULL);
+}
+
 /* The last error is per thread. */
 static void *fail_on_another_thread(void *arg)
 {
@@ -1449,6 +1492,7 @@ static const test_case GENERAL[] = {
     CASE(derived_signals_hear_the_parent_never_the_reverse),
     CASE(signal_bad_input_is_a_status),
     CASE(adapters_and_process_wide_calls_reject_bad_input),
+    CASE(local_refuses_unsafe_folders_and_symlinks),
     CASE(last_error_is_per_thread_and_status_names_are_stable),
 };
 

@@ -59,9 +59,11 @@ module MistriLocks
 
   # Leases and flags shared by every process on this host (Puma or Unicorn
   # workers, a Sidekiq swarm) through an SQLite database file: atomic across
-  # processes, no server. +path+ nil means the per-user default
-  # ($XDG_RUNTIME_DIR/mistri_locks/locks.db, else a private folder in the
-  # temp dir). A corrupt or unwritable file is a MistriLocks::ConfigError.
+  # processes, no server. +path+ nil means $MISTRI_LOCKS_LOCAL_PATH, else the
+  # per-user default /var/tmp/mistri_locks-<uid>/locks.db (the same for every
+  # process of the user, whatever its environment). A corrupt or unwritable
+  # file, a symbolic link, or a folder another user owns or can write is a
+  # MistriLocks::ConfigError naming the path and the problem.
   class Local < Adapter
     def self.new(path: nil) = _open(path.nil? ? nil : File.path(path))
     private_class_method :_open

@@ -1,0 +1,213 @@
+//! Fencing numbers never go backwards, also when the backend lost its data:
+//! a redis-server restarted without persistence, `FLUSHALL`, a counter
+//! evicted under a live lease, a Local database file deleted.
+
+mod common;
+use common::*;
+use mistri_locks::{Error, Locks};
+use mistri_locks_testkit::{unique, RedisServer};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Sends one inline command to 127.0.0.1:`port` and returns the raw reply.
+fn command(port: u16, line: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("{line}\r\nQUIT\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.strip_suffix("+OK\r\n").unwrap_or(&out).to_owned()
+}
+
+/// A plain redis-server (no persistence) started on a port that a stopped
+/// [`RedisServer`] used: the same address, none of the data.
+struct Restarted {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Restarted {
+    fn on_port(port: u16) -> Restarted {
+        let dir = std::env::temp_dir().join(unique("mistri-redis-restart"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let mut restarted = Restarted { child, dir };
+        let start = Instant::now();
+        loop {
+            let up = TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && command(port, "PING").contains("PONG");
+            if up {
+                return restarted;
+            }
+            if let Ok(Some(status)) = restarted.child.try_wait() {
+                panic!("redis-server on port {port} exited: {status}");
+            }
+            assert!(start.elapsed() < secs(10.0), "no redis-server on {port}");
+            std::thread::sleep(secs(0.01));
+        }
+    }
+}
+
+impl Drop for Restarted {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Acquires `key` and returns its fence, retrying connection errors for a
+/// while (the pool still holds connections to a server that went away).
+fn fence_of(locks: &Locks, key: &str) -> u64 {
+    let start = Instant::now();
+    loop {
+        match locks.acquire(key, secs(30.0)) {
+            Ok(true) => {
+                let fence = locks.fence(key).expect("a fence for a held lease");
+                assert!(locks.release(key).unwrap());
+                return fence;
+            }
+            Ok(false) => panic!("{key} is held"),
+            Err(Error::Connection(e)) if start.elapsed() < secs(10.0) => {
+                eprintln!("retrying after: {e}");
+                std::thread::sleep(secs(0.05));
+            }
+            Err(e) => panic!("acquire {key}: {e}"),
+        }
+    }
+}
+
+fn rising(locks: &Locks, key: &str, times: usize, mut last: u64) -> u64 {
+    for _ in 0..times {
+        let fence = fence_of(locks, key);
+        assert!(fence > last, "fence {fence} after {last}");
+        last = fence;
+    }
+    last
+}
+
+#[test]
+fn redis_fences_rise_across_a_restart_without_persistence() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    let locks = Locks::redis(&server.url(), "mistri:test").unwrap();
+    let before = rising(&locks, "job", 4, 0);
+    assert!(before < i64::MAX as u64);
+    server.stop();
+    let _again = Restarted::on_port(port);
+    assert_eq!(command(port, "DBSIZE"), ":0\r\n", "the data is gone");
+    let after = fence_of(&locks, "job");
+    assert!(
+        after > before,
+        "fence {after} after {before} before the restart"
+    );
+    rising(&locks, "job", 3, after);
+    // Another key's fences rise on their own, above the clock too.
+    assert!(fence_of(&locks, "other") > before);
+}
+
+#[test]
+fn redis_fences_rise_after_flushall() {
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:test").unwrap();
+    let before = rising(&locks, "job", 4, 0);
+    assert_eq!(server.command("FLUSHALL"), "+OK\r\n");
+    let after = fence_of(&locks, "job");
+    assert!(
+        after > before,
+        "fence {after} after {before} before FLUSHALL"
+    );
+}
+
+#[test]
+fn redis_counter_lost_under_a_live_lease() {
+    // Eviction or a partial replica sync can lose the counter while the
+    // lease key lives: the holder keeps its fence, and the next acquire,
+    // possible only once that lease is gone, still gets a greater one.
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:test").unwrap();
+    rising(&locks, "job", 2, 0);
+    assert!(locks.acquire("job", secs(30.0)).unwrap());
+    let held = locks.fence("job").unwrap();
+    assert_eq!(server.command("DEL mistri:test:fence:{job}"), ":1\r\n");
+    let other = locks.sharing_adapter();
+    assert!(!other.acquire("job", secs(30.0)).unwrap(), "still held");
+    assert!(locks.release("job").unwrap());
+    let after = fence_of(&other, "job");
+    assert!(after > held, "fence {after} after {held}");
+}
+
+#[test]
+fn redis_counter_ahead_of_the_clock_keeps_counting() {
+    // A counter the clock has not caught up with (another writer, a clock
+    // stepped back) still wins: fences rise by one.
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:test").unwrap();
+    let ahead: u64 = 1 << 52;
+    assert_eq!(
+        server.command(&format!("SET mistri:test:fence:{{job}} {ahead}")),
+        "+OK\r\n"
+    );
+    assert_eq!(fence_of(&locks, "job"), ahead + 1);
+    assert_eq!(fence_of(&locks, "job"), ahead + 2);
+}
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn local_fences_rise_when_the_database_file_is_deleted() {
+    let dir = Dir(std::env::temp_dir().join(unique("mistri-fence-local")));
+    let db = dir.0.join("locks.db");
+    let before = {
+        let locks = Locks::local(Some(&db)).unwrap();
+        rising(&locks, "job", 4, 0)
+    };
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    assert!(!db.exists());
+    let locks = Locks::local(Some(&db)).unwrap();
+    let after = fence_of(&locks, "job");
+    assert!(
+        after > before,
+        "fence {after} after {before} in the old file"
+    );
+    rising(&locks, "job", 3, after);
+}
+
+#[test]
+fn memory_fences_rise_across_adapters() {
+    // One process, but a fresh adapter (a restarted process) still issues
+    // greater numbers: the counter is floored by the realtime clock.
+    let before = rising(&Locks::memory(), "job", 4, 0);
+    let after = fence_of(&Locks::memory(), "job");
+    assert!(after > before, "fence {after} after {before}");
+}
+
+#[test]
+fn the_protocol_document_carries_the_exact_acquire_script() {
+    let doc = include_str!("../../docs/PROTOCOL.md");
+    assert!(
+        doc.contains(mistri_locks::redis::ACQUIRE_LUA),
+        "docs/PROTOCOL.md must quote ACQUIRE_LUA verbatim"
+    );
+}
