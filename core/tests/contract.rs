@@ -354,7 +354,7 @@ pub fn contending_threads_never_both_hold(f: Fixture) {
                                 0,
                                 "two holders at once"
                             );
-                            std::thread::sleep(Duration::from_micros(300));
+                            std::thread::sleep(Duration::from_millis(3));
                             inside.fetch_sub(1, Ordering::SeqCst);
                             assert_eq!(hold.release().unwrap(), ReleaseOutcome::Released);
                             wins += 1;
