@@ -22,7 +22,9 @@ pub struct mistri_hold_options {
     pub ttl: f64,
     /// The longest wait between renewals, in seconds (the engine renews at
     /// least every ttl/3 whatever this says). Capped at 1 s, it is also the
-    /// *tick*: how often the stop flag is read. Must be finite and > 0.
+    /// *tick*: how often the stop flag is read. Must be finite and > 0;
+    /// below 0.001 it counts as 0.001. A hold's ttl must be at least 0.01.
+    /// C holds use the default safety margin (see `mistri_hold`).
     pub heartbeat: f64,
     /// A flag that, once raised by anyone (`mistri_locks_set_flag`, in any
     /// process or language), trips the signal within a tick. NULL: none.
@@ -83,10 +85,13 @@ fn outcome_of(outcome: ReleaseOutcome) -> mistri_release_outcome {
 /// thread until released or lost.
 ///
 /// States: renewing -> released (`mistri_hold_release`/`mistri_hold_free`)
-/// or renewing -> lost (a renewal found the lease gone or taken, or
-/// renewals failed past its deadline: the signal trips with a reason
-/// starting "lease lost"). A stop flag trips the signal too but is not a
-/// loss: the hold keeps renewing until released.
+/// or renewing -> lost (a renewal found the lease gone or taken, or no
+/// renewal was confirmed by its safe deadline — send time of the last
+/// confirmed renewal + ttl − a safety margin of
+/// min(ttl/4, max(tick + the adapter's I/O timeout, 0.025 s)) — so the
+/// holder hears it before anyone else can take the lease: the signal trips
+/// with a reason starting "lease lost"). A stop flag trips the signal too
+/// but is not a loss: the hold keeps renewing until released.
 ///
 /// Ownership: made by `mistri_hold_start` or `mistri_hold_start_configured`;
 /// freed by `mistri_hold_free` (which releases first if needed). The hold
@@ -203,15 +208,17 @@ pub unsafe extern "C" fn mistri_hold_start_configured(
 }
 
 /// Stops renewing and deletes the lease if it is still ours. Idempotent.
-/// Returns only once no heartbeat tick can touch the lease again. Does not
-/// free the hold (its getters keep working).
+/// Does not wait for the heartbeat (a renewal in flight can't outlive the
+/// delete: renewals compare the owner token); the delete is bounded by the
+/// adapter's I/O timeout (Redis: 5 s unless set; Local: 5 s of lock wait).
+/// Does not free the hold (its getters keep working).
 ///
 /// On `MISTRI_OK`, if `outcome` is not NULL, `*outcome` says what happened.
 ///
-/// Errors: the backend's errors if the delete failed (e.g. Redis
-/// unreachable); the hold has stopped renewing regardless, so the lease
-/// expires on its own within its ttl, and a second release reports
-/// `MISTRI_RELEASE_ALREADY_RELEASED`.
+/// Errors: the backend's errors if the delete could not be confirmed (e.g.
+/// Redis unreachable); the hold has stopped renewing regardless, so the
+/// lease expires on its own within its ttl, and calling release again
+/// retries the delete.
 ///
 /// # Safety
 /// `hold` is NULL or a live hold; `outcome` is NULL or writable.

@@ -45,12 +45,14 @@ pub(crate) fn new_signal_handle(signal: AbortSignal) -> *mut mistri_signal {
 /// valid only during the call (copy it to keep it).
 ///
 /// It runs on the thread that aborts the signal: a thread calling
-/// `mistri_signal_abort`, or the library's heartbeat thread when a hold's
-/// stop flag is seen or its lease is lost, or the registering thread if the
-/// signal was already aborted. No library lock is held while it runs, so it
-/// may call any `mistri_*` function (including on this signal, or
-/// `mistri_hold_release` on the hold that tripped it). Keep it short: while
-/// it runs on the heartbeat thread, that adapter's renewals wait.
+/// `mistri_signal_abort`; the library's notifier thread
+/// (`mistri-notifier`) when a hold's stop flag is seen or its lease is lost
+/// (never the heartbeat thread: the signal itself is already aborted, and
+/// its waiters woken, before the callback runs); or the registering thread
+/// if the signal was already aborted. No library lock is held while it
+/// runs, so it may call any `mistri_*` function (including on this signal,
+/// or `mistri_hold_release` on the hold that tripped it). A slow callback
+/// delays other callbacks, never renewals.
 pub type mistri_abort_callback =
     Option<unsafe extern "C" fn(userdata: *mut c_void, reason: *const c_char)>;
 
