@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -254,6 +255,7 @@ typedef struct probe {
     atomic_int on_caller_thread;
     pthread_t caller;
     char reason[256];
+    char thread_name[17]; /* of the thread that ran the first call */
 } probe;
 
 static void probe_init(probe *p)
@@ -278,6 +280,8 @@ static void probe_callback(void *userdata, const char *reason)
     probe *p = userdata;
     snprintf(p->reason, sizeof p->reason, "%s", reason ? reason : "(null)");
     atomic_store(&p->on_caller_thread, pthread_equal(pthread_self(), p->caller) ? 1 : 0);
+    if (prctl(PR_GET_NAME, p->thread_name, 0, 0, 0) != 0)
+        p->thread_name[0] = '\0';
     atomic_store(&p->called_at_ns, now_ns());
     atomic_fetch_add(&p->calls, 1);
 }
@@ -526,10 +530,12 @@ static void stop_flag_raised_elsewhere_trips_the_signal_within_a_tick(const void
         fprintf(stderr, "    tripped after %.3fs\n", took);
     char buf[256];
     CHECK(strstr(reason_of(sig, buf, sizeof buf), "stop:worker") != NULL);
-    /* the C callback ran once, on the heartbeat thread, then its finalizer */
+    /* the C callback ran once, on the library's notifier thread (never the
+     * heartbeat's), then its finalizer */
     CHECK(await_count(&p.calls, 1, 1.0));
     CHECK(await_count(&p.finalized, 1, 1.0));
     CHECK(atomic_load(&p.on_caller_thread) == 0);
+    CHECK(strcmp(p.thread_name, "mistri-notifier") == 0);
     CHECK(strstr(p.reason, "stop:worker") != NULL);
     CHECK(!hold_lost(h)); /* a stop is not a loss */
     CHECK(held(a, "worker")); /* still renewing until released */
@@ -605,7 +611,7 @@ static void release_from_callback(void *userdata, const char *reason)
     atomic_store(&r->done, 1);
 }
 
-static void a_callback_may_release_its_hold_on_the_heartbeat_thread(const void *arg)
+static void a_callback_may_release_its_hold_from_the_notifier_thread(const void *arg)
 {
     OPEN_FIXTURE(f, arg);
     const mistri_locks *a = f.first, *b = fixture_owner(&f);
@@ -1472,7 +1478,7 @@ static const test_case CONTRACT[] = {
     CASE(stop_flag_raised_elsewhere_trips_the_signal_within_a_tick),
     CASE(stop_flag_already_up_trips_at_once),
     CASE(breaking_the_lease_trips_the_signal_as_lost),
-    CASE(a_callback_may_release_its_hold_on_the_heartbeat_thread),
+    CASE(a_callback_may_release_its_hold_from_the_notifier_thread),
     CASE(contending_threads_never_both_hold),
     CASE(configure_read_back_and_clear),
     CASE(a_forked_child_leaves_the_parents_lease_alone),
