@@ -53,6 +53,49 @@ pub fn duration_from_secs(what: &str, secs: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// Turns a wait timeout in seconds (as Python, Ruby and C pass them) into
+/// `Some(duration)`, or `None` for "wait without a timeout". One rule for
+/// every face:
+///
+/// | seconds | means |
+/// |---|---|
+/// | NaN, negative | [`Error::InvalidArgument`] |
+/// | `0` (or `-0.0`) | don't wait: just look |
+/// | finite, up to [`MAX_SECS`] | wait that long |
+/// | above [`MAX_SECS`], or `+inf` | wait without a timeout |
+///
+/// (A face's "no timeout" value — `None`, `nil` — also means no timeout.)
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `what`.
+///
+/// # Examples
+/// ```
+/// use mistri_locks::args::wait_timeout_from_secs;
+/// use std::time::Duration;
+/// assert_eq!(wait_timeout_from_secs("timeout", 0.0).unwrap(), Some(Duration::ZERO));
+/// assert_eq!(wait_timeout_from_secs("timeout", f64::INFINITY).unwrap(), None);
+/// assert_eq!(wait_timeout_from_secs("timeout", 2e9).unwrap(), None);
+/// assert!(wait_timeout_from_secs("timeout", f64::NAN).is_err());
+/// assert!(wait_timeout_from_secs("timeout", -1.0).is_err());
+/// ```
+pub fn wait_timeout_from_secs(what: &str, secs: f64) -> Result<Option<Duration>> {
+    if secs.is_nan() {
+        return Err(Error::InvalidArgument(format!(
+            "{what} must be a number of seconds, got NaN"
+        )));
+    }
+    if secs < 0.0 {
+        return Err(Error::InvalidArgument(format!(
+            "{what} must be zero or more seconds, got {secs}"
+        )));
+    }
+    if secs > MAX_SECS {
+        return Ok(None);
+    }
+    Ok(Some(Duration::from_secs_f64(secs)))
+}
+
 /// Checks a [`Duration`] passed from Rust: non-zero and at most [`MAX_SECS`].
 pub(crate) fn check_duration(what: &str, d: Duration) -> Result<()> {
     if d.is_zero() {
