@@ -48,6 +48,7 @@ use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -109,6 +110,50 @@ pub struct Local {
     path: PathBuf,
     boot: String,
     pool: ForkLocal<Mutex<Pool>>,
+    /// Write transactions of this process queue here rather than in
+    /// SQLite's busy handler, which sleeps and retries: with several
+    /// threads of one process writing (a heartbeat tick while another
+    /// thread acquires), the sleeper can lose every race for far longer than
+    /// a tick. Taken only inside a fork section, so never held at a fork.
+    writer: Mutex<()>,
+}
+
+thread_local! {
+    /// The deadline of this thread's current SQLite call, for [`busy_wait`].
+    static BUSY_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// SQLite's busy handler (another process holds the lock): short naps,
+/// 0.1 ms doubling up to 2 ms, until the calling operation's deadline.
+/// SQLite's own handler sleeps up to 100 ms at a time, far longer than a
+/// short heartbeat's tick.
+fn busy_wait(count: i32) -> bool {
+    let Some(until) = BUSY_UNTIL.with(Cell::get) else {
+        return false;
+    };
+    let now = Instant::now();
+    if now >= until {
+        return false;
+    }
+    let doublings = count.clamp(0, 5).unsigned_abs();
+    let nap = Duration::from_micros(100 << doublings).min(Duration::from_millis(2));
+    std::thread::sleep(nap.min(until - now));
+    true
+}
+
+/// Restores [`BUSY_UNTIL`] when an operation ends.
+struct BusyDeadline(Option<Instant>);
+
+impl BusyDeadline {
+    fn set(until: Instant) -> BusyDeadline {
+        BusyDeadline(BUSY_UNTIL.with(|c| c.replace(Some(until))))
+    }
+}
+
+impl Drop for BusyDeadline {
+    fn drop(&mut self) {
+        BUSY_UNTIL.with(|c| c.set(self.0));
+    }
 }
 
 /// Nanoseconds on `CLOCK_BOOTTIME` (Linux; `CLOCK_MONOTONIC` elsewhere).
@@ -382,10 +427,15 @@ impl Local {
             path,
             boot: boot_id(),
             pool: ForkLocal::new(Mutex::new(Pool::empty()), |_| Mutex::new(Pool::empty())),
+            writer: Mutex::new(()),
         };
         // Open one connection now, so a corrupt file is reported here.
-        let con = local.connect()?;
-        local.checkin(con);
+        {
+            let _section = crate::fork::enter_section();
+            let _busy = BusyDeadline::set(Instant::now() + BUSY_TIMEOUT);
+            let con = local.connect()?;
+            local.checkin(con);
+        }
         Ok(local)
     }
 
@@ -396,7 +446,7 @@ impl Local {
 
     fn connect(&self) -> Result<Pooled> {
         let con = Connection::open(&self.path).map_err(|e| self.map_err(e))?;
-        con.busy_timeout(BUSY_TIMEOUT)
+        con.busy_handler(Some(busy_wait))
             .map_err(|e| self.map_err(e))?;
         // journal_mode returns a row; WAL lets readers run beside the writer.
         let mode: String = con
@@ -446,8 +496,29 @@ impl Local {
         write: bool,
         f: impl FnOnce(&mut Connection, i64) -> rusqlite::Result<T>,
     ) -> Result<T> {
+        self.with_con_until(write, Instant::now() + BUSY_TIMEOUT, f)
+    }
+
+    /// Runs `f` on a pooled connection; waiting for locks (this process's
+    /// writer queue, another process's transaction) ends at `deadline`.
+    fn with_con_until<T>(
+        &self,
+        write: bool,
+        deadline: Instant,
+        f: impl FnOnce(&mut Connection, i64) -> rusqlite::Result<T>,
+    ) -> Result<T> {
         // No fork may cut an SQLite call in half (see `fork::enter_section`).
         let _section = crate::fork::enter_section();
+        let _busy = BusyDeadline::set(deadline);
+        let _writer = match write {
+            true => Some(self.writer.try_lock_until(deadline).ok_or_else(|| {
+                Error::Connection(format!(
+                    "local lock database {}: this process's other writers kept it busy past the deadline",
+                    self.path.display()
+                ))
+            })?),
+            false => None,
+        };
         let mut pooled = self.checkout()?;
         let now = now_ns();
         let result = f(&mut pooled.con, now);
@@ -684,40 +755,34 @@ impl Adapter for Local {
         if renewals.is_empty() && flags.is_empty() {
             return Ok(Beat::default());
         }
-        let Some(budget) = deadline.checked_duration_since(Instant::now()) else {
+        if deadline <= Instant::now() {
             return Err(Error::Connection(format!(
                 "local lock database {}: no time left for this tick",
                 self.path.display()
             )));
-        };
+        }
         // One transaction for the whole tick: one write lock, one fsync.
-        // Waiting for another process's write lock is bounded by the
-        // tick's deadline, not by BUSY_TIMEOUT.
-        self.with_con(!renewals.is_empty(), |con, _| {
-            con.busy_timeout(budget.max(Duration::from_millis(1)))?;
-            let result = (|| {
-                let tx = con.transaction_with_behavior(if renewals.is_empty() {
-                    TransactionBehavior::Deferred
-                } else {
-                    TransactionBehavior::Immediate
-                })?;
-                let now = now_ns();
-                let renewed = renewals
-                    .iter()
-                    .map(|r| self.renew_in(&tx, r, now))
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                let up = flags
-                    .iter()
-                    .map(|key| self.flag_in(&tx, key, now))
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                tx.commit()?;
-                Ok(Beat {
-                    renewals: renewed.into_iter().map(Ok).collect(),
-                    flags: up.into_iter().map(Ok).collect(),
-                })
-            })();
-            con.busy_timeout(BUSY_TIMEOUT)?;
-            result
+        // Waiting for a lock is bounded by the tick's deadline.
+        self.with_con_until(!renewals.is_empty(), deadline, |con, _| {
+            let tx = con.transaction_with_behavior(if renewals.is_empty() {
+                TransactionBehavior::Deferred
+            } else {
+                TransactionBehavior::Immediate
+            })?;
+            let now = now_ns();
+            let renewed = renewals
+                .iter()
+                .map(|r| self.renew_in(&tx, r, now))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let up = flags
+                .iter()
+                .map(|key| self.flag_in(&tx, key, now))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            tx.commit()?;
+            Ok(Beat {
+                renewals: renewed.into_iter().map(Ok).collect(),
+                flags: up.into_iter().map(Ok).collect(),
+            })
         })
     }
 }
