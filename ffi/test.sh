@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests of the C ABI (ffi/): builds libmistri_locks, checks its SONAME and
 # header drift, compiles the C tests (gcc -std=c11 -Wall -Wextra -Werror
-# -pedantic) against the committed header, runs them on Memory and on a
+# -pedantic) against the committed header, runs them (tests/c/contract.c,
+# tests/c/options.c) on Memory and on a
 # throwaway redis-server (a free 127.0.0.1 port), again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, runs the example worker
 # against that server with a stop raised from another process, and checks
@@ -57,6 +58,8 @@ LINK=(-L"$WORK/lib" -lmistri_locks -Wl,-rpath,"$WORK/lib" -lpthread -lm)
 step "compile the C tests and the example (gcc ${CFLAGS[*]:0:5})"
 gcc "${CFLAGS[@]}" tests/c/contract.c "${LINK[@]}" -o "$WORK/contract"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/contract.c "${LINK[@]}" -o "$WORK/contract-asan"
+gcc "${CFLAGS[@]}" tests/c/options.c "${LINK[@]}" -o "$WORK/options"
+gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/options.c "${LINK[@]}" -o "$WORK/options-asan"
 gcc "${CFLAGS[@]}" examples/c/worker.c "${LINK[@]}" -o "$WORK/worker"
 gcc "${CFLAGS[@]}" tests/c/quickstart.c "${LINK[@]}" -o "$WORK/quickstart"
 # The quick start in ffi/README.md compiles as shown.
@@ -117,12 +120,18 @@ mkdir -p "$MISTRI_TEST_LOCAL_DIR"
 step "C tests (Memory, Redis, Local, two processes)"
 timeout 600 "$WORK/contract" "$URL"
 
+step "C tests of the hold options builder, the deprecated struct and wait timeouts"
+timeout 300 "$WORK/options" "$URL"
+
 step "C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # Leak detection is on: every allocation of the Rust library goes through
 # the malloc that ASan intercepts, so a leaked handle or string shows up.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   timeout 900 "$WORK/contract-asan" "$URL"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  timeout 300 "$WORK/options-asan" "$URL"
 
 step "example: examples/c/worker.c holds a lease until stopped from another process"
 export MISTRI_NAMESPACE="mistri:ffi-example:$$"

@@ -23,12 +23,25 @@
  *   owned by the library (the doc says how long they live).
  * - Strings in are NUL-terminated UTF-8 (else MISTRI_INVALID_UTF8) and are
  *   only read during the call. Keys must not be empty.
- * - Seconds are doubles (0.01 is valid). A ttl or heartbeat that is NaN,
- *   infinite, zero, negative or above 1e9 is MISTRI_INVALID_ARGUMENT.
+ * - Seconds are doubles (0.01 is valid). A ttl, heartbeat or safety margin
+ *   that is NaN, infinite, zero, negative or above 1e9 is
+ *   MISTRI_INVALID_ARGUMENT. A wait timeout follows the rule every face
+ *   shares: 0 just looks, up to 1e9 waits that long, above 1e9 or INFINITY
+ *   waits without a timeout, NaN or negative is MISTRI_INVALID_ARGUMENT.
+ * - Hold options are a builder (mistri_hold_options_new, _set_*, _free,
+ *   then mistri_hold_start_with), so options can be added without breaking
+ *   callers. The struct mistri_hold_options and the functions that take it
+ *   are deprecated and kept unchanged for one release.
  * - No call aborts or unwinds into C: a bug inside returns MISTRI_PANIC.
  * - Threads: mistri_locks, mistri_hold and mistri_signal are thread-safe;
- *   only their _free must be the last call on a handle. Abort callbacks may
- *   run on the library's heartbeat thread, never under a library lock.
+ *   only their _free must be the last call on a handle. A hold options
+ *   builder is used by one thread at a time. Abort callbacks run on the
+ *   thread that aborts, or on the library's notifier thread
+ *   (mistri-notifier) for a hold's stop or loss, never on a heartbeat
+ *   thread and never under a library lock.
+ * - Pointer arguments (every function's "Safety"): a handle is NULL or
+ *   live (not freed) for the whole call; a string is NULL or NUL-terminated;
+ *   an out-param is NULL or writable. NULL is an error unless documented.
  */
 
 
@@ -91,8 +104,9 @@ typedef enum mistri_status {
   MISTRI_INVALID_UTF8 = 7001,
   /**
    * An argument broke the contract: an empty key; a ttl, heartbeat or
-   * timeout that is NaN, infinite, zero or negative (a zero timeout is
-   * allowed), or larger than 1e9 seconds; a bad namespace.
+   * safety margin that is NaN, infinite, zero, negative or larger than
+   * 1e9 seconds; a NaN or negative timeout; a safety margin not below
+   * half the ttl; a bad namespace.
    */
   MISTRI_INVALID_ARGUMENT = 7002,
   /**
@@ -180,6 +194,29 @@ typedef enum mistri_release_outcome {
 typedef struct mistri_hold mistri_hold;
 
 /**
+ * Options for `mistri_hold_start_with` / `mistri_hold_start_configured_with`,
+ * set one at a time. Made by `mistri_hold_options_new` with the contract's
+ * defaults: ttl `MISTRI_LEASE_TTL` (180 s), heartbeat `MISTRI_HEARTBEAT`
+ * (60 s), no stop key, a fresh signal per hold, the default safety margin.
+ *
+ * Each setter checks its value at once (a bad value is
+ * `MISTRI_INVALID_ARGUMENT` and leaves the option as it was); rules that
+ * tie two options together (the safety margin must be below half the ttl)
+ * are checked when a hold starts. One builder may start any number of
+ * holds; it copies what it is given (strings, a share of the signal), so
+ * the caller's strings and signal handle may be freed right after a
+ * setter.
+ *
+ * Ownership: made by `mistri_hold_options_new`, freed by
+ * `mistri_hold_options_free` (holds started from it do not need it).
+ *
+ * Threading: not thread-safe: no two threads may use one builder at once
+ * (a setter while another thread starts a hold from it is a data race).
+ * Different builders are independent.
+ */
+typedef struct mistri_hold_options_builder mistri_hold_options_builder;
+
+/**
  * An adapter: a backend (Memory, Local or Redis) plus the leases this handle has
  * acquired, and the heartbeat engine that renews its holds.
  *
@@ -226,9 +263,12 @@ typedef struct mistri_locks mistri_locks;
 typedef struct mistri_signal mistri_signal;
 
 /**
- * How to hold a lease. Start from `mistri_hold_options_default()` and
- * change what you need.
+ * How to hold a lease (deprecated: use `mistri_hold_options_new` and
+ * `mistri_hold_start_with`, which can also set a safety margin). Kept
+ * unchanged for one release so that programs built against 0.1 keep
+ * working; it will be removed together with a SONAME bump.
  *
+ * Start from `mistri_hold_options_default()` and change what you need.
  * The struct is only read during `mistri_hold_start*`; the strings and the
  * signal it points at may be freed right after.
  */
@@ -243,7 +283,7 @@ typedef struct mistri_hold_options {
    * least every ttl/3 whatever this says). Capped at 1 s, it is also the
    * *tick*: how often the stop flag is read. Must be finite and > 0;
    * below 0.001 it counts as 0.001. A hold's ttl must be at least 0.01.
-   * C holds use the default safety margin (see `mistri_hold`).
+   * Holds started from this struct use the default safety margin.
    */
   double heartbeat;
   /**
@@ -300,12 +340,70 @@ extern "C" {
 const char *mistri_version(void);
 
 /**
- * The contract's defaults: ttl `MISTRI_LEASE_TTL` (180 s), heartbeat
- * `MISTRI_HEARTBEAT` (60 s), no stop key, no signal (a fresh one).
+ * The message of the last error on the calling thread, as
+ * `"<function>: <kind>: <details>"`, e.g.
+ * `"mistri_locks_acquire: invalid argument: ttl must be greater than zero seconds, got 0"`.
+ *
+ * Returns `""` if no call on this thread has failed yet. Never NULL.
+ *
+ * Ownership: the string belongs to the library. It stays valid until the
+ * next `mistri_*` call on this thread (copy it if you need it longer); do not
+ * free it.
+ *
+ * Threading: each thread has its own last error, so a failure on one thread
+ * never overwrites another thread's message. Successful calls leave it
+ * alone: check the status first, then read the message.
  */
-struct mistri_hold_options mistri_hold_options_default(void);
+const char *mistri_last_error(void);
 
 /**
+ * The name of a status as a static string, e.g. `"MISTRI_CONNECTION"`, or
+ * `"MISTRI_UNKNOWN_STATUS"` for a number that is not a status.
+ *
+ * Ownership: static; never free it. Threading: any thread.
+ */
+const char *mistri_status_name(int status);
+
+/**
+ * Acquires `key` through `locks` and keeps it renewed on the adapter's
+ * heartbeat thread until released; watches the stop flag every tick.
+ * `options` (required) is read during the call only; the same builder may
+ * start more holds.
+ *
+ * On `MISTRI_OK`, `*out` receives the new hold (free it with
+ * `mistri_hold_free`), or NULL if a live lease on `key` exists: a
+ * refusal, not an error (a refused caller holds nothing and never touches
+ * the holder's lease).
+ *
+ * Errors: `MISTRI_NULL_ARGUMENT` (locks, key, options, out),
+ * `MISTRI_INVALID_ARGUMENT` (empty key; a ttl below 0.01; a safety margin
+ * not below half the ttl), `MISTRI_INVALID_UTF8`, the backend's errors on
+ * acquire, `MISTRI_SYSTEM` (no heartbeat thread).
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `key` is NULL or a NUL-terminated
+ * string; `options` is NULL or a live builder that no other thread changes
+ * during the call; `out` is NULL or writable.
+ */
+enum mistri_status mistri_hold_start_with(const struct mistri_locks *locks, const char *key, const struct mistri_hold_options_builder *options, struct mistri_hold **out);
+
+/**
+ * `mistri_hold_start_with` on the process-wide adapter
+ * (`mistri_configure`).
+ *
+ * On `MISTRI_OK`, `*out` receives the new hold, or NULL if no adapter is
+ * configured or the lease is held elsewhere (both refusals, not errors).
+ * Arguments are checked even when no adapter is configured.
+ *
+ * # Safety
+ * As `mistri_hold_start_with`, without `locks`.
+ */
+enum mistri_status mistri_hold_start_configured_with(const char *key, const struct mistri_hold_options_builder *options, struct mistri_hold **out);
+
+/**
+ * Deprecated: use `mistri_hold_start_with` (a builder, which can also set
+ * the safety margin). Kept unchanged for one release.
+ *
  * Acquires `key` through `locks` and keeps it renewed on the adapter's
  * heartbeat thread until released; watches `opts->stop_key` every tick.
  * `opts` NULL means `mistri_hold_options_default()`.
@@ -327,6 +425,9 @@ struct mistri_hold_options mistri_hold_options_default(void);
 enum mistri_status mistri_hold_start(const struct mistri_locks *locks, const char *key, const struct mistri_hold_options *opts, struct mistri_hold **out);
 
 /**
+ * Deprecated: use `mistri_hold_start_configured_with`. Kept unchanged for
+ * one release.
+ *
  * `mistri_hold_start` on the process-wide adapter (`mistri_configure`).
  *
  * On `MISTRI_OK`, `*out` receives the new hold, or NULL if no adapter is
@@ -671,6 +772,98 @@ enum mistri_status mistri_configure_clear(void);
 enum mistri_status mistri_configured(struct mistri_locks **out);
 
 /**
+ * Makes a builder holding the default options.
+ *
+ * On `MISTRI_OK`, `*out` receives it; free it with
+ * `mistri_hold_options_free`.
+ *
+ * # Safety
+ * `out` is NULL (an error) or writable.
+ */
+enum mistri_status mistri_hold_options_new(struct mistri_hold_options_builder **out);
+
+/**
+ * Frees a builder. NULL is ignored. Holds started from it keep running.
+ *
+ * # Safety
+ * `options` is NULL or a live builder that no other thread is using; it
+ * must not be used again.
+ */
+void mistri_hold_options_free(struct mistri_hold_options_builder *options);
+
+/**
+ * Sets the lease TTL in seconds: how long the lease outlives its last
+ * renewal (how long a crashed holder blocks others). At least 0.01 for a
+ * hold; NaN, infinite, <= 0 or > 1e9 is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_hold_options_set_ttl(struct mistri_hold_options_builder *options, double ttl);
+
+/**
+ * Sets the heartbeat in seconds: the longest wait between renewals (the
+ * engine renews at least every ttl/3 whatever this says). Capped at 1 s,
+ * it is also the *tick*: how often the stop flag is read. Below 0.001 it
+ * counts as 0.001. NaN, infinite, <= 0 or > 1e9 is
+ * `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_hold_options_set_heartbeat(struct mistri_hold_options_builder *options, double heartbeat);
+
+/**
+ * Sets the stop flag: once anyone raises it (`mistri_locks_set_flag`, in
+ * any process or language) the hold's signal trips within a tick. The
+ * string is copied. NULL: no stop flag. Empty is
+ * `MISTRI_INVALID_ARGUMENT`; not UTF-8 is `MISTRI_INVALID_UTF8`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile;
+ * `stop_key` is NULL or a NUL-terminated string.
+ */
+enum mistri_status mistri_hold_options_set_stop_key(struct mistri_hold_options_builder *options, const char *stop_key);
+
+/**
+ * Sets the signal to trip on stop or loss. The builder shares the signal
+ * (the caller keeps, and may free, its handle); every hold started from
+ * the builder then trips this one signal. NULL: each hold makes a fresh
+ * signal (`mistri_hold_signal` gives a handle to it).
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile;
+ * `signal` is NULL or a live signal handle.
+ */
+enum mistri_status mistri_hold_options_set_signal(struct mistri_hold_options_builder *options, const struct mistri_signal *signal);
+
+/**
+ * Sets the safety margin in seconds: how long before the lease could
+ * expire the holder is told it may have lost it, when no renewal has been
+ * confirmed since. The hold's safe deadline is the send time of its last
+ * confirmed renewal + ttl − margin; passing it trips the signal with a
+ * reason starting "lease lost". A larger margin tells the holder earlier
+ * (more time to stop its work before anyone else can take the lease) at
+ * the cost of more false alarms on a slow network.
+ *
+ * Unset, the margin is min(ttl/4, max(tick + the adapter's I/O timeout,
+ * 0.025 s)). It must be > 0 (NaN, infinite, <= 0 or > 1e9 is
+ * `MISTRI_INVALID_ARGUMENT` here) and less than half the ttl (checked when
+ * the hold starts, `MISTRI_INVALID_ARGUMENT` naming `safety_margin`).
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_hold_options_set_safety_margin(struct mistri_hold_options_builder *options, double safety_margin);
+
+/**
+ * Deprecated with `mistri_hold_options` (use `mistri_hold_options_new`).
+ * The contract's defaults: ttl `MISTRI_LEASE_TTL` (180 s), heartbeat
+ * `MISTRI_HEARTBEAT` (60 s), no stop key, no signal (a fresh one).
+ */
+struct mistri_hold_options mistri_hold_options_default(void);
+
+/**
  * Makes a new signal, not aborted.
  *
  * On `MISTRI_OK`, `*out` receives a new handle; free it with
@@ -773,9 +966,10 @@ void mistri_string_free(char *string);
 /**
  * Blocks until the signal is aborted or `timeout` seconds pass.
  *
- * `timeout` is seconds as a double: `0` just looks; NaN, negative or
- * infinite is `MISTRI_INVALID_ARGUMENT` (to wait with no timeout, call
- * `mistri_signal_wait_forever`).
+ * `timeout` is seconds as a double, by the rule every face shares: `0`
+ * just looks; up to 1e9 waits that long; above 1e9 or `INFINITY` waits
+ * without a timeout (as `mistri_signal_wait_forever`); NaN or negative is
+ * `MISTRI_INVALID_ARGUMENT`.
  *
  * On `MISTRI_OK`, `*aborted` is `true` if the signal is aborted, `false`
  * if the timeout passed first.
@@ -848,31 +1042,6 @@ enum mistri_status mistri_signal_on_abort(const struct mistri_signal *signal, mi
  * registered on; `removed` is NULL or writable.
  */
 enum mistri_status mistri_signal_remove_callback(const struct mistri_signal *signal, uint64_t handle, bool *removed);
-
-/**
- * The message of the last error on the calling thread, as
- * `"<function>: <kind>: <details>"`, e.g.
- * `"mistri_locks_acquire: invalid argument: ttl must be greater than zero seconds, got 0"`.
- *
- * Returns `""` if no call on this thread has failed yet. Never NULL.
- *
- * Ownership: the string belongs to the library. It stays valid until the
- * next `mistri_*` call on this thread (copy it if you need it longer); do not
- * free it.
- *
- * Threading: each thread has its own last error, so a failure on one thread
- * never overwrites another thread's message. Successful calls leave it
- * alone: check the status first, then read the message.
- */
-const char *mistri_last_error(void);
-
-/**
- * The name of a status as a static string, e.g. `"MISTRI_CONNECTION"`, or
- * `"MISTRI_UNKNOWN_STATUS"` for a number that is not a status.
- *
- * Ownership: static; never free it. Threading: any thread.
- */
-const char *mistri_status_name(int status);
 
 #ifdef __cplusplus
 }  // extern "C"

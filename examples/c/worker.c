@@ -61,17 +61,22 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    /* Hold KEY: renewed every heartbeat, stop flag read every tick (1 s). */
-    mistri_hold_options opts = mistri_hold_options_default();
-    opts.ttl = 30;
-    opts.heartbeat = 1;
-    opts.stop_key = stop_key;
+    /* Hold KEY: renewed every heartbeat, stop flag read every tick (1 s);
+     * told the lease may be lost 5 s before it could expire unrenewed. */
+    mistri_hold_options_builder *opts = NULL;
     mistri_hold *hold = NULL;
-    if (mistri_hold_start(locks, key, &opts, &hold) != MISTRI_OK) {
+    if (mistri_hold_options_new(&opts) != MISTRI_OK ||
+        mistri_hold_options_set_ttl(opts, 30) != MISTRI_OK ||
+        mistri_hold_options_set_heartbeat(opts, 1) != MISTRI_OK ||
+        mistri_hold_options_set_stop_key(opts, stop_key) != MISTRI_OK ||
+        mistri_hold_options_set_safety_margin(opts, 5) != MISTRI_OK ||
+        mistri_hold_start_with(locks, key, opts, &hold) != MISTRI_OK) {
         int rc = fail("holding the lease");
+        mistri_hold_options_free(opts);
         mistri_locks_free(locks);
         return rc;
     }
+    mistri_hold_options_free(opts); /* the hold keeps what it needs */
     if (hold == NULL) { /* a refusal, not an error */
         printf("worker: %s is held by another worker\n", key);
         mistri_locks_free(locks);

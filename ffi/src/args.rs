@@ -1,41 +1,18 @@
 //! Turning C arguments into Rust values, with a [`Failure`] instead of a
 //! crash for every bad input: NULL pointers, non-UTF-8 strings, bad seconds.
-//! Out-params are checked for NULL up front and written only at the end of a
-//! successful call.
+//! Out-params are checked for NULL up front ([`Out`]) and written only at the
+//! end of a successful call.
 
 use crate::status::Failure;
-use mistri_core::{duration_from_secs, Error};
 use std::ffi::{c_char, CStr, CString};
 use std::ptr::NonNull;
 use std::time::Duration;
 
-/// Borrows the handle behind `ptr`, or fails if it is NULL.
-///
-/// # Safety
-/// `ptr` is NULL or points to a live `T` that outlives `'a` and that no one
-/// mutates meanwhile (the C caller's side of the handle contract).
-pub(crate) unsafe fn arg_ref<'a, T>(ptr: *const T, what: &'static str) -> Result<&'a T, Failure> {
-    // SAFETY: forwarded from this function's contract.
-    unsafe { ptr.as_ref() }.ok_or(Failure::Null(what))
-}
-
-/// Borrows a required NUL-terminated UTF-8 string.
-///
-/// # Safety
-/// `ptr` is NULL or points to a NUL-terminated string that outlives `'a`.
-pub(crate) unsafe fn arg_str<'a>(
-    ptr: *const c_char,
-    what: &'static str,
-) -> Result<&'a str, Failure> {
-    // SAFETY: forwarded from this function's contract.
-    unsafe { arg_opt_str(ptr, what) }?.ok_or(Failure::Null(what))
-}
-
 /// Borrows an optional NUL-terminated UTF-8 string (NULL gives `None`).
 ///
 /// # Safety
-/// As [`arg_str`].
-pub(crate) unsafe fn arg_opt_str<'a>(
+/// `ptr` is NULL or points to a NUL-terminated string that outlives `'a`.
+pub(crate) unsafe fn opt_str<'a>(
     ptr: *const c_char,
     what: &'static str,
 ) -> Result<Option<&'a str>, Failure> {
@@ -49,41 +26,87 @@ pub(crate) unsafe fn arg_opt_str<'a>(
         .map_err(|e| Failure::Utf8(what, e.valid_up_to()))
 }
 
-/// A required out-param, checked before any work is done.
-pub(crate) fn out_ptr<T>(ptr: *mut T, what: &'static str) -> Result<NonNull<T>, Failure> {
-    NonNull::new(ptr).ok_or(Failure::Null(what))
+/// `try_str!(arg)`: the `&str` in the required C string argument `arg`
+/// (NULL: `MISTRI_NULL_ARGUMENT`; not UTF-8: `MISTRI_INVALID_UTF8`).
+/// `try_str!(arg, "name")` names it differently in messages.
+/// `try_str!(opt arg)` makes NULL `None` instead of an error.
+macro_rules! try_str {
+    (opt $ptr:ident) => {
+        $crate::args::try_str!(opt $ptr, stringify!($ptr))
+    };
+    (opt $ptr:ident, $what:expr) => {{
+        let ptr = $ptr;
+        // SAFETY: the exported function's contract: `ptr` is NULL or a
+        // NUL-terminated string that lives through the call.
+        unsafe { $crate::args::opt_str(ptr, $what) }?
+    }};
+    ($ptr:ident) => {
+        $crate::args::try_str!(opt $ptr)
+            .ok_or($crate::status::Failure::Null(stringify!($ptr)))?
+    };
+}
+pub(crate) use try_str;
+
+/// A checked out-param: written once, at the end of a successful call.
+pub(crate) struct Out<T>(NonNull<T>);
+
+impl<T> Out<T> {
+    /// A required out-param (NULL: a failure naming `what`).
+    ///
+    /// # Safety
+    /// `ptr` is NULL or points to writable, aligned memory for a `T` that
+    /// stays so until [`Out::write`] (the C caller's promise for every
+    /// out-param, for the length of the call).
+    pub(crate) unsafe fn required(ptr: *mut T, what: &'static str) -> Result<Self, Failure> {
+        NonNull::new(ptr).map(Out).ok_or(Failure::Null(what))
+    }
+
+    /// An out-param documented "if not NULL".
+    ///
+    /// # Safety
+    /// As [`Out::required`].
+    pub(crate) unsafe fn optional(ptr: *mut T) -> Option<Self> {
+        NonNull::new(ptr).map(Out)
+    }
+
+    /// Writes the result; the call then succeeds.
+    pub(crate) fn write(self, value: T) -> Result<(), Failure> {
+        // SAFETY: writable and aligned, promised when this was made;
+        // `write` does not drop the (possibly uninitialised) old contents.
+        unsafe { self.0.as_ptr().write(value) };
+        Ok(())
+    }
 }
 
-/// Writes a result into a checked out-param.
-///
-/// # Safety
-/// `out` points to writable, aligned memory for a `T` (the C caller's
-/// promise for every out-param).
-pub(crate) unsafe fn write_out<T>(out: NonNull<T>, value: T) {
-    // SAFETY: forwarded from this function's contract; `write` does not
-    // drop the (possibly uninitialised) old contents.
-    unsafe { out.as_ptr().write(value) }
+/// `try_out!(arg)`: the required out-param `arg` as an [`Out`], or
+/// `return`s `MISTRI_NULL_ARGUMENT`; `try_out!(opt arg)`: an
+/// `Option<Out>` for an out-param that may be NULL.
+macro_rules! try_out {
+    (opt $ptr:ident) => {{
+        let ptr = $ptr;
+        // SAFETY: the exported function's contract: `ptr` is NULL or
+        // writable for the call.
+        unsafe { $crate::args::Out::optional(ptr) }
+    }};
+    ($ptr:ident) => {{
+        let ptr = $ptr;
+        // SAFETY: as above.
+        unsafe { $crate::args::Out::required(ptr, stringify!($ptr)) }?
+    }};
 }
+pub(crate) use try_out;
 
-/// Seconds from C as a ttl or heartbeat, validated by the core's
-/// `duration_from_secs` (NaN, infinite, zero, negative, huge: an error).
+/// Seconds from C as a ttl, heartbeat or margin, by the core's one rule
+/// (`duration_from_secs`: NaN, infinite, zero, negative, huge: an error).
 pub(crate) fn secs(what: &str, value: f64) -> Result<Duration, Failure> {
-    Ok(duration_from_secs(what, value)?)
+    Ok(mistri_core::duration_from_secs(what, value)?)
 }
 
-/// Seconds from C as a wait timeout: like [`secs`], except that zero is
-/// allowed and means "just look".
-pub(crate) fn timeout_secs(value: f64) -> Result<Duration, Failure> {
-    if value == 0.0 {
-        return Ok(Duration::ZERO);
-    }
-    if value.is_infinite() && value > 0.0 {
-        return Err(Error::InvalidArgument(
-            "timeout must be finite; use mistri_signal_wait_forever to wait without one".into(),
-        )
-        .into());
-    }
-    secs("timeout", value)
+/// Seconds from C as a wait timeout, by the core's one rule for every face
+/// (`wait_timeout_from_secs`): NaN or negative is an error, 0 just looks,
+/// up to 1e9 is that long, above 1e9 or +inf is `None` (no timeout).
+pub(crate) fn wait_timeout(value: f64) -> Result<Option<Duration>, Failure> {
+    Ok(mistri_core::args::wait_timeout_from_secs("timeout", value)?)
 }
 
 /// A C string from Rust text, cutting at an interior NUL if there is one (C
@@ -93,25 +116,23 @@ pub(crate) fn c_string_lossy(text: &str) -> CString {
     CString::new(&text[..end]).unwrap_or_default()
 }
 
-/// A C string from a message, showing interior NULs as `\0`.
-pub(crate) fn sanitize_nul(text: String) -> CString {
-    CString::new(text).unwrap_or_else(|e| {
-        let text = String::from_utf8_lossy(&e.into_vec()).replace('\0', "\\0");
-        CString::new(text).unwrap_or_default()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mistri_core::Error;
 
     #[test]
-    fn timeouts_allow_zero_but_not_nan_negative_or_infinite() {
-        assert_eq!(timeout_secs(0.0).unwrap(), Duration::ZERO);
-        assert_eq!(timeout_secs(-0.0).unwrap(), Duration::ZERO);
-        assert_eq!(timeout_secs(0.25).unwrap(), Duration::from_millis(250));
-        for bad in [f64::NAN, -1.0, f64::INFINITY, f64::NEG_INFINITY, 2e9] {
-            let err = timeout_secs(bad).unwrap_err();
+    fn timeouts_follow_the_core_rule() {
+        assert_eq!(wait_timeout(0.0).unwrap(), Some(Duration::ZERO));
+        assert_eq!(wait_timeout(-0.0).unwrap(), Some(Duration::ZERO));
+        assert_eq!(
+            wait_timeout(0.25).unwrap(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(wait_timeout(f64::INFINITY).unwrap(), None);
+        assert_eq!(wait_timeout(2e9).unwrap(), None);
+        for bad in [f64::NAN, -1.0, f64::NEG_INFINITY] {
+            let err = wait_timeout(bad).unwrap_err();
             assert!(
                 matches!(err, Failure::Core(Error::InvalidArgument(_))),
                 "{bad}"
@@ -120,8 +141,7 @@ mod tests {
     }
 
     #[test]
-    fn strings_with_nul_stay_readable() {
+    fn strings_with_nul_are_cut() {
         assert_eq!(c_string_lossy("ab\0cd").as_bytes(), b"ab");
-        assert_eq!(sanitize_nul("a\0b".into()).as_bytes(), b"a\\0b");
     }
 }

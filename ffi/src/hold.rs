@@ -1,53 +1,15 @@
 //! `mistri_hold`: a lease renewed on a heartbeat until released, watching a
 //! stop flag and tripping a signal.
 
-use crate::args::{arg_opt_str, arg_ref, arg_str, out_ptr, secs, write_out};
-use crate::locks::{mistri_locks, MISTRI_HEARTBEAT, MISTRI_LEASE_TTL};
-use crate::panic::{ffi_boundary, ffi_boundary_or, ffi_boundary_void};
-use crate::signal::{mistri_signal, new_signal_handle};
+use crate::args::{try_out, try_str};
+use crate::handle::{free_box, to_boxed_mut_ptr, try_ref_from_ptr, Castable};
+use crate::locks::mistri_locks;
+use crate::options::{from_struct, mistri_hold_options, mistri_hold_options_builder};
+use crate::panic::{ffi_boundary, ffi_boundary_void};
+use crate::signal::mistri_signal;
 use crate::status::{mistri_status, Failure};
 use mistri_core::{Hold, HoldOptions, ReleaseOutcome};
-use std::ffi::{c_char, CStr, CString};
-
-/// How to hold a lease. Start from `mistri_hold_options_default()` and
-/// change what you need.
-///
-/// The struct is only read during `mistri_hold_start*`; the strings and the
-/// signal it points at may be freed right after.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct mistri_hold_options {
-    /// Lease TTL in seconds: how long the lease outlives its last renewal
-    /// (how long a crashed holder blocks others). Must be finite and > 0.
-    pub ttl: f64,
-    /// The longest wait between renewals, in seconds (the engine renews at
-    /// least every ttl/3 whatever this says). Capped at 1 s, it is also the
-    /// *tick*: how often the stop flag is read. Must be finite and > 0;
-    /// below 0.001 it counts as 0.001. A hold's ttl must be at least 0.01.
-    /// C holds use the default safety margin (see `mistri_hold`).
-    pub heartbeat: f64,
-    /// A flag that, once raised by anyone (`mistri_locks_set_flag`, in any
-    /// process or language), trips the signal within a tick. NULL: none.
-    /// Must not be empty.
-    pub stop_key: *const c_char,
-    /// The signal to trip on stop or loss. The hold shares the signal (the
-    /// caller keeps its handle). NULL: the hold makes a fresh one
-    /// (`mistri_hold_signal` gives a handle to it).
-    pub signal: *const mistri_signal,
-}
-
-/// The contract's defaults: ttl `MISTRI_LEASE_TTL` (180 s), heartbeat
-/// `MISTRI_HEARTBEAT` (60 s), no stop key, no signal (a fresh one).
-#[no_mangle]
-pub extern "C" fn mistri_hold_options_default() -> mistri_hold_options {
-    const DEFAULTS: mistri_hold_options = mistri_hold_options {
-        ttl: MISTRI_LEASE_TTL,
-        heartbeat: MISTRI_HEARTBEAT,
-        stop_key: std::ptr::null(),
-        signal: std::ptr::null(),
-    };
-    ffi_boundary_or!("mistri_hold_options_default", DEFAULTS, { DEFAULTS })
-}
+use std::ffi::{c_char, CString};
 
 /// What `mistri_hold_release` did. Every value is a normal outcome, not an
 /// error.
@@ -102,45 +64,98 @@ fn outcome_of(outcome: ReleaseOutcome) -> mistri_release_outcome {
 /// After `fork()`, the child's copy neither renews nor releases (release
 /// says `MISTRI_RELEASE_OTHER_PROCESS`).
 pub struct mistri_hold {
+    _private: [u8; 0],
+}
+
+/// What a `mistri_hold` points at: the hold, and its key as C reads it.
+pub(crate) struct HeldLease {
     hold: Hold,
     key: CString,
 }
 
-/// Converts the C options (NULL: defaults).
-///
-/// # Safety
-/// `opts` is NULL or points to a readable struct whose pointers are NULL
-/// or valid (a C string, a live signal handle).
-unsafe fn hold_options(opts: *const mistri_hold_options) -> Result<HoldOptions, Failure> {
-    // SAFETY: forwarded from this function's contract.
-    let opts = unsafe { opts.as_ref() }
-        .copied()
-        .unwrap_or_else(|| mistri_hold_options_default());
-    // SAFETY: forwarded from this function's contract.
-    let stop_key = unsafe { arg_opt_str(opts.stop_key, "stop_key") }?;
-    // SAFETY: forwarded from this function's contract.
-    let signal = unsafe { opts.signal.as_ref() }.map(|s| s.signal.clone());
-    Ok(HoldOptions {
-        ttl: secs("ttl", opts.ttl)?,
-        heartbeat: secs("heartbeat", opts.heartbeat)?,
-        stop_key: stop_key.map(str::to_owned),
-        signal,
-        // The struct has no room for more fields without breaking callers
-        // built against it: C holds use the default margin (see the header).
-        safety_margin: None,
+impl Castable for mistri_hold {
+    type RustType = HeldLease;
+}
+
+/// The out-value for a hold: a new handle, or NULL for a refusal.
+fn hold_handle(hold: Option<Hold>) -> *mut mistri_hold {
+    hold.map_or(std::ptr::null_mut(), |hold| {
+        let key = CString::new(hold.key()).unwrap_or_default();
+        to_boxed_mut_ptr(HeldLease { hold, key })
     })
 }
 
-fn new_hold_handle(hold: Option<Hold>) -> *mut mistri_hold {
-    match hold {
-        Some(hold) => {
-            let key = CString::new(hold.key()).unwrap_or_default();
-            Box::into_raw(Box::new(mistri_hold { hold, key }))
-        }
-        None => std::ptr::null_mut(),
-    }
+/// Starts a hold on `locks`, or on the configured adapter if `None`.
+fn start(
+    locks: Option<&mistri_core::Locks>,
+    key: &str,
+    opts: HoldOptions,
+) -> Result<*mut mistri_hold, Failure> {
+    let hold = match locks {
+        Some(locks) => locks.hold(key, opts)?,
+        None => mistri_core::hold(key, opts)?,
+    };
+    Ok(hold_handle(hold))
 }
 
+/// Acquires `key` through `locks` and keeps it renewed on the adapter's
+/// heartbeat thread until released; watches the stop flag every tick.
+/// `options` (required) is read during the call only; the same builder may
+/// start more holds.
+///
+/// On `MISTRI_OK`, `*out` receives the new hold (free it with
+/// `mistri_hold_free`), or NULL if a live lease on `key` exists: a
+/// refusal, not an error (a refused caller holds nothing and never touches
+/// the holder's lease).
+///
+/// Errors: `MISTRI_NULL_ARGUMENT` (locks, key, options, out),
+/// `MISTRI_INVALID_ARGUMENT` (empty key; a ttl below 0.01; a safety margin
+/// not below half the ttl), `MISTRI_INVALID_UTF8`, the backend's errors on
+/// acquire, `MISTRI_SYSTEM` (no heartbeat thread).
+///
+/// # Safety
+/// `locks` is NULL or a live handle; `key` is NULL or a NUL-terminated
+/// string; `options` is NULL or a live builder that no other thread changes
+/// during the call; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_start_with(
+    locks: *const mistri_locks,
+    key: *const c_char,
+    options: *const mistri_hold_options_builder,
+    out: *mut *mut mistri_hold,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_start_with", {
+        let out = try_out!(out);
+        let (locks, key) = (try_ref_from_ptr!(locks), try_str!(key));
+        out.write(start(Some(locks), key, try_ref_from_ptr!(options).clone())?)
+    })
+}
+
+/// `mistri_hold_start_with` on the process-wide adapter
+/// (`mistri_configure`).
+///
+/// On `MISTRI_OK`, `*out` receives the new hold, or NULL if no adapter is
+/// configured or the lease is held elsewhere (both refusals, not errors).
+/// Arguments are checked even when no adapter is configured.
+///
+/// # Safety
+/// As `mistri_hold_start_with`, without `locks`.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_start_configured_with(
+    key: *const c_char,
+    options: *const mistri_hold_options_builder,
+    out: *mut *mut mistri_hold,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_start_configured_with", {
+        let out = try_out!(out);
+        let key = try_str!(key);
+        out.write(start(None, key, try_ref_from_ptr!(options).clone())?)
+    })
+}
+
+/// Deprecated: use `mistri_hold_start_with` (a builder, which can also set
+/// the safety margin). Kept unchanged for one release.
+///
 /// Acquires `key` through `locks` and keeps it renewed on the adapter's
 /// heartbeat thread until released; watches `opts->stop_key` every tick.
 /// `opts` NULL means `mistri_hold_options_default()`.
@@ -166,22 +181,18 @@ pub unsafe extern "C" fn mistri_hold_start(
     out: *mut *mut mistri_hold,
 ) -> mistri_status {
     ffi_boundary!("mistri_hold_start", {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: pointers per this function's contract.
-        let (locks, key, opts) = unsafe {
-            (
-                arg_ref(locks, "locks")?,
-                arg_str(key, "key")?,
-                hold_options(opts)?,
-            )
-        };
-        let hold = locks.locks.hold(key, opts)?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, new_hold_handle(hold)) };
-        Ok(())
+        let out = try_out!(out);
+        let (locks, key) = (try_ref_from_ptr!(locks), try_str!(key));
+        // SAFETY: per this function's contract, `opts` is NULL or a readable
+        // options struct.
+        let opts = unsafe { from_struct(opts) }?;
+        out.write(start(Some(locks), key, opts)?)
     })
 }
 
+/// Deprecated: use `mistri_hold_start_configured_with`. Kept unchanged for
+/// one release.
+///
 /// `mistri_hold_start` on the process-wide adapter (`mistri_configure`).
 ///
 /// On `MISTRI_OK`, `*out` receives the new hold, or NULL if no adapter is
@@ -197,13 +208,12 @@ pub unsafe extern "C" fn mistri_hold_start_configured(
     out: *mut *mut mistri_hold,
 ) -> mistri_status {
     ffi_boundary!("mistri_hold_start_configured", {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: pointers per this function's contract.
-        let (key, opts) = unsafe { (arg_str(key, "key")?, hold_options(opts)?) };
-        let hold = mistri_core::hold(key, opts)?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, new_hold_handle(hold)) };
-        Ok(())
+        let out = try_out!(out);
+        let key = try_str!(key);
+        // SAFETY: per this function's contract, `opts` is NULL or a readable
+        // options struct.
+        let opts = unsafe { from_struct(opts) }?;
+        out.write(start(None, key, opts)?)
     })
 }
 
@@ -228,14 +238,9 @@ pub unsafe extern "C" fn mistri_hold_release(
     outcome: *mut mistri_release_outcome,
 ) -> mistri_status {
     ffi_boundary!("mistri_hold_release", {
-        // SAFETY: a live hold per this function's contract.
-        let hold = unsafe { arg_ref(hold.cast_const(), "hold") }?;
-        let got = outcome_of(hold.hold.release()?);
-        if let Some(out) = std::ptr::NonNull::new(outcome) {
-            // SAFETY: non-NULL; the caller promises it is writable.
-            unsafe { write_out(out, got) };
-        }
-        Ok(())
+        let outcome_out = try_out!(opt outcome);
+        let got = outcome_of(try_ref_from_ptr!(hold).hold.release()?);
+        outcome_out.map_or(Ok(()), |out| out.write(got))
     })
 }
 
@@ -248,11 +253,9 @@ pub unsafe extern "C" fn mistri_hold_release(
 #[no_mangle]
 pub unsafe extern "C" fn mistri_hold_free(hold: *mut mistri_hold) {
     ffi_boundary_void!("mistri_hold_free", {
-        if !hold.is_null() {
-            // SAFETY: made by Box::into_raw in this module; the caller gives
-            // it back exactly once.
-            drop(unsafe { Box::from_raw(hold) });
-        }
+        // SAFETY: per this function's contract, `hold` is NULL or a hold given
+        // back exactly once.
+        unsafe { free_box(hold) }
     })
 }
 
@@ -269,13 +272,8 @@ pub unsafe extern "C" fn mistri_hold_key(
     key: *mut *const c_char,
 ) -> mistri_status {
     ffi_boundary!("mistri_hold_key", {
-        let out = out_ptr(key, "key")?;
-        // SAFETY: a live hold per this function's contract.
-        let hold = unsafe { arg_ref(hold, "hold") }?;
-        let ptr = CStr::as_ptr(&hold.key);
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, ptr) };
-        Ok(())
+        let out = try_out!(key);
+        out.write(try_ref_from_ptr!(hold).key.as_ptr())
     })
 }
 
@@ -293,13 +291,8 @@ pub unsafe extern "C" fn mistri_hold_fence(
     fence: *mut u64,
 ) -> mistri_status {
     ffi_boundary!("mistri_hold_fence", {
-        let out = out_ptr(fence, "fence")?;
-        // SAFETY: a live hold per this function's contract.
-        let hold = unsafe { arg_ref(hold, "hold") }?;
-        let got = hold.hold.fence();
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(fence);
+        out.write(try_ref_from_ptr!(hold).hold.fence())
     })
 }
 
@@ -317,13 +310,8 @@ pub unsafe extern "C" fn mistri_hold_lost(
     lost: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_hold_lost", {
-        let out = out_ptr(lost, "lost")?;
-        // SAFETY: a live hold per this function's contract.
-        let hold = unsafe { arg_ref(hold, "hold") }?;
-        let got = hold.hold.is_lost();
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(lost);
+        out.write(try_ref_from_ptr!(hold).hold.is_lost())
     })
 }
 
@@ -341,12 +329,9 @@ pub unsafe extern "C" fn mistri_hold_signal(
     signal: *mut *mut mistri_signal,
 ) -> mistri_status {
     ffi_boundary!("mistri_hold_signal", {
-        let out = out_ptr(signal, "signal")?;
-        // SAFETY: a live hold per this function's contract.
-        let hold = unsafe { arg_ref(hold, "hold") }?;
-        let handle = new_signal_handle(hold.hold.signal().clone());
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, handle) };
-        Ok(())
+        let out = try_out!(signal);
+        out.write(to_boxed_mut_ptr(
+            try_ref_from_ptr!(hold).hold.signal().clone(),
+        ))
     })
 }

@@ -1,7 +1,8 @@
 //! `mistri_locks`: an adapter handle (Memory, Local or Redis) with the seven
 //! operations of the contract, and the process-wide configured adapter.
 
-use crate::args::{arg_opt_str, arg_ref, arg_str, out_ptr, secs, write_out};
+use crate::args::{secs, try_out, try_str};
+use crate::handle::{free_box, to_boxed_mut_ptr, try_ref_from_ptr, Castable};
 use crate::panic::{ffi_boundary, ffi_boundary_void};
 use crate::status::mistri_status;
 use mistri_core::Locks;
@@ -39,11 +40,11 @@ pub const MISTRI_FLAG_TTL: f64 = 300.0;
 /// Redis adapter reconnects, and the child forgets the parent's leases (it
 /// can neither renew nor release them).
 pub struct mistri_locks {
-    pub(crate) locks: Locks,
+    _private: [u8; 0],
 }
 
-fn new_handle(locks: Locks) -> *mut mistri_locks {
-    Box::into_raw(Box::new(mistri_locks { locks }))
+impl Castable for mistri_locks {
+    type RustType = Locks;
 }
 
 /// Makes an in-process Memory adapter: real TTLs on a monotonic clock,
@@ -57,10 +58,7 @@ fn new_handle(locks: Locks) -> *mut mistri_locks {
 #[no_mangle]
 pub unsafe extern "C" fn mistri_locks_memory_new(out: *mut *mut mistri_locks) -> mistri_status {
     ffi_boundary!("mistri_locks_memory_new", {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, new_handle(Locks::memory())) };
-        Ok(())
+        try_out!(out).write(to_boxed_mut_ptr(Locks::memory()))
     })
 }
 
@@ -87,16 +85,10 @@ pub unsafe extern "C" fn mistri_locks_redis_new(
     out: *mut *mut mistri_locks,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_redis_new", {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: C strings per this function's contract.
-        let url = unsafe { arg_str(url, "url") }?;
-        // SAFETY: as above.
-        let namespace = unsafe { arg_opt_str(namespace_, "namespace") }?
-            .unwrap_or(mistri_core::redis::DEFAULT_NAMESPACE);
-        let locks = Locks::redis(url, namespace)?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, new_handle(locks)) };
-        Ok(())
+        let out = try_out!(out);
+        let namespace =
+            try_str!(opt namespace_, "namespace").unwrap_or(mistri_core::redis::DEFAULT_NAMESPACE);
+        out.write(to_boxed_mut_ptr(Locks::redis(try_str!(url), namespace)?))
     })
 }
 
@@ -125,13 +117,9 @@ pub unsafe extern "C" fn mistri_locks_local_new(
     out: *mut *mut mistri_locks,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_local_new", {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: C string per this function's contract.
-        let path = unsafe { arg_opt_str(path, "path") }?;
-        let locks = Locks::local(path.map(std::path::Path::new))?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, new_handle(locks)) };
-        Ok(())
+        let out = try_out!(out);
+        let path = try_str!(opt path).map(std::path::Path::new);
+        out.write(to_boxed_mut_ptr(Locks::local(path)?))
     })
 }
 
@@ -151,13 +139,8 @@ pub unsafe extern "C" fn mistri_locks_sharing_adapter(
     out: *mut *mut mistri_locks,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_sharing_adapter", {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: a live handle per this function's contract.
-        let locks = unsafe { arg_ref(locks, "locks") }?;
-        let other = locks.locks.sharing_adapter();
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, new_handle(other)) };
-        Ok(())
+        let out = try_out!(out);
+        out.write(to_boxed_mut_ptr(try_ref_from_ptr!(locks).sharing_adapter()))
     })
 }
 
@@ -173,11 +156,9 @@ pub unsafe extern "C" fn mistri_locks_sharing_adapter(
 #[no_mangle]
 pub unsafe extern "C" fn mistri_locks_free(locks: *mut mistri_locks) {
     ffi_boundary_void!("mistri_locks_free", {
-        if !locks.is_null() {
-            // SAFETY: made by Box::into_raw in this module; the caller gives
-            // it back exactly once.
-            drop(unsafe { Box::from_raw(locks) });
-        }
+        // SAFETY: per this function's contract, `locks` is NULL or a handle
+        // given back exactly once.
+        unsafe { free_box(locks) }
     })
 }
 
@@ -201,14 +182,8 @@ pub unsafe extern "C" fn mistri_locks_acquire(
     acquired: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_acquire", {
-        let out = out_ptr(acquired, "acquired")?;
-        // SAFETY: pointers per this function's contract.
-        let (locks, key) = unsafe { (arg_ref(locks, "locks")?, arg_str(key, "key")?) };
-        let ttl = secs("ttl", ttl)?;
-        let got = locks.locks.acquire(key, ttl)?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(acquired);
+        out.write(try_ref_from_ptr!(locks).acquire(try_str!(key), secs("ttl", ttl)?)?)
     })
 }
 
@@ -231,14 +206,8 @@ pub unsafe extern "C" fn mistri_locks_renew(
     renewed: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_renew", {
-        let out = out_ptr(renewed, "renewed")?;
-        // SAFETY: pointers per this function's contract.
-        let (locks, key) = unsafe { (arg_ref(locks, "locks")?, arg_str(key, "key")?) };
-        let ttl = secs("ttl", ttl)?;
-        let got = locks.locks.renew(key, ttl)?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(renewed);
+        out.write(try_ref_from_ptr!(locks).renew(try_str!(key), secs("ttl", ttl)?)?)
     })
 }
 
@@ -261,13 +230,8 @@ pub unsafe extern "C" fn mistri_locks_release(
     released: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_release", {
-        let out = out_ptr(released, "released")?;
-        // SAFETY: pointers per this function's contract.
-        let (locks, key) = unsafe { (arg_ref(locks, "locks")?, arg_str(key, "key")?) };
-        let got = locks.locks.release(key)?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(released);
+        out.write(try_ref_from_ptr!(locks).release(try_str!(key))?)
     })
 }
 
@@ -287,13 +251,8 @@ pub unsafe extern "C" fn mistri_locks_held(
     held: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_held", {
-        let out = out_ptr(held, "held")?;
-        // SAFETY: pointers per this function's contract.
-        let (locks, key) = unsafe { (arg_ref(locks, "locks")?, arg_str(key, "key")?) };
-        let got = locks.locks.held(key)?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(held);
+        out.write(try_ref_from_ptr!(locks).held(try_str!(key))?)
     })
 }
 
@@ -314,11 +273,7 @@ pub unsafe extern "C" fn mistri_locks_set_flag(
     ttl: f64,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_set_flag", {
-        // SAFETY: pointers per this function's contract.
-        let (locks, key) = unsafe { (arg_ref(locks, "locks")?, arg_str(key, "key")?) };
-        let ttl = secs("ttl", ttl)?;
-        locks.locks.set_flag(key, ttl)?;
-        Ok(())
+        Ok(try_ref_from_ptr!(locks).set_flag(try_str!(key), secs("ttl", ttl)?)?)
     })
 }
 
@@ -338,13 +293,8 @@ pub unsafe extern "C" fn mistri_locks_flag(
     up: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_flag", {
-        let out = out_ptr(up, "up")?;
-        // SAFETY: pointers per this function's contract.
-        let (locks, key) = unsafe { (arg_ref(locks, "locks")?, arg_str(key, "key")?) };
-        let got = locks.locks.flag(key)?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(up);
+        out.write(try_ref_from_ptr!(locks).flag(try_str!(key))?)
     })
 }
 
@@ -361,10 +311,7 @@ pub unsafe extern "C" fn mistri_locks_clear_flag(
     key: *const c_char,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_clear_flag", {
-        // SAFETY: pointers per this function's contract.
-        let (locks, key) = unsafe { (arg_ref(locks, "locks")?, arg_str(key, "key")?) };
-        locks.locks.clear_flag(key)?;
-        Ok(())
+        Ok(try_ref_from_ptr!(locks).clear_flag(try_str!(key))?)
     })
 }
 
@@ -384,13 +331,8 @@ pub unsafe extern "C" fn mistri_locks_fence(
     fence: *mut u64,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_fence", {
-        let out = out_ptr(fence, "fence")?;
-        // SAFETY: pointers per this function's contract.
-        let (locks, key) = unsafe { (arg_ref(locks, "locks")?, arg_str(key, "key")?) };
-        let got = locks.locks.fence(key).unwrap_or(0);
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(fence);
+        out.write(try_ref_from_ptr!(locks).fence(try_str!(key)).unwrap_or(0))
     })
 }
 
@@ -411,13 +353,8 @@ pub unsafe extern "C" fn mistri_locks_break_lease(
     broken: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_break_lease", {
-        let out = out_ptr(broken, "broken")?;
-        // SAFETY: pointers per this function's contract.
-        let (locks, key) = unsafe { (arg_ref(locks, "locks")?, arg_str(key, "key")?) };
-        let got = locks.locks.break_lease(key)?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(broken);
+        out.write(try_ref_from_ptr!(locks).break_lease(try_str!(key))?)
     })
 }
 
@@ -433,13 +370,8 @@ pub unsafe extern "C" fn mistri_locks_active_holds(
     count: *mut usize,
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_active_holds", {
-        let out = out_ptr(count, "count")?;
-        // SAFETY: a live handle per this function's contract.
-        let locks = unsafe { arg_ref(locks, "locks") }?;
-        let got = locks.locks.active_holds();
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(count);
+        out.write(try_ref_from_ptr!(locks).active_holds())
     })
 }
 
@@ -458,11 +390,11 @@ pub unsafe extern "C" fn mistri_locks_active_holds(
 #[no_mangle]
 pub unsafe extern "C" fn mistri_configure(locks: *const mistri_locks) -> mistri_status {
     ffi_boundary!("mistri_configure", {
-        // SAFETY: a live handle per this function's contract.
-        let locks = unsafe { arg_ref(locks, "locks") }?;
         // The replaced configuration is dropped here, outside the core's
         // configuration lock.
-        drop(mistri_core::configure(Some(locks.locks.clone())));
+        drop(mistri_core::configure(Some(
+            try_ref_from_ptr!(locks).clone(),
+        )));
         Ok(())
     })
 }
@@ -493,11 +425,8 @@ pub extern "C" fn mistri_configure_clear() -> mistri_status {
 #[no_mangle]
 pub unsafe extern "C" fn mistri_configured(out: *mut *mut mistri_locks) -> mistri_status {
     ffi_boundary!("mistri_configured", {
-        let out = out_ptr(out, "out")?;
-        let handle = mistri_core::locks().map_or(std::ptr::null_mut(), new_handle);
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, handle) };
-        Ok(())
+        let out = try_out!(out);
+        out.write(mistri_core::locks().map_or(std::ptr::null_mut(), to_boxed_mut_ptr))
     })
 }
 

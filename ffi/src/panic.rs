@@ -1,7 +1,14 @@
-//! The panic boundary. Every exported function runs its body through
-//! [`ffi_boundary!`]: a panic is caught with `catch_unwind` and becomes
-//! `MISTRI_PANIC` plus a last-error message, so no unwind ever crosses into
-//! C (which would be undefined behaviour) and nothing aborts the host.
+//! The panic boundary. Every exported function runs its body through one of
+//! the macros below: a panic is caught with `catch_unwind` and becomes
+//! `MISTRI_PANIC` (or the function's fallback value) plus a last-error
+//! message, so no unwind ever crosses into C (undefined behaviour) and
+//! nothing aborts the host.
+//!
+//! Why `AssertUnwindSafe` is sound here: after a panic nothing of the body's
+//! state is used again, and the core's shared state is behind locks that
+//! either ignore poisoning (`core/src/sync.rs`, whose critical sections leave
+//! the state consistent before anything that could panic) or never poison
+//! (parking_lot).
 
 use crate::status::{mistri_status, set_last_error, Failure};
 use std::any::Any;
@@ -25,7 +32,7 @@ pub(crate) use ffi_boundary;
 /// panic is recorded as the last error and otherwise swallowed.
 macro_rules! ffi_boundary_void {
     ($name:literal, $body:block) => {
-        $crate::panic::guard_void($name, move || $body)
+        $crate::panic::guard_or($name, move || $body, || ())
     };
 }
 pub(crate) use ffi_boundary_void;
@@ -45,9 +52,6 @@ pub(crate) fn guard<F>(name: &str, body: F) -> mistri_status
 where
     F: FnOnce() -> Result<(), Failure>,
 {
-    // AssertUnwindSafe: after a panic nothing of the body's state is used
-    // again; the core's own state is behind locks that do not poison
-    // (parking_lot) and stays consistent.
     let failure = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => return mistri_status::MISTRI_OK,
         Ok(Err(failure)) => failure,
@@ -57,26 +61,16 @@ where
     failure.status()
 }
 
-/// The function behind [`ffi_boundary_void!`].
-pub(crate) fn guard_void<F: FnOnce()>(name: &str, body: F) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
-        set_last_error(name, &Failure::Panic(panic_message(payload.as_ref())));
-    }
-}
-
-/// The function behind [`ffi_boundary_or!`].
+/// The function behind [`ffi_boundary_or!`] and [`ffi_boundary_void!`].
 pub(crate) fn guard_or<T, F, G>(name: &str, body: F, fallback: G) -> T
 where
     F: FnOnce() -> T,
     G: FnOnce() -> T,
 {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(value) => value,
-        Err(payload) => {
-            set_last_error(name, &Failure::Panic(panic_message(payload.as_ref())));
-            fallback()
-        }
-    }
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|payload| {
+        set_last_error(name, &Failure::Panic(panic_message(payload.as_ref())));
+        fallback()
+    })
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -94,6 +88,14 @@ mod tests {
     use super::*;
     use std::ffi::CStr;
 
+    fn last_error() -> String {
+        // SAFETY: mistri_last_error never returns NULL; read before any
+        // other call on this thread.
+        unsafe { CStr::from_ptr(crate::mistri_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
     #[test]
     fn a_panic_becomes_a_status_and_a_message() {
         let status = ffi_boundary!("mistri_test", {
@@ -103,17 +105,13 @@ mod tests {
             Ok(())
         });
         assert_eq!(status, mistri_status::MISTRI_PANIC);
-        // SAFETY: never NULL; read before any other call on this thread.
-        let msg = unsafe { CStr::from_ptr(crate::status::mistri_last_error()) };
-        let msg = msg.to_str().unwrap();
+        let msg = last_error();
         assert!(msg.starts_with("mistri_test: panic"), "{msg}");
         assert!(msg.ends_with("boom"), "{msg}");
         ffi_boundary_void!("mistri_test_void", {
             panic!("void boom");
         });
-        // SAFETY: as above.
-        let msg = unsafe { CStr::from_ptr(crate::status::mistri_last_error()) };
-        assert!(msg.to_str().unwrap().ends_with("void boom"));
+        assert!(last_error().ends_with("void boom"));
         let value = ffi_boundary_or!("mistri_test_or", 7, {
             if std::hint::black_box(true) {
                 panic!("value boom");
@@ -121,8 +119,6 @@ mod tests {
             1
         });
         assert_eq!(value, 7);
-        // SAFETY: as above.
-        let msg = unsafe { CStr::from_ptr(crate::status::mistri_last_error()) };
-        assert!(msg.to_str().unwrap().ends_with("value boom"));
+        assert!(last_error().ends_with("value boom"));
     }
 }

@@ -3,16 +3,17 @@
 //! Callbacks: a C callback is boxed with its `userdata` and optional
 //! finalizer into a [`CCallback`]; the finalizer runs when that box is
 //! dropped (after the callback ran, when it is removed, or when the signal
-//! dies unaborted). The core runs callbacks after releasing its signal lock,
-//! but drops a removed callback while still holding it; so that no C code
-//! ever runs under a library lock, [`mistri_signal_remove_callback`] defers
-//! finalizers dropped during the core call and runs them after it returns.
+//! dies unaborted). The core never runs or drops a callback under its
+//! signal lock (`core/src/signal.rs`), and runs the callbacks of signals
+//! the heartbeat engine trips on its notifier thread (`mistri-notifier`,
+//! `core/src/notify.rs`), never on a heartbeat thread; so no C code runs
+//! under a library lock or can delay a renewal.
 
-use crate::args::{arg_opt_str, arg_ref, c_string_lossy, out_ptr, timeout_secs, write_out};
+use crate::args::{c_string_lossy, try_out, try_str, wait_timeout};
+use crate::handle::{free_box, to_boxed_mut_ptr, try_ref_from_ptr, Castable};
 use crate::panic::{ffi_boundary, ffi_boundary_void};
-use crate::status::mistri_status;
+use crate::status::{mistri_status, Failure};
 use mistri_core::{AbortSignal, CallbackHandle};
-use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CString};
 
 /// A one-way "please stop" latch with a reason, that work loops check
@@ -31,11 +32,11 @@ use std::ffi::{c_char, c_void, CString};
 /// the same handle at once (abort from one, wait in others), except
 /// `mistri_signal_free`, which must be the last call on that handle.
 pub struct mistri_signal {
-    pub(crate) signal: AbortSignal,
+    _private: [u8; 0],
 }
 
-pub(crate) fn new_signal_handle(signal: AbortSignal) -> *mut mistri_signal {
-    Box::into_raw(Box::new(mistri_signal { signal }))
+impl Castable for mistri_signal {
+    type RustType = AbortSignal;
 }
 
 /// A callback run once when a signal is aborted.
@@ -86,61 +87,14 @@ impl CCallback {
     }
 }
 
-thread_local! {
-    /// While `Some`, finalizers dropped on this thread are queued here
-    /// instead of running (we are inside a core call holding a lock).
-    static DEFERRED: RefCell<Option<Vec<(unsafe extern "C" fn(*mut c_void), usize)>>> =
-        const { RefCell::new(None) };
-}
-
 impl Drop for CCallback {
     fn drop(&mut self) {
-        let Some(finalizer) = self.finalizer else {
-            return;
-        };
-        let userdata = self.userdata;
-        let deferred = DEFERRED
-            .try_with(|d| match d.try_borrow_mut() {
-                Ok(mut d) => match d.as_mut() {
-                    Some(queue) => {
-                        queue.push((finalizer, userdata));
-                        true
-                    }
-                    None => false,
-                },
-                Err(_) => false,
-            })
-            .unwrap_or(false);
-        if !deferred {
+        if let Some(finalizer) = self.finalizer {
             // SAFETY: the finalizer the caller registered for this userdata;
             // it runs exactly once (this is the only drop of the callback).
-            unsafe { finalizer(userdata as *mut c_void) };
+            unsafe { finalizer(self.userdata as *mut c_void) };
         }
     }
-}
-
-/// Runs `f` with finalizers deferred, then runs them, lock-free.
-fn with_deferred_finalizers<T>(f: impl FnOnce() -> T) -> T {
-    type Queue = Vec<(unsafe extern "C" fn(*mut c_void), usize)>;
-    /// Puts the previous queue back and runs what was deferred, even if `f`
-    /// unwinds (finalizers must still run exactly once).
-    struct Scope(Option<Queue>);
-    impl Drop for Scope {
-        fn drop(&mut self) {
-            let outer = self.0.take();
-            let queue = DEFERRED
-                .try_with(|d| std::mem::replace(&mut *d.borrow_mut(), outer))
-                .ok()
-                .flatten();
-            for (finalizer, userdata) in queue.unwrap_or_default() {
-                // SAFETY: as in `CCallback::drop`; this is that drop's
-                // deferred half.
-                unsafe { finalizer(userdata as *mut c_void) };
-            }
-        }
-    }
-    let _scope = Scope(DEFERRED.with(|d| d.borrow_mut().replace(Vec::new())));
-    f()
 }
 
 /// Makes a new signal, not aborted.
@@ -153,10 +107,7 @@ fn with_deferred_finalizers<T>(f: impl FnOnce() -> T) -> T {
 #[no_mangle]
 pub unsafe extern "C" fn mistri_signal_new(out: *mut *mut mistri_signal) -> mistri_status {
     ffi_boundary!("mistri_signal_new", {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, new_signal_handle(AbortSignal::new())) };
-        Ok(())
+        try_out!(out).write(to_boxed_mut_ptr(AbortSignal::new()))
     })
 }
 
@@ -174,12 +125,8 @@ pub unsafe extern "C" fn mistri_signal_clone(
     out: *mut *mut mistri_signal,
 ) -> mistri_status {
     ffi_boundary!("mistri_signal_clone", {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: a live handle per this function's contract.
-        let signal = unsafe { arg_ref(signal, "signal") }?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, new_signal_handle(signal.signal.clone())) };
-        Ok(())
+        let out = try_out!(out);
+        out.write(to_boxed_mut_ptr(try_ref_from_ptr!(signal).clone()))
     })
 }
 
@@ -198,13 +145,8 @@ pub unsafe extern "C" fn mistri_signal_derive(
     out: *mut *mut mistri_signal,
 ) -> mistri_status {
     ffi_boundary!("mistri_signal_derive", {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: a live handle per this function's contract.
-        let parent = unsafe { arg_ref(parent, "parent") }?;
-        let child = parent.signal.derive();
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, new_signal_handle(child)) };
-        Ok(())
+        let out = try_out!(out);
+        out.write(to_boxed_mut_ptr(try_ref_from_ptr!(parent).derive()))
     })
 }
 
@@ -220,11 +162,9 @@ pub unsafe extern "C" fn mistri_signal_derive(
 #[no_mangle]
 pub unsafe extern "C" fn mistri_signal_free(signal: *mut mistri_signal) {
     ffi_boundary_void!("mistri_signal_free", {
-        if !signal.is_null() {
-            // SAFETY: made by Box::into_raw in this crate; the caller gives
-            // it back exactly once.
-            drop(unsafe { Box::from_raw(signal) });
-        }
+        // SAFETY: per this function's contract, `signal` is NULL or a handle
+        // given back exactly once.
+        unsafe { free_box(signal) }
     })
 }
 
@@ -249,15 +189,9 @@ pub unsafe extern "C" fn mistri_signal_abort(
     tripped: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_signal_abort", {
-        // SAFETY: pointers per this function's contract.
-        let (signal, reason) =
-            unsafe { (arg_ref(signal, "signal")?, arg_opt_str(reason, "reason")?) };
-        let did = signal.signal.abort(reason);
-        if let Some(out) = std::ptr::NonNull::new(tripped) {
-            // SAFETY: non-NULL; the caller promises it is writable.
-            unsafe { write_out(out, did) };
-        }
-        Ok(())
+        let tripped_out = try_out!(opt tripped);
+        let did = try_ref_from_ptr!(signal).abort(try_str!(opt reason));
+        tripped_out.map_or(Ok(()), |out| out.write(did))
     })
 }
 
@@ -273,13 +207,8 @@ pub unsafe extern "C" fn mistri_signal_aborted(
     aborted: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_signal_aborted", {
-        let out = out_ptr(aborted, "aborted")?;
-        // SAFETY: a live handle per this function's contract.
-        let signal = unsafe { arg_ref(signal, "signal") }?;
-        let got = signal.signal.is_aborted();
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(aborted);
+        out.write(try_ref_from_ptr!(signal).is_aborted())
     })
 }
 
@@ -298,16 +227,9 @@ pub unsafe extern "C" fn mistri_signal_reason(
     reason: *mut *mut c_char,
 ) -> mistri_status {
     ffi_boundary!("mistri_signal_reason", {
-        let out = out_ptr(reason, "reason")?;
-        // SAFETY: a live handle per this function's contract.
-        let signal = unsafe { arg_ref(signal, "signal") }?;
-        let got = signal
-            .signal
-            .reason()
-            .map_or(std::ptr::null_mut(), |r| c_string_lossy(&r).into_raw());
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(reason);
+        let got = try_ref_from_ptr!(signal).reason();
+        out.write(got.map_or(std::ptr::null_mut(), |r| c_string_lossy(&r).into_raw()))
     })
 }
 
@@ -330,9 +252,10 @@ pub unsafe extern "C" fn mistri_string_free(string: *mut c_char) {
 
 /// Blocks until the signal is aborted or `timeout` seconds pass.
 ///
-/// `timeout` is seconds as a double: `0` just looks; NaN, negative or
-/// infinite is `MISTRI_INVALID_ARGUMENT` (to wait with no timeout, call
-/// `mistri_signal_wait_forever`).
+/// `timeout` is seconds as a double, by the rule every face shares: `0`
+/// just looks; up to 1e9 waits that long; above 1e9 or `INFINITY` waits
+/// without a timeout (as `mistri_signal_wait_forever`); NaN or negative is
+/// `MISTRI_INVALID_ARGUMENT`.
 ///
 /// On `MISTRI_OK`, `*aborted` is `true` if the signal is aborted, `false`
 /// if the timeout passed first.
@@ -351,14 +274,9 @@ pub unsafe extern "C" fn mistri_signal_wait(
     aborted: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_signal_wait", {
-        let out = out_ptr(aborted, "aborted")?;
-        // SAFETY: a live handle per this function's contract.
-        let signal = unsafe { arg_ref(signal, "signal") }?;
-        let timeout = timeout_secs(timeout)?;
-        let got = signal.signal.wait(Some(timeout));
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(aborted);
+        let signal = try_ref_from_ptr!(signal);
+        out.write(signal.wait(wait_timeout(timeout)?))
     })
 }
 
@@ -370,9 +288,7 @@ pub unsafe extern "C" fn mistri_signal_wait(
 #[no_mangle]
 pub unsafe extern "C" fn mistri_signal_wait_forever(signal: *const mistri_signal) -> mistri_status {
     ffi_boundary!("mistri_signal_wait_forever", {
-        // SAFETY: a live handle per this function's contract.
-        let signal = unsafe { arg_ref(signal, "signal") }?;
-        signal.signal.wait(None);
+        try_ref_from_ptr!(signal).wait(None);
         Ok(())
     })
 }
@@ -390,13 +306,8 @@ pub unsafe extern "C" fn mistri_signal_same(
     same: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_signal_same", {
-        let out = out_ptr(same, "same")?;
-        // SAFETY: live handles per this function's contract.
-        let (a, b) = unsafe { (arg_ref(a, "a")?, arg_ref(b, "b")?) };
-        let got = a.signal.same_as(&b.signal);
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got) };
-        Ok(())
+        let out = try_out!(same);
+        out.write(try_ref_from_ptr!(a).same_as(try_ref_from_ptr!(b)))
     })
 }
 
@@ -430,19 +341,18 @@ pub unsafe extern "C" fn mistri_signal_on_abort(
     handle: *mut u64,
 ) -> mistri_status {
     ffi_boundary!("mistri_signal_on_abort", {
-        let out = out_ptr(handle, "handle")?;
-        // SAFETY: a live handle per this function's contract.
-        let signal = unsafe { arg_ref(signal, "signal") }?;
-        let callback = callback.ok_or(crate::status::Failure::Null("callback"))?;
+        let out = try_out!(handle);
+        let signal = try_ref_from_ptr!(signal);
         let registered = CCallback {
-            callback,
+            callback: callback.ok_or(Failure::Null("callback"))?,
             finalizer,
             userdata: userdata as usize,
         };
-        let got = signal.signal.on_abort(move |reason| registered.run(reason));
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, got.as_u64()) };
-        Ok(())
+        out.write(
+            signal
+                .on_abort(move |reason| registered.run(reason))
+                .as_u64(),
+        )
     })
 }
 
@@ -464,17 +374,10 @@ pub unsafe extern "C" fn mistri_signal_remove_callback(
     removed: *mut bool,
 ) -> mistri_status {
     ffi_boundary!("mistri_signal_remove_callback", {
-        // SAFETY: a live handle per this function's contract.
-        let signal = unsafe { arg_ref(signal, "signal") }?;
-        let did = with_deferred_finalizers(|| {
-            signal
-                .signal
-                .remove_callback(CallbackHandle::from_u64(handle))
-        });
-        if let Some(out) = std::ptr::NonNull::new(removed) {
-            // SAFETY: non-NULL; the caller promises it is writable.
-            unsafe { write_out(out, did) };
-        }
-        Ok(())
+        let removed_out = try_out!(opt removed);
+        // A removed callback is dropped (its finalizer runs) inside this call,
+        // after the core let go of its lock.
+        let did = try_ref_from_ptr!(signal).remove_callback(CallbackHandle::from_u64(handle));
+        removed_out.map_or(Ok(()), |out| out.write(did))
     })
 }

@@ -1,12 +1,12 @@
 //! The status enum, the internal failure type, and the per-thread message of
-//! the last error.
+//! the last error. A leaf: it uses nothing else of this crate.
 //!
 //! Every core error is mapped to a status in ONE function,
 //! [`status_of_core`]; argument failures detected by this layer (NULL,
-//! non-UTF-8) have their own statuses.
+//! non-UTF-8) have their own statuses. The exported readers
+//! (`mistri_last_error`, `mistri_status_name`) live in `lib.rs`, behind the
+//! panic boundary.
 
-use crate::args::sanitize_nul;
-use crate::panic::ffi_boundary_or;
 use mistri_core::Error;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CString};
@@ -33,8 +33,9 @@ pub enum mistri_status {
     /// A string argument was not valid UTF-8.
     MISTRI_INVALID_UTF8 = 7001,
     /// An argument broke the contract: an empty key; a ttl, heartbeat or
-    /// timeout that is NaN, infinite, zero or negative (a zero timeout is
-    /// allowed), or larger than 1e9 seconds; a bad namespace.
+    /// safety margin that is NaN, infinite, zero, negative or larger than
+    /// 1e9 seconds; a NaN or negative timeout; a safety margin not below
+    /// half the ttl; a bad namespace.
     MISTRI_INVALID_ARGUMENT = 7002,
     /// The adapter could not be set up as asked: an unparsable Redis URL,
     /// TLS setup, an authentication refusal.
@@ -52,6 +53,33 @@ pub enum mistri_status {
     MISTRI_PANIC = 7007,
     /// An error kind added to the core after this library was built.
     MISTRI_OTHER_ERROR = 7008,
+}
+
+/// Every status with its name, in number order.
+const NAMES: [(mistri_status, &[u8]); 10] = {
+    use mistri_status::*;
+    [
+        (MISTRI_OK, b"MISTRI_OK\0"),
+        (MISTRI_NULL_ARGUMENT, b"MISTRI_NULL_ARGUMENT\0"),
+        (MISTRI_INVALID_UTF8, b"MISTRI_INVALID_UTF8\0"),
+        (MISTRI_INVALID_ARGUMENT, b"MISTRI_INVALID_ARGUMENT\0"),
+        (MISTRI_CONFIG, b"MISTRI_CONFIG\0"),
+        (MISTRI_CONNECTION, b"MISTRI_CONNECTION\0"),
+        (MISTRI_BACKEND, b"MISTRI_BACKEND\0"),
+        (MISTRI_SYSTEM, b"MISTRI_SYSTEM\0"),
+        (MISTRI_PANIC, b"MISTRI_PANIC\0"),
+        (MISTRI_OTHER_ERROR, b"MISTRI_OTHER_ERROR\0"),
+    ]
+};
+
+/// The NUL-terminated name of a status number. Compared as numbers: C may
+/// pass any int, and turning an arbitrary int into a Rust enum would be
+/// undefined behaviour.
+pub(crate) fn status_name(status: c_int) -> &'static [u8] {
+    NAMES
+        .iter()
+        .find(|(s, _)| *s as c_int == status)
+        .map_or(b"MISTRI_UNKNOWN_STATUS\0", |(_, name)| name)
 }
 
 /// Maps a core error to its status. The one place that does.
@@ -125,75 +153,25 @@ pub(crate) fn set_last_error(function: &str, failure: &Failure) {
     });
 }
 
-/// The message of the last error on the calling thread, as
-/// `"<function>: <kind>: <details>"`, e.g.
-/// `"mistri_locks_acquire: invalid argument: ttl must be greater than zero seconds, got 0"`.
-///
-/// Returns `""` if no call on this thread has failed yet. Never NULL.
-///
-/// Ownership: the string belongs to the library. It stays valid until the
-/// next `mistri_*` call on this thread (copy it if you need it longer); do not
-/// free it.
-///
-/// Threading: each thread has its own last error, so a failure on one thread
-/// never overwrites another thread's message. Successful calls leave it
-/// alone: check the status first, then read the message.
-#[no_mangle]
-pub extern "C" fn mistri_last_error() -> *const c_char {
-    const EMPTY: &[u8] = b"\0";
-    ffi_boundary_or!("mistri_last_error", EMPTY.as_ptr().cast(), {
-        LAST_ERROR
-            .try_with(|slot| match slot.try_borrow() {
-                Ok(slot) => slot.as_ref().map(|s| s.as_ptr()),
-                Err(_) => None,
-            })
-            .ok()
-            .flatten()
-            .unwrap_or(EMPTY.as_ptr().cast())
-    })
+/// This thread's last error message, or `None` if there is none (or the
+/// slot is gone during thread teardown). The pointer lives until the next
+/// failure recorded on this thread.
+pub(crate) fn last_error_ptr() -> Option<*const c_char> {
+    LAST_ERROR
+        .try_with(|slot| match slot.try_borrow() {
+            Ok(slot) => slot.as_ref().map(|s| s.as_ptr()),
+            Err(_) => None,
+        })
+        .ok()
+        .flatten()
 }
 
-/// The name of a status as a static string, e.g. `"MISTRI_CONNECTION"`, or
-/// `"MISTRI_UNKNOWN_STATUS"` for a number that is not a status.
-///
-/// Ownership: static; never free it. Threading: any thread.
-#[no_mangle]
-pub extern "C" fn mistri_status_name(status: c_int) -> *const c_char {
-    const UNKNOWN: &[u8] = b"MISTRI_UNKNOWN_STATUS\0";
-    ffi_boundary_or!("mistri_status_name", UNKNOWN.as_ptr().cast(), {
-        status_name(status).as_ptr().cast()
+/// A C string from a message, showing interior NULs as `\0`.
+fn sanitize_nul(text: String) -> CString {
+    CString::new(text).unwrap_or_else(|e| {
+        let text = String::from_utf8_lossy(&e.into_vec()).replace('\0', "\\0");
+        CString::new(text).unwrap_or_default()
     })
-}
-
-fn status_name(status: c_int) -> &'static [u8] {
-    use mistri_status::*;
-    let all = [
-        MISTRI_OK,
-        MISTRI_NULL_ARGUMENT,
-        MISTRI_INVALID_UTF8,
-        MISTRI_INVALID_ARGUMENT,
-        MISTRI_CONFIG,
-        MISTRI_CONNECTION,
-        MISTRI_BACKEND,
-        MISTRI_SYSTEM,
-        MISTRI_PANIC,
-        MISTRI_OTHER_ERROR,
-    ];
-    // Compared as numbers: C may pass any int, and turning an arbitrary int
-    // into a Rust enum would be undefined behaviour.
-    match all.into_iter().find(|s| *s as c_int == status) {
-        Some(MISTRI_OK) => b"MISTRI_OK\0",
-        Some(MISTRI_NULL_ARGUMENT) => b"MISTRI_NULL_ARGUMENT\0",
-        Some(MISTRI_INVALID_UTF8) => b"MISTRI_INVALID_UTF8\0",
-        Some(MISTRI_INVALID_ARGUMENT) => b"MISTRI_INVALID_ARGUMENT\0",
-        Some(MISTRI_CONFIG) => b"MISTRI_CONFIG\0",
-        Some(MISTRI_CONNECTION) => b"MISTRI_CONNECTION\0",
-        Some(MISTRI_BACKEND) => b"MISTRI_BACKEND\0",
-        Some(MISTRI_SYSTEM) => b"MISTRI_SYSTEM\0",
-        Some(MISTRI_PANIC) => b"MISTRI_PANIC\0",
-        Some(MISTRI_OTHER_ERROR) => b"MISTRI_OTHER_ERROR\0",
-        None => b"MISTRI_UNKNOWN_STATUS\0",
-    }
 }
 
 #[cfg(test)]
@@ -202,10 +180,18 @@ mod tests {
     use std::ffi::CStr;
 
     fn name(status: c_int) -> String {
-        // SAFETY: mistri_status_name returns a static NUL-terminated string.
-        unsafe { CStr::from_ptr(mistri_status_name(status)) }
+        CStr::from_bytes_with_nul(status_name(status))
+            .unwrap()
             .to_string_lossy()
             .into_owned()
+    }
+
+    fn last() -> String {
+        // SAFETY: a NUL-terminated string owned by this thread's slot, read
+        // before anything else is recorded on this thread.
+        last_error_ptr().map_or(String::new(), |p| {
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        })
     }
 
     #[test]
@@ -222,18 +208,14 @@ mod tests {
     #[test]
     fn last_error_is_per_thread() {
         set_last_error("f", &Failure::Null("key"));
-        std::thread::spawn(|| {
-            // SAFETY: mistri_last_error never returns NULL.
-            let msg = unsafe { CStr::from_ptr(mistri_last_error()) };
-            assert_eq!(msg.to_bytes(), b"");
-        })
-        .join()
-        .unwrap();
-        // SAFETY: as above; no mistri call ran since on this thread.
-        let msg = unsafe { CStr::from_ptr(mistri_last_error()) };
-        assert_eq!(
-            msg.to_str().unwrap(),
-            "f: null argument: key must not be NULL"
-        );
+        std::thread::spawn(|| assert_eq!(last(), ""))
+            .join()
+            .unwrap();
+        assert_eq!(last(), "f: null argument: key must not be NULL");
+    }
+
+    #[test]
+    fn messages_with_nul_stay_readable() {
+        assert_eq!(sanitize_nul("a\0b".into()).as_bytes(), b"a\\0b");
     }
 }

@@ -1087,7 +1087,8 @@ static void signal_wait_times_out_and_sees_aborts(const void *arg)
     CHECK(!wait_for(s, 0.05));
     CHECK(now_s() - t0 >= 0.05);
     bool aborted = true;
-    const double bad[] = {NAN, -1.0, -0.001, INFINITY, -INFINITY, 2e9};
+    /* INFINITY and > 1e9 mean "no timeout" now (tests/c/options.c). */
+    const double bad[] = {NAN, -1.0, -0.001, -INFINITY};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_STATUS(mistri_signal_wait(s, bad[i], &aborted), MISTRI_INVALID_ARGUMENT);
         CHECK_LAST_ERROR_HAS("timeout");

@@ -10,12 +10,13 @@ int main(void)
     mistri_hold *hold = NULL;
     mistri_signal *signal = NULL;
     bool aborted = false;
-    mistri_hold_options opts = mistri_hold_options_default();
-    opts.heartbeat = 0.1;
-    opts.stop_key = "stop:report";
-    if (mistri_locks_memory_new(&locks) != MISTRI_OK ||
-        mistri_hold_start(locks, "report", &opts, &hold) != MISTRI_OK || hold == NULL)
+    mistri_hold_options_builder *opts = NULL;
+    if (mistri_locks_memory_new(&locks) != MISTRI_OK || mistri_hold_options_new(&opts) != MISTRI_OK ||
+        mistri_hold_options_set_heartbeat(opts, 0.1) != MISTRI_OK ||
+        mistri_hold_options_set_stop_key(opts, "stop:report") != MISTRI_OK ||
+        mistri_hold_start_with(locks, "report", opts, &hold) != MISTRI_OK || hold == NULL)
         return fprintf(stderr, "no hold: %s\n", mistri_last_error()), 1;
+    mistri_hold_options_free(opts);
     mistri_hold_signal(hold, &signal);
     mistri_locks_set_flag(locks, "stop:report", MISTRI_FLAG_TTL); /* from anywhere */
     mistri_signal_wait(signal, 5.0, &aborted);                   /* your work loop */

@@ -1,0 +1,255 @@
+//! How to hold a lease, in two forms:
+//!
+//! - [`mistri_hold_options_builder`], a handle with one setter per option
+//!   (rustls-ffi's builder pattern). Options can be added in any release
+//!   without breaking a caller: there is no struct layout for C to know.
+//!   This is the form to use (`mistri_hold_start_with`).
+//! - [`mistri_hold_options`], the by-value struct of 0.1. Deprecated: it has
+//!   no room for a new field (such as the safety margin) without breaking
+//!   every caller compiled against it, so it stays exactly as it is for one
+//!   release (`mistri_hold_start`, `mistri_hold_options_default`) and then
+//!   goes, with a SONAME bump.
+
+use crate::args::{secs, try_str};
+use crate::handle::{free_box, to_boxed_mut_ptr, try_mut_from_ptr, Castable};
+use crate::locks::{MISTRI_HEARTBEAT, MISTRI_LEASE_TTL};
+use crate::panic::{ffi_boundary, ffi_boundary_or, ffi_boundary_void};
+use crate::signal::mistri_signal;
+use crate::status::{mistri_status, Failure};
+use mistri_core::HoldOptions;
+use std::ffi::c_char;
+
+/// Options for `mistri_hold_start_with` / `mistri_hold_start_configured_with`,
+/// set one at a time. Made by `mistri_hold_options_new` with the contract's
+/// defaults: ttl `MISTRI_LEASE_TTL` (180 s), heartbeat `MISTRI_HEARTBEAT`
+/// (60 s), no stop key, a fresh signal per hold, the default safety margin.
+///
+/// Each setter checks its value at once (a bad value is
+/// `MISTRI_INVALID_ARGUMENT` and leaves the option as it was); rules that
+/// tie two options together (the safety margin must be below half the ttl)
+/// are checked when a hold starts. One builder may start any number of
+/// holds; it copies what it is given (strings, a share of the signal), so
+/// the caller's strings and signal handle may be freed right after a
+/// setter.
+///
+/// Ownership: made by `mistri_hold_options_new`, freed by
+/// `mistri_hold_options_free` (holds started from it do not need it).
+///
+/// Threading: not thread-safe: no two threads may use one builder at once
+/// (a setter while another thread starts a hold from it is a data race).
+/// Different builders are independent.
+pub struct mistri_hold_options_builder {
+    _private: [u8; 0],
+}
+
+impl Castable for mistri_hold_options_builder {
+    type RustType = HoldOptions;
+}
+
+/// Makes a builder holding the default options.
+///
+/// On `MISTRI_OK`, `*out` receives it; free it with
+/// `mistri_hold_options_free`.
+///
+/// # Safety
+/// `out` is NULL (an error) or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_new(
+    out: *mut *mut mistri_hold_options_builder,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_new", {
+        crate::args::try_out!(out).write(to_boxed_mut_ptr(HoldOptions::default()))
+    })
+}
+
+/// Frees a builder. NULL is ignored. Holds started from it keep running.
+///
+/// # Safety
+/// `options` is NULL or a live builder that no other thread is using; it
+/// must not be used again.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_free(options: *mut mistri_hold_options_builder) {
+    ffi_boundary_void!("mistri_hold_options_free", {
+        // SAFETY: per this function's contract, `options` is NULL or a
+        // builder given back exactly once.
+        unsafe { free_box(options) }
+    })
+}
+
+/// Sets the lease TTL in seconds: how long the lease outlives its last
+/// renewal (how long a crashed holder blocks others). At least 0.01 for a
+/// hold; NaN, infinite, <= 0 or > 1e9 is `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_ttl(
+    options: *mut mistri_hold_options_builder,
+    ttl: f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_ttl", {
+        let options = try_mut_from_ptr!(options);
+        options.ttl = secs("ttl", ttl)?;
+        Ok(())
+    })
+}
+
+/// Sets the heartbeat in seconds: the longest wait between renewals (the
+/// engine renews at least every ttl/3 whatever this says). Capped at 1 s,
+/// it is also the *tick*: how often the stop flag is read. Below 0.001 it
+/// counts as 0.001. NaN, infinite, <= 0 or > 1e9 is
+/// `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_heartbeat(
+    options: *mut mistri_hold_options_builder,
+    heartbeat: f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_heartbeat", {
+        let options = try_mut_from_ptr!(options);
+        options.heartbeat = secs("heartbeat", heartbeat)?;
+        Ok(())
+    })
+}
+
+/// Sets the stop flag: once anyone raises it (`mistri_locks_set_flag`, in
+/// any process or language) the hold's signal trips within a tick. The
+/// string is copied. NULL: no stop flag. Empty is
+/// `MISTRI_INVALID_ARGUMENT`; not UTF-8 is `MISTRI_INVALID_UTF8`.
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile;
+/// `stop_key` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_stop_key(
+    options: *mut mistri_hold_options_builder,
+    stop_key: *const c_char,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_stop_key", {
+        let options = try_mut_from_ptr!(options);
+        let stop_key = try_str!(opt stop_key);
+        if let Some(key) = stop_key {
+            mistri_core::args::check_key("stop_key", key)?;
+        }
+        options.stop_key = stop_key.map(str::to_owned);
+        Ok(())
+    })
+}
+
+/// Sets the signal to trip on stop or loss. The builder shares the signal
+/// (the caller keeps, and may free, its handle); every hold started from
+/// the builder then trips this one signal. NULL: each hold makes a fresh
+/// signal (`mistri_hold_signal` gives a handle to it).
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile;
+/// `signal` is NULL or a live signal handle.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_signal(
+    options: *mut mistri_hold_options_builder,
+    signal: *const mistri_signal,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_signal", {
+        let options = try_mut_from_ptr!(options);
+        // SAFETY: per this function's contract, `signal` is NULL or a live
+        // signal handle.
+        let signal = unsafe { crate::handle::try_ref(signal, "signal") }.ok();
+        options.signal = signal.cloned();
+        Ok(())
+    })
+}
+
+/// Sets the safety margin in seconds: how long before the lease could
+/// expire the holder is told it may have lost it, when no renewal has been
+/// confirmed since. The hold's safe deadline is the send time of its last
+/// confirmed renewal + ttl − margin; passing it trips the signal with a
+/// reason starting "lease lost". A larger margin tells the holder earlier
+/// (more time to stop its work before anyone else can take the lease) at
+/// the cost of more false alarms on a slow network.
+///
+/// Unset, the margin is min(ttl/4, max(tick + the adapter's I/O timeout,
+/// 0.025 s)). It must be > 0 (NaN, infinite, <= 0 or > 1e9 is
+/// `MISTRI_INVALID_ARGUMENT` here) and less than half the ttl (checked when
+/// the hold starts, `MISTRI_INVALID_ARGUMENT` naming `safety_margin`).
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_safety_margin(
+    options: *mut mistri_hold_options_builder,
+    safety_margin: f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_safety_margin", {
+        let options = try_mut_from_ptr!(options);
+        options.safety_margin = Some(secs("safety_margin", safety_margin)?);
+        Ok(())
+    })
+}
+
+/// How to hold a lease (deprecated: use `mistri_hold_options_new` and
+/// `mistri_hold_start_with`, which can also set a safety margin). Kept
+/// unchanged for one release so that programs built against 0.1 keep
+/// working; it will be removed together with a SONAME bump.
+///
+/// Start from `mistri_hold_options_default()` and change what you need.
+/// The struct is only read during `mistri_hold_start*`; the strings and the
+/// signal it points at may be freed right after.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct mistri_hold_options {
+    /// Lease TTL in seconds: how long the lease outlives its last renewal
+    /// (how long a crashed holder blocks others). Must be finite and > 0.
+    pub ttl: f64,
+    /// The longest wait between renewals, in seconds (the engine renews at
+    /// least every ttl/3 whatever this says). Capped at 1 s, it is also the
+    /// *tick*: how often the stop flag is read. Must be finite and > 0;
+    /// below 0.001 it counts as 0.001. A hold's ttl must be at least 0.01.
+    /// Holds started from this struct use the default safety margin.
+    pub heartbeat: f64,
+    /// A flag that, once raised by anyone (`mistri_locks_set_flag`, in any
+    /// process or language), trips the signal within a tick. NULL: none.
+    /// Must not be empty.
+    pub stop_key: *const c_char,
+    /// The signal to trip on stop or loss. The hold shares the signal (the
+    /// caller keeps its handle). NULL: the hold makes a fresh one
+    /// (`mistri_hold_signal` gives a handle to it).
+    pub signal: *const mistri_signal,
+}
+
+const DEFAULTS: mistri_hold_options = mistri_hold_options {
+    ttl: MISTRI_LEASE_TTL,
+    heartbeat: MISTRI_HEARTBEAT,
+    stop_key: std::ptr::null(),
+    signal: std::ptr::null(),
+};
+
+/// Deprecated with `mistri_hold_options` (use `mistri_hold_options_new`).
+/// The contract's defaults: ttl `MISTRI_LEASE_TTL` (180 s), heartbeat
+/// `MISTRI_HEARTBEAT` (60 s), no stop key, no signal (a fresh one).
+#[no_mangle]
+pub extern "C" fn mistri_hold_options_default() -> mistri_hold_options {
+    ffi_boundary_or!("mistri_hold_options_default", DEFAULTS, { DEFAULTS })
+}
+
+/// Converts the deprecated struct (NULL: defaults) into the core's options.
+///
+/// # Safety
+/// `opts` is NULL or points to a readable struct whose pointers are NULL
+/// or valid (a C string, a live signal handle).
+pub(crate) unsafe fn from_struct(opts: *const mistri_hold_options) -> Result<HoldOptions, Failure> {
+    // SAFETY: forwarded from this function's contract.
+    let opts = unsafe { opts.as_ref() }.copied().unwrap_or(DEFAULTS);
+    // SAFETY: as above: a C string or NULL.
+    let stop_key = unsafe { crate::args::opt_str(opts.stop_key, "stop_key") }?;
+    // SAFETY: as above: a live signal handle or NULL.
+    let signal = unsafe { crate::handle::try_ref(opts.signal, "signal") }.ok();
+    Ok(HoldOptions {
+        ttl: secs("ttl", opts.ttl)?,
+        heartbeat: secs("heartbeat", opts.heartbeat)?,
+        stop_key: stop_key.map(str::to_owned),
+        signal: signal.cloned(),
+        safety_margin: None,
+    })
+}
