@@ -3,19 +3,25 @@
 //! State machine (one way only):
 //!
 //! ```text
-//!   acquire ──► renewing ──► released   (release() or Drop)
-//!                  │
-//!                  └──────► lost        (renewal found it gone/taken, or
-//!                                        renewals failed past its deadline;
-//!                                        the signal is tripped)
+//!   acquire ──► renewing ──► deleting ──► released   (release() or Drop)
+//!                  │             │  (the delete failed: release() again
+//!                  │             │   retries it; no renewals meanwhile)
+//!                  └──────► lost        (a renewal found it gone/taken, or
+//!                                        no renewal was confirmed by its
+//!                                        safe deadline; the signal is
+//!                                        tripped)
 //! ```
 //!
 //! A refused acquire makes no Hold at all (`Ok(None)`), so a refused caller
 //! has nothing that could renew or delete the real holder's lease.
 //!
-//! `release` first takes the hold out of the engine (waiting for an
-//! in-flight tick), then compare-and-deletes the lease: once it returns, no
-//! tick re-stamps the lease. A Hold copied into a forked child (it is not
+//! `release` first takes the hold out of the engine (at once, without
+//! waiting for a tick in flight), then compare-and-deletes the lease: a
+//! renewal in flight compares the token too, so it either lands before the
+//! delete (and is undone) or after (and finds nothing); once `release`
+//! returns `Released`, no tick re-stamps the lease. `release_in_background`
+//! hands the delete to the engine's I/O thread instead (no I/O on the
+//! caller's thread: for garbage collectors). A Hold copied into a forked child (it is not
 //! `Clone`, but `fork` copies memory) neither renews nor releases: the child
 //! has no heartbeat thread, and `release` there returns
 //! [`ReleaseOutcome::OtherProcess`] without touching the backend.
