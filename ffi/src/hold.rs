@@ -128,6 +128,7 @@ unsafe fn hold_options(opts: *const mistri_hold_options) -> Result<HoldOptions, 
         // The struct has no room for more fields without breaking callers
         // built against it: C holds use the default margin (see the header).
         safety_margin: None,
+        ..HoldOptions::default()
     })
 }
 
