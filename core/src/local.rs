@@ -89,7 +89,10 @@ fn add_info_columns(con: &mut Connection) -> rusqlite::Result<()> {
             .query_map([], |r| r.get(0))?
             .collect()
     };
-    if INFO_COLUMNS.iter().all(|(c, _)| has(con).is_ok_and(|cols| cols.iter().any(|n| n == c))) {
+    if INFO_COLUMNS
+        .iter()
+        .all(|(c, _)| has(con).is_ok_and(|cols| cols.iter().any(|n| n == c)))
+    {
         return Ok(());
     }
     let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;

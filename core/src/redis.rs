@@ -403,16 +403,15 @@ impl Redis {
 impl Redis {
     /// The lease on `key` and its description, read in one `MULTI`.
     fn info_on(&self, con: &mut Connection, key: &str) -> ::redis::RedisResult<Option<LeaseInfo>> {
-        let (pttl, counter, fields): (i64, Option<String>, Vec<(String, String)>) =
-            ::redis::pipe()
-                .atomic()
-                .cmd("PTTL")
-                .arg(self.lease_key(key))
-                .cmd("GET")
-                .arg(self.fence_key(key))
-                .cmd("HGETALL")
-                .arg(self.info_key(key))
-                .query(con)?;
+        let (pttl, counter, fields): (i64, Option<String>, Vec<(String, String)>) = ::redis::pipe()
+            .atomic()
+            .cmd("PTTL")
+            .arg(self.lease_key(key))
+            .cmd("GET")
+            .arg(self.fence_key(key))
+            .cmd("HGETALL")
+            .arg(self.info_key(key))
+            .query(con)?;
         if pttl == -2 {
             return Ok(None);
         }
@@ -695,9 +694,8 @@ impl Adapter for Redis {
             }
         }
         for key in self.keys_of("flag", prefix)? {
-            let pttl: i64 = self.with_con(|con, _| {
-                ::redis::cmd("PTTL").arg(self.flag_key(&key)).query(con)
-            })?;
+            let pttl: i64 =
+                self.with_con(|con, _| ::redis::cmd("PTTL").arg(self.flag_key(&key)).query(con))?;
             if pttl != -2 {
                 listing.flags.push(FlagInfo {
                     key,
@@ -775,7 +773,10 @@ mod tests {
 
     #[test]
     fn scan_patterns_are_escaped() {
-        assert_eq!(glob_escape("ns:lease:{a*b?[c]\\"), "ns:lease:{a\\*b\\?\\[c\\]\\\\");
+        assert_eq!(
+            glob_escape("ns:lease:{a*b?[c]\\"),
+            "ns:lease:{a\\*b\\?\\[c\\]\\\\"
+        );
     }
 
     #[test]

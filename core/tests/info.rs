@@ -42,7 +42,10 @@ fn described_hold(locks: &Locks) {
     // Renewals (every 50 ms here) stamp the description.
     std::thread::sleep(Duration::from_millis(300));
     let later = locks.info(&key).unwrap().unwrap().holder.unwrap();
-    assert!(later.renewed_at > holder.renewed_at, "{later:?} vs {holder:?}");
+    assert!(
+        later.renewed_at > holder.renewed_at,
+        "{later:?} vs {holder:?}"
+    );
     assert_eq!(later.acquired_at, holder.acquired_at);
     let text = format!("{later:?}");
     assert!(!text.contains("token"), "{text}");
@@ -62,12 +65,17 @@ fn labels_and_listing(locks: &Locks) {
     );
     locks.set_label(Some("ops shell"));
     assert!(locks.acquire(&b, secs(5.0)).unwrap());
-    locks.set_flag(&format!("{prefix}:stop"), secs(5.0)).unwrap();
+    locks
+        .set_flag(&format!("{prefix}:stop"), secs(5.0))
+        .unwrap();
     locks.set_flag("elsewhere", secs(5.0)).unwrap();
     let listing = locks.list(&prefix).unwrap();
     let keys: Vec<_> = listing.leases.iter().map(|l| l.key.as_str()).collect();
     assert_eq!(keys, [a.as_str(), b.as_str()]);
-    assert_eq!(listing.leases[1].holder.as_ref().unwrap().label, "ops shell");
+    assert_eq!(
+        listing.leases[1].holder.as_ref().unwrap().label,
+        "ops shell"
+    );
     assert_eq!(listing.flags.len(), 1);
     assert_eq!(listing.flags[0].key, format!("{prefix}:stop"));
     assert!(listing.flags[0].time_left.unwrap() <= secs(5.0));
