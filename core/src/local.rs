@@ -664,7 +664,7 @@ impl Local {
                 "UPDATE meta SET value = max(value + 1, ?1) WHERE name = 'fence' RETURNING value",
             )?
             .query_row(params![floor], |r| r.get(0))?;
-        let wall = i64::try_from(floor / 1000).unwrap_or(i64::MAX);
+        let wall = floor / 1000;
         tx.prepare_cached(
             "INSERT OR REPLACE INTO leases (key, token, expires_ns, boot, holder, fence, acquired_ms, renewed_ms, ttl_ms, heartbeat_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)",
         )?
