@@ -43,6 +43,8 @@ pub struct mistri_locks {
 }
 
 fn new_handle(locks: Locks) -> *mut mistri_locks {
+    // Default holder labels of this process say "c" (`host:pid c`).
+    mistri_core::info::set_language("c");
     Box::into_raw(Box::new(mistri_locks { locks }))
 }
 

@@ -75,6 +75,7 @@ fn hold_configured(
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    mistri_locks::info::set_language("python");
     m.add_class::<Adapter>()?;
     m.add_class::<adapter::Memory>()?;
     m.add_class::<adapter::Redis>()?;
