@@ -12,6 +12,7 @@ mod adapter;
 mod args;
 mod error;
 mod hold;
+mod info;
 mod signal;
 
 use crate::adapter::Adapter;

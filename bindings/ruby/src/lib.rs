@@ -19,6 +19,7 @@ mod delivery;
 mod error;
 mod fork;
 mod hold;
+mod info;
 mod local;
 mod memory;
 mod nogvl;
