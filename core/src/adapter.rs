@@ -11,6 +11,7 @@
 //! non-empty and durations non-zero and at most [`crate::args::MAX_SECS`].
 
 use crate::error::Result;
+use crate::info::{Identity, LeaseInfo, Listing};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -121,6 +122,40 @@ pub trait Adapter: Send + Sync + 'static {
     /// Takes the lease on `key` for `ttl` if no live lease exists, minting a
     /// fresh owner token and the next fencing number.
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>>;
+
+    /// [`Adapter::acquire`], storing `who` with the lease in the same atomic
+    /// step (see [`crate::info`]). The default ignores `who`, for adapters
+    /// that keep no holder descriptions.
+    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
+        let _ = who;
+        self.acquire(key, ttl)
+    }
+
+    /// Who holds `key`: `Ok(None)` when no live lease is there.
+    ///
+    /// # Errors
+    /// The backend's errors; the default says the adapter can't tell.
+    fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        let _ = key;
+        Err(crate::Error::Backend(format!(
+            "the {} adapter does not keep holder descriptions",
+            self.name()
+        )))
+    }
+
+    /// The live leases and raised flags whose keys start with `prefix` (all
+    /// of them for `""`), sorted by key. Never blocks the backend for long
+    /// (Redis: `SCAN`, not `KEYS`).
+    ///
+    /// # Errors
+    /// The backend's errors; the default says the adapter can't list.
+    fn list(&self, prefix: &str) -> Result<Listing> {
+        let _ = prefix;
+        Err(crate::Error::Backend(format!(
+            "the {} adapter can't list its keys",
+            self.name()
+        )))
+    }
 
     /// Extends `lease` to `ttl` from now if its token still owns the key.
     /// Returns whether it did.

@@ -30,6 +30,7 @@ use crate::adapter::Lease;
 use crate::args::{check_duration, check_key, fork_generation};
 use crate::engine::{default_margin, Engine, HoldStatus, Registration, Unregistered};
 use crate::error::{Error, Result};
+use crate::info::{default_label, Identity};
 use crate::signal::AbortSignal;
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
@@ -65,6 +66,10 @@ pub struct HoldOptions {
     /// `min(ttl / 4, max(tick + the adapter's I/O timeout, 25 ms))`.
     /// Must be less than half the ttl.
     pub safety_margin: Option<Duration>,
+    /// How this holder describes itself to `info` and `list`
+    /// ([`crate::info`]); `None`: the label of the [`crate::Locks`] it is
+    /// made through, else `host:pid language`.
+    pub label: Option<String>,
 }
 
 impl Default for HoldOptions {
@@ -75,6 +80,7 @@ impl Default for HoldOptions {
             stop_key: None,
             signal: None,
             safety_margin: None,
+            label: None,
         }
     }
 }
@@ -192,8 +198,12 @@ impl Hold {
         opts.validate()?;
         let adapter = engine.adapter();
         let margin = opts.margin_for(adapter.as_ref());
+        let who = Identity {
+            label: opts.label.clone().unwrap_or_else(default_label),
+            heartbeat: opts.heartbeat,
+        };
         let sent = Instant::now();
-        let Some(lease) = adapter.acquire(key, opts.ttl)? else {
+        let Some(lease) = adapter.acquire_as(key, opts.ttl, &who)? else {
             return Ok(None);
         };
         let confirmed = Instant::now();

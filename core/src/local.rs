@@ -46,6 +46,7 @@ use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::args::{fork_generation, mint_token};
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
+use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use std::cell::Cell;
@@ -68,6 +69,87 @@ CREATE TABLE IF NOT EXISTS flags (
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (name, value) VALUES ('fence', 0);
 ";
+
+/// The holder-description columns of `leases` ([`crate::info`]), added to
+/// databases made before them. Clients that predate them write NULLs there
+/// (their `INSERT OR REPLACE` names the first four columns only).
+const INFO_COLUMNS: [(&str, &str); 6] = [
+    ("holder", "TEXT"),
+    ("fence", "INTEGER"),
+    ("acquired_ms", "INTEGER"),
+    ("renewed_ms", "INTEGER"),
+    ("ttl_ms", "INTEGER"),
+    ("heartbeat_ms", "INTEGER"),
+];
+
+/// Adds the missing [`INFO_COLUMNS`], in one write transaction so two
+/// processes opening an old file at once don't both try.
+fn add_info_columns(con: &mut Connection) -> rusqlite::Result<()> {
+    let has = |con: &Connection| -> rusqlite::Result<Vec<String>> {
+        con.prepare("SELECT name FROM pragma_table_info('leases')")?
+            .query_map([], |r| r.get(0))?
+            .collect()
+    };
+    if INFO_COLUMNS
+        .iter()
+        .all(|(c, _)| has(con).is_ok_and(|cols| cols.iter().any(|n| n == c)))
+    {
+        return Ok(());
+    }
+    let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let cols = has(&tx)?;
+    for (name, kind) in INFO_COLUMNS {
+        if !cols.iter().any(|c| c == name) {
+            tx.execute_batch(&format!("ALTER TABLE leases ADD COLUMN {name} {kind}"))?;
+        }
+    }
+    tx.commit()
+}
+
+/// Wall-clock milliseconds since 1970, for display only.
+fn wall_ms() -> i64 {
+    i64::try_from(crate::info::unix_millis(std::time::SystemTime::now())).unwrap_or(i64::MAX)
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A `leases` row's description columns as a [`HolderInfo`], when the
+/// holder wrote them.
+fn holder_from(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<HolderInfo>> {
+    let label: Option<String> = row.get(first)?;
+    let fence: Option<i64> = row.get(first + 1)?;
+    let acquired: Option<i64> = row.get(first + 2)?;
+    let renewed: Option<i64> = row.get(first + 3)?;
+    let ttl: Option<i64> = row.get(first + 4)?;
+    let heartbeat: Option<i64> = row.get(first + 5)?;
+    let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(match (label, fence, acquired, renewed, ttl) {
+        (Some(label), Some(fence), Some(acquired), Some(renewed), Some(ttl)) => Some(HolderInfo {
+            label,
+            fence: unsigned(fence),
+            acquired_at: from_unix_millis(unsigned(acquired)),
+            renewed_at: from_unix_millis(unsigned(renewed)),
+            ttl: Duration::from_millis(unsigned(ttl)),
+            heartbeat: Duration::from_millis(unsigned(heartbeat.unwrap_or(0))),
+        }),
+        _ => None,
+    })
+}
+
+const INFO_SELECT: &str = "SELECT key, expires_ns, holder, fence, acquired_ms, renewed_ms, ttl_ms, heartbeat_ms FROM leases";
+
+fn lease_info(row: &rusqlite::Row<'_>, now: i64) -> rusqlite::Result<LeaseInfo> {
+    let expires: i64 = row.get(1)?;
+    Ok(LeaseInfo {
+        key: row.get(0)?,
+        time_left: Some(Duration::from_nanos(
+            u64::try_from(expires.saturating_sub(now)).unwrap_or(0),
+        )),
+        holder: holder_from(row, 2)?,
+    })
+}
 
 struct Pooled {
     con: Connection,
@@ -461,6 +543,8 @@ impl Local {
         con.execute_batch("PRAGMA synchronous=NORMAL;")
             .map_err(|e| self.map_err(e))?;
         con.execute_batch(SCHEMA).map_err(|e| self.map_err(e))?;
+        let mut con = con;
+        add_info_columns(&mut con).map_err(|e| self.map_err(e))?;
         Ok(Pooled { con, writes: 0 })
     }
 
@@ -604,14 +688,16 @@ impl Local {
         let lease = renewal.lease;
         let n = con
             .prepare_cached(
-                "UPDATE leases SET expires_ns = ?1 WHERE key = ?2 AND token = ?3 AND expires_ns > ?4 AND boot = ?5",
+                "UPDATE leases SET expires_ns = ?1, renewed_ms = ?6, ttl_ms = ?7 WHERE key = ?2 AND token = ?3 AND expires_ns > ?4 AND boot = ?5",
             )?
             .execute(params![
                 now.saturating_add(ns(renewal.ttl)),
                 lease.key(),
                 lease.token(),
                 now.saturating_add(ns(renewal.min_left)),
-                self.boot
+                self.boot,
+                wall_ms(),
+                ms(renewal.ttl)
             ])?;
         if n == 1 {
             return Ok(Renewed::Yes);
@@ -632,6 +718,7 @@ impl Local {
         key: &str,
         token: &str,
         ttl: Duration,
+        who: &Identity,
     ) -> rusqlite::Result<Option<u64>> {
         let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // Read the clocks after taking the write lock: a wait for the lock
@@ -648,10 +735,21 @@ impl Local {
                 "UPDATE meta SET value = max(value + 1, ?1) WHERE name = 'fence' RETURNING value",
             )?
             .query_row(params![floor], |r| r.get(0))?;
+        let wall = floor / 1000;
         tx.prepare_cached(
-            "INSERT OR REPLACE INTO leases (key, token, expires_ns, boot) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT OR REPLACE INTO leases (key, token, expires_ns, boot, holder, fence, acquired_ms, renewed_ms, ttl_ms, heartbeat_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)",
         )?
-        .execute(params![key, token, now.saturating_add(ns(ttl)), self.boot])?;
+        .execute(params![
+            key,
+            token,
+            now.saturating_add(ns(ttl)),
+            self.boot,
+            who.label,
+            fence,
+            wall,
+            ms(ttl),
+            ms(who.heartbeat)
+        ])?;
         tx.commit()?;
         Ok(Some(fence as u64))
     }
@@ -674,6 +772,10 @@ impl Adapter for Local {
     }
 
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        self.acquire_as(key, ttl, &Identity::of_process())
+    }
+
+    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
         let token = mint_token()?;
         self.with_con(true, |con, _| {
             // A fence must never be issued twice, so this commit reaches the
@@ -681,7 +783,7 @@ impl Adapter for Local {
             // inside a transaction). Other writes stay NORMAL: what a power
             // loss undoes of them belongs to a boot whose rows are void.
             con.pragma_update(None, "synchronous", "FULL")?;
-            let fence = self.acquire_in(con, key, &token, ttl);
+            let fence = self.acquire_in(con, key, &token, ttl, who);
             // Failing to lower it again costs speed only, never the lease.
             let _ = con.pragma_update(None, "synchronous", "NORMAL");
             Ok(fence?.map(|fence| Lease::new(key, token.clone(), fence)))
@@ -749,6 +851,46 @@ impl Adapter for Local {
                 .execute(params![key])?;
             Ok(())
         })
+    }
+
+    fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        self.with_con(false, |con, now| {
+            con.prepare_cached(&format!(
+                "{INFO_SELECT} WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3"
+            ))?
+            .query_row(params![key, now, self.boot], |r| lease_info(r, now))
+            .optional()
+        })
+    }
+
+    fn list(&self, prefix: &str) -> Result<Listing> {
+        let mut listing = self.with_con(false, |con, now| {
+            // One read transaction: leases and flags of one moment.
+            let tx = con.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let live = "substr(key, 1, length(?1)) = ?1 AND expires_ns > ?2 AND boot = ?3";
+            let leases = tx
+                .prepare_cached(&format!("{INFO_SELECT} WHERE {live} ORDER BY key"))?
+                .query_map(params![prefix, now, self.boot], |r| lease_info(r, now))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let flags = tx
+                .prepare_cached(&format!(
+                    "SELECT key, expires_ns FROM flags WHERE {live} ORDER BY key"
+                ))?
+                .query_map(params![prefix, now, self.boot], |r| {
+                    let expires: i64 = r.get(1)?;
+                    Ok(FlagInfo {
+                        key: r.get(0)?,
+                        time_left: Some(Duration::from_nanos(
+                            u64::try_from(expires.saturating_sub(now)).unwrap_or(0),
+                        )),
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            tx.commit()?;
+            Ok(Listing { leases, flags })
+        })?;
+        listing.sort();
+        Ok(listing)
     }
 
     fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {

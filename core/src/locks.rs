@@ -14,6 +14,7 @@ use crate::engine::Engine;
 use crate::error::Result;
 use crate::fork::ForkLocal;
 use crate::hold::{Hold, HoldOptions};
+use crate::info::{default_label, Identity, LeaseInfo, Listing};
 use crate::local::Local;
 use crate::memory::Memory;
 use crate::redis::Redis;
@@ -30,6 +31,8 @@ struct Issued {
 
 struct Inner {
     engine: Engine,
+    // The label of this object's leases; `None`: `host:pid language`.
+    label: Mutex<Option<Arc<str>>>,
     // A forked child starts with none (the parent's leases are not its
     // own), without touching the parent's lock.
     issued: ForkLocal<Mutex<Issued>>,
@@ -75,6 +78,7 @@ impl Locks {
         Locks {
             inner: Arc::new(Inner {
                 engine: Engine::new(adapter),
+                label: Mutex::new(None),
                 issued: ForkLocal::new(Mutex::default(), |_| Mutex::default()),
             }),
         }
@@ -113,6 +117,21 @@ impl Locks {
         self.inner.engine.adapter()
     }
 
+    /// Sets (or with `None`, resets to `host:pid language`) the label this
+    /// object's leases and holds describe their holder with
+    /// ([`crate::info`]). A hold's own [`HoldOptions::label`] wins over it.
+    pub fn set_label(&self, label: Option<&str>) {
+        *self.inner.label.lock() = label.map(Arc::from);
+    }
+
+    /// The label this object's next lease will carry.
+    pub fn label(&self) -> String {
+        match &*self.inner.label.lock() {
+            Some(label) => label.to_string(),
+            None => default_label(),
+        }
+    }
+
     fn issued(&self) -> parking_lot::MutexGuard<'_, Issued> {
         self.inner.issued.get().lock()
     }
@@ -124,7 +143,11 @@ impl Locks {
     pub fn acquire(&self, key: &str, ttl: Duration) -> Result<bool> {
         check_key("key", key)?;
         check_duration("ttl", ttl)?;
-        match self.adapter().acquire(key, ttl)? {
+        let who = Identity {
+            label: self.label(),
+            heartbeat: Duration::ZERO,
+        };
+        match self.adapter().acquire_as(key, ttl, &who)? {
             Some(lease) => {
                 self.issued()
                     .leases
@@ -238,7 +261,46 @@ impl Locks {
     /// # Errors
     /// Invalid key or options; the backend's errors on acquire.
     pub fn hold(&self, key: &str, opts: HoldOptions) -> Result<Option<Hold>> {
+        let mut opts = opts;
+        if opts.label.is_none() {
+            opts.label = Some(self.label());
+        }
         Hold::start(&self.inner.engine, key, opts)
+    }
+
+    /// Who holds `key`: label, fence, acquire and last-renewal times, ttl,
+    /// heartbeat and time left; `Ok(None)` when no live lease is there.
+    ///
+    /// # Examples
+    /// ```
+    /// use mistri_locks::Locks;
+    /// use std::time::Duration;
+    ///
+    /// let locks = Locks::memory();
+    /// locks.set_label(Some("nightly cron"));
+    /// assert!(locks.acquire("report", Duration::from_secs(5))?);
+    /// let info = locks.info("report")?.expect("held");
+    /// let holder = info.holder.expect("described");
+    /// assert_eq!(holder.label, "nightly cron");
+    /// assert_eq!(Some(holder.fence), locks.fence("report"));
+    /// assert!(locks.info("nobody")?.is_none());
+    /// # Ok::<(), mistri_locks::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Invalid key; the backend's errors.
+    pub fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        check_key("key", key)?;
+        self.adapter().info(key)
+    }
+
+    /// The live leases and raised flags whose keys start with `prefix`
+    /// (`""`: all of them in this namespace or file), sorted by key.
+    ///
+    /// # Errors
+    /// The backend's errors.
+    pub fn list(&self, prefix: &str) -> Result<Listing> {
+        self.adapter().list(prefix)
     }
 
     /// How many holds this object's engine is renewing.

@@ -19,16 +19,20 @@ use crate::adapter::{Adapter, Lease, Renewal, Renewed};
 use crate::args::mint_token;
 use crate::error::Result;
 use crate::fork::ForkLocal;
+use crate::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 const MIN_PRUNE_AT: usize = 64;
 
+#[derive(Clone)]
 struct Entry {
     /// The owner token's bytes; tokens minted here are 32 ASCII bytes.
     token: Vec<u8>,
     expires: Instant,
+    /// What the holder said about itself, and when it last renewed.
+    holder: HolderInfo,
 }
 
 impl Entry {
@@ -101,13 +105,7 @@ impl State {
             leases: s
                 .leases
                 .iter()
-                .map(|(k, e)| {
-                    let entry = Entry {
-                        token: e.token.clone(),
-                        expires: e.expires,
-                    };
-                    (k.clone(), entry)
-                })
+                .map(|(k, e)| (k.clone(), e.clone()))
                 .collect(),
             flags: s.flags.clone(),
             fence: s.fence,
@@ -142,7 +140,12 @@ impl Adapter for Memory {
     }
 
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        self.acquire_as(key, ttl, &Identity::of_process())
+    }
+
+    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
         let token = mint_token()?;
+        let wall = SystemTime::now();
         let floor = crate::fence::floor_now();
         let now = Instant::now();
         let mut state = self.state().lock();
@@ -152,18 +155,28 @@ impl Adapter for Memory {
         state.fence = crate::fence::next(state.fence, floor);
         let fence = state.fence;
         let expires = deadline(now, ttl);
+        let holder = HolderInfo {
+            label: who.label.clone(),
+            fence,
+            acquired_at: wall,
+            renewed_at: wall,
+            ttl,
+            heartbeat: who.heartbeat,
+        };
         match state.leases.get_mut(key) {
             // An expired or released entry: reuse its allocations.
             Some(e) => {
                 e.token.clear();
                 e.token.extend_from_slice(token.as_bytes());
                 e.expires = expires;
+                e.holder = holder;
             }
             None => {
                 state.prune(now);
                 let entry = Entry {
                     token: token.as_bytes().to_vec(),
                     expires,
+                    holder,
                 };
                 state.leases.insert(key.to_owned(), entry);
             }
@@ -189,6 +202,8 @@ impl Adapter for Memory {
                     return Ok(Renewed::TooLate);
                 }
                 e.expires = deadline(now, renewal.ttl);
+                e.holder.renewed_at = SystemTime::now();
+                e.holder.ttl = renewal.ttl;
                 Ok(Renewed::Yes)
             }
             _ => Ok(Renewed::NotHeld),
@@ -244,6 +259,45 @@ impl Adapter for Memory {
     fn clear_flag(&self, key: &str) -> Result<()> {
         self.state().lock().flags.remove(key);
         Ok(())
+    }
+
+    fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        let now = Instant::now();
+        let state = self.state().lock();
+        Ok(state.live_lease(key, now).map(|e| LeaseInfo {
+            key: key.to_owned(),
+            time_left: Some(e.expires - now),
+            holder: Some(e.holder.clone()),
+        }))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Listing> {
+        let now = Instant::now();
+        let state = self.state().lock();
+        let mut listing = Listing {
+            leases: state
+                .leases
+                .iter()
+                .filter(|(k, e)| k.starts_with(prefix) && e.expires > now)
+                .map(|(k, e)| LeaseInfo {
+                    key: k.clone(),
+                    time_left: Some(e.expires - now),
+                    holder: Some(e.holder.clone()),
+                })
+                .collect(),
+            flags: state
+                .flags
+                .iter()
+                .filter(|(k, exp)| k.starts_with(prefix) && **exp > now)
+                .map(|(k, exp)| FlagInfo {
+                    key: k.clone(),
+                    time_left: Some(*exp - now),
+                })
+                .collect(),
+        };
+        drop(state);
+        listing.sort();
+        Ok(listing)
     }
 }
 

@@ -22,6 +22,7 @@ use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::args::{millis_ceil, mint_token};
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
+use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use ::redis::{
     Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
 };
@@ -39,8 +40,10 @@ const MAX_IDLE: usize = 16;
 /// to the OS, and redis-rs refuses it).
 const MIN_IO: Duration = Duration::from_millis(1);
 
-/// `KEYS[1]` lease, `KEYS[2]` fence counter; `ARGV[1]` token, `ARGV[2]` ttl
-/// in ms. Returns the new fencing number, or 0 when the lease is taken.
+/// `KEYS[1]` lease, `KEYS[2]` fence counter, `KEYS[3]` (optional) holder
+/// description; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` holder label,
+/// `ARGV[4]` heartbeat in ms. Returns the new fencing number, or 0 when the
+/// lease is taken.
 ///
 /// The fence is `max(INCR counter, server TIME in µs)`, and the counter is
 /// raised to the clock when the clock wins ([`crate::fence`]): a counter lost
@@ -48,6 +51,11 @@ const MIN_IO: Duration = Duration::from_millis(1);
 /// eviction) restarts above every fence issued before. `TIME` before a write
 /// needs effects replication, the only mode since Redis 7 (default since 5).
 /// `%.0f` writes the whole number exactly (below 2^53, a Lua double is).
+///
+/// With `KEYS[3]`, the holder's description (label, fence, acquire time in
+/// ms of the server's clock, ttl, heartbeat; never the token) replaces
+/// whatever was there, expiring with the lease ([`crate::info`]). Callers
+/// that pass two keys get the script of old, unchanged.
 pub const ACQUIRE_LUA: &str = "\
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 0
@@ -59,12 +67,23 @@ if floor > fence then
   fence = floor
   redis.call('SET', KEYS[2], string.format('%.0f', floor))
 end
+if KEYS[3] then
+  local ms = string.format('%.0f', math.floor(floor / 1000))
+  redis.call('DEL', KEYS[3])
+  redis.call('HSET', KEYS[3], 'holder', ARGV[3] or '', 'fence', string.format('%.0f', fence),
+    'acquired_ms', ms, 'renewed_ms', ms, 'ttl_ms', ARGV[2], 'heartbeat_ms', ARGV[4] or '0')
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+end
 return fence";
 
-/// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` (optional)
-/// the least life in ms the lease must have left. 1 if renewed, 0 if the
-/// token does not own the key, -1 if it does but less than `ARGV[3]` ms of
-/// its life is left (a renewal that arrived too late: not applied).
+/// `KEYS[1]` lease, `KEYS[2]` (optional) holder description; `ARGV[1]`
+/// token, `ARGV[2]` ttl in ms, `ARGV[3]` (optional) the least life in ms the
+/// lease must have left. 1 if renewed, 0 if the token does not own the key,
+/// -1 if it does but less than `ARGV[3]` ms of its life is left (a renewal
+/// that arrived too late: not applied).
+///
+/// A renewal also stamps `renewed_ms` (the server's clock) and the ttl into
+/// the description, if there is one, and extends it with the lease.
 pub const RENEW_LUA: &str = "\
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
@@ -73,11 +92,22 @@ local floor = tonumber(ARGV[3]) or 0
 if floor > 0 and redis.call('PTTL', KEYS[1]) < floor then
   return -1
 end
-return redis.call('PEXPIRE', KEYS[1], ARGV[2])";
+local renewed = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  redis.call('HSET', KEYS[2], 'renewed_ms', string.format('%.0f', ms), 'ttl_ms', ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return renewed";
 
-/// `KEYS[1]` lease; `ARGV[1]` token. 1 if deleted.
+/// `KEYS[1]` lease, `KEYS[2]` (optional) holder description; `ARGV[1]`
+/// token. 1 if deleted (the description with it).
 pub const RELEASE_LUA: &str = "\
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if KEYS[2] then
+    redis.call('DEL', KEYS[2])
+  end
   return redis.call('DEL', KEYS[1])
 end
 return 0";
@@ -188,6 +218,11 @@ impl Redis {
     /// The Redis key of the flag `key`.
     pub fn flag_key(&self, key: &str) -> String {
         format!("{}:flag:{{{key}}}", self.namespace)
+    }
+
+    /// The Redis key of the holder description of the lease on `key`.
+    pub fn info_key(&self, key: &str) -> String {
+        format!("{}:info:{{{key}}}", self.namespace)
     }
 
     /// The connect/read/write timeout: every operation's wall-clock bound.
@@ -335,8 +370,9 @@ impl Redis {
         for r in renewals {
             pipe.cmd("EVALSHA")
                 .arg(self.renew.get_hash())
-                .arg(1)
+                .arg(2)
                 .arg(self.lease_key(r.lease.key()))
+                .arg(self.info_key(r.lease.key()))
                 .arg(r.lease.token())
                 .arg(millis_ceil(r.ttl))
                 .arg(min_left_ms(r.min_left));
@@ -362,6 +398,109 @@ impl Redis {
         }
         Ok(replies)
     }
+}
+
+impl Redis {
+    /// The lease on `key` and its description, read in one `MULTI`.
+    fn info_on(&self, con: &mut Connection, key: &str) -> ::redis::RedisResult<Option<LeaseInfo>> {
+        let (pttl, counter, fields): (i64, Option<String>, Vec<(String, String)>) = ::redis::pipe()
+            .atomic()
+            .cmd("PTTL")
+            .arg(self.lease_key(key))
+            .cmd("GET")
+            .arg(self.fence_key(key))
+            .cmd("HGETALL")
+            .arg(self.info_key(key))
+            .query(con)?;
+        if pttl == -2 {
+            return Ok(None);
+        }
+        let time_left = u64::try_from(pttl).ok().map(Duration::from_millis);
+        Ok(Some(LeaseInfo {
+            key: key.to_owned(),
+            time_left,
+            holder: holder_from(&fields, counter.as_deref()),
+        }))
+    }
+
+    /// Every key matching `pattern`, by `SCAN` (a page per round trip).
+    fn scan(&self, pattern: &str) -> Result<Vec<String>> {
+        let mut cursor: u64 = 0;
+        let mut found = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<String>) = self.with_con(|con, _| {
+                ::redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(500)
+                    .query(con)
+            })?;
+            found.extend(keys);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        found.sort();
+        found.dedup();
+        Ok(found)
+    }
+
+    /// The user keys of the namespaced keys of `kind` starting with `prefix`.
+    fn keys_of(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
+        let head = format!("{}:{kind}:{{", self.namespace);
+        let pattern = format!("{}*", glob_escape(&format!("{head}{prefix}")));
+        Ok(self
+            .scan(&pattern)?
+            .into_iter()
+            .filter_map(|k| {
+                k.strip_prefix(&head)
+                    .and_then(|rest| rest.strip_suffix('}'))
+                    .map(str::to_owned)
+            })
+            .filter(|k| k.starts_with(prefix) && !k.is_empty())
+            .collect())
+    }
+}
+
+/// A holder description from its hash fields, if it belongs to the lease
+/// whose acquire last set the fence counter to `counter`.
+fn holder_from(fields: &[(String, String)], counter: Option<&str>) -> Option<HolderInfo> {
+    let get = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let num = |name: &str| get(name).and_then(|v| v.parse::<u64>().ok());
+    let fence = num("fence")?;
+    if counter.and_then(|c| c.parse::<u64>().ok()) != Some(fence) {
+        // Written for an earlier lease: the one there now was taken by a
+        // client that stores no description.
+        return None;
+    }
+    Some(HolderInfo {
+        label: get("holder").unwrap_or_default().to_owned(),
+        fence,
+        acquired_at: from_unix_millis(num("acquired_ms")?),
+        renewed_at: from_unix_millis(num("renewed_ms")?),
+        ttl: Duration::from_millis(num("ttl_ms")?),
+        heartbeat: Duration::from_millis(num("heartbeat_ms").unwrap_or(0)),
+    })
+}
+
+/// `text` with Redis glob metacharacters escaped, for `SCAN MATCH`.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `ARGV[3]` of the renew script: at least `d`, in whole milliseconds
@@ -428,6 +567,10 @@ impl Adapter for Redis {
     }
 
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        self.acquire_as(key, ttl, &Identity::of_process())
+    }
+
+    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
         let token = mint_token()?;
         let fence: u64 = self.with_con(|con, deadline| {
             self.eval(
@@ -435,8 +578,13 @@ impl Adapter for Redis {
                 deadline,
                 &self.acquire,
                 ACQUIRE_LUA,
-                &[self.lease_key(key), self.fence_key(key)],
-                &[token.clone(), millis_ceil(ttl).to_string()],
+                &[self.lease_key(key), self.fence_key(key), self.info_key(key)],
+                &[
+                    token.clone(),
+                    millis_ceil(ttl).to_string(),
+                    who.label.clone(),
+                    min_left_ms(who.heartbeat).to_string(),
+                ],
             )
         })?;
         Ok((fence > 0).then(|| Lease::new(key, token, fence)))
@@ -458,7 +606,10 @@ impl Adapter for Redis {
                 deadline,
                 &self.renew,
                 RENEW_LUA,
-                &[self.lease_key(renewal.lease.key())],
+                &[
+                    self.lease_key(renewal.lease.key()),
+                    self.info_key(renewal.lease.key()),
+                ],
                 &[
                     renewal.lease.token().to_owned(),
                     millis_ceil(renewal.ttl).to_string(),
@@ -476,7 +627,7 @@ impl Adapter for Redis {
                 deadline,
                 &self.release,
                 RELEASE_LUA,
-                &[self.lease_key(lease.key())],
+                &[self.lease_key(lease.key()), self.info_key(lease.key())],
                 &[lease.token().to_owned()],
             )
         })?;
@@ -494,9 +645,14 @@ impl Adapter for Redis {
 
     fn break_lease(&self, key: &str) -> Result<bool> {
         self.with_con(|con, _| {
-            ::redis::cmd("DEL")
+            let (n, _): (i64, i64) = ::redis::pipe()
+                .atomic()
+                .cmd("DEL")
                 .arg(self.lease_key(key))
-                .query::<i64>(con)
+                .cmd("DEL")
+                .arg(self.info_key(key))
+                .query(con)?;
+            Ok(n)
         })
         .map(|n| n == 1)
     }
@@ -523,6 +679,32 @@ impl Adapter for Redis {
 
     fn clear_flag(&self, key: &str) -> Result<()> {
         self.with_con(|con, _| ::redis::cmd("DEL").arg(self.flag_key(key)).query::<()>(con))
+    }
+
+    fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        self.with_con(|con, _| self.info_on(con, key))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Listing> {
+        let mut listing = Listing::default();
+        for key in self.keys_of("lease", prefix)? {
+            // Gone between the scan and now: not live, not listed.
+            if let Some(info) = self.info(&key)? {
+                listing.leases.push(info);
+            }
+        }
+        for key in self.keys_of("flag", prefix)? {
+            let pttl: i64 =
+                self.with_con(|con, _| ::redis::cmd("PTTL").arg(self.flag_key(&key)).query(con))?;
+            if pttl != -2 {
+                listing.flags.push(FlagInfo {
+                    key,
+                    time_left: u64::try_from(pttl).ok().map(Duration::from_millis),
+                });
+            }
+        }
+        listing.sort();
+        Ok(listing)
     }
 
     fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
@@ -570,6 +752,7 @@ mod tests {
         assert_eq!(r.lease_key("a}b"), "ns:lease:{a}b}");
         assert_eq!(r.fence_key("job"), "ns:fence:{job}");
         assert_eq!(r.flag_key("stop"), "ns:flag:{stop}");
+        assert_eq!(r.info_key("job"), "ns:info:{job}");
     }
 
     #[test]
@@ -586,6 +769,34 @@ mod tests {
             Redis::open("http://nope", "ns"),
             Err(Error::Config(_))
         ));
+    }
+
+    #[test]
+    fn scan_patterns_are_escaped() {
+        assert_eq!(
+            glob_escape("ns:lease:{a*b?[c]\\"),
+            "ns:lease:{a\\*b\\?\\[c\\]\\\\"
+        );
+    }
+
+    #[test]
+    fn descriptions_of_an_earlier_lease_are_ignored() {
+        let fields: Vec<(String, String)> = [
+            ("holder", "h:1 ruby"),
+            ("fence", "7"),
+            ("acquired_ms", "1000"),
+            ("renewed_ms", "2000"),
+            ("ttl_ms", "3000"),
+            ("heartbeat_ms", "500"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let info = holder_from(&fields, Some("7")).unwrap();
+        assert_eq!(info.label, "h:1 ruby");
+        assert_eq!(info.heartbeat, Duration::from_millis(500));
+        assert!(holder_from(&fields, Some("8")).is_none());
+        assert!(holder_from(&fields, None).is_none());
     }
 
     #[test]

@@ -47,6 +47,13 @@ impl Castable for mistri_locks {
     type RustType = Locks;
 }
 
+/// A new handle; the default holder labels of this process say "c"
+/// (`host:pid c`) unless another face claimed the process first.
+fn locks_handle(locks: Locks) -> *mut mistri_locks {
+    mistri_core::info::set_language("c");
+    to_boxed_mut_ptr(locks)
+}
+
 /// Makes an in-process Memory adapter: real TTLs on a monotonic clock,
 /// visible only inside this process.
 ///
@@ -58,7 +65,7 @@ impl Castable for mistri_locks {
 #[no_mangle]
 pub unsafe extern "C" fn mistri_locks_memory_new(out: *mut *mut mistri_locks) -> mistri_status {
     ffi_boundary!("mistri_locks_memory_new", {
-        try_out!(out).write(to_boxed_mut_ptr(Locks::memory()))
+        try_out!(out).write(locks_handle(Locks::memory()))
     })
 }
 
@@ -88,7 +95,7 @@ pub unsafe extern "C" fn mistri_locks_redis_new(
         let out = try_out!(out);
         let namespace =
             try_str!(opt namespace_, "namespace").unwrap_or(mistri_core::redis::DEFAULT_NAMESPACE);
-        out.write(to_boxed_mut_ptr(Locks::redis(try_str!(url), namespace)?))
+        out.write(locks_handle(Locks::redis(try_str!(url), namespace)?))
     })
 }
 
@@ -119,7 +126,7 @@ pub unsafe extern "C" fn mistri_locks_local_new(
     ffi_boundary!("mistri_locks_local_new", {
         let out = try_out!(out);
         let path = try_str!(opt path).map(std::path::Path::new);
-        out.write(to_boxed_mut_ptr(Locks::local(path)?))
+        out.write(locks_handle(Locks::local(path)?))
     })
 }
 
@@ -140,7 +147,7 @@ pub unsafe extern "C" fn mistri_locks_sharing_adapter(
 ) -> mistri_status {
     ffi_boundary!("mistri_locks_sharing_adapter", {
         let out = try_out!(out);
-        out.write(to_boxed_mut_ptr(try_ref_from_ptr!(locks).sharing_adapter()))
+        out.write(locks_handle(try_ref_from_ptr!(locks).sharing_adapter()))
     })
 }
 
@@ -426,7 +433,7 @@ pub extern "C" fn mistri_configure_clear() -> mistri_status {
 pub unsafe extern "C" fn mistri_configured(out: *mut *mut mistri_locks) -> mistri_status {
     ffi_boundary!("mistri_configured", {
         let out = try_out!(out);
-        out.write(mistri_core::locks().map_or(std::ptr::null_mut(), to_boxed_mut_ptr))
+        out.write(mistri_core::locks().map_or(std::ptr::null_mut(), locks_handle))
     })
 }
 

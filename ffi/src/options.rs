@@ -251,5 +251,6 @@ pub(crate) unsafe fn from_struct(opts: *const mistri_hold_options) -> Result<Hol
         stop_key: stop_key.map(str::to_owned),
         signal: signal.cloned(),
         safety_margin: None,
+        ..HoldOptions::default()
     })
 }

@@ -74,6 +74,17 @@ impl Adapter {
         self.run(py, |l| l.held(&key))
     }
 
+    /// Who holds `key` (label, fence, times, ttl, heartbeat, time left), as
+    /// a dict; None when no live lease is there.
+    fn info<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+    ) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
+        let found = self.run(py, |l| l.info(&key))?;
+        found.map(|i| crate::info::to_dict(py, &i)).transpose()
+    }
+
     /// Raises the flag `key` for `ttl` seconds.
     #[pyo3(signature = (key, ttl = Seconds::<Ttl>::FLAG_TTL))]
     fn set_flag(&self, py: Python<'_>, key: String, ttl: Seconds<Ttl>) -> PyResult<()> {

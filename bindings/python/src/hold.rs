@@ -70,6 +70,7 @@ pub(crate) fn start(
         stop_key,
         signal: Some(core_signal),
         safety_margin,
+        ..HoldOptions::default()
     };
     let hold = py
         .detach(|| match source {

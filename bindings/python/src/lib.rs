@@ -12,6 +12,7 @@ mod adapter;
 mod args;
 mod error;
 mod hold;
+mod info;
 mod signal;
 
 use crate::adapter::Adapter;
@@ -75,6 +76,7 @@ fn hold_configured(
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    mistri_locks::info::set_language("python");
     m.add_class::<Adapter>()?;
     m.add_class::<adapter::Memory>()?;
     m.add_class::<adapter::Redis>()?;

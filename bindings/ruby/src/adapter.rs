@@ -106,6 +106,12 @@ impl Adapter {
     }
 
     /// The fencing number of this adapter's lease on `key`, or nil.
+    /// Who holds `key`: a Hash, or nil when no live lease is there.
+    fn info(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<Option<magnus::RHash>, Error> {
+        let found = rb_self.run_keyed(ruby, key, |l, key| l.info(key))?;
+        found.map(|i| crate::info::to_hash(ruby, &i)).transpose()
+    }
+
     fn fence(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<Option<u64>, Error> {
         let key = args::key(ruby, "key", key)?;
         Ok(rb_self.locks().fence(&key))
@@ -158,6 +164,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("flag?", method!(Adapter::flag, 1))?;
     class.define_method("clear_flag", method!(Adapter::clear_flag, 1))?;
     class.define_method("fence", method!(Adapter::fence, 1))?;
+    class.define_method("info", method!(Adapter::info, 1))?;
     class.define_method("break_lease", method!(Adapter::break_lease, 1))?;
     class.define_method("sharing_adapter", method!(Adapter::sharing_adapter, 0))?;
     class.define_method("active_holds", method!(Adapter::active_holds, 0))?;

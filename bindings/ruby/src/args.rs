@@ -110,5 +110,6 @@ pub fn hold_options(
         safety_margin: safety_margin
             .map(|m| duration(ruby, "safety_margin", m))
             .transpose()?,
+        ..HoldOptions::default()
     })
 }

@@ -19,6 +19,7 @@ mod delivery;
 mod error;
 mod fork;
 mod hold;
+mod info;
 mod local;
 mod memory;
 mod nogvl;
@@ -49,6 +50,7 @@ fn check_hold_args(
 #[magnus::init(name = "mistri_locks")]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     fork::init();
+    mistri_locks::info::set_language("ruby");
     let module = ruby.define_module("MistriLocks")?;
     module.const_set("LEASE_TTL", LEASE_TTL.as_secs())?;
     module.const_set("HEARTBEAT", HEARTBEAT.as_secs())?;

@@ -1,0 +1,341 @@
+//! `mistri-locks`: the operator's command for mistri_locks leases and stop
+//! flags — see who holds what (`status`, `list`), ask a holder to stop
+//! (`stop`, `clear`), break a lease (`break`), and run a command while
+//! holding a lease (`run`).
+//!
+//! Exit statuses (also in `--help` and the README):
+//!
+//! | status | meaning |
+//! |---|---|
+//! | 0 | done (`status KEY…`: every KEY is held) |
+//! | 1 | an error: unreachable Redis, refused Local folder, … (one line on stderr) |
+//! | 2 | bad usage: unknown command, bad duration, empty key, bad URL |
+//! | 3 | `status KEY…`: some KEY is not held |
+//! | `run`: the child's status | the command ran to its end (killed by signal N: 128 + N) |
+//! | 75 | `run`: the lease is held elsewhere (after `--wait`, if given) |
+//! | 76 | `run`: stopped by its stop flag (the command was sent SIGTERM, SIGKILL after the grace) |
+//! | 77 | `run`: the lease was lost (the command was sent SIGTERM, SIGKILL after the grace) |
+//! | 126 / 127 | `run`: the command could not be executed / was not found |
+//!
+//! Every error is one line on stderr and a non-zero status; nothing panics
+//! on bad input.
+
+mod run;
+mod show;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use mistri_locks::{Error, Locks};
+use std::time::Duration;
+
+/// Exit status: an error (backend unreachable, refused folder, …).
+pub const EXIT_ERROR: i32 = 1;
+/// Exit status: bad usage.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit status of `status KEY…` when some KEY is not held.
+pub const EXIT_NOT_HELD: i32 = 3;
+/// Exit status of `run` when the lease is held elsewhere.
+pub const EXIT_REFUSED: i32 = 75;
+/// Exit status of `run` stopped by its stop flag.
+pub const EXIT_STOPPED: i32 = 76;
+/// Exit status of `run` whose lease was lost.
+pub const EXIT_LOST: i32 = 77;
+
+const AFTER_HELP: &str = "\
+Backend: --url or $MISTRI_LOCKS_URL: redis://[user:pass@]host[:port][/db], rediss://… (TLS),
+or a path to a Local database file (default: the Local adapter's per-user file,
+$MISTRI_LOCKS_LOCAL_PATH or /var/tmp/mistri_locks-<uid>/locks.db).
+
+Durations are seconds (0.5, 10) or with a unit (250ms, 10s, 5m, 1h).
+
+Exit statuses: 0 ok; 1 error; 2 bad usage; 3 `status KEY…` found a KEY not held;
+`run`: the command's own status (128+N if killed by signal N), 75 lease held
+elsewhere, 76 stopped by its stop flag, 77 lease lost, 126/127 command not
+executable/not found.";
+
+/// The operator's command for mistri_locks leases and stop flags.
+#[derive(Parser, Debug)]
+#[command(name = "mistri-locks", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Backend: redis://…, rediss://… or a Local database path.
+    #[arg(long, global = true, env = "MISTRI_LOCKS_URL", value_name = "URL")]
+    url: Option<String>,
+    /// Redis key namespace (Redis only).
+    #[arg(long, global = true, default_value = mistri_locks::redis::DEFAULT_NAMESPACE, value_name = "NS")]
+    namespace: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show who holds leases (all of them, or the KEYs given), and raised flags.
+    Status {
+        /// Leases to show (default: every live lease and flag).
+        #[arg(value_parser = key)]
+        keys: Vec<String>,
+        #[command(flatten)]
+        view: show::View,
+    },
+    /// List live leases and raised flags whose keys start with PREFIX.
+    List {
+        /// Key prefix (default: everything).
+        #[arg(default_value = "")]
+        prefix: String,
+        #[command(flatten)]
+        view: show::View,
+    },
+    /// Raise the flag FLAG (e.g. the stop key a holder watches).
+    Stop {
+        /// The flag to raise, e.g. nightly:stop.
+        #[arg(value_parser = key)]
+        flag: String,
+        /// How long the flag stays up.
+        #[arg(long, value_parser = duration, default_value = "300", value_name = "S")]
+        ttl: Duration,
+    },
+    /// Lower the flag FLAG.
+    Clear {
+        /// The flag to lower.
+        #[arg(value_parser = key)]
+        flag: String,
+    },
+    /// Delete the lease on KEY, whoever holds it (its holder finds out at its next renewal).
+    Break {
+        /// The lease to break.
+        #[arg(value_parser = key)]
+        key: String,
+        /// Don't ask (required when stdin is not a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Run a command while holding the lease on KEY.
+    #[command(after_help = run::AFTER_HELP)]
+    Run(run::RunArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// A non-empty key.
+fn key(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("a key must not be empty".into())
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
+/// Seconds (`0.5`, `10`) or a number with a unit (`250ms`, `10s`, `5m`, `1h`).
+fn duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    let value: f64 = num.trim().parse().map_err(|_| {
+        format!("{s:?} is not a duration (use seconds like 0.5 or 10, or 250ms, 10s, 5m, 1h)")
+    })?;
+    mistri_locks::duration_from_secs("duration", value * scale).map_err(|e| e.message().to_owned())
+}
+
+/// A failure: the message (one line) and the exit status.
+#[derive(Debug)]
+pub struct Failure {
+    status: i32,
+    message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Self {
+        Failure {
+            status: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        let status = match e {
+            Error::InvalidArgument(_) => EXIT_USAGE,
+            _ => EXIT_ERROR,
+        };
+        Failure {
+            status,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Opens the backend named by `url` (None: the Local default).
+fn open(url: Option<&str>, namespace: &str) -> Result<Locks, Failure> {
+    let Some(url) = url else {
+        return Ok(Locks::local(None)?);
+    };
+    if url.is_empty() {
+        return Err(Failure::usage("--url must not be empty"));
+    }
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    match scheme {
+        Some("redis" | "rediss" | "redis+unix" | "unix") => Ok(Locks::redis(url, namespace)
+            .map_err(|e| match e {
+                Error::Config(m) => Failure::usage(format!("bad URL: {m}")),
+                other => other.into(),
+            })?),
+        Some("file") => Ok(Locks::local(Some(std::path::Path::new(&url[7..])))?),
+        Some(other) => Err(Failure::usage(format!(
+            "bad URL {url:?}: unknown scheme {other:?} (use redis://, rediss:// or a path to a Local database)"
+        ))),
+        None => Ok(Locks::local(Some(std::path::Path::new(url)))?),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn main() {
+    mistri_locks::info::set_language("mistri-locks");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            match e.kind() {
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                    std::process::exit(
+                        if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                            EXIT_USAGE
+                        } else {
+                            0
+                        },
+                    );
+                }
+                _ => {
+                    // clap's first line is the error; the rest is usage.
+                    let text = e.to_string();
+                    let first = text.lines().next().unwrap_or("bad usage");
+                    let first = first.strip_prefix("error: ").unwrap_or(first);
+                    eprintln!("mistri-locks: {} (see --help)", one_line(first));
+                    std::process::exit(EXIT_USAGE);
+                }
+            }
+        }
+    };
+    let status = match execute(cli) {
+        Ok(status) => status,
+        Err(f) => {
+            eprintln!("mistri-locks: {}", one_line(&f.message));
+            f.status
+        }
+    };
+    std::process::exit(status);
+}
+
+fn execute(cli: Cli) -> Result<i32, Failure> {
+    if let Command::Completions { shell } = cli.command {
+        clap_complete::generate(
+            shell,
+            &mut Cli::command(),
+            "mistri-locks",
+            &mut std::io::stdout(),
+        );
+        return Ok(0);
+    }
+    let locks = open(cli.url.as_deref(), &cli.namespace)?;
+    match cli.command {
+        Command::Status { keys, view } => show::status(&locks, &keys, &view),
+        Command::List { prefix, view } => show::list(&locks, &prefix, &view),
+        Command::Stop { flag, ttl } => {
+            locks.set_flag(&flag, ttl)?;
+            println!("raised flag {flag} for {}", show::human(ttl));
+            Ok(0)
+        }
+        Command::Clear { flag } => {
+            let was = locks.flag(&flag)?;
+            locks.clear_flag(&flag)?;
+            println!(
+                "{}",
+                if was {
+                    format!("lowered flag {flag}")
+                } else {
+                    format!("flag {flag} was not up")
+                }
+            );
+            Ok(0)
+        }
+        Command::Break { key, yes } => break_lease(&locks, &key, yes),
+        Command::Run(args) => run::run(&locks, args),
+        Command::Completions { .. } => Ok(0),
+    }
+}
+
+fn break_lease(locks: &Locks, key: &str, yes: bool) -> Result<i32, Failure> {
+    let Some(info) = locks.info(key)? else {
+        println!("no live lease on {key}");
+        return Ok(0);
+    };
+    let who = info
+        .holder
+        .as_ref()
+        .map(|h| format!("{} (fence {})", h.label, h.fence))
+        .unwrap_or_else(|| "an unknown holder".into());
+    if !yes {
+        // SAFETY: isatty only inspects the descriptor number.
+        let tty = unsafe { libc::isatty(0) } == 1;
+        if !tty {
+            return Err(Failure::usage(format!(
+                "not breaking the lease on {key} held by {who} without --yes (stdin is not a terminal)"
+            )));
+        }
+        eprint!("break the lease on {key} held by {who}? [y/N] ");
+        let mut answer = String::new();
+        let _ = std::io::stdin().read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            eprintln!("left alone");
+            return Ok(EXIT_ERROR);
+        }
+    }
+    if locks.break_lease(key)? {
+        println!("broke the lease on {key} (was held by {who})");
+    } else {
+        println!("no live lease on {key}");
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("0.5").unwrap(), Duration::from_millis(500));
+        assert_eq!(duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(duration("1h").unwrap(), Duration::from_secs(3600));
+        for bad in ["", "abc", "-1", "0", "NaN", "inf", "5x", "1e99"] {
+            assert!(duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,248 @@
+//! `status` and `list`: a table for people, `--json` for scripts,
+//! `--watch` to refresh.
+
+use crate::{Failure, EXIT_NOT_HELD};
+use mistri_locks::{FlagInfo, LeaseInfo, Locks};
+use serde_json::{json, Value};
+use std::time::{Duration, SystemTime};
+
+/// How to show what was found.
+#[derive(clap::Args, Debug)]
+pub struct View {
+    /// Print JSON (one document; with --watch, one line per refresh).
+    #[arg(long)]
+    json: bool,
+    /// Refresh every S seconds (default 1) until interrupted.
+    #[arg(long, value_name = "S", num_args = 0..=1, default_missing_value = "1", value_parser = crate::duration)]
+    watch: Option<Duration>,
+}
+
+/// What one look found: each asked-for key's lease (or `None`: free), and
+/// the raised flags.
+struct Look {
+    leases: Vec<(String, Option<LeaseInfo>)>,
+    flags: Vec<FlagInfo>,
+}
+
+pub fn status(locks: &Locks, keys: &[String], view: &View) -> Result<i32, Failure> {
+    repeat(view, || {
+        if keys.is_empty() {
+            return look_prefix(locks, "");
+        }
+        let leases = keys
+            .iter()
+            .map(|k| Ok((k.clone(), locks.info(k)?)))
+            .collect::<Result<Vec<_>, Failure>>()?;
+        let flags = locks
+            .list("")?
+            .flags
+            .into_iter()
+            .filter(|f| keys.iter().any(|k| f.key.contains(k.as_str())))
+            .collect();
+        Ok(Look { leases, flags })
+    })
+    .map(|look| {
+        if look.leases.iter().all(|(_, l)| l.is_some()) {
+            0
+        } else {
+            EXIT_NOT_HELD
+        }
+    })
+}
+
+pub fn list(locks: &Locks, prefix: &str, view: &View) -> Result<i32, Failure> {
+    repeat(view, || look_prefix(locks, prefix)).map(|_| 0)
+}
+
+fn look_prefix(locks: &Locks, prefix: &str) -> Result<Look, Failure> {
+    let listing = locks.list(prefix)?;
+    Ok(Look {
+        leases: listing
+            .leases
+            .into_iter()
+            .map(|l| (l.key.clone(), Some(l)))
+            .collect(),
+        flags: listing.flags,
+    })
+}
+
+/// Looks once, or every `--watch` interval until interrupted; prints each.
+fn repeat(view: &View, mut look: impl FnMut() -> Result<Look, Failure>) -> Result<Look, Failure> {
+    loop {
+        let found = look()?;
+        if view.json {
+            let doc = to_json(&found);
+            if view.watch.is_some() {
+                println!("{doc}");
+            } else {
+                println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            }
+        } else {
+            if view.watch.is_some() {
+                // Clear the screen and home the cursor.
+                print!("\x1b[H\x1b[2J");
+            }
+            print!("{}", table(&found));
+        }
+        match view.watch {
+            None => return Ok(found),
+            Some(every) => std::thread::sleep(every),
+        }
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+fn ago(t: SystemTime) -> Duration {
+    SystemTime::now().duration_since(t).unwrap_or_default()
+}
+
+fn to_json(look: &Look) -> Value {
+    let leases: Vec<Value> = look
+        .leases
+        .iter()
+        .map(|(key, info)| match info {
+            None => json!({ "key": key, "held": false }),
+            Some(info) => {
+                let mut v = json!({
+                    "key": key,
+                    "held": true,
+                    "time_left_s": info.time_left.map(secs),
+                    "holder": Value::Null,
+                    "fence": Value::Null,
+                });
+                if let Some(h) = &info.holder {
+                    v["holder"] = json!(h.label);
+                    v["fence"] = json!(h.fence);
+                    v["acquired_at_ms"] = json!(mistri_locks::info::unix_millis(h.acquired_at));
+                    v["renewed_at_ms"] = json!(mistri_locks::info::unix_millis(h.renewed_at));
+                    v["held_for_s"] = json!(secs(ago(h.acquired_at)));
+                    v["renewed_ago_s"] = json!(secs(ago(h.renewed_at)));
+                    v["ttl_s"] = json!(secs(h.ttl));
+                    v["heartbeat_s"] = json!(secs(h.heartbeat));
+                }
+                v
+            }
+        })
+        .collect();
+    let flags: Vec<Value> = look
+        .flags
+        .iter()
+        .map(|f| json!({ "key": f.key, "time_left_s": f.time_left.map(secs) }))
+        .collect();
+    json!({ "leases": leases, "flags": flags })
+}
+
+/// `0.35s`, `12.3s`, `4m05s`, `2h03m`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 10.0 {
+        format!("{s:.2}s")
+    } else if s < 60.0 {
+        format!("{s:.1}s")
+    } else if s < 3600.0 {
+        format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    } else {
+        format!("{}h{:02}m", d.as_secs() / 3600, (d.as_secs() % 3600) / 60)
+    }
+}
+
+fn table(look: &Look) -> String {
+    let mut rows = vec![[
+        "KEY",
+        "HOLDER",
+        "FENCE",
+        "HELD FOR",
+        "RENEWED",
+        "LEFT",
+        "TTL",
+        "HEARTBEAT",
+    ]
+    .map(String::from)];
+    for (key, info) in &look.leases {
+        let row = match info {
+            None => [
+                key.clone(),
+                "(free)".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ],
+            Some(info) => {
+                let left = info.time_left.map(human).unwrap_or_else(|| "never".into());
+                match &info.holder {
+                    None => [
+                        key.clone(),
+                        "(not described)".into(),
+                        "-".into(),
+                        "-".into(),
+                        "-".into(),
+                        left,
+                        "-".into(),
+                        "-".into(),
+                    ],
+                    Some(h) => [
+                        key.clone(),
+                        h.label.clone(),
+                        h.fence.to_string(),
+                        human(ago(h.acquired_at)),
+                        format!("{} ago", human(ago(h.renewed_at))),
+                        left,
+                        human(h.ttl),
+                        if h.heartbeat.is_zero() {
+                            "-".into()
+                        } else {
+                            human(h.heartbeat)
+                        },
+                    ],
+                }
+            }
+        };
+        rows.push(row);
+    }
+    let mut out = String::new();
+    if look.leases.is_empty() {
+        out.push_str("no live leases\n");
+    } else {
+        out.push_str(&columns(&rows));
+    }
+    if look.flags.is_empty() {
+        out.push_str("no flags up\n");
+    } else {
+        let mut flag_rows = vec![["FLAG UP".to_string(), "LEFT".to_string()]];
+        for f in &look.flags {
+            flag_rows.push([
+                f.key.clone(),
+                f.time_left.map(human).unwrap_or_else(|| "never".into()),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&columns(&flag_rows));
+    }
+    out
+}
+
+fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,405 @@
+//! Drives the built `mistri-locks` binary against a Local database file and
+//! a real throwaway redis-server (127.0.0.1, a free port).
+
+use mistri_locks::{HoldOptions, Locks};
+use mistri_locks_testkit::{unique, RedisServer};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mistri-locks");
+const STOPPED: i32 = 76;
+const LOST: i32 = 77;
+const REFUSED: i32 = 75;
+
+/// A backend for one test: a fresh Local file, or a namespace on a Redis.
+struct Backend {
+    url: String,
+    namespace: String,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Backend {
+    fn local() -> Self {
+        let dir = std::env::temp_dir().join(unique("mistri-cli"));
+        Backend {
+            url: dir.join("locks.db").display().to_string(),
+            namespace: "mistri:locks".into(),
+            dir: Some(dir),
+        }
+    }
+
+    fn redis(server: &RedisServer) -> Self {
+        Backend {
+            url: server.url(),
+            namespace: unique("mistri:cli"),
+            dir: None,
+        }
+    }
+
+    fn locks(&self) -> Locks {
+        if self.dir.is_some() {
+            Locks::local(Some(std::path::Path::new(&self.url))).unwrap()
+        } else {
+            Locks::redis(&self.url, &self.namespace).unwrap()
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.env_remove("MISTRI_LOCKS_URL")
+            .arg("--url")
+            .arg(&self.url)
+            .arg("--namespace")
+            .arg(&self.namespace)
+            .args(args);
+        c
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.cmd(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Reads the child's stdout until a line starting with `prefix`.
+fn read_until(child: &mut Child, prefix: &str) -> String {
+    let out = child.stdout.as_mut().unwrap();
+    let mut reader = BufReader::new(out);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            panic!("no line starting with {prefix:?}");
+        }
+        if line.starts_with(prefix) {
+            return line.trim().to_owned();
+        }
+    }
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> (i32, Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.code().unwrap_or(-1), start.elapsed());
+        }
+        assert!(start.elapsed() < limit, "still running after {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn exits_with_the_child_status_and_exports_the_fence(b: &Backend) {
+    let key = unique("job");
+    let out = b.output(&["run", &key, "--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+
+    let mut run = b.spawn(&[
+        "run",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "echo fence=$MISTRI_LOCK_FENCE key=$MISTRI_LOCK_KEY; sleep 1",
+    ]);
+    let line = read_until(&mut run, "fence=");
+    let fence: u64 = line
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_start_matches("fence=")
+        .parse()
+        .unwrap();
+    assert!(line.ends_with(&format!("key={key}")), "{line}");
+    // status --json carries the same holder and fence.
+    let out = b.output(&["status", "--json", &key]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let lease = &doc["leases"][0];
+    assert_eq!(lease["key"], key.as_str());
+    assert_eq!(lease["held"], true);
+    assert_eq!(lease["fence"].as_u64(), Some(fence));
+    assert!(
+        lease["holder"]
+            .as_str()
+            .unwrap()
+            .contains("mistri-locks run sh"),
+        "{lease}"
+    );
+    for field in [
+        "time_left_s",
+        "ttl_s",
+        "heartbeat_s",
+        "renewed_ago_s",
+        "held_for_s",
+    ] {
+        assert!(lease[field].is_number(), "{field}: {lease}");
+    }
+    // A second run is refused while the first holds the lease.
+    let out = b.output(&["run", &key, "--", "true"]);
+    assert_eq!(out.status.code(), Some(REFUSED), "{}", stderr(&out));
+    assert!(stderr(&out).contains("held by"), "{}", stderr(&out));
+    assert_eq!(wait_exit(&mut run, Duration::from_secs(10)).0, 0);
+    // Released on the way out.
+    let out = b.output(&["status", "--json", &key]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(json(&out)["leases"][0]["held"], false);
+}
+
+fn stop_ends_a_run_whose_child_ignores_sigterm(b: &Backend) {
+    let key = unique("stubborn");
+    let stop = format!("{key}:stop");
+    let mut run = b.spawn(&[
+        "run",
+        &key,
+        "--heartbeat",
+        "0.1",
+        "--stop-key",
+        &stop,
+        "--grace",
+        "0.5",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; echo ready; while :; do sleep 0.05; done",
+    ]);
+    read_until(&mut run, "ready");
+    let out = b.output(&["stop", &stop]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (code, took) = wait_exit(&mut run, Duration::from_secs(10));
+    assert_eq!(code, STOPPED);
+    // A tick (0.1 s) + the grace (0.5 s) + slack for a loaded machine.
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(!b.locks().held(&key).unwrap(), "not released");
+    // The flag stays up, so the next run does not start.
+    let out = b.output(&["run", &key, "--stop-key", &stop, "--", "true"]);
+    assert_eq!(out.status.code(), Some(STOPPED), "{}", stderr(&out));
+    let out = b.output(&["clear", &stop]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = b.output(&["run", &key, "--stop-key", &stop, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+fn sigterm_is_forwarded_and_the_lease_released(b: &Backend) {
+    let key = unique("term");
+    let mut run = b.spawn(&[
+        "run",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done",
+    ]);
+    read_until(&mut run, "ready");
+    // SAFETY: kill with the pid of our own child.
+    unsafe {
+        libc::kill(run.id() as i32, libc::SIGTERM);
+    }
+    let line = read_until(&mut run, "got-term");
+    assert_eq!(line, "got-term");
+    let (code, _) = wait_exit(&mut run, Duration::from_secs(10));
+    assert_eq!(code, 3);
+    assert!(!b.locks().held(&key).unwrap(), "not released");
+}
+
+fn a_broken_lease_is_lost(b: &Backend) {
+    let key = unique("lost");
+    let mut run = b.spawn(&[
+        "run",
+        &key,
+        "--ttl",
+        "2",
+        "--heartbeat",
+        "0.1",
+        "--grace",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "echo ready; exec sleep 30",
+    ]);
+    read_until(&mut run, "ready");
+    let out = b.output(&["break", &key]);
+    assert_eq!(out.status.code(), Some(2), "no --yes without a terminal");
+    assert_eq!(stderr(&out).lines().count(), 1);
+    let out = b.output(&["break", "--yes", &key]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (code, _) = wait_exit(&mut run, Duration::from_secs(10));
+    assert_eq!(code, LOST);
+}
+
+fn waits_for_a_busy_lease(b: &Backend) {
+    let key = unique("busy");
+    let locks = b.locks();
+    let hold = locks
+        .hold(
+            &key,
+            HoldOptions {
+                ttl: Duration::from_secs(5),
+                heartbeat: Duration::from_millis(200),
+                label: Some("test holder".into()),
+                ..HoldOptions::default()
+            },
+        )
+        .unwrap()
+        .unwrap();
+    let out = b.output(&["status", &key]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("test holder"));
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        hold.release().unwrap();
+    });
+    let out = b.output(&["run", "--wait", "10", &key, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    releaser.join().unwrap();
+    let out = b.output(&["run", "--wait", "0.3", &key, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "free now: {}", stderr(&out));
+}
+
+fn list_shows_leases_and_flags(b: &Backend) {
+    let prefix = unique("listed");
+    let locks = b.locks();
+    assert!(locks
+        .acquire(&format!("{prefix}:a"), Duration::from_secs(5))
+        .unwrap());
+    let out = b.output(&["stop", "--ttl", "10s", &format!("{prefix}:stop")]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = b.output(&["list", "--json", &prefix]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["leases"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["flags"][0]["key"], format!("{prefix}:stop").as_str());
+    let out = b.output(&["list", &prefix]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("FLAG UP") && text.contains(":a"), "{text}");
+}
+
+fn all(b: &Backend) {
+    exits_with_the_child_status_and_exports_the_fence(b);
+    stop_ends_a_run_whose_child_ignores_sigterm(b);
+    sigterm_is_forwarded_and_the_lease_released(b);
+    a_broken_lease_is_lost(b);
+    waits_for_a_busy_lease(b);
+    list_shows_leases_and_flags(b);
+}
+
+#[test]
+fn on_local() {
+    all(&Backend::local());
+}
+
+#[test]
+fn on_redis() {
+    let server = RedisServer::start();
+    all(&Backend::redis(&server));
+}
+
+/// Bad input: one line on stderr, a non-zero status, never a panic.
+#[test]
+fn bad_input_is_one_line_and_non_zero() {
+    let b = Backend::local();
+    let refused = std::env::temp_dir().join(unique("mistri-cli-open"));
+    std::fs::create_dir_all(&refused).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&refused, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let refused_db = refused.join("locks.db").display().to_string();
+    let cases: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["frobnicate"], 2),
+        (vec!["run", "k", "--ttl", "abc", "--", "true"], 2),
+        (vec!["run", "k", "--ttl", "-1", "--", "true"], 2),
+        (vec!["run", "k", "--grace", "0", "--", "true"], 2),
+        (vec!["run", "k"], 2),
+        (vec!["run", "", "--", "true"], 2),
+        (vec!["stop", ""], 2),
+        (vec!["stop", "f", "--ttl", "NaN"], 2),
+        (vec!["--url", "http://example.com", "status"], 2),
+        (vec!["--url", "redis://[nope", "status"], 2),
+        (vec!["--url", "redis://127.0.0.1:1/0", "status"], 1),
+        (
+            vec!["--url", "redis://127.0.0.1:1/0", "run", "k", "--", "true"],
+            1,
+        ),
+        (vec!["--url", &refused_db, "status"], 1),
+        (vec!["run", "k", "--", "/nonexistent/command"], 127),
+        (vec!["completions", "nosh"], 2),
+    ];
+    for (args, want) in cases {
+        let mut c = Command::new(BIN);
+        c.env_remove("MISTRI_LOCKS_URL");
+        if args.first() != Some(&"--url") {
+            c.arg("--url").arg(&b.url);
+        }
+        let out = c.args(&args).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(want), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err:?}");
+        assert!(err.starts_with("mistri-locks: "), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(refused);
+}
+
+#[test]
+fn help_for_every_command_and_completions() {
+    for cmd in [
+        vec!["--help"],
+        vec!["status", "--help"],
+        vec!["list", "--help"],
+        vec!["stop", "--help"],
+        vec!["clear", "--help"],
+        vec!["break", "--help"],
+        vec!["run", "--help"],
+        vec!["completions", "--help"],
+        vec!["help", "run"],
+    ] {
+        let out = Command::new(BIN).args(&cmd).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{cmd:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Usage: mistri-locks"), "{cmd:?}: {text}");
+    }
+    let run = Command::new(BIN).args(["run", "--help"]).output().unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        text.contains("MISTRI_LOCK_FENCE") && text.contains("76"),
+        "{text}"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(BIN)
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("mistri-locks") && text.contains("stop"),
+            "{shell}"
+        );
+    }
+}

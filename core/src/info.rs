@@ -1,0 +1,168 @@
+//! Holder inspection: who holds a lease, since when, with which fence —
+//! and what leases and flags are live under a prefix.
+//!
+//! Every acquire stores an [`Identity`] (a label the holder chooses,
+//! default `host:pid language`, and the hold's heartbeat) next to the lease,
+//! **atomically with it**: on Redis in the same acquire script, as the hash
+//! `NS:info:{KEY}` in the lease's hash slot, expiring with the lease; on
+//! Local as columns of the lease row; on Memory in the lease's entry. Every
+//! renewal stamps its wall-clock time there in the same atomic step, so a
+//! holder that died shows a last-renewal age that grows until the lease
+//! expires. The owner token is never part of it. `docs/PROTOCOL.md` has the
+//! layout.
+//!
+//! Reading is one atomic step too ([`crate::Adapter::info`]): the lease's
+//! time left, and the stored description only if it belongs to the lease
+//! that is there now (Redis: its `fence` equals the key's fence counter; a
+//! lease taken by an older client that writes no description shows
+//! `holder: None`).
+//!
+//! Times shown to people are wall-clock ([`SystemTime`]); time left is the
+//! backend's own expiry clock, so it is right even where clocks disagree.
+
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What a holder says about itself when it acquires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Free text, e.g. `build-7:4120 ruby` (the default, [`default_label`]).
+    pub label: String,
+    /// The heartbeat of the hold (zero for a plain acquire).
+    pub heartbeat: Duration,
+}
+
+impl Identity {
+    /// The default identity of this process, with no heartbeat.
+    pub fn of_process() -> Self {
+        Identity {
+            label: default_label(),
+            heartbeat: Duration::ZERO,
+        }
+    }
+}
+
+/// What [`crate::Adapter::info`] found about a live lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The key (without the namespace).
+    pub key: String,
+    /// How long the lease lives unless renewed (the backend's clock). `None`
+    /// for a lease with no expiry (written by hand, not by a client).
+    pub time_left: Option<Duration>,
+    /// The holder's description; `None` when the holder stored none (an
+    /// older client) or it can't be told apart from an earlier holder's.
+    pub holder: Option<HolderInfo>,
+}
+
+/// The description a holder stored with its lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderInfo {
+    /// The holder's label ([`Identity::label`]).
+    pub label: String,
+    /// The fencing number of this acquisition.
+    pub fence: u64,
+    /// When it was acquired (wall clock, for display).
+    pub acquired_at: SystemTime,
+    /// When it was last renewed (at first, the acquire time).
+    pub renewed_at: SystemTime,
+    /// The ttl of the last acquire or renewal.
+    pub ttl: Duration,
+    /// The hold's heartbeat; zero for a plain acquire.
+    pub heartbeat: Duration,
+}
+
+/// A live flag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlagInfo {
+    /// The flag's key (without the namespace).
+    pub key: String,
+    /// How long it stays up unless cleared; `None` if it has no expiry.
+    pub time_left: Option<Duration>,
+}
+
+/// The live leases and flags under a prefix, each sorted by key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Live leases.
+    pub leases: Vec<LeaseInfo>,
+    /// Raised flags.
+    pub flags: Vec<FlagInfo>,
+}
+
+impl Listing {
+    /// Sorts both lists by key.
+    pub fn sort(&mut self) {
+        self.leases.sort_by(|a, b| a.key.cmp(&b.key));
+        self.flags.sort_by(|a, b| a.key.cmp(&b.key));
+    }
+}
+
+static LANGUAGE: OnceLock<&'static str> = OnceLock::new();
+static HOST: OnceLock<String> = OnceLock::new();
+
+/// Names the language of this process in default labels (`"python"`,
+/// `"ruby"`, `"c"`; `"rust"` when never called). The first call wins; a face
+/// calls it once when it loads. Returns whether this call set it.
+pub fn set_language(language: &'static str) -> bool {
+    LANGUAGE.set(language).is_ok()
+}
+
+/// The language named in default labels.
+pub fn language() -> &'static str {
+    LANGUAGE.get().copied().unwrap_or("rust")
+}
+
+/// This host's name (`gethostname`), or `unknown-host`.
+pub fn host_name() -> &'static str {
+    HOST.get_or_init(|| {
+        let mut buf = [0u8; 256];
+        // SAFETY: `buf` is writable for `buf.len()` bytes; gethostname writes
+        // at most that many and we stop at the first NUL (or the end).
+        let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+        let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        match std::str::from_utf8(&buf[..len]) {
+            Ok(name) if rc == 0 && !name.is_empty() => name.to_owned(),
+            _ => "unknown-host".to_owned(),
+        }
+    })
+}
+
+/// The default label: `host:pid language`, e.g. `build-7:4120 ruby`. The pid
+/// is read each time, so a forked child describes itself, not its parent.
+pub fn default_label() -> String {
+    format!("{}:{} {}", host_name(), std::process::id(), language())
+}
+
+/// Milliseconds since 1970 of a wall-clock time (0 before 1970).
+pub fn unix_millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The wall-clock time `ms` milliseconds after 1970.
+pub fn from_unix_millis(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_label_names_host_pid_and_language() {
+        let label = default_label();
+        assert!(
+            label.ends_with(&format!(":{} {}", std::process::id(), language())),
+            "{label}"
+        );
+        assert!(!host_name().is_empty());
+    }
+
+    #[test]
+    fn millis_round_trip() {
+        let t = from_unix_millis(1_700_000_000_123);
+        assert_eq!(unix_millis(t), 1_700_000_000_123);
+    }
+}
