@@ -217,6 +217,20 @@ typedef struct mistri_hold mistri_hold;
 typedef struct mistri_hold_options_builder mistri_hold_options_builder;
 
 /**
+ * What `mistri_locks_info` found about a live lease: a snapshot, not kept
+ * up to date. Free it with `mistri_lease_info_free`.
+ *
+ * The holder's description may be missing (a lease taken by a client that
+ * stores none): then `mistri_lease_info_described` says false, the label
+ * is NULL and the numeric getters give 0. Time left comes from the
+ * backend's clock; acquired/renewed times are Unix seconds (wall clock,
+ * for display).
+ *
+ * Threading: immutable; any thread may read it, one frees it.
+ */
+typedef struct mistri_lease_info mistri_lease_info;
+
+/**
  * An adapter: a backend (Memory, Local or Redis) plus the leases this handle has
  * acquired, and the heartbeat engine that renews its holds.
  *
@@ -514,6 +528,94 @@ enum mistri_status mistri_hold_lost(const struct mistri_hold *hold, bool *lost);
  * `hold` is NULL or a live hold; `signal` is NULL or writable.
  */
 enum mistri_status mistri_hold_signal(const struct mistri_hold *hold, struct mistri_signal **signal);
+
+/**
+ * Reads who holds `key`.
+ *
+ * On `MISTRI_OK`, `*info` receives a new snapshot (free it with
+ * `mistri_lease_info_free`), or NULL when no live lease is on `key`.
+ *
+ * Errors: `MISTRI_INVALID_ARGUMENT` (empty key), the backend's errors.
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `key` is NULL or a NUL-terminated
+ * string; `info` is NULL or writable.
+ */
+enum mistri_status mistri_locks_info(const struct mistri_locks *locks, const char *key, struct mistri_lease_info **info);
+
+/**
+ * Frees a snapshot. NULL is ignored.
+ *
+ * # Safety
+ * `info` is NULL or a snapshot not used again.
+ */
+void mistri_lease_info_free(struct mistri_lease_info *info);
+
+/**
+ * Did the holder store a description (label, fence, times)?
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `described` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_described(const struct mistri_lease_info *info, bool *described);
+
+/**
+ * The holder's label (e.g. `"build-7:4120 python"`), owned by the snapshot
+ * (valid until `mistri_lease_info_free`); NULL when not described.
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `label` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_label(const struct mistri_lease_info *info, const char **label);
+
+/**
+ * The fencing number of the holder's acquisition (0 when not described).
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `fence` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_fence(const struct mistri_lease_info *info, uint64_t *fence);
+
+/**
+ * Seconds the lease lives unless renewed (the backend's clock);
+ * `INFINITY` for a lease with no expiry.
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `seconds` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_time_left(const struct mistri_lease_info *info, double *seconds);
+
+/**
+ * The holder's times and settings, each in seconds: when it acquired and
+ * last renewed the lease (Unix time, wall clock), its ttl and heartbeat
+ * (0 for a plain acquire). All 0 when not described. Any out-param may be
+ * NULL (not wanted).
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; each out-param is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_times(const struct mistri_lease_info *info, double *acquired_at, double *renewed_at, double *ttl, double *heartbeat);
+
+/**
+ * Sets the label this handle's next leases and holds store as their holder
+ * (copied); NULL restores the default, `host:pid c`. Empty is
+ * `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `label` is NULL or a NUL-terminated
+ * string.
+ */
+enum mistri_status mistri_locks_set_label(const struct mistri_locks *locks, const char *label);
+
+/**
+ * Sets the label holds started from this builder store (copied); NULL:
+ * the handle's label. Empty is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile;
+ * `label` is NULL or a NUL-terminated string.
+ */
+enum mistri_status mistri_hold_options_set_label(struct mistri_hold_options_builder *options, const char *label);
 
 /**
  * Makes an in-process Memory adapter: real TTLs on a monotonic clock,

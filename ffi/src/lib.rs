@@ -29,6 +29,7 @@
 mod args;
 mod handle;
 pub mod hold;
+pub mod info;
 pub mod locks;
 pub mod options;
 mod panic;

@@ -1,0 +1,234 @@
+//! `mistri_lease_info`: who holds a lease — the label its holder stored,
+//! the fence, when it was acquired and last renewed, its ttl, heartbeat and
+//! time left — read with `mistri_locks_info`. Labels: `mistri_locks_set_label`
+//! and `mistri_hold_options_set_label`.
+
+use crate::args::{try_out, try_str};
+use crate::handle::{free_box, to_boxed_mut_ptr, try_mut_from_ptr, try_ref_from_ptr, Castable};
+use crate::locks::mistri_locks;
+use crate::options::mistri_hold_options_builder;
+use crate::panic::{ffi_boundary, ffi_boundary_void};
+use crate::status::mistri_status;
+use mistri_core::info::LeaseInfo;
+use std::ffi::{c_char, CString};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What `mistri_locks_info` found about a live lease: a snapshot, not kept
+/// up to date. Free it with `mistri_lease_info_free`.
+///
+/// The holder's description may be missing (a lease taken by a client that
+/// stores none): then `mistri_lease_info_described` says false, the label
+/// is NULL and the numeric getters give 0. Time left comes from the
+/// backend's clock; acquired/renewed times are Unix seconds (wall clock,
+/// for display).
+///
+/// Threading: immutable; any thread may read it, one frees it.
+pub struct mistri_lease_info {
+    _private: [u8; 0],
+}
+
+pub(crate) struct InfoSnapshot {
+    info: LeaseInfo,
+    label: Option<CString>,
+}
+
+impl Castable for mistri_lease_info {
+    type RustType = InfoSnapshot;
+}
+
+fn unix_secs(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d: Duration| d.as_secs_f64())
+}
+
+/// Reads who holds `key`.
+///
+/// On `MISTRI_OK`, `*info` receives a new snapshot (free it with
+/// `mistri_lease_info_free`), or NULL when no live lease is on `key`.
+///
+/// Errors: `MISTRI_INVALID_ARGUMENT` (empty key), the backend's errors.
+///
+/// # Safety
+/// `locks` is NULL or a live handle; `key` is NULL or a NUL-terminated
+/// string; `info` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_locks_info(
+    locks: *const mistri_locks,
+    key: *const c_char,
+    info: *mut *mut mistri_lease_info,
+) -> mistri_status {
+    ffi_boundary!("mistri_locks_info", {
+        let out = try_out!(info);
+        let found = try_ref_from_ptr!(locks).info(try_str!(key))?;
+        out.write(found.map_or(std::ptr::null_mut(), |info| {
+            let label = info
+                .holder
+                .as_ref()
+                .map(|h| CString::new(h.label.replace('\0', "\u{fffd}")).unwrap_or_default());
+            to_boxed_mut_ptr(InfoSnapshot { info, label })
+        }))
+    })
+}
+
+/// Frees a snapshot. NULL is ignored.
+///
+/// # Safety
+/// `info` is NULL or a snapshot not used again.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_free(info: *mut mistri_lease_info) {
+    ffi_boundary_void!("mistri_lease_info_free", {
+        // SAFETY: per this function's contract.
+        unsafe { free_box(info) }
+    })
+}
+
+/// Did the holder store a description (label, fence, times)?
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; `described` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_described(
+    info: *const mistri_lease_info,
+    described: *mut bool,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_described", {
+        let out = try_out!(described);
+        out.write(try_ref_from_ptr!(info).info.holder.is_some())
+    })
+}
+
+/// The holder's label (e.g. `"build-7:4120 python"`), owned by the snapshot
+/// (valid until `mistri_lease_info_free`); NULL when not described.
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; `label` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_label(
+    info: *const mistri_lease_info,
+    label: *mut *const c_char,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_label", {
+        let out = try_out!(label);
+        let snap = try_ref_from_ptr!(info);
+        out.write(snap.label.as_ref().map_or(std::ptr::null(), |l| l.as_ptr()))
+    })
+}
+
+/// The fencing number of the holder's acquisition (0 when not described).
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; `fence` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_fence(
+    info: *const mistri_lease_info,
+    fence: *mut u64,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_fence", {
+        let out = try_out!(fence);
+        out.write(
+            try_ref_from_ptr!(info)
+                .info
+                .holder
+                .as_ref()
+                .map_or(0, |h| h.fence),
+        )
+    })
+}
+
+/// Seconds the lease lives unless renewed (the backend's clock);
+/// `INFINITY` for a lease with no expiry.
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; `seconds` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_time_left(
+    info: *const mistri_lease_info,
+    seconds: *mut f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_time_left", {
+        let out = try_out!(seconds);
+        let left = try_ref_from_ptr!(info).info.time_left;
+        out.write(left.map_or(f64::INFINITY, |d| d.as_secs_f64()))
+    })
+}
+
+/// The holder's times and settings, each in seconds: when it acquired and
+/// last renewed the lease (Unix time, wall clock), its ttl and heartbeat
+/// (0 for a plain acquire). All 0 when not described. Any out-param may be
+/// NULL (not wanted).
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; each out-param is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_times(
+    info: *const mistri_lease_info,
+    acquired_at: *mut f64,
+    renewed_at: *mut f64,
+    ttl: *mut f64,
+    heartbeat: *mut f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_times", {
+        let holder = try_ref_from_ptr!(info).info.holder.as_ref();
+        let values = [
+            holder.map_or(0.0, |h| unix_secs(h.acquired_at)),
+            holder.map_or(0.0, |h| unix_secs(h.renewed_at)),
+            holder.map_or(0.0, |h| h.ttl.as_secs_f64()),
+            holder.map_or(0.0, |h| h.heartbeat.as_secs_f64()),
+        ];
+        for (ptr, value) in [acquired_at, renewed_at, ttl, heartbeat]
+            .into_iter()
+            .zip(values)
+        {
+            if let Some(out) = std::ptr::NonNull::new(ptr) {
+                // SAFETY: non-NULL; the caller promises it is writable.
+                unsafe { out.as_ptr().write(value) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Sets the label this handle's next leases and holds store as their holder
+/// (copied); NULL restores the default, `host:pid c`. Empty is
+/// `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `locks` is NULL or a live handle; `label` is NULL or a NUL-terminated
+/// string.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_locks_set_label(
+    locks: *const mistri_locks,
+    label: *const c_char,
+) -> mistri_status {
+    ffi_boundary!("mistri_locks_set_label", {
+        let locks = try_ref_from_ptr!(locks);
+        let label = try_str!(opt label);
+        if let Some(l) = label {
+            mistri_core::args::check_key("label", l)?;
+        }
+        locks.set_label(label);
+        Ok(())
+    })
+}
+
+/// Sets the label holds started from this builder store (copied); NULL:
+/// the handle's label. Empty is `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile;
+/// `label` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_label(
+    options: *mut mistri_hold_options_builder,
+    label: *const c_char,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_label", {
+        let options = try_mut_from_ptr!(options);
+        let label = try_str!(opt label);
+        if let Some(l) = label {
+            mistri_core::args::check_key("label", l)?;
+        }
+        options.label = label.map(str::to_owned);
+        Ok(())
+    })
+}
