@@ -203,16 +203,15 @@ mod tests {
         assert!(tripped);
         assert_eq!(mine, vec![(1, Some("mine".to_owned()))]);
         assert!(!signal.remove_callback(handle), "ran once, gone");
-        std::thread::spawn(move || other.abort(None)).join().unwrap();
+        std::thread::spawn(move || other.abort(None))
+            .join()
+            .unwrap();
         let since = wake_token();
         assert_eq!(wait(since, None), Next::Events(vec![(2, None)]));
         // already aborted: the event comes back at once, not queued
         let (_, late) = listen(&signal, 3);
         assert_eq!(late, vec![(3, Some("mine".to_owned()))]);
-        assert_eq!(
-            wait(since, Some(Duration::from_millis(10))),
-            Next::TimedOut
-        );
+        assert_eq!(wait(since, Some(Duration::from_millis(10))), Next::TimedOut);
         // a wake after the token was read, before the wait: not lost
         let since = wake_token();
         wake();

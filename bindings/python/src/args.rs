@@ -111,7 +111,9 @@ pub(crate) fn wait_timeout(
 ) -> PyResult<Option<Duration>> {
     match timeout {
         None => Ok(None),
-        Some(Seconds(secs, _)) => mistri_locks::wait_timeout_from_secs(Timeout::NAME, secs).py_err(py),
+        Some(Seconds(secs, _)) => {
+            mistri_locks::wait_timeout_from_secs(Timeout::NAME, secs).py_err(py)
+        }
     }
 }
 

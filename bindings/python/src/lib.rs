@@ -8,15 +8,15 @@
 //! - No Rust thread ever calls into Python: callbacks and duck-typed
 //!   signals are delivered on Python threads (see `signal.rs`).
 
-mod adapter;
 mod args;
 mod error;
 mod hold;
+mod locks;
 mod signal;
 
-use crate::adapter::PyLocks;
 use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
 use crate::hold::{start, Hold};
+use crate::locks::PyLocks;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 
@@ -38,7 +38,8 @@ fn configure(adapter: Option<Bound<'_, PyLocks>>) {
 
 /// The configured handle, or None.
 #[pyfunction]
-fn locks(py: Python<'_>) -> Option<Py<PyLocks>> {
+#[pyo3(name = "locks")]
+fn configured(py: Python<'_>) -> Option<Py<PyLocks>> {
     CONFIGURED.lock().as_ref().map(|l| l.clone_ref(py))
 }
 
@@ -73,13 +74,13 @@ fn hold_configured(
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyLocks>()?;
-    m.add_class::<adapter::Memory>()?;
-    m.add_class::<adapter::Redis>()?;
-    m.add_class::<adapter::Local>()?;
+    m.add_class::<locks::Memory>()?;
+    m.add_class::<locks::Redis>()?;
+    m.add_class::<locks::Local>()?;
     m.add_class::<Hold>()?;
     m.add_class::<signal::PyAbortSignal>()?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;
-    m.add_function(wrap_pyfunction!(locks, m)?)?;
+    m.add_function(wrap_pyfunction!(configured, m)?)?;
     m.add_function(wrap_pyfunction!(hold_configured, m)?)?;
     m.add_function(wrap_pyfunction!(signal::_deliver_pending, m)?)?;
     m.add_function(wrap_pyfunction!(signal::_stop_dispatch, m)?)?;

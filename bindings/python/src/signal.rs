@@ -114,7 +114,10 @@ pub(crate) fn ensure_dispatcher(py: Python<'_>) -> PyResult<()> {
 /// returns `False` once stopped.
 #[pyfunction]
 #[pyo3(signature = (timeout = None))]
-pub(crate) fn _deliver_pending(py: Python<'_>, timeout: Option<Seconds<Timeout>>) -> PyResult<bool> {
+pub(crate) fn _deliver_pending(
+    py: Python<'_>,
+    timeout: Option<Seconds<Timeout>>,
+) -> PyResult<bool> {
     let slice = wait_timeout(py, timeout)?.map_or(DISPATCH_SLICE, |t| t.min(DISPATCH_SLICE));
     let since = delivery::wake_token();
     match py.detach(|| delivery::wait(since, Some(slice))) {

@@ -9,7 +9,7 @@
 //! lease to the core engine's I/O thread (`Hold::release_in_background`).
 //! A forked child's copy never touches its parent's lease.
 
-use crate::adapter::RbLocks;
+use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
 use crate::signal::Signal;
 use crate::{args, error};

@@ -13,12 +13,12 @@
 //! trips, waits) run without the GVL through [`nogvl::nogvl`]; Memory
 //! operations keep the GVL (releasing it costs more than they do).
 
-mod adapter;
 mod args;
 mod delivery;
 mod error;
 mod hold;
 mod local;
+mod locks;
 mod memory;
 mod nogvl;
 mod redis;
@@ -30,7 +30,7 @@ use mistri_locks::{FLAG_TTL, HEARTBEAT, LEASE_TTL};
 /// `MistriLocks._configure(locks_or_nil)`: sets the core's process-wide
 /// slot, the one `MistriLocks.hold` uses. (`MistriLocks.locks=` keeps the
 /// Ruby object too, so `MistriLocks.locks` returns that very object.)
-fn configure(locks: Option<&adapter::RbLocks>) {
+fn configure(locks: Option<&locks::RbLocks>) {
     mistri_locks::configure(locks.map(|l| l.locks().clone()));
 }
 
@@ -46,7 +46,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     delivery::init(ruby, module)?;
     signal::init(ruby, module)?;
     hold::init(ruby, module)?;
-    adapter::init(ruby, module)?;
+    locks::init(ruby, module)?;
     memory::init(ruby, module)?;
     redis::init(ruby, module)?;
     local::init(ruby, module)?;

@@ -7,8 +7,8 @@
 //! that may wait for another process's transaction (up to the core's 5 s
 //! busy timeout), so they run without the GVL like Redis round trips.
 
-use crate::adapter::RbLocks;
 use crate::error;
+use crate::locks::RbLocks;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, RString, Ruby};
 use mistri_locks::Locks;
 

@@ -2,7 +2,7 @@
 //! Memory adapter: real TTLs on a monotonic clock, expiry judged at read
 //! time).
 
-use crate::adapter::RbLocks;
+use crate::locks::RbLocks;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby};
 use mistri_locks::Locks;
 

@@ -7,8 +7,8 @@
 //! the first operation. The connection pool is the core's and reconnects in
 //! a forked child.
 
-use crate::adapter::RbLocks;
 use crate::error;
+use crate::locks::RbLocks;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, RString, Ruby};
 use mistri_locks::redis::{DEFAULT_NAMESPACE, DEFAULT_URL};
 use mistri_locks::Locks;

@@ -39,7 +39,11 @@ impl PyLocks {
     }
 
     /// Another owner on the same backend, as `new_owner` of subclass `S`.
-    fn new_owner_as<S: PyClass<BaseType = PyLocks>>(&self, py: Python<'_>, sub: S) -> PyResult<Py<S>> {
+    fn new_owner_as<S: PyClass<BaseType = PyLocks>>(
+        &self,
+        py: Python<'_>,
+        sub: S,
+    ) -> PyResult<Py<S>> {
         let base = PyLocks::new(self.locks.sharing_adapter());
         Py::new(py, PyClassInitializer::from(base).add_subclass(sub))
     }
