@@ -167,8 +167,17 @@ pub(crate) fn mint_token() -> Result<String> {
     })
 }
 
-/// This process's fork generation (see [`crate::fork`]).
-pub(crate) fn fork_generation() -> u64 {
+/// This process's fork generation: a number that differs in every forked
+/// child (bumped by a `pthread_atfork` child handler, so reading it is one
+/// atomic load, not a `getpid` call). The one fork detector of every face:
+/// state that a child must rebuild remembers the generation it was made in.
+///
+/// # Examples
+/// ```
+/// let made_in = mistri_locks::args::fork_generation();
+/// assert_eq!(made_in, mistri_locks::args::fork_generation()); // same process
+/// ```
+pub fn fork_generation() -> u64 {
     crate::fork::generation()
 }
 

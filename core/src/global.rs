@@ -1,4 +1,9 @@
-//! The process-wide configured adapter (the seed's `Mistri.locks = ...`).
+//! The process-wide configured owner handle (the seed's `Mistri.locks =
+//! ...`): the one slot every face reads. `hold` on the configured handle
+//! goes through here in every language; a face keeps a reference to its
+//! own host object next to it only so that `locks()` returns the very
+//! object that was configured (Python: `bindings/python/src/lib.rs`, Ruby:
+//! `MistriLocks.@locks`), and sets both under one lock.
 
 use crate::error::Result;
 use crate::hold::{Hold, HoldOptions};

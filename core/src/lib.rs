@@ -35,6 +35,7 @@
 
 pub mod adapter;
 pub mod args;
+pub mod delivery;
 mod engine;
 pub mod error;
 pub mod fence;
@@ -51,7 +52,7 @@ pub mod signal;
 mod sync;
 
 pub use adapter::{Adapter, Beat, Lease, Renewal, Renewed};
-pub use args::duration_from_secs;
+pub use args::{duration_from_secs, fork_generation, wait_timeout_from_secs};
 pub use engine::{default_margin, IDLE_EXIT, MAX_TICK, MIN_HEARTBEAT};
 pub use error::{Error, Result};
 pub use global::{configure, hold, locks};
@@ -61,4 +62,4 @@ pub use local::Local;
 pub use locks::Locks;
 pub use memory::Memory;
 pub use redis::Redis;
-pub use signal::{AbortSignal, CallbackHandle, WaitOutcome};
+pub use signal::{AbortSignal, CallbackHandle, WaitOutcome, WakeToken};

@@ -66,6 +66,12 @@ impl CallbackHandle {
     }
 }
 
+/// A waiter's view of a wake count, read before it blocks (see
+/// [`AbortSignal::wake_token`] and [`crate::delivery::wake_token`]): a wake
+/// that happens after the read ends the wait, however soon it comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WakeToken(pub(crate) u64);
+
 /// How a [`AbortSignal::wait_or_wake`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitOutcome {
@@ -238,19 +244,38 @@ impl AbortSignal {
         state.aborted
     }
 
-    /// Like [`AbortSignal::wait`], but also returns early when another thread
-    /// calls [`AbortSignal::wake_waiters`]. Faces use it to make a blocked
-    /// wait interruptible (Ruby's unblock function wakes it, then the waiting
-    /// thread checks for interrupts and waits again).
-    pub fn wait_or_wake(&self, timeout: Option<Duration>) -> WaitOutcome {
+    /// Where this signal's wake count stands: read it *before* a host
+    /// releases its interpreter lock, then pass it to
+    /// [`AbortSignal::wait_or_wake`], so that a [`AbortSignal::wake_waiters`]
+    /// landing in between (Ruby may call its unblock function the moment
+    /// the GVL is released) is seen, never lost.
+    pub fn wake_token(&self) -> WakeToken {
+        WakeToken(self.inner.state.lock().wake_epoch)
+    }
+
+    /// Like [`AbortSignal::wait`], but also returns [`WaitOutcome::Woken`]
+    /// once [`AbortSignal::wake_waiters`] has been called since `since` was
+    /// read. Faces use it to make a blocked wait interruptible (Ruby's
+    /// unblock function wakes it; the waiting thread then checks for
+    /// interrupts and waits again with a fresh token).
+    ///
+    /// # Examples
+    /// ```
+    /// use mistri_locks::{AbortSignal, WaitOutcome};
+    ///
+    /// let signal = AbortSignal::new();
+    /// let since = signal.wake_token();
+    /// signal.wake_waiters(); // lands before the wait begins: not lost
+    /// assert_eq!(signal.wait_or_wake(since, None), WaitOutcome::Woken);
+    /// ```
+    pub fn wait_or_wake(&self, since: WakeToken, timeout: Option<Duration>) -> WaitOutcome {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut state = self.inner.state.lock();
-        let epoch = state.wake_epoch;
         loop {
             if state.aborted {
                 return WaitOutcome::Aborted;
             }
-            if state.wake_epoch != epoch {
+            if state.wake_epoch != since.0 {
                 return WaitOutcome::Woken;
             }
             match deadline {
@@ -271,7 +296,8 @@ impl AbortSignal {
     }
 
     /// Wakes every thread blocked in [`AbortSignal::wait_or_wake`] without
-    /// aborting. Safe to call from any thread, any number of times.
+    /// aborting (and every later wait whose token was read before this).
+    /// Safe to call from any thread, any number of times.
     pub fn wake_waiters(&self) {
         let mut state = self.inner.state.lock();
         state.wake_epoch = state.wake_epoch.wrapping_add(1);
@@ -388,17 +414,23 @@ mod tests {
     fn wake_waiters_wakes_without_aborting() {
         let s = AbortSignal::new();
         let s2 = s.clone();
-        let t = std::thread::spawn(move || s2.wait_or_wake(Some(Duration::from_secs(10))));
+        let t = std::thread::spawn(move || {
+            s2.wait_or_wake(s2.wake_token(), Some(Duration::from_secs(10)))
+        });
         std::thread::sleep(Duration::from_millis(30));
         s.wake_waiters();
         assert_eq!(t.join().unwrap(), WaitOutcome::Woken);
         assert!(!s.is_aborted());
         assert_eq!(
-            s.wait_or_wake(Some(Duration::from_millis(5))),
+            s.wait_or_wake(s.wake_token(), Some(Duration::from_millis(5))),
             WaitOutcome::TimedOut
         );
+        // A wake between reading the token and waiting is not lost.
+        let since = s.wake_token();
+        s.wake_waiters();
+        assert_eq!(s.wait_or_wake(since, None), WaitOutcome::Woken);
         s.abort(None);
-        assert_eq!(s.wait_or_wake(None), WaitOutcome::Aborted);
+        assert_eq!(s.wait_or_wake(s.wake_token(), None), WaitOutcome::Aborted);
     }
 
     #[test]

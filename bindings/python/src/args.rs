@@ -1,7 +1,7 @@
 //! Argument conversion: seconds from Python numbers, validated by the core.
 
 use crate::error::IntoPyResult;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 use std::marker::PhantomData;
@@ -102,21 +102,19 @@ impl<'a, 'py, A: Argument> FromPyObject<'a, 'py> for Seconds<A> {
     }
 }
 
-/// A wait timeout: `None` waits forever; `0` just looks; negative or NaN is
-/// a `ValueError`. Unlike a TTL, zero is allowed.
-pub(crate) fn wait_timeout(timeout: Option<Seconds<Timeout>>) -> PyResult<Option<Duration>> {
-    let Some(Seconds(secs, _)) = timeout else {
-        return Ok(None);
-    };
-    if secs.is_nan() || secs < 0.0 {
-        return Err(PyValueError::new_err(format!(
-            "timeout must be None or a number of seconds >= 0, got {secs}"
-        )));
+/// A wait timeout, by the core's one rule for every face
+/// (`mistri_locks::wait_timeout_from_secs`): `None`, +inf or more than 1e9
+/// seconds wait forever; `0` just looks; negative or NaN is a `ValueError`.
+pub(crate) fn wait_timeout(
+    py: Python<'_>,
+    timeout: Option<Seconds<Timeout>>,
+) -> PyResult<Option<Duration>> {
+    match timeout {
+        None => Ok(None),
+        Some(Seconds(secs, _)) => {
+            mistri_locks::wait_timeout_from_secs(Timeout::NAME, secs).py_err(py)
+        }
     }
-    if secs > mistri_locks::args::MAX_SECS {
-        return Ok(None); // longer than any process lives
-    }
-    Ok(Some(Duration::from_secs_f64(secs)))
 }
 
 /// `type(obj).__name__`, for messages.

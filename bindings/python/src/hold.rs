@@ -3,7 +3,7 @@
 
 use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
 use crate::error::IntoPyResult;
-use crate::signal::{ensure_dispatcher, Forwarder, PyAbortSignal};
+use crate::signal::{ensure_dispatcher, forwarder, PyAbortSignal};
 use mistri_locks::{HoldOptions, Locks, ReleaseOutcome};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -21,23 +21,17 @@ pub(crate) struct Hold {
     hold: Option<mistri_locks::Hold>,
     /// What `.signal` returns: the caller's object or a fresh AbortSignal.
     signal: Py<PyAny>,
-    /// For a duck-typed signal: the link from the core signal to it.
-    forwarder: Option<Forwarder>,
+    /// For a duck-typed signal: the internal signal that forwards to it.
+    forwarder: Option<PyAbortSignal>,
 }
 
-/// Where a hold is taken: one adapter, or the configured one.
-pub(crate) enum Source {
-    Adapter(Locks),
-    /// No adapter configured: only validate the arguments.
-    Nothing,
-}
-
-/// The arguments of `hold(...)`, shared by `mistri_locks.hold` and
-/// `Adapter.hold`.
+/// The arguments of `hold(...)`, shared by `Locks.hold` (`source` is that
+/// handle) and `mistri_locks.hold` (`None`: the core's configured slot,
+/// which also validates the arguments when nothing is configured).
 #[allow(clippy::too_many_arguments)] // one per keyword argument of hold()
 pub(crate) fn start(
     py: Python<'_>,
-    source: Source,
+    source: Option<Locks>,
     key: String,
     ttl: Seconds<Ttl>,
     heartbeat: Seconds<Heartbeat>,
@@ -57,7 +51,7 @@ pub(crate) fn start(
         Some(obj) => match obj.cast::<PyAbortSignal>() {
             Ok(ours) => (ours.get().core.clone(), obj.unbind(), None),
             Err(_) => {
-                let forwarder = Forwarder::new(&obj)?;
+                let forwarder = forwarder(&obj)?;
                 (forwarder.core.clone(), obj.unbind(), Some(forwarder))
             }
         },
@@ -74,12 +68,8 @@ pub(crate) fn start(
     };
     let hold = py
         .detach(|| match source {
-            Source::Adapter(locks) => locks.hold(&key, opts),
-            // Nothing configured: still tell the caller its arguments are
-            // wrong, as the core's `hold` does.
-            Source::Nothing => mistri_locks::args::check_key("key", &key)
-                .and_then(|()| opts.validate())
-                .map(|()| None),
+            Some(locks) => locks.hold(&key, opts),
+            None => mistri_locks::hold(&key, opts),
         })
         .py_err(py)?;
     Ok(hold.map(|hold| Hold {

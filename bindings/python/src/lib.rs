@@ -8,40 +8,44 @@
 //! - No Rust thread ever calls into Python: callbacks and duck-typed
 //!   signals are delivered on Python threads (see `signal.rs`).
 
-mod adapter;
 mod args;
 mod error;
 mod hold;
 mod info;
+mod locks;
 mod signal;
 
-use crate::adapter::Adapter;
 use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
-use crate::hold::{start, Hold, Source};
+use crate::hold::{start, Hold};
+use crate::locks::PyLocks;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 
-/// The adapter object passed to `configure`, so `locks()` returns that very
-/// object. The core keeps its own copy of the `Locks` for `hold()`.
-static CONFIGURED: Mutex<Option<Py<Adapter>>> = Mutex::new(None);
+/// The configured Python object, kept only so that `locks()` returns that
+/// very object (it may be a subclass). The core's slot
+/// (`mistri_locks::configure`) is the one `hold()` uses; `configure` sets
+/// both under this lock.
+static CONFIGURED: Mutex<Option<Py<PyLocks>>> = Mutex::new(None);
 
-/// Sets (or with None, clears) the process-wide adapter used by `hold()`.
+/// Sets (or with None, clears) the process-wide handle used by `hold()`.
 #[pyfunction]
-fn configure(adapter: Option<Bound<'_, Adapter>>) {
-    let locks = adapter.as_ref().map(|a| a.get().locks());
-    let previous = std::mem::replace(&mut *CONFIGURED.lock(), adapter.map(Bound::unbind));
-    mistri_locks::configure(locks);
-    drop(previous); // with the GIL held, outside the mutex
+fn configure(adapter: Option<Bound<'_, PyLocks>>) {
+    let mut slot = CONFIGURED.lock();
+    let replaced = mistri_locks::configure(adapter.as_ref().map(|l| l.get().locks()));
+    let previous = std::mem::replace(&mut *slot, adapter.map(Bound::unbind));
+    drop(slot);
+    drop((replaced, previous)); // with the GIL held, outside the mutex
 }
 
-/// The configured adapter, or None.
+/// The configured handle, or None.
 #[pyfunction]
-fn locks(py: Python<'_>) -> Option<Py<Adapter>> {
-    CONFIGURED.lock().as_ref().map(|a| a.clone_ref(py))
+#[pyo3(name = "locks")]
+fn configured(py: Python<'_>) -> Option<Py<PyLocks>> {
+    CONFIGURED.lock().as_ref().map(|l| l.clone_ref(py))
 }
 
-/// Acquires `key` on the configured adapter and keeps it renewed on a
-/// heartbeat until released. None when no adapter is configured or the
+/// Acquires `key` on the configured handle and keeps it renewed on a
+/// heartbeat until released. None when nothing is configured or the
 /// lease is held elsewhere.
 #[pyfunction]
 #[pyo3(name = "hold", signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None, safety_margin = None))]
@@ -54,15 +58,9 @@ fn hold_configured(
     signal: Option<Bound<'_, PyAny>>,
     safety_margin: Option<Seconds<SafetyMargin>>,
 ) -> PyResult<Option<Hold>> {
-    // The configured Python adapter object (which may be a subclass), not
-    // the core's global.
-    let source = match &*CONFIGURED.lock() {
-        Some(adapter) => Source::Adapter(adapter.get().locks()),
-        None => Source::Nothing,
-    };
     start(
         py,
-        source,
+        None,
         key,
         ttl,
         heartbeat,
@@ -77,14 +75,14 @@ fn hold_configured(
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     mistri_locks::info::set_language("python");
-    m.add_class::<Adapter>()?;
-    m.add_class::<adapter::Memory>()?;
-    m.add_class::<adapter::Redis>()?;
-    m.add_class::<adapter::Local>()?;
+    m.add_class::<PyLocks>()?;
+    m.add_class::<locks::Memory>()?;
+    m.add_class::<locks::Redis>()?;
+    m.add_class::<locks::Local>()?;
     m.add_class::<Hold>()?;
     m.add_class::<signal::PyAbortSignal>()?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;
-    m.add_function(wrap_pyfunction!(locks, m)?)?;
+    m.add_function(wrap_pyfunction!(configured, m)?)?;
     m.add_function(wrap_pyfunction!(hold_configured, m)?)?;
     m.add_function(wrap_pyfunction!(signal::_deliver_pending, m)?)?;
     m.add_function(wrap_pyfunction!(signal::_stop_dispatch, m)?)?;

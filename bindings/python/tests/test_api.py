@@ -117,3 +117,14 @@ def test_unreachable_redis_is_a_connection_error() -> None:
         pass
     else:
         pytest.fail("no ConnectionError")
+
+
+def test_one_vocabulary_with_old_names_as_aliases() -> None:
+    m = mistri_locks.Memory()
+    assert isinstance(m, mistri_locks.Locks)
+    assert mistri_locks.Adapter is mistri_locks.Locks
+    for owner in (m.new_owner(), m.sharing_adapter()):
+        assert type(owner) is mistri_locks.Memory
+        assert owner.acquire("vocab", 5)
+        assert not m.acquire("vocab", 5), "another owner, same store"
+        owner.release("vocab")

@@ -220,3 +220,25 @@ def test_objects_without_a_callable_abort_are_refused() -> None:
         with pytest.raises(TypeError, match="abort"):
             m.hold("k", signal=bad)  # type: ignore[arg-type]
     assert not m.held("k")
+
+
+def test_one_timeout_rule_for_every_wait() -> None:
+    # The core's rule: None, +inf or more than 1e9 s wait forever; 0 looks;
+    # NaN or negative is a ValueError naming the argument.
+    for forever in (float("inf"), 1e10, 10**400):
+        s = mistri_locks.AbortSignal()
+        threading.Timer(0.02, s.abort).start()
+        assert s.wait(forever) is True
+    for bad in (float("nan"), -0.5, float("-inf"), -(10**400)):
+        with pytest.raises(ValueError, match="timeout"):
+            s.wait(bad)
+
+
+def test_the_dispatcher_step_follows_the_timeout_rule() -> None:
+    # It used to panic on NaN (Duration::from_secs_f64).
+    from mistri_locks import _native
+
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(ValueError, match="timeout"):
+            _native._deliver_pending(bad)
+    assert _native._deliver_pending(0) is True

@@ -8,7 +8,7 @@
 #     work_one_item until hold.signal.aborted?
 #   end
 #
-# Every adapter (MistriLocks::Memory, MistriLocks::Redis) is a drop-in for
+# Every handle (MistriLocks::Memory, Redis, Local: a MistriLocks::Locks) is a drop-in for
 # `Mistri.locks = ...` in the mistri gem: the seven methods acquire(key, ttl:),
 # renew(key, ttl:), release(key), held?(key), set_flag(key, ttl: 300),
 # flag?(key), clear_flag(key), with fractional-second TTLs.
@@ -27,17 +27,20 @@ module MistriLocks
   @locks = nil
 
   class << self
-    # The process-wide adapter used by MistriLocks.hold, or nil.
+    # The process-wide handle used by MistriLocks.hold (the object given to
+    # locks=), or nil.
     attr_reader :locks
 
-    # Sets (or with nil, clears) the process-wide adapter: a
-    # MistriLocks::Memory or MistriLocks::Redis.
-    def locks=(adapter)
-      unless adapter.nil? || adapter.is_a?(Adapter)
-        raise TypeError, "MistriLocks.locks= takes a MistriLocks::Memory, " \
-                         "MistriLocks::Redis or nil, got #{adapter.class}"
+    # Sets (or with nil, clears) the process-wide handle: a MistriLocks::Locks
+    # (Memory, Redis, Local). The core keeps the one slot that holds use;
+    # @locks only remembers this Ruby object, so MistriLocks.locks returns it.
+    def locks=(locks)
+      unless locks.nil? || locks.is_a?(Locks)
+        raise TypeError, "MistriLocks.locks= takes a MistriLocks::Locks (Memory, Redis, Local) " \
+                         "or nil, got #{locks.class}"
       end
-      @locks = adapter
+      _configure(locks)
+      @locks = locks
     end
 
     # Acquires +key+ on MistriLocks.locks and keeps it renewed every
@@ -52,8 +55,8 @@ module MistriLocks
     # min(ttl/4, max(tick + the adapter's I/O timeout, 0.025))), so the
     # holder hears it before anyone else can take the lease.
     #
-    # Returns a MistriLocks::Hold, or nil when no adapter is configured or
-    # the lease is held elsewhere (a refused caller never touches the real
+    # Returns a MistriLocks::Hold, or nil when nothing is configured or the
+    # lease is held elsewhere (a refused caller never touches the real
     # holder's lease).
     #
     # With a block: yields the hold, releases it when the block ends (also on
@@ -64,16 +67,9 @@ module MistriLocks
     # abort!(reason) (such as Mistri::AbortSignal), which is called from a
     # Ruby thread when the hold is stopped or lost.
     def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil, &block)
-      adapter = @locks
-      if adapter
-        return adapter.hold(key, ttl: ttl, heartbeat: heartbeat, stop_key: stop_key, signal: signal,
-                                 safety_margin: safety_margin, &block)
-      end
-
-      _check_hold_args(key, ttl, heartbeat, stop_key, safety_margin)
-      Hold.check_signal(signal)
-      nil
+      hold = Hold.start(nil, key, ttl, heartbeat, stop_key, signal, safety_margin)
+      block ? Hold.run(hold, &block) : hold
     end
   end
-  private_class_method :_check_hold_args
+  private_class_method :_configure, :_hold
 end

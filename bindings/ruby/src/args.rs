@@ -3,7 +3,7 @@
 
 use crate::error;
 use magnus::{prelude::*, Error, Float, Integer, RString, Ruby, Symbol, Value};
-use mistri_locks::{duration_from_secs, AbortSignal, HoldOptions};
+use mistri_locks::{duration_from_secs, wait_timeout_from_secs, AbortSignal, HoldOptions};
 use std::time::Duration;
 
 fn class_name(v: Value) -> String {
@@ -78,19 +78,14 @@ pub fn duration(ruby: &Ruby, what: &str, v: Value) -> Result<Duration, Error> {
     duration_from_secs(what, secs).map_err(|e| error::to_ruby(ruby, e))
 }
 
-/// A wait's timeout: nil (or +Infinity) waits forever, zero doesn't wait.
+/// A wait's timeout, by the core's one rule for every face
+/// (`mistri_locks::wait_timeout_from_secs`): nil, +Infinity or more than
+/// 1e9 seconds wait forever; zero just looks; negative or NaN is an
+/// ArgumentError.
 pub fn timeout(ruby: &Ruby, v: Option<Value>) -> Result<Option<Duration>, Error> {
     let Some(v) = v else { return Ok(None) };
     let secs = seconds(ruby, "timeout", v)?;
-    if secs == f64::INFINITY {
-        return Ok(None);
-    }
-    if secs == 0.0 {
-        return Ok(Some(Duration::ZERO));
-    }
-    duration_from_secs("timeout", secs)
-        .map(Some)
-        .map_err(|e| error::to_ruby(ruby, e))
+    wait_timeout_from_secs("timeout", secs).map_err(|e| error::to_ruby(ruby, e))
 }
 
 /// Hold options from Ruby values (the signal is already a core signal).

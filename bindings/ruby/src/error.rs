@@ -6,8 +6,11 @@
 //! | `Config`                 | `MistriLocks::ConfigError`     |
 //! | `Connection`             | `MistriLocks::ConnectionError` |
 //! | `Backend`                | `MistriLocks::BackendError`    |
-//! | `System`                 | `MistriLocks::SystemError`     |
+//! | `System`                 | `MistriLocks::SystemResourceError` |
 //! | (a future kind)          | `MistriLocks::Error`           |
+//!
+//! `SystemResourceError` is Python's name too; `MistriLocks::SystemError`
+//! is its old name, an alias (in `error.rb`) until 0.3.
 //!
 //! The classes are defined by `lib/mistri_locks/error.rb` (with their docs);
 //! `init` looks them up (defining them if that file was skipped, with the
@@ -39,7 +42,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
         config: define("ConfigError", base)?.into(),
         connection: define("ConnectionError", base)?.into(),
         backend: define("BackendError", base)?.into(),
-        system: define("SystemError", base)?.into(),
+        system: define("SystemResourceError", base)?.into(),
     };
     // A second load of the extension finds the same constants: keep the first.
     let _ = CLASSES.set(classes);

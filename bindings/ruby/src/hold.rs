@@ -9,22 +9,48 @@
 //! lease to the core engine's I/O thread (`Hold::release_in_background`).
 //! A forked child's copy never touches its parent's lease.
 
-use crate::error;
-use crate::nogvl::{nogvl, uninterruptible};
+use crate::locks::RbLocks;
+use crate::nogvl::nogvl;
 use crate::signal::Signal;
-use magnus::{method, prelude::*, Error, RModule, Ruby};
+use crate::{args, error};
+use magnus::{method, prelude::*, Error, RModule, Ruby, Value};
 use mistri_locks::{Hold, ReleaseOutcome};
+
+/// `MistriLocks._hold(locks, key, ttl, heartbeat, stop_key, signal,
+/// safety_margin)` -> Hold or nil: a hold on `locks`, or with nil on the
+/// core's configured slot (which still checks the arguments when nothing
+/// is configured). `signal` is nil or a `MistriLocks::AbortSignal`
+/// (duck-typed signals are the Ruby half's business).
+#[allow(clippy::too_many_arguments)] // one per argument of the Ruby method
+pub fn start(
+    ruby: &Ruby,
+    locks: Option<&RbLocks>,
+    key: Value,
+    ttl: Value,
+    heartbeat: Value,
+    stop_key: Option<Value>,
+    signal: Option<&Signal>,
+    safety_margin: Option<Value>,
+) -> Result<Option<RbHold>, Error> {
+    let key = args::key(ruby, "key", key)?;
+    let signal = signal.map(|s| s.0.clone());
+    let opts = args::hold_options(ruby, ttl, heartbeat, stop_key, signal, safety_margin)?;
+    // An acquire may be a round trip: without the GVL.
+    let hold = nogvl(ruby, || match locks {
+        Some(l) => l.locks().hold(&key, opts),
+        None => mistri_locks::hold(&key, opts),
+    })?;
+    Ok(hold.map_err(|e| error::to_ruby(ruby, e))?.map(RbHold::new))
+}
 
 #[magnus::wrap(class = "MistriLocks::Hold", free_immediately, size)]
 pub struct RbHold {
     hold: Hold,
-    /// Release does a network round trip: do it without the GVL.
-    remote: bool,
 }
 
 impl RbHold {
-    pub fn new(hold: Hold, remote: bool) -> Self {
-        RbHold { hold, remote }
+    pub fn new(hold: Hold) -> Self {
+        RbHold { hold }
     }
 
     fn key(&self) -> String {
@@ -43,11 +69,9 @@ impl RbHold {
     /// already released, lost, gone, or this is a forked child's copy.
     fn release(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
         let hold = &rb_self.hold;
-        let outcome = if rb_self.remote {
-            nogvl(ruby, || hold.release(), uninterruptible)?
-        } else {
-            hold.release()
-        };
+        // Waits for an in-flight tick and may do a round trip: without the
+        // GVL (no unblock function: cheap, and bounded by the core).
+        let outcome = nogvl(ruby, || hold.release())?;
         match outcome.map_err(|e| error::to_ruby(ruby, e))? {
             ReleaseOutcome::Released => Ok(true),
             _ => Ok(false),

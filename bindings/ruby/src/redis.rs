@@ -7,8 +7,8 @@
 //! the first operation. The connection pool is the core's and reconnects in
 //! a forked child.
 
-use crate::adapter::Adapter;
 use crate::error;
+use crate::locks::RbLocks;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, RString, Ruby};
 use mistri_locks::redis::{DEFAULT_NAMESPACE, DEFAULT_URL};
 use mistri_locks::Locks;
@@ -19,15 +19,15 @@ fn open(
     class: RClass,
     url: RString,
     namespace: RString,
-) -> Result<Obj<Adapter>, Error> {
+) -> Result<Obj<RbLocks>, Error> {
     let url = url.to_string()?;
     let namespace = namespace.to_string()?;
     let locks = Locks::redis(&url, &namespace).map_err(|e| error::to_ruby(ruby, e))?;
-    Ok(ruby.obj_wrap_as(Adapter::new(locks, true), class))
+    Ok(ruby.obj_wrap_as(RbLocks::new(locks), class))
 }
 
 pub fn init(_ruby: &Ruby, module: RModule) -> Result<(), Error> {
-    let base: RClass = module.const_get("Adapter")?;
+    let base: RClass = module.const_get("Locks")?;
     let class = module.define_class("Redis", base)?;
     class.const_set("DEFAULT_URL", DEFAULT_URL)?;
     class.const_set("DEFAULT_NAMESPACE", DEFAULT_NAMESPACE)?;

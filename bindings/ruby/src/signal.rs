@@ -4,11 +4,12 @@
 //! `_abort`, `_wait`, `_watch`, `_unwatch`. `lib/mistri_locks/abort_signal.rb`
 //! adds `abort!`, `wait`, `on_abort` and `remove_callback` on top, keeping
 //! the callback blocks in the Ruby object (so the GC sees them) and running
-//! them on Ruby threads only (see `delivery`).
+//! them on Ruby threads only (the core's `mistri_locks::delivery`; see
+//! `lib/mistri_locks/delivery.rb` for the Ruby glue).
 
-use crate::nogvl::nogvl;
-use crate::{args, delivery};
+use crate::{args, nogvl};
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
+use mistri_locks::delivery::{self, Event};
 use mistri_locks::{AbortSignal, CallbackHandle, WaitOutcome};
 use std::time::Instant;
 
@@ -26,8 +27,8 @@ impl Signal {
     /// `_abort(reason)` -> `[tripped, notes]`: trips the signal; the notes
     /// of this signal's and its children's Ruby watchers are returned for
     /// delivery on this thread.
-    fn abort(&self, reason: Option<String>) -> (bool, Vec<delivery::Event>) {
-        delivery::capture(|| self.0.abort(reason.as_deref()))
+    fn abort(&self, reason: Option<String>) -> (bool, Vec<Event>) {
+        delivery::abort(&self.0, reason.as_deref())
     }
 
     fn is_aborted(&self) -> bool {
@@ -42,9 +43,9 @@ impl Signal {
         Signal(self.0.derive())
     }
 
-    /// `_wait(timeout)` -> true if aborted, false on timeout. Blocks without
-    /// the GVL; an interrupt (Thread#raise, Timeout, SIGINT) wakes the wait
-    /// and is raised here.
+    /// `_wait(timeout)` -> true if aborted, false on timeout (the core's
+    /// wait-timeout rule). Blocks without the GVL; an interrupt
+    /// (Thread#raise, Timeout, SIGINT) wakes the wait and is raised here.
     fn wait(ruby: &Ruby, rb_self: &Self, timeout: Option<Value>) -> Result<bool, Error> {
         let timeout = args::timeout(ruby, timeout)?;
         let signal = &rb_self.0;
@@ -52,25 +53,26 @@ impl Signal {
             return Ok(signal.is_aborted());
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|l| l.is_zero()) {
-                return Ok(signal.is_aborted());
-            }
-            let outcome = nogvl(ruby, || signal.wait_or_wake(left), || signal.wake_waiters())?;
-            match outcome {
-                WaitOutcome::Aborted => return Ok(true),
-                WaitOutcome::TimedOut => return Ok(false),
-                WaitOutcome::Woken => ruby.thread_check_ints()?,
-            }
-        }
+        nogvl::wait(
+            ruby,
+            || signal.wake_token(),
+            |since| {
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                match signal.wait_or_wake(since, left) {
+                    WaitOutcome::Aborted => Some(true),
+                    WaitOutcome::TimedOut => Some(false),
+                    WaitOutcome::Woken => None,
+                }
+            },
+            || signal.wake_waiters(),
+        )
     }
 
     /// `_watch(id)` -> `[handle, notes]`: on abort, deliver to Ruby delivery
     /// id `id`. If the signal is already aborted the note is returned at
     /// once, for delivery on this thread.
-    fn watch(&self, id: u64) -> (u64, Vec<delivery::Event>) {
-        let (handle, events) = delivery::capture(|| self.0.on_abort(delivery::notifier(id)));
+    fn watch(&self, id: u64) -> (u64, Vec<Event>) {
+        let (handle, events) = delivery::listen(&self.0, id);
         (handle.as_u64(), events)
     }
 

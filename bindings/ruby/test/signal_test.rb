@@ -262,3 +262,95 @@ class SurfaceTest < Minitest::Test
     assert_match(/duck trouble/, err)
   end
 end
+
+# Not under GC.stress: thousands of threads.
+class LostInterruptTest < Minitest::Test
+  class Knock < StandardError; end
+
+  # A Thread#raise landing just as a thread enters AbortSignal#wait (no
+  # timeout) must interrupt it: the wait's wake token is read before the GVL
+  # is released, so an unblock call in between is never lost.
+  def test_a_raise_landing_as_a_waiter_enters_wait_is_never_lost
+    s = MistriLocks::AbortSignal.new
+    1000.times do |i|
+      waiter = Thread.new do
+        s.wait
+      rescue Knock
+        :knocked
+      end
+      waiter.report_on_exception = false
+      i.even? ? Thread.pass : sleep(rand * 0.0003)
+      waiter.raise(Knock)
+      ended = begin
+        waiter.join(2)
+      rescue Knock # landed before the rescue was entered
+        true
+      end
+      next if ended
+
+      s.abort!("unstick")
+      flunk "iteration #{i}: Thread#raise was lost, the wait kept blocking"
+    end
+    refute s.aborted?
+  end
+
+  def test_a_raise_landing_as_the_main_thread_enters_wait_is_never_lost
+    s = MistriLocks::AbortSignal.new
+    main = Thread.current
+    1000.times do |i|
+      t0 = Clock.now
+      knocker = nil
+      assert_raises(Knock) do
+        knocker = Thread.new { i.even? ? Thread.pass : sleep(rand * 0.0003); main.raise(Knock) }
+        s.wait(3)
+      end
+      knocker.join
+      assert_operator Clock.now - t0, :<, 1.5, "iteration #{i}: the raise waited for the timeout"
+    end
+  end
+end
+
+class TimeoutRuleTest < Minitest::Test
+  # The core's one rule: nil, Float::INFINITY or more than 1e9 s wait
+  # forever; 0 just looks; NaN or negative is an ArgumentError.
+  def test_one_timeout_rule
+    [nil, Float::INFINITY, 1e10, 10**400].each do |forever|
+      s = MistriLocks::AbortSignal.new
+      Thread.new { sleep 0.02; s.abort! }
+      assert_same true, s.wait(forever)
+    end
+    s = MistriLocks::AbortSignal.new
+    [Float::NAN, -0.5, -Float::INFINITY].each do |bad|
+      assert_raises(ArgumentError) { s.wait(bad) }
+    end
+  end
+end
+
+class VocabularyTest < Minitest::Test
+  def test_one_vocabulary_with_old_names_as_aliases
+    m = MistriLocks::Memory.new
+    assert_kind_of MistriLocks::Locks, m
+    assert_same MistriLocks::Locks, MistriLocks::Adapter
+    assert_same MistriLocks::SystemResourceError, MistriLocks::SystemError
+    [m.new_owner, m.sharing_adapter].each do |owner|
+      assert_instance_of MistriLocks::Memory, owner
+      assert owner.acquire("vocab", ttl: 5)
+      refute m.acquire("vocab", ttl: 5), "another owner, same store"
+      owner.release("vocab")
+    end
+  end
+
+  def test_configured_slot_is_the_cores
+    m = MistriLocks::Memory.new
+    MistriLocks.locks = m
+    assert_same m, MistriLocks.locks
+    MistriLocks.hold("slot", ttl: 5) { assert m.held?("slot") }
+    MistriLocks.locks = nil
+    assert_nil MistriLocks.hold("slot", ttl: 5)
+    assert_raises(ArgumentError) { MistriLocks.hold("", ttl: 5) }
+    error = assert_raises(TypeError) { MistriLocks.locks = "redis://x" }
+    assert_includes error.message, "Local"
+  ensure
+    MistriLocks.locks = nil
+  end
+end

@@ -16,6 +16,10 @@ keeps a lease renewed on a heartbeat, watches a stop flag, and trips an
 (``hold`` returns None when the lease is held elsewhere or nothing is
 configured: check for it before ``with`` in real code.)
 
+Names: ``Memory``, ``Redis`` and ``Local`` are ``Locks``: owner handles on
+one backend (``Adapter`` and ``sharing_adapter()`` are the old names of
+``Locks`` and ``new_owner()``, kept until 0.3).
+
 Threads: the heartbeat runs on a Rust thread that never calls Python.
 Callbacks registered with ``AbortSignal.on_abort`` and duck-typed ``signal=``
 objects are called on a Python thread: the thread that calls ``abort()``, or,
@@ -28,13 +32,13 @@ from ._native import (
     HEARTBEAT,
     LEASE_TTL,
     AbortSignal,
-    Adapter,
     BackendError,
     ConfigError,
     ConnectionError,
     Error,
     Hold,
     Local,
+    Locks,
     Memory,
     Redis,
     SystemResourceError,
@@ -42,7 +46,10 @@ from ._native import (
     hold,
     locks,
 )
-from . import _dispatch as _dispatch  # noqa: F401  (atexit and fork hooks)
+from . import _dispatch as _dispatch  # noqa: F401  (atexit hook)
+
+#: The old name of ``Locks`` (the owner handle), kept until 0.3.
+Adapter = Locks
 
 __all__ = [
     "FLAG_TTL",
@@ -56,6 +63,7 @@ __all__ = [
     "Error",
     "Hold",
     "Local",
+    "Locks",
     "Memory",
     "Redis",
     "SystemResourceError",

@@ -1,9 +1,10 @@
 # frozen_string_literal: true
 
 module MistriLocks
-  # The seven operations of the mistri gem's adapter contract (and holds).
-  # MistriLocks::Memory and MistriLocks::Redis are its subclasses; either is a
-  # drop-in for `Mistri.locks = ...`.
+  # An owner of leases on one backend: the seven operations of the mistri
+  # gem's adapter contract (and holds). MistriLocks::Memory, Redis and Local
+  # are its subclasses; each is a drop-in for `Mistri.locks = ...`.
+  # (MistriLocks::Adapter is its old name, an alias until 0.3.)
   #
   # Keys are Strings (or Symbols, meaning their name); an empty key is an
   # ArgumentError, anything else a TypeError. TTLs are seconds, Integer or
@@ -20,9 +21,10 @@ module MistriLocks
   #   clear_flag(key) -> true (lowers the flag)
   #   fence(key)      -> this object's fencing number for key, or nil
   #   break_lease(key)-> operator override: delete anyone's lease on key
-  #   sharing_adapter -> another owner on the same backend (like another process)
+  #   new_owner       -> another owner on the same backend (like another process);
+  #                      sharing_adapter is its old name, until 0.3
   #   active_holds    -> how many holds this object's heartbeat renews
-  class Adapter
+  class Locks
     # Takes the lease on +key+ for +ttl+ seconds if no live lease exists.
     # Returns true if taken.
     def acquire(key, ttl:) = _acquire(key, ttl)
@@ -34,7 +36,7 @@ module MistriLocks
     # Raises the flag +key+ for +ttl+ seconds (it needs no owner). Returns true.
     def set_flag(key, ttl: FLAG_TTL) = _set_flag(key, ttl)
 
-    # See MistriLocks.hold (this adapter instead of MistriLocks.locks).
+    # See MistriLocks.hold (this handle instead of MistriLocks.locks).
     def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil, &block)
       hold = Hold.start(self, key, ttl, heartbeat, stop_key, signal, safety_margin)
       block ? Hold.run(hold, &block) : hold
@@ -43,7 +45,7 @@ module MistriLocks
 
   # Leases and flags inside this process (threads, not processes): real TTLs
   # on a monotonic clock. MistriLocks::Memory.new
-  class Memory < Adapter
+  class Memory < Locks
   end
 
   # Leases and flags on Redis, shared by every process and language that
@@ -52,7 +54,7 @@ module MistriLocks
   # Connects lazily: an unreachable server is a MistriLocks::ConnectionError
   # from the first operation. Round trips release the GVL; each is bounded by
   # a 5 s socket timeout (an interrupt arriving meanwhile is raised after it).
-  class Redis < Adapter
+  class Redis < Locks
     def self.new(url: DEFAULT_URL, namespace: DEFAULT_NAMESPACE) = _open(url, namespace)
     private_class_method :_open
   end
@@ -64,7 +66,7 @@ module MistriLocks
   # process of the user, whatever its environment). A corrupt or unwritable
   # file, a symbolic link, or a folder another user owns or can write is a
   # MistriLocks::ConfigError naming the path and the problem.
-  class Local < Adapter
+  class Local < Locks
     def self.new(path: nil) = _open(path.nil? ? nil : File.path(path))
     private_class_method :_open
   end

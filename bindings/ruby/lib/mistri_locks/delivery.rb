@@ -1,12 +1,13 @@
 # frozen_string_literal: true
 
 module MistriLocks
-  # Delivers aborts to Ruby objects, on Ruby threads only. (Internal.)
+  # The Ruby glue of the core's host delivery (mistri_locks::delivery):
+  # delivers aborts to Ruby objects, on Ruby threads only. (Internal.)
   #
   # The heartbeat is a Rust thread and never calls Ruby. A Ruby object that
   # wants to hear about a core signal's abort (an AbortSignal with on_abort
-  # blocks, a hold with a duck-typed signal) registers here and gets an id;
-  # the core signal then notes (id, reason) when it trips, and:
+  # blocks, a hold with a duck-typed signal) registers here and gets a
+  # listener id; the core then notes (id, reason) when the signal trips, and:
   #
   # - if it was tripped by Ruby code on a Ruby thread (AbortSignal#abort!,
   #   or on_abort on an aborted signal), that same thread delivers before the
@@ -16,14 +17,12 @@ module MistriLocks
   #
   # Delivery calls the object's private +_fire(reason)+. The registry holds
   # its objects weakly: an object nobody else references can't be told
-  # anything, and is not kept alive for that. After fork the child starts its
-  # own delivery thread on first use.
+  # anything, and is not kept alive for that. The core says when to start
+  # the thread: once per process, again in a forked child.
   module Delivery
     @targets = ObjectSpace::WeakMap.new
     @lock = Mutex.new
     @next_id = 0
-    @thread = nil
-    @pid = nil
 
     class << self
       # Registers +target+; returns its delivery id.
@@ -62,16 +61,17 @@ module MistriLocks
       private
 
       def start_thread
-        return if @pid == Process.pid && @thread&.alive?
+        return unless _claim_thread
 
-        @pid = Process.pid
-        @thread = Thread.new do
+        thread = Thread.new do
           loop { deliver(_wait_events) }
+        ensure
+          _thread_ended
         end
-        @thread.name = "mistri_locks delivery"
-        @thread.report_on_exception = false
+        thread.name = "mistri_locks delivery"
+        thread.report_on_exception = false
       end
     end
-    private_class_method :_wait_events
+    private_class_method :_wait_events, :_claim_thread, :_thread_ended
   end
 end

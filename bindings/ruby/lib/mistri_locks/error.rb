@@ -19,5 +19,9 @@ module MistriLocks
   class BackendError < Error; end
 
   # The operating system refused something needed (a thread, randomness).
-  class SystemError < Error; end
+  # The same name as in Python (Ruby's own ::SystemError is about errno).
+  class SystemResourceError < Error; end
+
+  # The old name of SystemResourceError, kept until 0.3.
+  SystemError = SystemResourceError
 end

@@ -2,7 +2,7 @@
 
 module MistriLocks
   # A held lease, renewed by the heartbeat until released or lost. Made by
-  # MistriLocks.hold or Adapter#hold.
+  # MistriLocks.hold or Locks#hold.
   #
   # Native methods: key (String), fence (Integer: the fencing number of this
   # acquisition, greater than every earlier one for the key), lost? (the
@@ -52,11 +52,12 @@ module MistriLocks
                          "abort!(reason), got #{signal.class}"
       end
 
-      # Acquires through +adapter+ and wires the signal. (Internal.)
-      def start(adapter, key, ttl, heartbeat, stop_key, signal, safety_margin = nil)
+      # Acquires through +locks+ (nil: the configured one) and wires the
+      # signal. (Internal.)
+      def start(locks, key, ttl, heartbeat, stop_key, signal, safety_margin = nil)
         check_signal(signal)
         native = signal if signal.is_a?(AbortSignal)
-        hold = adapter.__send__(:_hold, key, ttl, heartbeat, stop_key, native, safety_margin)
+        hold = MistriLocks.__send__(:_hold, locks, key, ttl, heartbeat, stop_key, native, safety_margin)
         return nil unless hold
 
         Delivery.ensure_running if native

@@ -1,29 +1,35 @@
-//! `mistri_locks.Adapter` and its two backends, `Memory` and `Redis`: the
+//! `mistri_locks.Locks`, the owner handle (`Adapter` is its old name, an
+//! alias until 0.3), and its backends `Memory`, `Redis` and `Local`: the
 //! seed's seven token-less operations, plus `hold`.
 //!
 //! Every call converts its arguments first, then runs the core operation
-//! with the GIL released (a Redis round trip must not stall other Python
-//! threads). Memory operations are a few hundred nanoseconds under a mutex
-//! that no thread holds across Python code, so they keep the GIL: releasing
-//! and retaking it would cost more than the operation.
+//! with the GIL released when the backend does I/O (a Redis round trip, an
+//! SQLite transaction must not stall other Python threads). Memory
+//! operations are a few hundred nanoseconds under a mutex that no thread
+//! holds across Python code, so they keep the GIL: releasing and retaking
+//! it would cost more than the operation.
 
 use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
 use crate::error::IntoPyResult;
-use crate::hold::{start, Hold, Source};
+use crate::hold::{start, Hold};
 use mistri_locks::Locks;
 use pyo3::prelude::*;
+use pyo3::PyClass;
 use std::path::PathBuf;
 
-/// A backend for leases and flags (use `Memory()` or `Redis(...)`).
-#[pyclass(subclass, frozen, module = "mistri_locks")]
-pub(crate) struct Adapter {
+/// An owner of leases on one backend (use `Memory()`, `Redis(...)` or
+/// `Local(...)`).
+#[pyclass(subclass, frozen, module = "mistri_locks", name = "Locks")]
+pub(crate) struct PyLocks {
     locks: Locks,
     blocking: bool,
 }
 
-impl Adapter {
-    fn new(locks: Locks, blocking: bool) -> Self {
-        Adapter { locks, blocking }
+impl PyLocks {
+    fn new(locks: Locks) -> Self {
+        // A backend with an I/O bound does I/O: release the GIL for it.
+        let blocking = !locks.adapter().io_timeout().is_zero();
+        PyLocks { locks, blocking }
     }
 
     /// The core object. After `fork` the core itself reconnects, forgets
@@ -32,7 +38,17 @@ impl Adapter {
         self.locks.clone()
     }
 
-    /// Runs `op` GIL-free if it may block on the network.
+    /// Another owner on the same backend, as `new_owner` of subclass `S`.
+    fn new_owner_as<S: PyClass<BaseType = PyLocks>>(
+        &self,
+        py: Python<'_>,
+        sub: S,
+    ) -> PyResult<Py<S>> {
+        let base = PyLocks::new(self.locks.sharing_adapter());
+        Py::new(py, PyClassInitializer::from(base).add_subclass(sub))
+    }
+
+    /// Runs `op` GIL-free if it may block on I/O.
     fn run<T: Send>(
         &self,
         py: Python<'_>,
@@ -49,7 +65,7 @@ impl Adapter {
 }
 
 #[pymethods]
-impl Adapter {
+impl PyLocks {
     /// Takes the lease on `key` for `ttl` seconds if no live lease exists.
     fn acquire(&self, py: Python<'_>, key: String, ttl: Seconds<Ttl>) -> PyResult<bool> {
         let ttl = ttl.duration(py)?;
@@ -129,7 +145,7 @@ impl Adapter {
     ) -> PyResult<Option<Hold>> {
         start(
             py,
-            Source::Adapter(self.locks()),
+            Some(self.locks()),
             key,
             ttl,
             heartbeat,
@@ -141,22 +157,25 @@ impl Adapter {
 }
 
 /// Leases and flags in this process only (threads), with real TTLs.
-#[pyclass(extends = Adapter, frozen, module = "mistri_locks")]
+#[pyclass(extends = PyLocks, frozen, module = "mistri_locks")]
 pub(crate) struct Memory;
 
 #[pymethods]
 impl Memory {
     #[new]
     fn new() -> PyClassInitializer<Self> {
-        PyClassInitializer::from(Adapter::new(Locks::memory(), false)).add_subclass(Memory)
+        PyClassInitializer::from(PyLocks::new(Locks::memory())).add_subclass(Memory)
     }
 
     /// Another owner on the same in-process store: its own leases and
     /// heartbeat. Two of these behave like two processes.
+    fn new_owner(slf: PyRef<'_, Self>) -> PyResult<Py<Memory>> {
+        slf.as_super().new_owner_as(slf.py(), Memory)
+    }
+
+    /// The old name of `new_owner` (an alias until 0.3).
     fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Memory>> {
-        let base = slf.as_super();
-        let init = PyClassInitializer::from(Adapter::new(base.locks().sharing_adapter(), false));
-        Py::new(slf.py(), init.add_subclass(Memory))
+        Self::new_owner(slf)
     }
 
     fn __repr__(&self) -> &'static str {
@@ -167,7 +186,7 @@ impl Memory {
 /// Leases and flags on a Redis server, shared by every process (and
 /// language) that speaks the protocol. Connects lazily: an unreachable
 /// server is reported by the first operation.
-#[pyclass(extends = Adapter, frozen, module = "mistri_locks")]
+#[pyclass(extends = PyLocks, frozen, module = "mistri_locks")]
 pub(crate) struct Redis {
     namespace: String,
 }
@@ -178,16 +197,19 @@ impl Redis {
     #[pyo3(signature = (url = String::from(mistri_locks::redis::DEFAULT_URL), namespace = String::from(mistri_locks::redis::DEFAULT_NAMESPACE)))]
     fn new(py: Python<'_>, url: String, namespace: String) -> PyResult<PyClassInitializer<Self>> {
         let locks = Locks::redis(&url, &namespace).py_err(py)?;
-        Ok(PyClassInitializer::from(Adapter::new(locks, true)).add_subclass(Redis { namespace }))
+        Ok(PyClassInitializer::from(PyLocks::new(locks)).add_subclass(Redis { namespace }))
     }
 
     /// Another owner on the same server and connection pool: its own
     /// leases and heartbeat. Two of these behave like two processes.
-    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Redis>> {
-        let base = slf.as_super();
-        let init = PyClassInitializer::from(Adapter::new(base.locks().sharing_adapter(), true));
+    fn new_owner(slf: PyRef<'_, Self>) -> PyResult<Py<Redis>> {
         let namespace = slf.namespace.clone();
-        Py::new(slf.py(), init.add_subclass(Redis { namespace }))
+        slf.as_super().new_owner_as(slf.py(), Redis { namespace })
+    }
+
+    /// The old name of `new_owner` (an alias until 0.3).
+    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Redis>> {
+        Self::new_owner(slf)
     }
 
     /// The key namespace.
@@ -204,7 +226,7 @@ impl Redis {
 
 /// Leases and flags shared by every process on this host, with no server:
 /// an SQLite file (default: a per-user file chosen by the core).
-#[pyclass(extends = Adapter, frozen, module = "mistri_locks")]
+#[pyclass(extends = PyLocks, frozen, module = "mistri_locks")]
 pub(crate) struct Local {
     path: PathBuf,
 }
@@ -216,16 +238,19 @@ impl Local {
     fn new(py: Python<'_>, path: Option<PathBuf>) -> PyResult<PyClassInitializer<Self>> {
         let locks = py.detach(|| Locks::local(path.as_deref())).py_err(py)?;
         let path = path.unwrap_or_else(mistri_locks::local::default_path);
-        Ok(PyClassInitializer::from(Adapter::new(locks, true)).add_subclass(Local { path }))
+        Ok(PyClassInitializer::from(PyLocks::new(locks)).add_subclass(Local { path }))
     }
 
     /// Another owner on the same database file: its own leases and
     /// heartbeat. Two of these behave like two processes.
-    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Local>> {
-        let base = slf.as_super();
-        let init = PyClassInitializer::from(Adapter::new(base.locks().sharing_adapter(), true));
+    fn new_owner(slf: PyRef<'_, Self>) -> PyResult<Py<Local>> {
         let path = slf.path.clone();
-        Py::new(slf.py(), init.add_subclass(Local { path }))
+        slf.as_super().new_owner_as(slf.py(), Local { path })
+    }
+
+    /// The old name of `new_owner` (an alias until 0.3).
+    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Local>> {
+        Self::new_owner(slf)
     }
 
     /// The database file.

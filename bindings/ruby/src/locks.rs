@@ -1,27 +1,27 @@
-//! `MistriLocks::Adapter`: the seed's seven operations over a core
-//! [`Locks`], the base class of `MistriLocks::Memory` and
-//! `MistriLocks::Redis`.
+//! `MistriLocks::Locks` (the owner handle; `MistriLocks::Adapter` is its
+//! old name, an alias until 0.3): the seed's seven operations over a core
+//! [`Locks`], the base class of `MistriLocks::Memory`, `MistriLocks::Redis`
+//! and `MistriLocks::Local`.
 //!
 //! Native part: `release`, `held?`, `flag?`, `clear_flag`, `fence`,
-//! `break_lease`, `sharing_adapter`, `active_holds`, and the plumbing
-//! `_acquire`, `_renew`, `_set_flag`, `_hold` behind the keyword-argument
+//! `break_lease`, `new_owner` (old name `sharing_adapter`), `active_holds`,
+//! and the plumbing
+//! `_acquire`, `_renew`, `_set_flag` behind the keyword-argument
 //! methods of `lib/mistri_locks/adapter.rb` (a Ruby method with keywords
 //! is cheaper than a C method parsing a keyword Hash).
 //!
 //! Memory operations keep the GVL: they take microseconds, less than
-//! releasing and retaking it. Redis operations are round trips and run
+//! releasing and retaking it. Backends that do I/O (Redis, Local) run
 //! without it (see `nogvl`).
 
 use crate::args;
 use crate::error;
-use crate::hold::RbHold;
-use crate::nogvl::{nogvl, uninterruptible};
-use crate::signal::Signal;
+use crate::nogvl::nogvl;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RModule, Ruby, Value};
 use mistri_locks::Locks;
 
-#[magnus::wrap(class = "MistriLocks::Adapter", free_immediately, size)]
-pub struct Adapter {
+#[magnus::wrap(class = "MistriLocks::Locks", free_immediately, size)]
+pub struct RbLocks {
     /// After `fork` the core reconnects, forgets the parent's issued leases
     /// and starts a fresh heartbeat engine by itself.
     locks: Locks,
@@ -29,13 +29,15 @@ pub struct Adapter {
     remote: bool,
 }
 
-impl Adapter {
-    pub fn new(locks: Locks, remote: bool) -> Self {
-        Adapter { locks, remote }
+impl RbLocks {
+    pub fn new(locks: Locks) -> Self {
+        // A backend with an I/O bound does I/O: release the GVL for it.
+        let remote = !locks.adapter().io_timeout().is_zero();
+        RbLocks { locks, remote }
     }
 
     /// The core object.
-    fn locks(&self) -> &Locks {
+    pub fn locks(&self) -> &Locks {
         &self.locks
     }
 
@@ -47,14 +49,14 @@ impl Adapter {
     ) -> Result<R, Error> {
         let locks = self.locks();
         let result = if self.remote {
-            nogvl(ruby, || op(locks), uninterruptible)?
+            nogvl(ruby, || op(locks))?
         } else {
             op(locks)
         };
         result.map_err(|e| error::to_ruby(ruby, e))
     }
 
-    /// Like [`Adapter::run`] for an operation on one key. Memory keeps the
+    /// Like [`RbLocks::run`] for an operation on one key. Memory keeps the
     /// GVL and borrows the key's bytes (no copy: the hot path of the seed's
     /// contract); a round trip copies the key first, since another Ruby
     /// thread may change the string while we run without the GVL.
@@ -67,7 +69,7 @@ impl Adapter {
         let locks = self.locks();
         let result = if self.remote {
             let key = args::key(ruby, "key", key)?;
-            nogvl(ruby, || op(locks, &key), uninterruptible)?
+            nogvl(ruby, || op(locks, &key))?
         } else {
             args::with_key(ruby, "key", key, |key| op(locks, key))?
         };
@@ -123,31 +125,10 @@ impl Adapter {
         rb_self.run(ruby, |l| l.break_lease(&key))
     }
 
-    /// `_hold(key, ttl, heartbeat, stop_key, signal, safety_margin)` -> Hold or nil;
-    /// `signal` is nil or a `MistriLocks::AbortSignal` (duck-typed signals
-    /// are the Ruby half's business).
-    #[allow(clippy::too_many_arguments)] // one per argument of the Ruby method
-    fn hold(
-        ruby: &Ruby,
-        rb_self: &Self,
-        key: Value,
-        ttl: Value,
-        heartbeat: Value,
-        stop_key: Option<Value>,
-        signal: Option<&Signal>,
-        safety_margin: Option<Value>,
-    ) -> Result<Option<RbHold>, Error> {
-        let key = args::key(ruby, "key", key)?;
-        let signal = signal.map(|s| s.0.clone());
-        let opts = args::hold_options(ruby, ttl, heartbeat, stop_key, signal, safety_margin)?;
-        let hold = rb_self.run(ruby, |l| l.hold(&key, opts))?;
-        Ok(hold.map(|h| RbHold::new(h, rb_self.remote)))
-    }
-
     /// Another owner on the same backend (its own leases and heartbeat),
     /// as another process would be; same class as this one.
-    fn sharing_adapter(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
-        let other = Adapter::new(rb_self.locks().sharing_adapter(), rb_self.remote);
+    fn new_owner(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
+        let other = RbLocks::new(rb_self.locks().sharing_adapter());
         ruby.obj_wrap_as(other, rb_self.class())
     }
 
@@ -157,20 +138,21 @@ impl Adapter {
 }
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
-    let class = module.define_class("Adapter", ruby.class_object())?;
+    let class = module.define_class("Locks", ruby.class_object())?;
+    module.const_set("Adapter", class)?; // the old name, until 0.3
     class.undef_default_alloc_func();
-    class.define_method("release", method!(Adapter::release, 1))?;
-    class.define_method("held?", method!(Adapter::held, 1))?;
-    class.define_method("flag?", method!(Adapter::flag, 1))?;
-    class.define_method("clear_flag", method!(Adapter::clear_flag, 1))?;
-    class.define_method("fence", method!(Adapter::fence, 1))?;
-    class.define_method("info", method!(Adapter::info, 1))?;
-    class.define_method("break_lease", method!(Adapter::break_lease, 1))?;
-    class.define_method("sharing_adapter", method!(Adapter::sharing_adapter, 0))?;
-    class.define_method("active_holds", method!(Adapter::active_holds, 0))?;
-    class.define_private_method("_acquire", method!(Adapter::acquire, 2))?;
-    class.define_private_method("_renew", method!(Adapter::renew, 2))?;
-    class.define_private_method("_set_flag", method!(Adapter::set_flag, 2))?;
-    class.define_private_method("_hold", method!(Adapter::hold, 6))?;
+    class.define_method("release", method!(RbLocks::release, 1))?;
+    class.define_method("held?", method!(RbLocks::held, 1))?;
+    class.define_method("flag?", method!(RbLocks::flag, 1))?;
+    class.define_method("clear_flag", method!(RbLocks::clear_flag, 1))?;
+    class.define_method("fence", method!(RbLocks::fence, 1))?;
+    class.define_method("break_lease", method!(RbLocks::break_lease, 1))?;
+    class.define_method("new_owner", method!(RbLocks::new_owner, 0))?;
+    class.define_method("sharing_adapter", method!(RbLocks::new_owner, 0))?; // old name
+    class.define_method("active_holds", method!(RbLocks::active_holds, 0))?;
+    class.define_private_method("_acquire", method!(RbLocks::acquire, 2))?;
+    class.define_private_method("_renew", method!(RbLocks::renew, 2))?;
+    class.define_private_method("_set_flag", method!(RbLocks::set_flag, 2))?;
+    class.define_method("info", method!(RbLocks::info, 1))?;
     Ok(())
 }
