@@ -4,14 +4,18 @@
  *
  *   contract [REDIS_URL]
  *
- * Runs the contract suite once per backend in BACKENDS (Memory always;
- * Redis when a URL is given, or MISTRI_TEST_REDIS_URL is set), then the
- * backend-independent tests (signals, callbacks, bad input). Prints one line
- * per case and "C tests: N passed, M failed"; exits non-zero on failure.
+ * Runs, once per backend in BACKENDS (Memory, Redis at REDIS_URL or
+ * $MISTRI_TEST_REDIS_URL, Local in $MISTRI_TEST_LOCAL_DIR): every case of
+ * tests/contract/cases.txt (shared with the Rust, Python and Ruby suites;
+ * $MISTRI_CONTRACT_CASES overrides the path), then the cases only C can
+ * state (NULL and non-UTF-8 arguments, C callbacks and their threads, fork,
+ * two processes); then the backend-independent tests (signals, callbacks,
+ * bad input). Prints one line per case and "C tests: N passed, M failed";
+ * exits non-zero on failure. $MISTRI_TEST_ONLY runs the cases whose name
+ * contains it.
  *
  * A backend is a pair of factories (a first owner on a fresh backend,
- * another owner on the same backend): adding one (say, an SQLite-file
- * "local" adapter) is one line in BACKENDS.
+ * another owner on the same backend): adding one is one line in BACKENDS.
  *
  * The two-process test re-executes this program as a holder:
  *   contract --holder BACKEND PARAM NAMESPACE KEY STOP_KEY
