@@ -1,16 +1,25 @@
-//! The contract suite: written once, run against every backend.
+//! The contract suite. Its cases are data, `tests/contract/cases.txt`, run
+//! here and by the C, Python and Ruby suites alike (the format is
+//! `tests/contract/README.md`); each runs against a fresh Memory, Local and
+//! Redis (its own redis-server on a free loopback port). Below the runner
+//! are the few cases only Rust can state: Drop, the trait's explicit
+//! leases, and threads contending in one process.
 //!
-//! Each test gets a fresh backend (a fresh Memory, or a fresh redis-server
-//! on a free loopback port) and may make several independent "processes" on
-//! it with `Fixture::owner()` (their own issued leases and heartbeat engine).
+//! `MISTRI_CONTRACT_ONLY=name` runs only the cases whose name contains it.
 
 mod common;
 use common::*;
-use mistri_locks::{AbortSignal, HoldOptions, Locks, ReleaseOutcome};
+use mistri_locks::args::wait_timeout_from_secs;
+use mistri_locks::{
+    duration_from_secs, AbortSignal, Error, Hold, HoldOptions, Locks, ReleaseOutcome, FLAG_TTL,
+};
 use mistri_locks_testkit::RedisServer;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+const CASES: &str = include_str!("../../tests/contract/cases.txt");
 
 pub struct Fixture {
     first: Locks,
@@ -69,268 +78,408 @@ impl Fixture {
         &self.first
     }
 
-    /// Another owner on the same backend, as another process would be.
+    /// Another owner on the same backend, as another process would be: a
+    /// separate adapter object (its own connections) where the backend allows.
     fn owner(&self) -> Locks {
-        // A separate adapter object where the backend allows: its own
-        // connections too.
         match (&self.server, &self.db) {
             (Some(server), _) => Locks::redis(&server.url(), "mistri:test").expect("redis adapter"),
             (None, Some(db)) => Locks::local(Some(&db.0)).expect("local adapter"),
             (None, None) => self.first.sharing_adapter(),
         }
     }
+}
 
-    /// Deletes the lease behind everyone's back.
-    fn delete_lease(&self, key: &str) {
-        match &self.server {
-            Some(server) => {
-                let reply = server.command(&format!("DEL mistri:test:lease:{{{key}}}"));
-                assert_eq!(reply.trim(), ":1", "raw DEL of the lease");
+// ------------------------------------------------------------ the runner
+
+struct Step {
+    line: usize,
+    words: Vec<String>,
+}
+
+struct Case {
+    name: String,
+    steps: Vec<Step>,
+}
+
+/// Splits a line into words: spaces separate, `"..."` quotes, `#` comments.
+fn words(line: &str) -> Vec<String> {
+    let (mut out, mut chars) = (Vec::new(), line.chars().peekable());
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+        } else if c == '#' {
+            break;
+        } else if c == '"' {
+            chars.next();
+            out.push(chars.by_ref().take_while(|&c| c != '"').collect());
+        } else {
+            let mut word = String::new();
+            while let Some(&c) = chars.peek() {
+                if c.is_whitespace() {
+                    break;
+                }
+                if c == '"' {
+                    // key="value"
+                    chars.next();
+                    word.extend(chars.by_ref().take_while(|&c| c != '"'));
+                } else {
+                    word.push(c);
+                    chars.next();
+                }
             }
-            None => assert!(self.owner().break_lease(key).unwrap()),
+            out.push(word);
+        }
+    }
+    out
+}
+
+fn parse(src: &str) -> Vec<Case> {
+    let mut cases: Vec<Case> = Vec::new();
+    for (i, line) in src.lines().enumerate() {
+        let w = words(line);
+        match w.first().map(String::as_str) {
+            None => {}
+            Some("case") => cases.push(Case {
+                name: w[1].clone(),
+                steps: Vec::new(),
+            }),
+            Some(_) => cases
+                .last_mut()
+                .expect("a step before the first case")
+                .steps
+                .push(Step {
+                    line: i + 1,
+                    words: w,
+                }),
+        }
+    }
+    cases
+}
+
+/// Why a step failed: the library said no, or a check did not hold.
+#[derive(Debug)]
+enum Failure {
+    Lib(Error),
+    Check(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Lib(e)
+    }
+}
+
+type Outcome = Result<(), Failure>;
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Outcome {
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::Check(what()))
+    }
+}
+
+fn number(s: &str) -> f64 {
+    s.parse().unwrap_or_else(|_| panic!("not a number: {s:?}"))
+}
+
+/// One case's world: its owners, holds, signals and the fences it saw.
+struct Run<'f> {
+    f: &'f Fixture,
+    owners: HashMap<String, Locks>,
+    holds: HashMap<String, Hold>,
+    signals: HashMap<String, AbortSignal>,
+    fences: HashMap<String, u64>,
+    mark: Instant,
+}
+
+impl<'f> Run<'f> {
+    fn new(f: &'f Fixture) -> Self {
+        Run {
+            f,
+            owners: HashMap::new(),
+            holds: HashMap::new(),
+            signals: HashMap::new(),
+            fences: HashMap::new(),
+            mark: Instant::now(),
+        }
+    }
+
+    fn owner(&mut self, name: &str) -> Locks {
+        let f = self.f;
+        self.owners
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                if name == "A" {
+                    f.locks().clone()
+                } else {
+                    f.owner()
+                }
+            })
+            .clone()
+    }
+
+    fn hold(&self, name: &str) -> &Hold {
+        self.holds
+            .get(name)
+            .unwrap_or_else(|| panic!("no hold {name}"))
+    }
+
+    fn signal(&self, name: &str) -> AbortSignal {
+        match self.signals.get(name) {
+            Some(s) => s.clone(),
+            None => self.hold(name).signal().clone(),
+        }
+    }
+
+    fn expect_bool(got: bool, expect: Option<&[String]>) -> Outcome {
+        match expect {
+            None => Ok(()),
+            Some([want]) => check(got.to_string() == *want, || format!("got {got}")),
+            Some(other) => panic!("bad expectation {other:?}"),
+        }
+    }
+
+    fn expect_fence(&mut self, key: &str, got: Option<u64>, expect: Option<&[String]>) -> Outcome {
+        let last = self.fences.get(key).copied().unwrap_or(0);
+        let ok = match (expect.map(|e| e[0].as_str()), got) {
+            (None, _) => true,
+            (Some("none"), got) => got.is_none(),
+            (Some("same"), Some(got)) => got == last,
+            (Some("greater"), Some(got)) => {
+                self.fences.insert(key.to_string(), got);
+                got > last
+            }
+            (Some(_), None) => false,
+            (Some(want), _) => panic!("bad fence expectation {want}"),
+        };
+        check(ok, || format!("fence {got:?}, the last one {last}"))
+    }
+
+    fn hold_options(&self, words: &[String]) -> Result<HoldOptions, Failure> {
+        let mut opts = HoldOptions::default();
+        for word in words {
+            let (name, value) = word.split_once('=').expect("an option is name=value");
+            match name {
+                "ttl" => opts.ttl = duration_from_secs("ttl", number(value))?,
+                "heartbeat" => opts.heartbeat = duration_from_secs("heartbeat", number(value))?,
+                "stop" => opts.stop_key = Some(value.to_string()),
+                "signal" => opts.signal = Some(self.signal(value)),
+                _ => panic!("unknown hold option {name}"),
+            }
+        }
+        Ok(opts)
+    }
+
+    fn bind_hold(&mut self, got: Option<Hold>, expect: Option<&[String]>) -> Outcome {
+        match (expect.map(|e| e[0].as_str()), got) {
+            (None, _) => Ok(()),
+            (Some("none"), got) => check(got.is_none(), || "got a hold, wanted none".into()),
+            (Some(name), Some(hold)) => {
+                self.holds.insert(name.to_string(), hold);
+                Ok(())
+            }
+            (Some(_), None) => check(false, || "refused, wanted a hold".into()),
+        }
+    }
+
+    fn step(&mut self, words: &[String]) -> Outcome {
+        let (args, expect) = match words.iter().position(|w| w == "->") {
+            Some(i) => (&words[..i], Some(&words[i + 1..])),
+            None => (words, None),
+        };
+        let arg = |i: usize| args[i].as_str();
+        let secs = |what: &str, i: usize| duration_from_secs(what, number(&args[i]));
+        match arg(0) {
+            "acquire" => {
+                let got = self.owner(arg(1)).acquire(arg(2), secs("ttl", 3)?)?;
+                Self::expect_bool(got, expect)
+            }
+            "renew" => {
+                let got = self.owner(arg(1)).renew(arg(2), secs("ttl", 3)?)?;
+                Self::expect_bool(got, expect)
+            }
+            "release" => Self::expect_bool(self.owner(arg(1)).release(arg(2))?, expect),
+            "held" => Self::expect_bool(self.owner(arg(1)).held(arg(2))?, expect),
+            "set_flag" => {
+                let ttl = if args.len() > 3 {
+                    secs("ttl", 3)?
+                } else {
+                    FLAG_TTL
+                };
+                Ok(self.owner(arg(1)).set_flag(arg(2), ttl)?)
+            }
+            "flag" => Self::expect_bool(self.owner(arg(1)).flag(arg(2))?, expect),
+            "clear_flag" => Ok(self.owner(arg(1)).clear_flag(arg(2))?),
+            "break_lease" => Self::expect_bool(self.owner(arg(1)).break_lease(arg(2))?, expect),
+            "fence" => {
+                let got = self.owner(arg(1)).fence(arg(2));
+                self.expect_fence(arg(2), got, expect)
+            }
+            "hold" => {
+                let opts = self.hold_options(&args[3..])?;
+                let got = self.owner(arg(1)).hold(arg(2), opts)?;
+                self.bind_hold(got, expect)
+            }
+            "hold_configured" => {
+                let opts = self.hold_options(&args[2..])?;
+                let got = mistri_locks::hold(arg(1), opts)?;
+                self.bind_hold(got, expect)
+            }
+            "configure" => {
+                let locks = (arg(1) != "none").then(|| self.owner(arg(1)));
+                mistri_locks::configure(locks);
+                Ok(())
+            }
+            "hold.release" => {
+                let got = self.hold(arg(1)).release()?;
+                let name = match got {
+                    ReleaseOutcome::Released => "released",
+                    ReleaseOutcome::AlreadyReleased => "already_released",
+                    ReleaseOutcome::Lost => "lost",
+                    ReleaseOutcome::NotHeld => "not_held",
+                    ReleaseOutcome::OtherProcess => "other_process",
+                };
+                check(expect.is_none_or(|e| e[0] == name), || {
+                    format!("got {name}")
+                })
+            }
+            "hold.lost" => Self::expect_bool(self.hold(arg(1)).is_lost(), expect),
+            "hold.fence" => {
+                let (key, got) = {
+                    let hold = self.hold(arg(1));
+                    (hold.key().to_string(), hold.fence())
+                };
+                self.expect_fence(&key, Some(got), expect)
+            }
+            "hold.key" => {
+                let got = self.hold(arg(1)).key().to_string();
+                check(expect.is_none_or(|e| e[0] == got), || format!("got {got}"))
+            }
+            "signal" => {
+                self.signals.insert(arg(1).to_string(), AbortSignal::new());
+                Ok(())
+            }
+            "abort" => {
+                self.signal(arg(1)).abort(args.get(2).map(String::as_str));
+                Ok(())
+            }
+            "aborted" => Self::expect_bool(self.signal(arg(1)).is_aborted(), expect),
+            "wait" => {
+                let timeout = wait_timeout_from_secs("timeout", number(arg(2)))?;
+                Self::expect_bool(self.signal(arg(1)).wait(timeout), expect)
+            }
+            "reason" => {
+                let reason = self.signal(arg(1)).reason();
+                let want = arg(3);
+                check(reason.as_deref().is_some_and(|r| r.contains(want)), || {
+                    format!("reason {reason:?}")
+                })
+            }
+            "same_signal" => {
+                let same = self.hold(arg(1)).signal().same_as(&self.signal(arg(2)));
+                Self::expect_bool(same, expect)
+            }
+            "sleep" => {
+                std::thread::sleep(secs("sleep", 1)?);
+                Ok(())
+            }
+            "mark" => {
+                self.mark = Instant::now();
+                Ok(())
+            }
+            "elapsed" => {
+                let took = self.mark.elapsed().as_secs_f64();
+                check(took <= number(arg(2)), || format!("{took:.3} s"))
+            }
+            "error" => {
+                let (kind, text) = (expect.unwrap()[0].as_str(), expect.unwrap()[1].as_str());
+                assert_eq!(kind, "InvalidArgument", "the only error kind cases use");
+                match self.step(&args[1..]) {
+                    Err(Failure::Lib(Error::InvalidArgument(msg))) => {
+                        check(msg.contains(text), || format!("message {msg:?}"))
+                    }
+                    Err(Failure::Check(c)) => Err(Failure::Check(c)),
+                    other => check(false, || format!("got {other:?}, wanted {kind}")),
+                }
+            }
+            op => panic!("unknown step {op}"),
         }
     }
 }
 
-pub fn acquire_once_and_refuse_while_live(f: Fixture) {
-    let a = f.locks();
-    let b = f.owner();
-    assert!(a.acquire("job", secs(5.0)).unwrap());
-    assert!(
-        !a.acquire("job", secs(5.0)).unwrap(),
-        "same owner, live lease"
-    );
-    assert!(
-        !b.acquire("job", secs(5.0)).unwrap(),
-        "other owner, live lease"
-    );
-    assert!(a.held("job").unwrap());
-    assert!(b.held("job").unwrap());
-    assert!(!b.renew("job", secs(5.0)).unwrap(), "b never acquired it");
-    assert!(!b.release("job").unwrap(), "b never acquired it");
-    assert!(a.held("job").unwrap());
-    assert!(a.renew("job", secs(5.0)).unwrap());
-    assert!(a.release("job").unwrap());
-    assert!(!a.held("job").unwrap());
-    assert!(!a.release("job").unwrap(), "release is not repeated");
-    assert!(b.acquire("job", secs(5.0)).unwrap());
-}
+// Cases that configure the process-wide adapter run one at a time.
+static CONFIGURED: Mutex<()> = Mutex::new(());
 
-pub fn fractional_ttl_expires_and_can_be_retaken(f: Fixture) {
-    let a = f.locks();
-    let b = f.owner();
-    assert!(a.acquire("short", secs(0.01)).unwrap());
-    assert!(!b.acquire("short", secs(0.01)).unwrap());
-    std::thread::sleep(secs(0.05));
-    assert!(
-        !a.held("short").unwrap(),
-        "a 0.01 s lease is gone after 0.05 s"
-    );
-    assert!(b.acquire("short", secs(5.0)).unwrap());
-    assert!(a.held("short").unwrap());
-}
-
-pub fn flags_set_read_clear_and_expire(f: Fixture) {
-    let a = f.locks();
-    let b = f.owner();
-    assert!(!a.flag("stop").unwrap());
-    a.set_flag("stop", secs(5.0)).unwrap();
-    assert!(b.flag("stop").unwrap(), "a flag needs no owner");
-    b.clear_flag("stop").unwrap();
-    assert!(!a.flag("stop").unwrap());
-    b.clear_flag("stop").unwrap(); // lowering a lowered flag is fine
-    a.set_flag("blink", secs(0.02)).unwrap();
-    assert!(a.flag("blink").unwrap());
-    std::thread::sleep(secs(0.06));
-    assert!(!a.flag("blink").unwrap());
-    // flags and leases live apart
-    a.set_flag("both", secs(5.0)).unwrap();
-    assert!(!a.held("both").unwrap());
-    assert!(a.acquire("both", secs(5.0)).unwrap());
-}
-
-pub fn hold_outlives_its_ttl_by_renewing(f: Fixture) {
-    let a = f.locks();
-    let hold = a.hold("beating", opts(0.2, 0.05)).unwrap().expect("free");
-    std::thread::sleep(secs(0.7));
-    assert!(a.held("beating").unwrap(), "renewed past 3.5 ttls");
-    assert!(!hold.is_lost());
-    assert!(!hold.signal().is_aborted());
-    assert_eq!(hold.release().unwrap(), ReleaseOutcome::Released);
-}
-
-pub fn heartbeat_at_the_ttl_still_never_lapses(f: Fixture) {
-    // The seed's own tests pass ttl == heartbeat; the engine renews at ttl/3.
-    let a = f.locks();
-    let hold = a.hold("equal", opts(0.3, 0.3)).unwrap().expect("free");
-    for _ in 0..10 {
-        std::thread::sleep(secs(0.1));
-        assert!(a.held("equal").unwrap(), "lapsed");
+fn run_cases(backend: &str, make: fn() -> Fixture) {
+    let only = std::env::var("MISTRI_CONTRACT_ONLY").unwrap_or_default();
+    let cases = parse(CASES);
+    assert!(cases.len() >= 10, "read {} cases", cases.len());
+    let mut failures = Vec::new();
+    for case in cases.iter().filter(|c| c.name.contains(&only)) {
+        let configures = case.steps.iter().any(|s| s.words[0].contains("configure"));
+        let _serial = configures.then(|| CONFIGURED.lock().unwrap_or_else(PoisonError::into_inner));
+        let fixture = make();
+        let started = Instant::now();
+        let mut run = Run::new(&fixture);
+        let failed = case.steps.iter().find_map(|step| {
+            let outcome = run.step(&step.words);
+            outcome.err().map(|why| {
+                format!(
+                    "{} [{backend}] line {}: `{}`: {why:?}",
+                    case.name,
+                    step.line,
+                    step.words.join(" ")
+                )
+            })
+        });
+        if configures {
+            mistri_locks::configure(None);
+        }
+        drop(run); // releases its holds while the backend is still up
+        eprintln!(
+            "{} {} [{backend}] ({:.2}s)",
+            if failed.is_some() { "FAIL" } else { "ok  " },
+            case.name,
+            started.elapsed().as_secs_f64()
+        );
+        failures.extend(failed);
     }
-    assert!(!hold.is_lost());
-    hold.release().unwrap();
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
-pub fn released_lease_is_gone_and_stays_gone(f: Fixture) {
-    let a = f.locks();
-    let hold = a.hold("done", opts(0.2, 0.01)).unwrap().expect("free");
-    std::thread::sleep(secs(0.05));
-    assert_eq!(hold.release().unwrap(), ReleaseOutcome::Released);
-    assert!(!a.held("done").unwrap());
-    std::thread::sleep(secs(0.1)); // many heartbeats
-    assert!(
-        !a.held("done").unwrap(),
-        "a tick re-stamped a released lease"
-    );
-    assert_eq!(hold.release().unwrap(), ReleaseOutcome::AlreadyReleased);
-    assert!(!hold.signal().is_aborted(), "release is not a loss");
-    assert_eq!(a.active_holds(), 0);
-}
+// ------------------------------------------------ what only Rust can say
 
 pub fn dropping_a_hold_releases_it(f: Fixture) {
     let a = f.locks();
     {
         let _hold = a.hold("scoped", opts(5.0, 1.0)).unwrap().expect("free");
         assert!(a.held("scoped").unwrap());
+        assert_eq!(a.active_holds(), 1);
     }
     assert!(!a.held("scoped").unwrap());
-}
-
-pub fn refused_hold_exists_nowhere_and_holder_keeps_its_lease(f: Fixture) {
-    let a = f.locks();
-    let b = f.owner();
-    let hold = a.hold("one", opts(0.3, 0.05)).unwrap().expect("free");
-    let fence = hold.fence();
-    assert!(b.hold("one", opts(0.3, 0.05)).unwrap().is_none());
-    assert_eq!(b.active_holds(), 0);
-    assert!(!b.release("one").unwrap());
-    std::thread::sleep(secs(0.5));
-    assert!(a.held("one").unwrap());
-    assert!(!hold.is_lost());
-    assert_eq!(hold.fence(), fence);
-    hold.release().unwrap();
-    assert!(b.hold("one", opts(0.3, 0.05)).unwrap().is_some());
-}
-
-pub fn stale_owner_can_neither_renew_nor_release(f: Fixture) {
-    let a = f.locks();
-    let b = f.owner();
-    assert!(a.acquire("stale", secs(0.03)).unwrap());
-    std::thread::sleep(secs(0.08));
-    assert!(b.acquire("stale", secs(5.0)).unwrap());
-    assert!(!a.renew("stale", secs(5.0)).unwrap());
-    assert!(!a.release("stale").unwrap());
-    assert!(b.held("stale").unwrap());
-    // the same at the trait level, with an explicit old lease
-    let adapter = a.adapter();
-    let old = adapter.acquire("stale2", secs(0.03)).unwrap().unwrap();
-    std::thread::sleep(secs(0.08));
-    let new = adapter.acquire("stale2", secs(5.0)).unwrap().unwrap();
-    assert!(!adapter.renew(&old, secs(5.0)).unwrap());
-    assert!(!adapter.release(&old).unwrap());
-    assert!(adapter.held("stale2").unwrap());
-    assert!(adapter.release(&new).unwrap());
-}
-
-pub fn fencing_numbers_strictly_increase(f: Fixture) {
-    let owners = [f.locks().clone(), f.owner()];
-    let mut last = 0;
-    for i in 0..6 {
-        let o = &owners[i % 2];
-        let hold = o.hold("fenced", opts(5.0, 1.0)).unwrap().expect("free");
-        assert!(hold.fence() > last, "{} after {last}", hold.fence());
-        last = hold.fence();
-        hold.release().unwrap();
-        assert!(o.acquire("fenced", secs(0.01)).unwrap());
-        let fence = o.fence("fenced").unwrap();
-        assert!(fence > last);
-        last = fence;
-        std::thread::sleep(secs(0.02)); // let it expire instead of releasing
-    }
-}
-
-pub fn stop_flag_raised_elsewhere_trips_the_signal_within_a_tick(f: Fixture) {
-    let a = f.locks();
-    let b = f.owner();
-    let signal = AbortSignal::new();
-    let hold = a
-        .hold(
-            "worker",
-            HoldOptions {
-                stop_key: Some("stop:worker".into()),
-                signal: Some(signal.clone()),
-                ..opts(2.0, 0.1)
-            },
-        )
-        .unwrap()
-        .expect("free");
-    std::thread::sleep(secs(0.15));
-    assert!(!signal.is_aborted());
-    let raised = Instant::now();
-    b.set_flag("stop:worker", secs(30.0)).unwrap();
-    assert!(signal.wait(Some(secs(1.0))), "no trip");
-    let took = raised.elapsed();
-    // tick = 0.1 s; allow scheduling slack on a loaded 2-core machine
-    assert!(took <= secs(0.1 + 0.15), "tripped after {took:?}");
-    assert!(
-        signal.reason().unwrap().contains("stop:worker"),
-        "{:?}",
-        signal.reason()
-    );
-    assert!(!hold.is_lost(), "a stop is not a loss");
-    assert!(a.held("worker").unwrap(), "still renewing until released");
-    hold.release().unwrap();
-    assert!(!b.held("worker").unwrap());
-}
-
-pub fn stop_flag_already_up_trips_at_once(f: Fixture) {
-    let a = f.locks();
-    a.set_flag("stop:early", secs(30.0)).unwrap();
-    let hold = a
-        .hold(
-            "early",
-            HoldOptions {
-                stop_key: Some("stop:early".into()),
-                ..opts(2.0, 1.0)
-            },
-        )
-        .unwrap()
-        .expect("free");
-    assert!(hold.signal().wait(Some(secs(0.5))));
-}
-
-pub fn deleting_the_lease_trips_the_signal_as_lost(f: Fixture) {
-    let a = f.locks();
+    assert_eq!(a.active_holds(), 0);
+    // a lost hold dropped deletes nothing: the next holder is safe
     let hold = a.hold("victim", opts(0.3, 0.05)).unwrap().expect("free");
-    std::thread::sleep(secs(0.06));
-    let deleted = Instant::now();
-    f.delete_lease("victim");
-    assert!(hold.signal().wait(Some(secs(1.0))), "no trip");
-    let took = deleted.elapsed();
-    // renewals every min(0.05, 0.1) = 0.05 s: the next one finds it gone
-    assert!(took <= secs(0.05 + 0.15), "tripped after {took:?}");
-    assert!(hold.is_lost());
-    let reason = hold.signal().reason().unwrap();
-    assert!(reason.contains("lease lost"), "{reason}");
-    assert_eq!(hold.release().unwrap(), ReleaseOutcome::Lost);
-    // a lost holder deletes nothing: the next holder is safe
+    assert!(f.owner().break_lease("victim").unwrap());
+    assert!(hold.signal().wait(Some(secs(1.0))));
     let b = f.owner();
     assert!(b.acquire("victim", secs(5.0)).unwrap());
     drop(hold);
     assert!(b.held("victim").unwrap());
 }
 
-pub fn lease_taken_by_another_is_lost_not_restamped(f: Fixture) {
-    let a = f.locks();
-    let b = f.owner();
-    let hold = a.hold("taken", opts(0.3, 0.05)).unwrap().expect("free");
-    f.delete_lease("taken");
-    assert!(b.acquire("taken", secs(5.0)).unwrap());
-    assert!(hold.signal().wait(Some(secs(1.0))));
-    assert!(hold.is_lost());
-    assert_eq!(hold.release().unwrap(), ReleaseOutcome::Lost);
-    assert!(b.held("taken").unwrap());
-    assert!(b.release("taken").unwrap(), "b's token still owns it");
+pub fn stale_lease_values_can_neither_renew_nor_release(f: Fixture) {
+    // The trait level, with explicit leases: an old lease value is stale.
+    let adapter = f.locks().adapter();
+    let old = adapter.acquire("stale", secs(0.1)).unwrap().unwrap();
+    std::thread::sleep(secs(0.3));
+    let new = adapter.acquire("stale", secs(5.0)).unwrap().unwrap();
+    assert!(new.fence() > old.fence());
+    assert!(!adapter.renew(&old, secs(5.0)).unwrap());
+    assert!(!adapter.release(&old).unwrap());
+    assert!(adapter.held("stale").unwrap());
+    assert!(adapter.release(&new).unwrap());
 }
 
 pub fn contending_threads_never_both_hold(f: Fixture) {
@@ -374,64 +523,35 @@ pub fn contending_threads_never_both_hold(f: Fixture) {
     );
 }
 
-pub fn bad_arguments_are_clear_errors(f: Fixture) {
-    use mistri_locks::Error;
+pub fn zero_durations_from_rust_are_invalid_arguments(f: Fixture) {
+    // Rust passes Durations, not seconds: zero is the one bad value the
+    // type lets through (the data's NaN and negatives go through
+    // duration_from_secs, as the faces' seconds do).
     let a = f.locks();
-    let bad = |r: mistri_locks::Result<bool>| matches!(r, Err(Error::InvalidArgument(_)));
-    assert!(bad(a.acquire("", secs(1.0))));
-    assert!(bad(a.acquire("k", Duration::ZERO)));
-    assert!(bad(a.renew("", secs(1.0))));
-    assert!(bad(a.release("")));
-    assert!(bad(a.held("")));
-    assert!(bad(a.flag("")));
-    assert!(matches!(
-        a.set_flag("", secs(1.0)),
-        Err(Error::InvalidArgument(_))
-    ));
-    assert!(matches!(
-        a.set_flag("k", Duration::ZERO),
-        Err(Error::InvalidArgument(_))
-    ));
-    assert!(matches!(a.clear_flag(""), Err(Error::InvalidArgument(_))));
-    for o in [
-        opts(0.0, 1.0),
-        opts(1.0, 0.0),
-        HoldOptions {
-            stop_key: Some(String::new()),
-            ..opts(1.0, 1.0)
-        },
-    ] {
-        let err = a.hold("k", o).unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
-    }
-    assert!(matches!(
-        a.hold("", opts(1.0, 1.0)),
-        Err(Error::InvalidArgument(_))
-    ));
-    assert!(!a.held("k").unwrap(), "a refused call took nothing");
+    let bad = |r: mistri_locks::Result<()>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(bad(a.acquire("k", Duration::ZERO).map(drop)));
+    assert!(bad(a.renew("k", Duration::ZERO).map(drop)));
+    assert!(bad(a.set_flag("k", Duration::ZERO)));
+    assert!(bad(a.hold("k", opts(0.0, 1.0)).map(drop)));
+    assert!(bad(a.hold("k", opts(1.0, 0.0)).map(drop)));
+    assert!(!a.held("k").unwrap());
 }
 
 macro_rules! contract {
     ($backend:ident, $make:expr) => {
         mod $backend {
             use super::*;
+
+            #[test]
+            fn cases_from_the_data() {
+                run_cases(stringify!($backend), || $make);
+            }
+
             contract!(@tests $make;
-                acquire_once_and_refuse_while_live,
-                fractional_ttl_expires_and_can_be_retaken,
-                flags_set_read_clear_and_expire,
-                hold_outlives_its_ttl_by_renewing,
-                heartbeat_at_the_ttl_still_never_lapses,
-                released_lease_is_gone_and_stays_gone,
                 dropping_a_hold_releases_it,
-                refused_hold_exists_nowhere_and_holder_keeps_its_lease,
-                stale_owner_can_neither_renew_nor_release,
-                fencing_numbers_strictly_increase,
-                stop_flag_raised_elsewhere_trips_the_signal_within_a_tick,
-                stop_flag_already_up_trips_at_once,
-                deleting_the_lease_trips_the_signal_as_lost,
-                lease_taken_by_another_is_lost_not_restamped,
+                stale_lease_values_can_neither_renew_nor_release,
                 contending_threads_never_both_hold,
-                bad_arguments_are_clear_errors,
+                zero_durations_from_rust_are_invalid_arguments,
             );
         }
     };

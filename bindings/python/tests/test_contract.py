@@ -1,96 +1,206 @@
-"""The contract suite of core/tests/contract.rs, through the Python face,
-run against every backend in conftest.BACKENDS."""
+"""The contract suite: the cases of tests/contract/cases.txt (shared with the
+Rust, C and Ruby suites; format in tests/contract/README.md) run through the
+Python face against every backend in conftest.BACKENDS, then what only
+Python can say (``with``, ``del``, type errors, numbers, threads)."""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
+from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 
 import mistri_locks
 
-
-def test_acquire_once_and_refuse_while_live(backend) -> None:
-    a, b = backend.adapter(), backend.owner()
-    assert a.acquire("job", 5) is True
-    assert a.acquire("job", 5) is False, "same owner, live lease"
-    assert b.acquire("job", 5) is False, "other owner, live lease"
-    assert a.held("job") and b.held("job")
-    assert b.renew("job", 5) is False, "b never acquired it"
-    assert b.release("job") is False, "b never acquired it"
-    assert a.held("job")
-    assert a.renew("job", 5) is True
-    assert a.release("job") is True
-    assert a.held("job") is False
-    assert a.release("job") is False, "release is not repeated"
-    assert b.acquire("job", 5.0) is True
+CASES_FILE = Path(__file__).resolve().parents[3] / "tests" / "contract" / "cases.txt"
 
 
-def test_fractional_ttl_expires_and_can_be_retaken(backend) -> None:
-    a, b = backend.adapter(), backend.owner()
-    assert a.acquire("short", 0.01)
-    assert not b.acquire("short", 0.01)
-    time.sleep(0.05)
-    assert not a.held("short"), "a 0.01 s lease is gone after 0.05 s"
-    assert b.acquire("short", 5)
-    assert a.held("short")
+def _words(line: str) -> list[str]:
+    """Spaces separate, quotes group (possibly nothing), ``#`` comments."""
+    words: list[str] = []
+    word: Optional[str] = None
+    quoted = False
+    for c in line:
+        if c == "#" and not quoted and word is None:
+            break
+        if c.isspace() and not quoted:
+            if word is not None:
+                words.append(word)
+            word = None
+        elif c == '"':
+            quoted = not quoted
+            word = word or ""
+        else:
+            word = (word or "") + c
+    if word is not None:
+        words.append(word)
+    return words
 
 
-def test_flags_set_read_clear_and_expire(backend) -> None:
-    a, b = backend.adapter(), backend.owner()
-    assert a.flag("stop") is False
-    assert a.set_flag("stop", 5) is None
-    assert b.flag("stop") is True, "a flag needs no owner"
-    b.clear_flag("stop")
-    assert a.flag("stop") is False
-    b.clear_flag("stop")  # lowering a lowered flag is fine
-    a.set_flag("blink", 0.02)
-    assert a.flag("blink")
-    time.sleep(0.06)
-    assert not a.flag("blink")
-    a.set_flag("default-ttl")  # ttl defaults to 300 s
-    assert a.flag("default-ttl")
-    # flags and leases live apart
-    a.set_flag("both", 5)
-    assert not a.held("both")
-    assert a.acquire("both", 5)
+def _parse() -> dict[str, list[tuple[int, list[str]]]]:
+    cases: dict[str, list[tuple[int, list[str]]]] = {}
+    steps: list[tuple[int, list[str]]] = []
+    for number, line in enumerate(CASES_FILE.read_text().splitlines(), 1):
+        words = _words(line)
+        if words[:1] == ["case"]:
+            steps = cases.setdefault(words[1], [])
+        elif words:
+            steps.append((number, words))
+    return cases
 
 
-def test_hold_outlives_its_ttl_by_renewing(backend) -> None:
-    a = backend.adapter()
-    hold = a.hold("beating", ttl=0.2, heartbeat=0.05)
-    assert hold is not None
-    time.sleep(0.7)
-    assert a.held("beating"), "renewed past 3.5 ttls"
-    assert not hold.lost
-    assert not hold.signal.aborted
-    assert hold.release() is True
+CASES = _parse()
+
+OUTCOMES = {"released": True, "already_released": False, "lost": False, "not_held": False}
 
 
-def test_heartbeat_at_the_ttl_still_never_lapses(backend) -> None:
-    a = backend.adapter()
-    hold = a.hold("equal", ttl=0.3, heartbeat=0.3)
-    assert hold is not None
-    for _ in range(10):
-        time.sleep(0.1)
-        assert a.held("equal"), "lapsed"
-    assert not hold.lost
-    hold.release()
+class Step(AssertionError):
+    pass
 
 
-def test_released_lease_is_gone_and_stays_gone(backend) -> None:
-    a = backend.adapter()
-    hold = a.hold("done", ttl=0.2, heartbeat=0.01)
-    assert hold is not None
-    time.sleep(0.05)
-    assert hold.release() is True
-    assert not a.held("done")
-    time.sleep(0.1)  # many heartbeats
-    assert not a.held("done"), "a tick re-stamped a released lease"
-    assert hold.release() is False, "release is idempotent"
-    assert not hold.signal.aborted, "release is not a loss"
+class Run:
+    """One case's world: owners, holds, signals and the fences it saw."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.owners: dict[str, Any] = {}
+        self.holds: dict[str, Any] = {}
+        self.signals: dict[str, mistri_locks.AbortSignal] = {}
+        self.fences: dict[str, int] = {}
+        self.mark = time.monotonic()
+
+    def owner(self, name: str) -> Any:
+        if name not in self.owners:
+            self.owners[name] = self.backend.adapter() if name == "A" else self.backend.owner()
+        return self.owners[name]
+
+    def signal(self, name: str) -> Any:
+        return self.signals[name] if name in self.signals else self.holds[name].signal
+
+    def fence(self, key: str, got: Optional[int], want: Optional[str]) -> None:
+        last = self.fences.get(key, 0)
+        if want == "none":
+            assert got is None, f"fence {got}"
+        elif want == "same":
+            assert got == last, f"fence {got}, the last one {last}"
+        elif want == "greater":
+            assert isinstance(got, int) and got > last, f"fence {got}, the last one {last}"
+            self.fences[key] = got
+
+    @staticmethod
+    def options(words: list[str]) -> dict[str, Any]:
+        names = {"ttl": "ttl", "heartbeat": "heartbeat", "stop": "stop_key", "signal": "signal"}
+        return {names[k]: v for k, v in (w.split("=", 1) for w in words)}
+
+    def hold(self, start: Any, key: str, words: list[str], want: Optional[str]) -> None:
+        opts = self.options(words)
+        for name in ("ttl", "heartbeat"):
+            if name in opts:
+                opts[name] = float(opts[name])
+        if "signal" in opts:
+            opts["signal"] = self.signal(opts["signal"])
+        hold = start(key, **opts)
+        if want == "none":
+            assert hold is None, "got a hold, wanted none"
+        elif want is not None:
+            assert hold is not None, "refused, wanted a hold"
+            self.holds[want] = hold
+
+    def step(self, words: list[str]) -> None:
+        args, want = words, None
+        if "->" in words:
+            i = words.index("->")
+            args, want = words[:i], words[i + 1:]
+        op, a = args[0], args[1:]
+        w = want[0] if want else None
+        if op == "error":
+            assert want is not None and want[0] == "InvalidArgument", want
+            with pytest.raises(ValueError) as raised:
+                self.step(a)
+            assert want[1] in str(raised.value), str(raised.value)
+            return
+        got: Any = None
+        if op in ("acquire", "renew"):
+            got = getattr(self.owner(a[0]), op)(a[1], float(a[2]))
+        elif op in ("release", "held", "flag", "break_lease"):
+            got = getattr(self.owner(a[0]), op)(a[1])
+        elif op == "set_flag":
+            ttl = [float(a[2])] if len(a) > 2 else []
+            assert self.owner(a[0]).set_flag(a[1], *ttl) is None
+        elif op == "clear_flag":
+            assert self.owner(a[0]).clear_flag(a[1]) is None
+        elif op == "fence":
+            return self.fence(a[1], self.owner(a[0]).fence(a[1]), w)
+        elif op == "hold":
+            return self.hold(self.owner(a[0]).hold, a[1], a[2:], w)
+        elif op == "hold_configured":
+            return self.hold(mistri_locks.hold, a[0], a[1:], w)
+        elif op == "configure":
+            mistri_locks.configure(None if a[0] == "none" else self.owner(a[0]))
+        elif op == "hold.release":
+            got = self.holds[a[0]].release()
+            if w is not None:
+                assert got is OUTCOMES[w], f"got {got}"
+            return
+        elif op == "hold.lost":
+            got = self.holds[a[0]].lost
+        elif op == "hold.fence":
+            hold = self.holds[a[0]]
+            return self.fence(hold.key, hold.fence, w)
+        elif op == "hold.key":
+            assert self.holds[a[0]].key == w
+        elif op == "signal":
+            self.signals[a[0]] = mistri_locks.AbortSignal()
+        elif op == "abort":
+            self.signal(a[0]).abort(*a[1:2])
+        elif op == "aborted":
+            got = self.signal(a[0]).aborted
+        elif op == "wait":
+            got = self.signal(a[0]).wait(float(a[1]))
+        elif op == "reason":
+            reason = self.signal(a[0]).reason
+            assert reason is not None and a[2] in reason, f"reason {reason!r}"
+        elif op == "same_signal":
+            got = self.holds[a[0]].signal is self.signal(a[1])
+        elif op == "sleep":
+            time.sleep(float(a[0]))
+        elif op == "mark":
+            self.mark = time.monotonic()
+        elif op == "elapsed":
+            took = time.monotonic() - self.mark
+            assert took <= float(a[1]), f"{took:.3f} s"
+        else:
+            raise Step(f"unknown step {op}")
+        if w in ("true", "false"):
+            assert got is (w == "true"), f"got {got!r}"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_contract(backend, case: str) -> None:
+    run = Run(backend)
+    try:
+        for number, words in CASES[case]:
+            try:
+                run.step(words)
+            except AssertionError as e:
+                raise Step(f"cases.txt:{number}: {' '.join(words)}: {e}") from None
+    finally:
+        for hold in run.holds.values():
+            hold.release()
+
+
+def test_the_data_has_every_case_once() -> None:
+    text = CASES_FILE.read_text()
+    names = [w[1] for w in map(_words, text.splitlines()) if w[:1] == ["case"]]
+    assert len(names) == len(set(names)) == len(CASES) >= 10
+    assert _words('error hold A k stop="" -> InvalidArgument "a b" # c') == [
+        "error", "hold", "A", "k", "stop=", "->", "InvalidArgument", "a b"
+    ]
+
+
+# ---------------------------------------------- what only Python can say
 
 
 def test_leaving_the_with_block_releases(backend) -> None:
@@ -99,7 +209,6 @@ def test_leaving_the_with_block_releases(backend) -> None:
     assert hold is not None
     with hold as h:
         assert h is hold
-        assert h.key == "scoped"
         assert a.held("scoped")
     assert not a.held("scoped")
     with pytest.raises(RuntimeError):
@@ -114,115 +223,15 @@ def test_dropping_a_hold_releases_it(backend) -> None:
     assert a.held("dropped")
     del hold
     assert not a.held("dropped")
-
-
-def test_refused_hold_is_none_and_holder_keeps_its_lease(backend) -> None:
-    a, b = backend.adapter(), backend.owner()
-    hold = a.hold("one", ttl=0.3, heartbeat=0.05)
-    assert hold is not None
-    fence = hold.fence
-    assert b.hold("one", ttl=0.3, heartbeat=0.05) is None
-    assert not b.release("one")
-    time.sleep(0.5)
-    assert a.held("one")
-    assert not hold.lost
-    assert hold.fence == fence
-    hold.release()
-    again = b.hold("one", ttl=0.3, heartbeat=0.05)
-    assert again is not None
-    again.release()
-
-
-def test_stale_owner_can_neither_renew_nor_release(backend) -> None:
-    a, b = backend.adapter(), backend.owner()
-    assert a.acquire("stale", 0.03)
-    time.sleep(0.08)
-    assert b.acquire("stale", 5)
-    assert not a.renew("stale", 5)
-    assert not a.release("stale")
-    assert b.held("stale")
-    assert b.release("stale")
-
-
-def test_fencing_numbers_strictly_increase(backend) -> None:
-    owners = [backend.adapter(), backend.owner()]
-    last = 0
-    for i in range(6):
-        o = owners[i % 2]
-        hold = o.hold("fenced", ttl=5, heartbeat=1)
-        assert hold is not None
-        assert isinstance(hold.fence, int)
-        assert hold.fence > last
-        last = hold.fence
-        hold.release()
-        assert o.acquire("fenced", 0.01)
-        fence = o.fence("fenced")
-        assert fence is not None and fence > last
-        last = fence
-        time.sleep(0.02)  # let it expire instead of releasing
-
-
-def test_stop_flag_raised_elsewhere_trips_the_signal_within_a_tick(backend) -> None:
-    a, b = backend.adapter(), backend.owner()
-    signal = mistri_locks.AbortSignal()
-    hold = a.hold("worker", ttl=2, heartbeat=0.1, stop_key="stop:worker", signal=signal)
-    assert hold is not None
-    assert hold.signal is signal
-    time.sleep(0.15)
-    assert not signal.aborted
-    raised = time.monotonic()
-    b.set_flag("stop:worker", 30)
-    assert signal.wait(1.0), "no trip"
-    took = time.monotonic() - raised
-    assert took <= 0.1 + 0.25, f"tripped after {took:.3f} s"
-    assert signal.reason is not None and "stop:worker" in signal.reason
-    assert not hold.lost, "a stop is not a loss"
-    assert a.held("worker"), "still renewing until released"
-    hold.release()
-    assert not b.held("worker")
-
-
-def test_stop_flag_already_up_trips_at_once(backend) -> None:
-    a = backend.adapter()
-    a.set_flag("stop:early", 30)
-    hold = a.hold("early", ttl=2, heartbeat=1, stop_key="stop:early")
-    assert hold is not None
-    assert isinstance(hold.signal, mistri_locks.AbortSignal)
-    assert hold.signal.wait(0.5)
-    hold.release()
-
-
-def test_deleting_the_lease_trips_the_signal_as_lost(backend) -> None:
-    a = backend.adapter()
-    hold = a.hold("victim", ttl=0.3, heartbeat=0.05)
-    assert hold is not None
-    time.sleep(0.06)
-    deleted = time.monotonic()
+    # a lost hold dropped deletes nothing: the next holder is safe
+    lost = a.hold("victim", ttl=0.3, heartbeat=0.05)
+    assert lost is not None
     backend.delete_lease("victim")
-    assert hold.signal.wait(1.0), "no trip"
-    took = time.monotonic() - deleted
-    assert took <= 0.05 + 0.25, f"tripped after {took:.3f} s"
-    assert hold.lost
-    assert "lease lost" in (hold.signal.reason or "")
-    assert hold.release() is False
-    # a lost holder deletes nothing: the next holder is safe
+    assert lost.signal.wait(1.0)
     b = backend.owner()
     assert b.acquire("victim", 5)
-    del hold
+    del lost
     assert b.held("victim")
-
-
-def test_lease_taken_by_another_is_lost_not_restamped(backend) -> None:
-    a, b = backend.adapter(), backend.owner()
-    hold = a.hold("taken", ttl=0.3, heartbeat=0.05)
-    assert hold is not None
-    backend.delete_lease("taken")
-    assert b.acquire("taken", 5)
-    assert hold.signal.wait(1.0)
-    assert hold.lost
-    assert hold.release() is False
-    assert b.held("taken")
-    assert b.release("taken"), "b's token still owns it"
 
 
 def test_contending_threads_never_both_hold(backend) -> None:
@@ -248,7 +257,7 @@ def test_contending_threads_never_both_hold(backend) -> None:
                 inside += 1
                 if inside != 1:
                     failures.append("two holders at once")
-            time.sleep(0.0003)
+            time.sleep(0.003)
             with inside_lock:
                 inside -= 1
             if hold.release() is not True:
@@ -266,20 +275,19 @@ def test_contending_threads_never_both_hold(backend) -> None:
     assert sum(r for _, r in results) > 0, f"no contention: {results}"
 
 
-@pytest.mark.parametrize("bad", [0, 0.0, -1, -0.5, math.nan, math.inf, -math.inf, 2e9, 10**400])
-def test_bad_durations_are_value_errors(backend, bad: float) -> None:
+def test_integers_too_large_for_a_float_are_value_errors(backend) -> None:
     a = backend.adapter()
-    with pytest.raises(ValueError, match="ttl"):
-        a.acquire("k", bad)
-    with pytest.raises(ValueError, match="ttl"):
-        a.renew("k", bad)
-    with pytest.raises(ValueError, match="ttl"):
-        a.set_flag("k", bad)
-    with pytest.raises(ValueError, match="ttl"):
-        a.hold("k", ttl=bad)
+    for call in (
+        lambda: a.acquire("k", 10**400),
+        lambda: a.renew("k", 10**400),
+        lambda: a.set_flag("k", 10**400),
+        lambda: a.hold("k", ttl=10**400),
+    ):
+        with pytest.raises(ValueError, match="ttl"):
+            call()
     with pytest.raises(ValueError, match="heartbeat"):
-        a.hold("k", heartbeat=bad)
-    assert not a.held("k"), "a refused call took nothing"
+        a.hold("k", heartbeat=10**400)
+    assert not a.held("k")
 
 
 @pytest.mark.parametrize("bad", [True, False, "1", None, b"1", [1]])
@@ -294,7 +302,7 @@ def test_non_numbers_are_type_errors(backend, bad: object) -> None:
     assert not a.held("k")
 
 
-def test_bad_keys(backend) -> None:
+def test_keys_that_are_not_str_are_type_errors(backend) -> None:
     a = backend.adapter()
     for call in (
         lambda k: a.acquire(k, 1),
@@ -307,14 +315,10 @@ def test_bad_keys(backend) -> None:
         a.break_lease,
         a.hold,
     ):
-        with pytest.raises(ValueError, match="key must not be empty"):
-            call("")
         with pytest.raises(TypeError):
             call(42)
         with pytest.raises(TypeError):
             call(b"key")
-    with pytest.raises(ValueError, match="stop_key must not be empty"):
-        a.hold("k", stop_key="")
     with pytest.raises(TypeError, match="signal must be"):
         a.hold("k", signal=42)  # type: ignore[arg-type]
     assert not a.held("k")
