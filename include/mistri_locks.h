@@ -238,14 +238,14 @@ typedef struct mistri_lease_info mistri_lease_info;
  * `mistri_locks_release` only touch leases that this handle (or a handle
  * obtained from it with `mistri_configured`) acquired. Two handles made by
  * `mistri_locks_memory_new` are two separate backends; use
- * `mistri_locks_sharing_adapter` for a second owner on the same Memory
+ * `mistri_locks_new_owner` for a second owner on the same Memory
  * backend. Two Redis handles on the same server and namespace (or two
  * Local handles on the same file) are two
  * owners of the same leases and flags, in this process or any other.
  *
  * Ownership: made by `mistri_locks_memory_new`, `mistri_locks_local_new`,
  * `mistri_locks_redis_new`,
- * `mistri_locks_sharing_adapter` or `mistri_configured`; freed by
+ * `mistri_locks_new_owner` or `mistri_configured`; freed by
  * `mistri_locks_free`. Holds made from it keep what they need alive, so it
  * may be freed before them.
  *
@@ -683,6 +683,15 @@ enum mistri_status mistri_locks_local_new(const char *path, struct mistri_locks 
  *
  * # Safety
  * `locks` is NULL or a live handle; `out` is NULL or writable.
+ */
+enum mistri_status mistri_locks_new_owner(const struct mistri_locks *locks, struct mistri_locks **out);
+
+/**
+ * The old name of `mistri_locks_new_owner` (deprecated; kept until the
+ * next SONAME).
+ *
+ * # Safety
+ * As `mistri_locks_new_owner`.
  */
 enum mistri_status mistri_locks_sharing_adapter(const struct mistri_locks *locks, struct mistri_locks **out);
 

@@ -114,6 +114,9 @@ impl HoldOptions {
         if let Some(stop) = &self.stop_key {
             check_key("stop_key", stop)?;
         }
+        if let Some(label) = &self.label {
+            check_key("label", label)?;
+        }
         Ok(())
     }
 

@@ -47,7 +47,7 @@ struct Inner {
 /// use std::time::Duration;
 ///
 /// let a = Locks::memory();
-/// let b = a.sharing_adapter();            // another owner, same backend
+/// let b = a.new_owner();                 // another owner, same backend
 /// assert!(a.acquire("k", Duration::from_secs(5))?);
 /// assert!(b.held("k")?);
 /// assert!(!b.release("k")?);              // not b's lease
@@ -108,8 +108,14 @@ impl Locks {
 
     /// Another owner on the same backend: its own issued leases and its own
     /// heartbeat engine. Two of these behave like two processes.
-    pub fn sharing_adapter(&self) -> Self {
+    pub fn new_owner(&self) -> Self {
         Self::from_arc(self.adapter().clone())
+    }
+
+    /// The old name of [`Locks::new_owner`], kept until 0.3.
+    #[deprecated(since = "0.2.0", note = "use new_owner")]
+    pub fn sharing_adapter(&self) -> Self {
+        self.new_owner()
     }
 
     /// The backend.

@@ -84,7 +84,7 @@ impl Fixture {
         match (&self.server, &self.db) {
             (Some(server), _) => Locks::redis(&server.url(), "mistri:test").expect("redis adapter"),
             (None, Some(db)) => Locks::local(Some(&db.0)).expect("local adapter"),
-            (None, None) => self.first.sharing_adapter(),
+            (None, None) => self.first.new_owner(),
         }
     }
 }

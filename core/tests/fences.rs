@@ -143,7 +143,7 @@ fn redis_counter_lost_under_a_live_lease() {
     assert!(locks.acquire("job", secs(30.0)).unwrap());
     let held = locks.fence("job").unwrap();
     assert_eq!(server.command("DEL mistri:test:fence:{job}"), ":1\r\n");
-    let other = locks.sharing_adapter();
+    let other = locks.new_owner();
     assert!(!other.acquire("job", secs(30.0)).unwrap(), "still held");
     assert!(locks.release("job").unwrap());
     let after = fence_of(&other, "job");

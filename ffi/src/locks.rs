@@ -23,14 +23,14 @@ pub const MISTRI_FLAG_TTL: f64 = 300.0;
 /// `mistri_locks_release` only touch leases that this handle (or a handle
 /// obtained from it with `mistri_configured`) acquired. Two handles made by
 /// `mistri_locks_memory_new` are two separate backends; use
-/// `mistri_locks_sharing_adapter` for a second owner on the same Memory
+/// `mistri_locks_new_owner` for a second owner on the same Memory
 /// backend. Two Redis handles on the same server and namespace (or two
 /// Local handles on the same file) are two
 /// owners of the same leases and flags, in this process or any other.
 ///
 /// Ownership: made by `mistri_locks_memory_new`, `mistri_locks_local_new`,
 /// `mistri_locks_redis_new`,
-/// `mistri_locks_sharing_adapter` or `mistri_configured`; freed by
+/// `mistri_locks_new_owner` or `mistri_configured`; freed by
 /// `mistri_locks_free`. Holds made from it keep what they need alive, so it
 /// may be freed before them.
 ///
@@ -141,14 +141,28 @@ pub unsafe extern "C" fn mistri_locks_local_new(
 /// # Safety
 /// `locks` is NULL or a live handle; `out` is NULL or writable.
 #[no_mangle]
+pub unsafe extern "C" fn mistri_locks_new_owner(
+    locks: *const mistri_locks,
+    out: *mut *mut mistri_locks,
+) -> mistri_status {
+    ffi_boundary!("mistri_locks_new_owner", {
+        let out = try_out!(out);
+        out.write(locks_handle(try_ref_from_ptr!(locks).new_owner()))
+    })
+}
+
+/// The old name of `mistri_locks_new_owner` (deprecated; kept until the
+/// next SONAME).
+///
+/// # Safety
+/// As `mistri_locks_new_owner`.
+#[no_mangle]
 pub unsafe extern "C" fn mistri_locks_sharing_adapter(
     locks: *const mistri_locks,
     out: *mut *mut mistri_locks,
 ) -> mistri_status {
-    ffi_boundary!("mistri_locks_sharing_adapter", {
-        let out = try_out!(out);
-        out.write(locks_handle(try_ref_from_ptr!(locks).sharing_adapter()))
-    })
+    // SAFETY: the same contract, forwarded.
+    unsafe { mistri_locks_new_owner(locks, out) }
 }
 
 /// Frees an adapter handle. NULL is ignored.

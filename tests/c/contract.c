@@ -63,7 +63,7 @@ static mistri_status memory_owner(const backend *b, const char *ns, const mistri
 {
     (void)b;
     (void)ns;
-    return mistri_locks_sharing_adapter(first, out);
+    return mistri_locks_new_owner(first, out);
 }
 
 static mistri_status redis_open(const backend *b, const char *ns, mistri_locks **out)
@@ -1131,8 +1131,9 @@ static void bad_input_is_a_status_never_a_crash(const void *arg)
     /* adapter makers and helpers */
     mistri_locks *l = NULL;
     size_t n = 0;
-    CHECK_STATUS(mistri_locks_sharing_adapter(NULL, &l), MISTRI_NULL_ARGUMENT);
-    CHECK_STATUS(mistri_locks_sharing_adapter(a, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_new_owner(NULL, &l), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_new_owner(a, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_sharing_adapter(NULL, &l), MISTRI_NULL_ARGUMENT); /* old name */
     CHECK_STATUS(mistri_locks_active_holds(NULL, &n), MISTRI_NULL_ARGUMENT);
     CHECK_STATUS(mistri_locks_active_holds(a, NULL), MISTRI_NULL_ARGUMENT);
     CHECK(l == NULL);

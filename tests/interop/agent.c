@@ -66,6 +66,22 @@ int main(int argc, char **argv)
         if (mistri_locks_set_flag(locks, stop, 30) != MISTRI_OK)
             return fail("set_flag");
         rc = held ? 0 : 5;
+    } else if (strcmp(cmd, "info") == 0) {
+        mistri_lease_info *info = NULL;
+        if (mistri_locks_info(locks, key, &info) != MISTRI_OK)
+            return fail("info");
+        if (info == NULL) {
+            printf("INFO none\n");
+        } else {
+            const char *label = NULL;
+            uint64_t fence = 0;
+            if (mistri_lease_info_label(info, &label) != MISTRI_OK ||
+                mistri_lease_info_fence(info, &fence) != MISTRI_OK)
+                return fail("info getters");
+            printf("INFO %llu %s\n", (unsigned long long)fence, label ? label : "(none)");
+            mistri_lease_info_free(info);
+        }
+        rc = 0;
     } else if (strcmp(cmd, "check") == 0) {
         if (mistri_locks_held(locks, key, &held) != MISTRI_OK)
             return fail("held");

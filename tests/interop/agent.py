@@ -2,6 +2,7 @@
   agent.py hold  URL NS KEY   hold KEY with stop flag stop:KEY until stopped
   agent.py stop  URL NS KEY   check KEY is held, raise stop:KEY
   agent.py check URL NS KEY   print whether KEY is held; lower stop:KEY
+  agent.py info  URL NS KEY   print "INFO <fence> <holder label>" (or "INFO none")
 """
 import sys
 
@@ -30,5 +31,9 @@ elif cmd == "check":
     held = locks.held(key)
     print("held=" + str(held).lower(), flush=True)
     locks.clear_flag(stop)
+    sys.exit(0)
+elif cmd == "info":
+    info = locks.info(key)
+    print("INFO none" if info is None else f"INFO {info['fence']} {info['holder']}", flush=True)
     sys.exit(0)
 sys.exit(2)

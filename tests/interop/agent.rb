@@ -2,6 +2,7 @@
 #   agent.rb hold  URL NS KEY   hold KEY with stop flag stop:KEY until stopped
 #   agent.rb stop  URL NS KEY   check KEY is held, raise stop:KEY
 #   agent.rb check URL NS KEY   print whether KEY is held; lower stop:KEY
+#   agent.rb info  URL NS KEY   print "INFO <fence> <holder label>" (or "INFO none")
 require "mistri_locks"
 
 $stdout.sync = true
@@ -29,6 +30,10 @@ when "stop"
 when "check"
   puts "held=#{locks.held?(key)}"
   locks.clear_flag(stop)
+  exit 0
+when "info"
+  info = locks.info(key)
+  puts(info.nil? ? "INFO none" : "INFO #{info[:fence]} #{info[:holder]}")
   exit 0
 end
 exit 2

@@ -2,8 +2,12 @@
 lease with a stop key while every language (itself included) sees it held
 and raises the stop flag; the holder's signal must trip within a tick, the
 lease must then be free, and fencing numbers must rise across all rounds.
+While each language holds, every language (and Rust, through the
+`mistri-locks status --json` command) reads who holds it: the holder's own
+identity (`host:pid language`) and its fence.
 
 Run by run.sh, which builds the three agents first."""
+import json
 import os
 import socket
 import subprocess
@@ -12,6 +16,7 @@ import tempfile
 import time
 
 AGENTS = {}  # language -> argv prefix
+CLI = []  # the mistri-locks command (the Rust face)
 TICK = 0.2  # the agents' heartbeat (tick = min(heartbeat, 1 s))
 SLACK = 0.5  # scheduling slack on a loaded machine
 
@@ -62,6 +67,10 @@ def round_trip(holder, stopper, url, ns, key, workdir):
         if held is None:
             return False, f"{holder} never held ({open(out).read()!r})", None
         fence = int(held.split()[1])
+        if holder == stopper:
+            problem = check_info(holder, proc.pid, fence, url, ns, key)
+            if problem:
+                return False, problem, fence
         stop = subprocess.run(AGENTS[stopper] + ["stop", url, ns, key],
                               capture_output=True, text=True, timeout=20)
         raised = time.monotonic()
@@ -89,12 +98,32 @@ def round_trip(holder, stopper, url, ns, key, workdir):
             proc.wait()
 
 
+def check_info(holder, pid, fence, url, ns, key):
+    """Every face reads the holder's identity and fence; returns a problem or None."""
+    want = f"{socket.gethostname()}:{pid} {holder}"
+    for reader in AGENTS:
+        got = subprocess.run(AGENTS[reader] + ["info", url, ns, key],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        if got != f"INFO {fence} {want}":
+            return f"{reader} read {got!r}, want 'INFO {fence} {want}'"
+    status = subprocess.run(CLI + ["--url", url, "--namespace", ns, "status", "--json", key],
+                            capture_output=True, text=True, timeout=20)
+    try:
+        lease = json.loads(status.stdout)["leases"][0]
+    except (ValueError, KeyError, IndexError):
+        return f"mistri-locks status --json printed {status.stdout!r} {status.stderr!r}"
+    if lease.get("holder") != want or lease.get("fence") != fence:
+        return f"mistri-locks status read {lease!r}, want holder {want!r}, fence {fence}"
+    return None
+
+
 def main():
     root = sys.argv[1]
     AGENTS["c"] = [sys.argv[2]]
     AGENTS["python"] = [sys.argv[3], os.path.join(root, "tests/interop/agent.py")]
     AGENTS["ruby"] = ["ruby", "-I", os.path.join(root, "bindings/ruby/lib"),
                       os.path.join(root, "tests/interop/agent.rb")]
+    CLI.append(sys.argv[4])
     with tempfile.TemporaryDirectory(prefix="mistri-interop-") as workdir:
         redis, url = start_redis(workdir)
         try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The cross-language matrix on one throwaway redis-server: C, Python and Ruby
-# each hold a lease that each of them stops with a flag (tests/interop/run.py).
+# each hold a lease that each of them stops with a flag, and every face (Rust
+# through the mistri-locks command) reads who holds it (tests/interop/run.py).
 # Needs the faces built: scripts/test runs it after the Python and Ruby
 # suites (bindings/python/.venv and bindings/ruby/lib/mistri_locks/*.so).
 set -euo pipefail
@@ -12,7 +13,7 @@ PY="${MISTRI_PYTHON:-$ROOT/bindings/python/.venv/bin/python}"
 [ -x "$PY" ] || { echo "interop: no $PY (run bindings/python/test.sh first)" >&2; exit 1; }
 [ -f bindings/ruby/lib/mistri_locks/mistri_locks.so ] || bindings/ruby/build.sh
 
-cargo build -q -p mistri_locks_ffi
+cargo build -q -p mistri_locks_ffi -p mistri_locks_cli
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mistri-interop-c.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 ln -sf "$TARGET_DIR/debug/libmistri_locks.so" "$WORK/libmistri_locks.so.0"
@@ -20,4 +21,4 @@ ln -sf "$TARGET_DIR/debug/libmistri_locks.so" "$WORK/libmistri_locks.so"
 gcc -std=c11 -Wall -Wextra -Werror -pedantic -I include tests/interop/agent.c \
   -L"$WORK" -lmistri_locks -Wl,-rpath,"$WORK" -o "$WORK/agent"
 
-python3 tests/interop/run.py "$ROOT" "$WORK/agent" "$PY"
+python3 tests/interop/run.py "$ROOT" "$WORK/agent" "$PY" "$TARGET_DIR/debug/mistri-locks"

@@ -38,6 +38,7 @@ pub(crate) fn start(
     stop_key: Option<String>,
     signal: Option<Bound<'_, PyAny>>,
     safety_margin: Option<Seconds<SafetyMargin>>,
+    label: Option<String>,
 ) -> PyResult<Option<Hold>> {
     let ttl = ttl.duration(py)?;
     let heartbeat = heartbeat.duration(py)?;
@@ -64,7 +65,7 @@ pub(crate) fn start(
         stop_key,
         signal: Some(core_signal),
         safety_margin,
-        ..HoldOptions::default()
+        label,
     };
     let hold = py
         .detach(|| match source {

@@ -48,7 +48,8 @@ fn configured(py: Python<'_>) -> Option<Py<PyLocks>> {
 /// heartbeat until released. None when nothing is configured or the
 /// lease is held elsewhere.
 #[pyfunction]
-#[pyo3(name = "hold", signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None, safety_margin = None))]
+#[pyo3(name = "hold", signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None, safety_margin = None, label = None))]
+#[allow(clippy::too_many_arguments)] // one per keyword argument of hold()
 fn hold_configured(
     py: Python<'_>,
     key: String,
@@ -57,6 +58,7 @@ fn hold_configured(
     stop_key: Option<String>,
     signal: Option<Bound<'_, PyAny>>,
     safety_margin: Option<Seconds<SafetyMargin>>,
+    label: Option<String>,
 ) -> PyResult<Option<Hold>> {
     start(
         py,
@@ -67,6 +69,7 @@ fn hold_configured(
         stop_key,
         signal,
         safety_margin,
+        label,
     )
 }
 

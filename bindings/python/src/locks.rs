@@ -25,6 +25,15 @@ pub(crate) struct PyLocks {
     blocking: bool,
 }
 
+/// Applies a `label=` given to a constructor (None: the default).
+fn labelled(py: Python<'_>, locks: Locks, label: Option<String>) -> PyResult<Locks> {
+    if let Some(label) = &label {
+        mistri_locks::args::check_key("label", label).py_err(py)?;
+    }
+    locks.set_label(label.as_deref());
+    Ok(locks)
+}
+
 impl PyLocks {
     fn new(locks: Locks) -> Self {
         // A backend with an I/O bound does I/O: release the GIL for it.
@@ -44,7 +53,7 @@ impl PyLocks {
         py: Python<'_>,
         sub: S,
     ) -> PyResult<Py<S>> {
-        let base = PyLocks::new(self.locks.sharing_adapter());
+        let base = PyLocks::new(self.locks.new_owner());
         Py::new(py, PyClassInitializer::from(base).add_subclass(sub))
     }
 
@@ -66,6 +75,19 @@ impl PyLocks {
 
 #[pymethods]
 impl PyLocks {
+    /// The holder label this object's leases and holds store (default
+    /// `host:pid python`); shown by `info()` and `mistri-locks status`.
+    /// Set it to a string, or to None for the default.
+    #[getter]
+    fn label(&self) -> String {
+        self.locks.label()
+    }
+
+    #[setter]
+    fn set_label(&self, py: Python<'_>, label: Option<String>) -> PyResult<()> {
+        labelled(py, self.locks(), label).map(drop)
+    }
+
     /// Takes the lease on `key` for `ttl` seconds if no live lease exists.
     fn acquire(&self, py: Python<'_>, key: String, ttl: Seconds<Ttl>) -> PyResult<bool> {
         let ttl = ttl.duration(py)?;
@@ -131,7 +153,7 @@ impl PyLocks {
 
     /// Acquires `key` and keeps it renewed until the Hold is released.
     /// None when the lease is held elsewhere.
-    #[pyo3(signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None, safety_margin = None))]
+    #[pyo3(signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None, safety_margin = None, label = None))]
     #[allow(clippy::too_many_arguments)] // one per keyword argument of hold()
     fn hold(
         &self,
@@ -142,6 +164,7 @@ impl PyLocks {
         stop_key: Option<String>,
         signal: Option<Bound<'_, PyAny>>,
         safety_margin: Option<Seconds<SafetyMargin>>,
+        label: Option<String>,
     ) -> PyResult<Option<Hold>> {
         start(
             py,
@@ -152,6 +175,7 @@ impl PyLocks {
             stop_key,
             signal,
             safety_margin,
+            label,
         )
     }
 }
@@ -163,8 +187,10 @@ pub(crate) struct Memory;
 #[pymethods]
 impl Memory {
     #[new]
-    fn new() -> PyClassInitializer<Self> {
-        PyClassInitializer::from(PyLocks::new(Locks::memory())).add_subclass(Memory)
+    #[pyo3(signature = (label = None))]
+    fn new(py: Python<'_>, label: Option<String>) -> PyResult<PyClassInitializer<Self>> {
+        let locks = labelled(py, Locks::memory(), label)?;
+        Ok(PyClassInitializer::from(PyLocks::new(locks)).add_subclass(Memory))
     }
 
     /// Another owner on the same in-process store: its own leases and
@@ -194,9 +220,14 @@ pub(crate) struct Redis {
 #[pymethods]
 impl Redis {
     #[new]
-    #[pyo3(signature = (url = String::from(mistri_locks::redis::DEFAULT_URL), namespace = String::from(mistri_locks::redis::DEFAULT_NAMESPACE)))]
-    fn new(py: Python<'_>, url: String, namespace: String) -> PyResult<PyClassInitializer<Self>> {
-        let locks = Locks::redis(&url, &namespace).py_err(py)?;
+    #[pyo3(signature = (url = String::from(mistri_locks::redis::DEFAULT_URL), namespace = String::from(mistri_locks::redis::DEFAULT_NAMESPACE), label = None))]
+    fn new(
+        py: Python<'_>,
+        url: String,
+        namespace: String,
+        label: Option<String>,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let locks = labelled(py, Locks::redis(&url, &namespace).py_err(py)?, label)?;
         Ok(PyClassInitializer::from(PyLocks::new(locks)).add_subclass(Redis { namespace }))
     }
 
@@ -234,9 +265,14 @@ pub(crate) struct Local {
 #[pymethods]
 impl Local {
     #[new]
-    #[pyo3(signature = (path = None))]
-    fn new(py: Python<'_>, path: Option<PathBuf>) -> PyResult<PyClassInitializer<Self>> {
+    #[pyo3(signature = (path = None, label = None))]
+    fn new(
+        py: Python<'_>,
+        path: Option<PathBuf>,
+        label: Option<String>,
+    ) -> PyResult<PyClassInitializer<Self>> {
         let locks = py.detach(|| Locks::local(path.as_deref())).py_err(py)?;
+        let locks = labelled(py, locks, label)?;
         let path = path.unwrap_or_else(mistri_locks::local::default_path);
         Ok(PyClassInitializer::from(PyLocks::new(locks)).add_subclass(Local { path }))
     }

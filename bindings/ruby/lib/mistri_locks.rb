@@ -21,7 +21,7 @@ require "mistri_locks/mistri_locks" # the native extension (build.sh puts it her
 require_relative "mistri_locks/delivery"
 require_relative "mistri_locks/abort_signal"
 require_relative "mistri_locks/hold"
-require_relative "mistri_locks/adapter"
+require_relative "mistri_locks/locks"
 
 module MistriLocks
   @locks = nil
@@ -66,8 +66,12 @@ module MistriLocks
     # +signal+: a MistriLocks::AbortSignal, or any object responding to
     # abort!(reason) (such as Mistri::AbortSignal), which is called from a
     # Ruby thread when the hold is stopped or lost.
-    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil, &block)
-      hold = Hold.start(nil, key, ttl, heartbeat, stop_key, signal, safety_margin)
+    #
+    # +label+: what the lease stores as its holder (shown by info and
+    # `mistri-locks status`); default: the handle's label, `host:pid ruby`.
+    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil,
+             label: nil, &block)
+      hold = Hold.start(nil, key, ttl, heartbeat, stop_key, signal, safety_margin, label)
       block ? Hold.run(hold, &block) : hold
     end
   end

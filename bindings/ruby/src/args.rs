@@ -96,6 +96,7 @@ pub fn hold_options(
     stop_key: Option<Value>,
     signal: Option<AbortSignal>,
     safety_margin: Option<Value>,
+    label: Option<Value>,
 ) -> Result<HoldOptions, Error> {
     Ok(HoldOptions {
         ttl: duration(ruby, "ttl", ttl)?,
@@ -105,6 +106,6 @@ pub fn hold_options(
         safety_margin: safety_margin
             .map(|m| duration(ruby, "safety_margin", m))
             .transpose()?,
-        ..HoldOptions::default()
+        label: label.map(|l| key(ruby, "label", l)).transpose()?,
     })
 }

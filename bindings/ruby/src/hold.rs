@@ -17,7 +17,7 @@ use magnus::{method, prelude::*, Error, RModule, Ruby, Value};
 use mistri_locks::{Hold, ReleaseOutcome};
 
 /// `MistriLocks._hold(locks, key, ttl, heartbeat, stop_key, signal,
-/// safety_margin)` -> Hold or nil: a hold on `locks`, or with nil on the
+/// safety_margin, label)` -> Hold or nil: a hold on `locks`, or with nil on the
 /// core's configured slot (which still checks the arguments when nothing
 /// is configured). `signal` is nil or a `MistriLocks::AbortSignal`
 /// (duck-typed signals are the Ruby half's business).
@@ -31,10 +31,11 @@ pub fn start(
     stop_key: Option<Value>,
     signal: Option<&Signal>,
     safety_margin: Option<Value>,
+    label: Option<Value>,
 ) -> Result<Option<RbHold>, Error> {
     let key = args::key(ruby, "key", key)?;
     let signal = signal.map(|s| s.0.clone());
-    let opts = args::hold_options(ruby, ttl, heartbeat, stop_key, signal, safety_margin)?;
+    let opts = args::hold_options(ruby, ttl, heartbeat, stop_key, signal, safety_margin, label)?;
     // An acquire may be a round trip: without the GVL.
     let hold = nogvl(ruby, || match locks {
         Some(l) => l.locks().hold(&key, opts),

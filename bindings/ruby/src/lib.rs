@@ -43,7 +43,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.const_set("HEARTBEAT", HEARTBEAT.as_secs())?;
     module.const_set("FLAG_TTL", FLAG_TTL.as_secs())?;
     module.define_singleton_method("_configure", function!(configure, 1))?;
-    module.define_singleton_method("_hold", function!(hold::start, 7))?;
+    module.define_singleton_method("_hold", function!(hold::start, 8))?;
     error::init(ruby, module)?;
     delivery::init(ruby, module)?;
     signal::init(ruby, module)?;

@@ -2,7 +2,7 @@
 //! host through an SQLite database file (the core's Local adapter), with no
 //! server.
 //!
-//! `lib/mistri_locks/adapter.rb` defines `Local.new(path: nil)`; it calls
+//! `lib/mistri_locks/locks.rb` defines `Local.new(path: nil)`; it calls
 //! `_open`. `nil` means the per-user default file. Operations are file I/O
 //! that may wait for another process's transaction (up to the core's 5 s
 //! busy timeout), so they run without the GVL like Redis round trips.

@@ -7,7 +7,7 @@
 //! `break_lease`, `new_owner` (old name `sharing_adapter`), `active_holds`,
 //! and the plumbing
 //! `_acquire`, `_renew`, `_set_flag` behind the keyword-argument
-//! methods of `lib/mistri_locks/adapter.rb` (a Ruby method with keywords
+//! methods of `lib/mistri_locks/locks.rb` (a Ruby method with keywords
 //! is cheaper than a C method parsing a keyword Hash).
 //!
 //! Memory operations keep the GVL: they take microseconds, less than
@@ -128,8 +128,23 @@ impl RbLocks {
     /// Another owner on the same backend (its own leases and heartbeat),
     /// as another process would be; same class as this one.
     fn new_owner(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
-        let other = RbLocks::new(rb_self.locks().sharing_adapter());
+        let other = RbLocks::new(rb_self.locks().new_owner());
         ruby.obj_wrap_as(other, rb_self.class())
+    }
+
+    /// `label`: what this handle's leases and holds store as their holder.
+    fn label(&self) -> String {
+        self.locks().label()
+    }
+
+    /// `label = str_or_nil` (nil: the default, `host:pid ruby`).
+    fn set_label(ruby: &Ruby, rb_self: &Self, label: Option<Value>) -> Result<(), Error> {
+        let label = label.map(|l| args::key(ruby, "label", l)).transpose()?;
+        if let Some(l) = &label {
+            mistri_locks::args::check_key("label", l).map_err(|e| error::to_ruby(ruby, e))?;
+        }
+        rb_self.locks().set_label(label.as_deref());
+        Ok(())
     }
 
     fn active_holds(&self) -> usize {
@@ -150,6 +165,8 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("new_owner", method!(RbLocks::new_owner, 0))?;
     class.define_method("sharing_adapter", method!(RbLocks::new_owner, 0))?; // old name
     class.define_method("active_holds", method!(RbLocks::active_holds, 0))?;
+    class.define_method("label", method!(RbLocks::label, 0))?;
+    class.define_method("label=", method!(RbLocks::set_label, 1))?;
     class.define_private_method("_acquire", method!(RbLocks::acquire, 2))?;
     class.define_private_method("_renew", method!(RbLocks::renew, 2))?;
     class.define_private_method("_set_flag", method!(RbLocks::set_flag, 2))?;

@@ -1,7 +1,7 @@
 //! `MistriLocks::Redis`: leases and flags on a Redis server, shared with
 //! every process (Ruby, Python, C, Rust) speaking the project's protocol.
 //!
-//! `lib/mistri_locks/adapter.rb` defines `Redis.new(url:, namespace:)` with
+//! `lib/mistri_locks/locks.rb` defines `Redis.new(url:, namespace:)` with
 //! the defaults; it calls `_open`. Opening parses the URL but connects
 //! lazily: an unreachable server is a `MistriLocks::ConnectionError` from
 //! the first operation. The connection pool is the core's and reconnects in

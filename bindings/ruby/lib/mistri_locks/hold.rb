@@ -54,10 +54,10 @@ module MistriLocks
 
       # Acquires through +locks+ (nil: the configured one) and wires the
       # signal. (Internal.)
-      def start(locks, key, ttl, heartbeat, stop_key, signal, safety_margin = nil)
+      def start(locks, key, ttl, heartbeat, stop_key, signal, safety_margin = nil, label = nil) # rubocop:disable Metrics/ParameterLists
         check_signal(signal)
         native = signal if signal.is_a?(AbortSignal)
-        hold = MistriLocks.__send__(:_hold, locks, key, ttl, heartbeat, stop_key, native, safety_margin)
+        hold = MistriLocks.__send__(:_hold, locks, key, ttl, heartbeat, stop_key, native, safety_margin, label)
         return nil unless hold
 
         Delivery.ensure_running if native

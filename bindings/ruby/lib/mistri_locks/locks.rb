@@ -24,6 +24,10 @@ module MistriLocks
   #   new_owner       -> another owner on the same backend (like another process);
   #                      sharing_adapter is its old name, until 0.3
   #   active_holds    -> how many holds this object's heartbeat renews
+  #   info(key)       -> who holds key (a Hash: holder, fence, times, ttl,
+  #                      heartbeat, time_left), or nil
+  #   label, label=   -> what this handle's leases store as their holder
+  #                      (default "host:pid ruby"; nil restores it)
   class Locks
     # Takes the lease on +key+ for +ttl+ seconds if no live lease exists.
     # Returns true if taken.
@@ -37,8 +41,9 @@ module MistriLocks
     def set_flag(key, ttl: FLAG_TTL) = _set_flag(key, ttl)
 
     # See MistriLocks.hold (this handle instead of MistriLocks.locks).
-    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil, &block)
-      hold = Hold.start(self, key, ttl, heartbeat, stop_key, signal, safety_margin)
+    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil,
+             label: nil, &block)
+      hold = Hold.start(self, key, ttl, heartbeat, stop_key, signal, safety_margin, label)
       block ? Hold.run(hold, &block) : hold
     end
   end
@@ -46,6 +51,8 @@ module MistriLocks
   # Leases and flags inside this process (threads, not processes): real TTLs
   # on a monotonic clock. MistriLocks::Memory.new
   class Memory < Locks
+    def self.new(label: nil) = _new.tap { |locks| locks.label = label unless label.nil? }
+    private_class_method :_new
   end
 
   # Leases and flags on Redis, shared by every process and language that
@@ -55,7 +62,9 @@ module MistriLocks
   # from the first operation. Round trips release the GVL; each is bounded by
   # a 5 s socket timeout (an interrupt arriving meanwhile is raised after it).
   class Redis < Locks
-    def self.new(url: DEFAULT_URL, namespace: DEFAULT_NAMESPACE) = _open(url, namespace)
+    def self.new(url: DEFAULT_URL, namespace: DEFAULT_NAMESPACE, label: nil)
+      _open(url, namespace).tap { |locks| locks.label = label unless label.nil? }
+    end
     private_class_method :_open
   end
 
@@ -67,7 +76,9 @@ module MistriLocks
   # file, a symbolic link, or a folder another user owns or can write is a
   # MistriLocks::ConfigError naming the path and the problem.
   class Local < Locks
-    def self.new(path: nil) = _open(path.nil? ? nil : File.path(path))
+    def self.new(path: nil, label: nil)
+      _open(path.nil? ? nil : File.path(path)).tap { |locks| locks.label = label unless label.nil? }
+    end
     private_class_method :_open
   end
 end
