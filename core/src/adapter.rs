@@ -163,8 +163,16 @@ pub trait Adapter: Send + Sync + 'static {
     }
 
     /// Extends `lease` to `ttl` from now if its token still owns the key.
-    /// Returns whether it did.
-    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool>;
+    /// Returns whether it did. (The default is [`Adapter::renew_within`]
+    /// with no `min_left`.)
+    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let renewal = Renewal {
+            lease,
+            ttl,
+            min_left: Duration::ZERO,
+        };
+        Ok(self.renew_within(&renewal)? == Renewed::Yes)
+    }
 
     /// Deletes `lease` if its token still owns the key. Returns whether it
     /// did.
@@ -200,32 +208,29 @@ pub trait Adapter: Send + Sync + 'static {
     /// failures go in the [`Beat`]. The default does one call per item and
     /// gives the items still waiting at `deadline` a timeout error.
     fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
-        let late = || {
-            crate::Error::Connection(format!(
-                "{} did not answer before the tick's deadline",
-                self.name()
-            ))
-        };
-        let renewals = renewals
-            .iter()
-            .map(|r| {
-                if Instant::now() >= deadline {
-                    Err(late())
-                } else {
-                    self.renew_within(r)
-                }
-            })
-            .collect();
-        let flags = flags
-            .iter()
-            .map(|key| {
-                if Instant::now() >= deadline {
-                    Err(late())
-                } else {
-                    self.flag(key)
-                }
-            })
-            .collect();
-        Ok(Beat { renewals, flags })
+        // Each item runs only while the deadline has not passed.
+        fn in_time<T>(
+            name: &str,
+            deadline: Instant,
+            item: impl FnOnce() -> Result<T>,
+        ) -> Result<T> {
+            if Instant::now() < deadline {
+                return item();
+            }
+            Err(crate::Error::Connection(format!(
+                "{name} did not answer before the tick's deadline"
+            )))
+        }
+        let name = self.name();
+        Ok(Beat {
+            renewals: renewals
+                .iter()
+                .map(|r| in_time(name, deadline, || self.renew_within(r)))
+                .collect(),
+            flags: flags
+                .iter()
+                .map(|key| in_time(name, deadline, || self.flag(key)))
+                .collect(),
+        })
     }
 }

@@ -790,15 +790,6 @@ impl Adapter for Local {
         })
     }
 
-    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
-        let renewal = Renewal {
-            lease,
-            ttl,
-            min_left: Duration::ZERO,
-        };
-        Ok(self.renew_within(&renewal)? == Renewed::Yes)
-    }
-
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
         self.with_con(true, |con, now| self.renew_in(con, renewal, now))
     }

@@ -184,15 +184,6 @@ impl Adapter for Memory {
         Ok(Some(Lease::new(key, token, fence)))
     }
 
-    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
-        let renewal = Renewal {
-            lease,
-            ttl,
-            min_left: Duration::ZERO,
-        };
-        Ok(self.renew_within(&renewal)? == Renewed::Yes)
-    }
-
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
         let now = Instant::now();
         let mut state = self.state().lock();

@@ -590,15 +590,6 @@ impl Adapter for Redis {
         Ok((fence > 0).then(|| Lease::new(key, token, fence)))
     }
 
-    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
-        let renewal = Renewal {
-            lease,
-            ttl,
-            min_left: Duration::ZERO,
-        };
-        Ok(self.renew_within(&renewal)? == Renewed::Yes)
-    }
-
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
         let reply: Value = self.with_con(|con, deadline| {
             self.eval(
