@@ -7,6 +7,8 @@
 
 mod proxy;
 pub use proxy::Proxy;
+mod topology;
+pub use topology::{command_on, RedisCluster, RedisSentinels};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
