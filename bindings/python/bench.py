@@ -81,6 +81,8 @@ def main() -> None:
     ap.add_argument("--install", action="store_true", help="pip install the contenders first")
     ap.add_argument("--seconds", type=float, default=3.0, help="per contender per round")
     ap.add_argument("--rounds", type=int, default=3, help="best of N rounds")
+    ap.add_argument("--port", type=int, help="use the redis-server on this loopback port")
+    ap.add_argument("--kv", action="store_true", help="also print key=value lines (scripts/bench)")
     args = ap.parse_args()
     if args.install:
         install()
@@ -89,7 +91,10 @@ def main() -> None:
     import redis
     import redis_lock
 
-    proc, port, workdir = start_redis()
+    if args.port:
+        proc, port, workdir = None, args.port, None
+    else:
+        proc, port, workdir = start_redis()
     url = f"redis://127.0.0.1:{port}/0"
     try:
         client = redis.Redis.from_url(url)
@@ -140,10 +145,16 @@ def main() -> None:
             rate = best[name]
             ratio = mistri_rate / rate
             print(f"  {name:32s} {rate:9.0f} pairs/s   mistri/this = {ratio:5.2f}x")
+        if args.kv:
+            print(f"py_mistri_pairs={mistri_rate:.0f}")
+            print(f"py_redis_py_pairs={best['redis-py redis.lock.Lock']:.0f}")
+            print(f"py_prl_pairs={best['python-redis-lock']:.0f}")
     finally:
-        proc.terminate()
-        proc.wait()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if proc is not None:
+            proc.terminate()
+            proc.wait()
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

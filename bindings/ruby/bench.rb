@@ -11,7 +11,9 @@
 #   delete through the redis gem (Debian: apt-get install ruby-redis), on
 #   a redis-server this script starts on a free loopback port.
 #
-# Env: BENCH_SECONDS (per measurement, default 2).
+# Env: BENCH_SECONDS (per measurement, default 2); BENCH_REDIS_PORT (use
+# that loopback redis-server instead of starting one); BENCH_KV=1 (also
+# print key=value lines, for scripts/bench).
 
 require "mistri_locks"
 require "monitor"
@@ -19,6 +21,7 @@ require "securerandom"
 require "socket"
 
 SECONDS_EACH = Float(ENV.fetch("BENCH_SECONDS", "2"))
+KV = ENV["BENCH_KV"] == "1"
 
 def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
@@ -91,6 +94,7 @@ ours_rate, seed_rate = compare(
 row("MistriLocks::Memory", ours_rate)
 row("seed-style Ruby adapter (Monitor + Hash)", seed_rate)
 puts format("  ratio: %.2fx", ours_rate / seed_rate)
+puts format("rb_memory_pairs=%.0f\nrb_seed_memory_pairs=%.0f", ours_rate, seed_rate) if KV
 
 begin
   require "redis"
@@ -99,11 +103,16 @@ rescue LoadError
   exit
 end
 
-probe = TCPServer.new("127.0.0.1", 0)
-port = probe.addr[1]
-probe.close
-server = spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", out: File::NULL, err: File::NULL)
+if ENV["BENCH_REDIS_PORT"]
+  port = Integer(ENV["BENCH_REDIS_PORT"])
+  server = nil
+else
+  probe = TCPServer.new("127.0.0.1", 0)
+  port = probe.addr[1]
+  probe.close
+  server = spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", out: File::NULL, err: File::NULL)
+end
 begin
   raw = Redis.new(host: "127.0.0.1", port: port)
   begin
@@ -130,7 +139,10 @@ begin
   row("MistriLocks::Redis", ours_redis)
   row("redis gem: SET NX PX + Lua compare-and-delete", raw_redis)
   puts format("  ratio: %.2fx", ours_redis / raw_redis)
+  puts format("rb_redis_pairs=%.0f\nrb_gem_pairs=%.0f", ours_redis, raw_redis) if KV
 ensure
-  Process.kill("TERM", server)
-  Process.wait(server)
+  if server
+    Process.kill("TERM", server)
+    Process.wait(server)
+  end
 end

@@ -2,7 +2,9 @@
 //! the same process against the same throwaway redis-server.
 //!
 //! Run: `cargo run --release -p mistri_locks_core --example bench [seconds]`
-//! (candidates are measured in interleaved slices; each keeps its best)
+//! (candidates are measured in interleaved slices; each keeps its best).
+//! `scripts/bench` runs it against its own server (`MISTRI_BENCH_URL`) and
+//! reads the `key=value` lines printed at the end.
 //!
 //! - memory: `Locks::acquire` + `Locks::release` on the in-process backend.
 //! - local: the same on the SQLite-file backend (WAL, synchronous=NORMAL).
@@ -55,13 +57,21 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2.0);
     let ttl = Duration::from_secs(30);
-    let server = RedisServer::start();
+    // scripts/bench passes its own (pinned) server.
+    let server = match std::env::var("MISTRI_BENCH_URL") {
+        Ok(url) => Err(url),
+        Err(_) => Ok(RedisServer::start()),
+    };
+    let url = match &server {
+        Ok(s) => s.url(),
+        Err(url) => url.clone(),
+    };
 
     let memory = Locks::memory();
     let dir = std::env::temp_dir().join(format!("mistri-bench-{}", std::process::id()));
     let local = Locks::local(Some(&dir.join("locks.db"))).unwrap();
-    let redis = Locks::redis(&server.url(), "mistri:bench").unwrap();
-    let client = redis::Client::open(server.url()).unwrap();
+    let redis = Locks::redis(&url, "mistri:bench").unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
     let mut con = client.get_connection().unwrap();
     let cad = redis::Script::new(mistri_locks::redis::RELEASE_LUA);
 
@@ -108,4 +118,8 @@ fn main() {
         "raw baseline (SET NX PX + Lua CAD, 1 conn)", raw
     );
     println!("redis / raw baseline: {:.2}", red / raw);
+    println!("rust_memory_pairs={mem:.0}");
+    println!("rust_local_pairs={loc:.0}");
+    println!("rust_redis_pairs={red:.0}");
+    println!("rust_raw_pairs={raw:.0}");
 }

@@ -17,7 +17,8 @@
 
 use crate::error::Result;
 use crate::info::{Identity, LeaseInfo, Listing};
-use std::sync::Arc;
+use crate::push::{FlagWatch, FlagWatcher};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// A lease this process holds on a key: the proof of ownership that renew
@@ -194,6 +195,18 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// Lowers the flag `key` (no error if it was down).
     fn clear_flag(&self, key: &str) -> Result<()>;
+
+    /// Push delivery of raised flags ([`crate::push`]): from now until the
+    /// returned guard is dropped, `watcher` is told when flags are raised
+    /// (or may have been) by clients that announce them, through one
+    /// listener per adapter and process. `None`: this backend only polls
+    /// (the default), or its listener could not be started.
+    ///
+    /// Never blocks on I/O: the listener connects on its own thread.
+    fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
+        let _ = watcher;
+        None
+    }
 
     /// Extends `renewal.lease` if its token still owns the key and at least
     /// `renewal.min_left` of its life is left.

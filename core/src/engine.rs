@@ -36,6 +36,16 @@
 //! that renewal then succeeds (it arrived in time but its answer did not),
 //! the engine deletes the lease so it does not linger.
 //!
+//! Push ([`crate::push`]): an engine with a hold that watches a stop key
+//! registers with its adapter's flag listener (if the adapter has one)
+//! *before* inserting the hold, and keeps that registration until its
+//! scheduler retires. The listener's thread calls in: `raised(key)` trips
+//! the holds watching `key` at once (as a poll that found the flag would);
+//! `poll_now` makes every watched flag due now (flagging entries whose read
+//! is in flight to be read again), so the scheduler hands the reads to the
+//! I/O thread at once. Neither waits for I/O nor touches a deadline; the
+//! tick poll stays the floor.
+//!
 //! Release: [`Engine::unregister`] removes the entry under the lock and
 //! returns at once, even while a batch holding a renewal of it is in
 //! flight. Renewals compare the owner token, so a renewal that reaches the
@@ -56,6 +66,7 @@
 use crate::adapter::{Adapter, Lease, Renewal, Renewed};
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
+use crate::push::{FlagWatch, FlagWatcher};
 use crate::signal::AbortSignal;
 use crate::sync::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet};
@@ -119,6 +130,9 @@ struct Entry {
     last_error: Option<String>,
     stop_key: Option<String>,
     next_check: Instant,
+    /// Asked to read the stop flag again (push) while a read of it may be
+    /// in flight: that read's answer must not push the next one a tick away.
+    recheck: bool,
     signal: AbortSignal,
     status: Arc<HoldStatus>,
 }
@@ -157,6 +171,8 @@ struct State {
     in_flight: HashSet<u64>,
     /// Leases to delete in the background (holds dropped without release).
     deletes: Vec<Lease>,
+    /// This engine's registration with the adapter's flag listener.
+    watch: Option<FlagWatch>,
 }
 
 struct Shared {
@@ -176,6 +192,38 @@ impl Shared {
             wake: Condvar::new(),
             io_wake: Condvar::new(),
         })
+    }
+}
+
+impl FlagWatcher for Shared {
+    fn raised(&self, key: &str) {
+        let mut trips = Trips::new();
+        {
+            let mut state = self.state.lock();
+            for e in state.entries.values_mut() {
+                if e.stop_key.as_deref() == Some(key) {
+                    e.stop_key = None;
+                    trips.push((e.signal.clone(), format!("stop flag {key:?} raised")));
+                }
+            }
+        }
+        trip_all(trips);
+    }
+
+    fn poll_now(&self) {
+        let mut state = self.state.lock();
+        let now = Instant::now();
+        let mut any = false;
+        for e in state.entries.values_mut() {
+            if e.stop_key.is_some() {
+                e.next_check = now;
+                e.recheck = true;
+                any = true;
+            }
+        }
+        if any {
+            self.wake.notify_one();
+        }
     }
 }
 
@@ -234,6 +282,7 @@ impl Engine {
             last_error: None,
             // Read the stop flag right away: it may be up already.
             next_check: reg.confirmed,
+            recheck: false,
             lease: reg.lease,
             ttl: reg.ttl,
             margin: reg.margin,
@@ -245,6 +294,18 @@ impl Engine {
         };
         let shared = self.shared();
         let mut state = shared.state.lock();
+        if entry.stop_key.is_some() && state.watch.is_none() {
+            // Register for push before the entry exists (module header of
+            // crate::push); the listener starts without I/O on this thread.
+            drop(state);
+            let weak: std::sync::Weak<Shared> = Arc::downgrade(shared);
+            let watcher: std::sync::Weak<dyn FlagWatcher> = weak;
+            let watch = shared.adapter.watch_flags(watcher);
+            state = shared.state.lock();
+            if state.watch.is_none() {
+                state.watch = watch;
+            }
+        }
         ensure_threads(shared, &mut state)?;
         state.next_id += 1;
         let id = state.next_id;
@@ -357,6 +418,11 @@ fn collect_due(state: &mut State, now: Instant) -> Option<Job> {
             }
         }
     }
+    for id in &job.check_ids {
+        if let Some(e) = state.entries.get_mut(id) {
+            e.recheck = false;
+        }
+    }
     job.deletes = std::mem::take(&mut state.deletes);
     if job.renew_ids.is_empty() && job.check_ids.is_empty() && job.deletes.is_empty() {
         return None;
@@ -399,6 +465,8 @@ fn run_scheduler(shared: Arc<Shared>) {
             let since = *idle_since.get_or_insert(now);
             if now >= since + IDLE_EXIT {
                 state.scheduler_running = false;
+                // The listener closes its channel once nobody watches.
+                state.watch = None;
                 return;
             }
             wake_at = Some(since + IDLE_EXIT);
@@ -503,7 +571,7 @@ fn apply(
             }
             for id in &job.check_ids {
                 if let Some(e) = state.entries.get_mut(id) {
-                    e.next_check = done + e.tick;
+                    e.next_check = if e.recheck { done } else { done + e.tick };
                 }
             }
             return;
@@ -568,7 +636,9 @@ fn apply(
                 let key = e.stop_key.take().unwrap_or_default();
                 trips.push((e.signal.clone(), format!("stop flag {key:?} raised")));
             }
+            Some(Ok(false)) if e.recheck => e.next_check = done,
             Some(Ok(false)) => e.next_check = sent + e.tick,
+            _ if e.recheck => e.next_check = done,
             _ => e.next_check = done + e.tick,
         }
     }

@@ -38,6 +38,16 @@
 //! `O_NOFOLLOW`: anything else is an [`Error::Config`] naming the path and
 //! the problem, never silently used.
 //!
+//! Push ([`crate::push`]): `set_flag` rings a doorbell after its commit —
+//! it opens the file `<database>-raised` (next to the database, in the same
+//! checked folder) for writing and closes it, which makes the kernel report
+//! `IN_CLOSE_WRITE` to every inotify watch on that file. A process whose
+//! holds watch stop keys keeps ONE inotify descriptor per adapter, read by a
+//! listener thread (`mistri-flags`); each ring makes its engines read their
+//! stop flags at once (one read transaction). The ring names no key, so a
+//! ring for a flag nobody here watches costs one read. Linux only; elsewhere
+//! (and for clients that don't ring) the tick poll is the path.
+//!
 //! Connections: a small pool like the Redis adapter's; after `fork` the
 //! child forgets (leaks, never closes) inherited connections, as SQLite
 //! requires, and opens its own.
@@ -47,10 +57,12 @@ use crate::args::{fork_generation, mint_token};
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
+use crate::push::{FlagWatch, FlagWatcher, Registry};
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// How long a writer waits for another process's transaction.
@@ -198,6 +210,8 @@ pub struct Local {
     /// thread acquires), the sleeper can lose every race for far longer than
     /// a tick. Taken only inside a fork section, so never held at a fork.
     writer: Mutex<()>,
+    /// The watchers of this adapter's doorbell listener (one per process).
+    push: ForkLocal<Arc<Registry>>,
 }
 
 thread_local! {
@@ -510,6 +524,7 @@ impl Local {
             boot: boot_id(),
             pool: ForkLocal::new(Mutex::new(Pool::empty()), |_| Mutex::new(Pool::empty())),
             writer: Mutex::new(()),
+            push: crate::push::fork_local_registry(),
         };
         // Open one connection now, so a corrupt file is reported here.
         {
@@ -524,6 +539,18 @@ impl Local {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The doorbell file rung by `set_flag`: `<database>-raised`.
+    pub fn doorbell_path(&self) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push("-raised");
+        PathBuf::from(name)
+    }
+
+    /// Rings the doorbell (best effort: the tick poll is the floor).
+    fn ring(&self) {
+        let _ = open_doorbell(&self.doorbell_path());
     }
 
     fn connect(&self) -> Result<Pooled> {
@@ -829,6 +856,17 @@ impl Adapter for Local {
             )?
             .execute(params![key, now.saturating_add(ns(ttl)), self.boot])?;
             Ok(())
+        })?;
+        // After the commit: a listener that wakes finds the flag up.
+        self.ring();
+        Ok(())
+    }
+
+    #[cfg(target_os = "linux")]
+    fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
+        let bell = self.doorbell_path();
+        self.push.get().watch(watcher, move |registry| {
+            crate::push::spawn("mistri-flags", move || doorbell::run(&bell, &registry))
         })
     }
 
@@ -917,6 +955,131 @@ impl Adapter for Local {
                 flags: up.into_iter().map(Ok).collect(),
             })
         })
+    }
+}
+
+/// Opens the doorbell for writing (creating it, mode 0600, never through a
+/// symbolic link) and closes it: one `IN_CLOSE_WRITE` for its watchers.
+fn open_doorbell(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// The doorbell listener (see the module header): inotify, Linux only.
+#[cfg(target_os = "linux")]
+mod doorbell {
+    use super::open_doorbell;
+    use crate::push::{Registry, LISTENER_IDLE};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+    use std::time::Duration;
+
+    pub(super) fn run(bell: &Path, registry: &Registry) {
+        let mut backoff = Duration::from_millis(50);
+        while !registry.retire_if_unwatched() {
+            match listen(bell, registry) {
+                Ok(true) => return,
+                // The file was replaced or removed: watch the new one.
+                Ok(false) => backoff = Duration::from_millis(50),
+                Err(_) => {
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(LISTENER_IDLE);
+                }
+            }
+        }
+    }
+
+    /// Watches `bell` until nobody watches (true) or the file is gone
+    /// (false).
+    fn listen(bell: &Path, registry: &Registry) -> std::io::Result<bool> {
+        // SAFETY: plain syscall with flag arguments; the result is checked.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by inotify_init1 and is owned here
+        // only; OwnedFd closes it once.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        drop(open_doorbell(bell)?);
+        let name = std::ffi::CString::new(bell.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let mask = libc::IN_CLOSE_WRITE | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+        // SAFETY: `fd` is a live inotify descriptor and `name` a valid
+        // NUL-terminated path that outlives the call.
+        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), name.as_ptr(), mask) };
+        if wd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Live from here: what was raised before is found by reading.
+        registry.poll_now();
+        let mut buf = [0u8; 4096];
+        let idle_ms = i32::try_from(LISTENER_IDLE.as_millis()).unwrap_or(1000);
+        loop {
+            let mut pfd = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, count 1.
+            let ready = unsafe { libc::poll(&mut pfd, 1, idle_ms) };
+            if ready < 0 {
+                let err = std::io::Error::last_os_error();
+                if err.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if ready == 0 {
+                if registry.retire_if_unwatched() {
+                    return Ok(true);
+                }
+                continue;
+            }
+            let mut rang = false;
+            let mut gone = false;
+            loop {
+                // SAFETY: reads at most `buf.len()` bytes into `buf`, which
+                // is valid for writes of that length.
+                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                let Ok(n) = usize::try_from(n) else {
+                    break; // EAGAIN: drained
+                };
+                if n == 0 {
+                    break;
+                }
+                let mut at = 0;
+                let head = std::mem::size_of::<libc::inotify_event>();
+                while at + head <= n {
+                    // SAFETY: the kernel wrote whole events; the header at
+                    // `at` lies within the `n` bytes read (checked above).
+                    // read_unaligned: the buffer has no alignment guarantee.
+                    let event: libc::inotify_event =
+                        unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at).cast()) };
+                    if event.mask & libc::IN_CLOSE_WRITE != 0 {
+                        rang = true;
+                    }
+                    if event.mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED)
+                        != 0
+                    {
+                        gone = true;
+                    }
+                    at += head + event.len as usize;
+                }
+            }
+            if gone {
+                return Ok(false);
+            }
+            if rang {
+                registry.poll_now();
+            }
+        }
     }
 }
 

@@ -11,6 +11,15 @@
 //!   token. Keys only ever travel as `KEYS`, values as `ARGV`.
 //! - A heartbeat tick is one pipeline: every renewal and flag read of the
 //!   tick in one round trip.
+//! - Push ([`crate::push`]): `set_flag` pipelines `SET {ns}:flag:{KEY}` with
+//!   `PUBLISH {ns}:raised:{KEY} 1`; a process whose holds watch stop keys
+//!   keeps ONE extra connection per adapter, `PSUBSCRIBE`d to
+//!   `{ns}:raised:{*`, on a listener thread (`mistri-flags`) that never
+//!   touches the engine's schedule or deadlines: a message trips the holds
+//!   watching that key at once. The listener checks its connection with a
+//!   `PING` after each idle second; on any error it drops the connection,
+//!   reconnects (backing off 50 ms to 1 s) and, once subscribed again, tells
+//!   the engines to read every watched flag (anything raised in the gap).
 //!
 //! Connections: a small pool (a mutex around a stack of idle connections,
 //! held only to push or pop), so concurrent callers each use their own
@@ -23,10 +32,12 @@ use crate::args::{millis_ceil, mint_token};
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
+use crate::push::{FlagWatch, FlagWatcher, Registry, LISTENER_IDLE};
 use ::redis::{
     Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
 };
 use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// The default key namespace.
@@ -144,6 +155,8 @@ pub struct Redis {
     namespace: String,
     timeout: Duration,
     pool: ForkLocal<Mutex<Pool>>,
+    /// The watchers of this adapter's flag listener (one per process).
+    push: ForkLocal<Arc<Registry>>,
     acquire: Script,
     renew: Script,
     release: Script,
@@ -194,6 +207,7 @@ impl Redis {
             namespace: namespace.to_owned(),
             timeout,
             pool: ForkLocal::new(Mutex::new(Pool { idle: Vec::new() }), Pool::for_child),
+            push: crate::push::fork_local_registry(),
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
             release: Script::new(RELEASE_LUA),
@@ -218,6 +232,11 @@ impl Redis {
     /// The Redis key of the flag `key`.
     pub fn flag_key(&self, key: &str) -> String {
         format!("{}:flag:{{{key}}}", self.namespace)
+    }
+
+    /// The pub/sub channel on which raising the flag `key` is announced.
+    pub fn raised_channel(&self, key: &str) -> String {
+        format!("{}:raised:{{{key}}}", self.namespace)
     }
 
     /// The Redis key of the holder description of the lease on `key`.
@@ -465,6 +484,83 @@ impl Redis {
     }
 }
 
+/// The flag listener's connection settings (see the module header).
+struct Listener {
+    client: Client,
+    /// `{ns}:raised:{`: a channel name is this, the key, and `}`.
+    prefix: String,
+    pattern: String,
+    timeout: Duration,
+}
+
+impl Listener {
+    fn run(&self, registry: &Registry) {
+        const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+        let mut backoff = FIRST_BACKOFF;
+        while !registry.retire_if_unwatched() {
+            let subscribed = match self.listen(registry) {
+                Ok(Listened::Retired) => return,
+                Ok(Listened::Lost) => true,
+                Err(_) => false,
+            };
+            // A connection that worked reconnects at once; failed attempts
+            // back off (a server being restarted, a partition).
+            if subscribed {
+                backoff = FIRST_BACKOFF;
+            } else {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(LISTENER_IDLE);
+            }
+        }
+    }
+
+    /// One subscribed connection, until it fails or nobody watches.
+    fn listen(&self, registry: &Registry) -> ::redis::RedisResult<Listened> {
+        let mut con = self.client.get_connection_with_timeout(self.timeout)?;
+        con.set_write_timeout(Some(self.timeout))?;
+        con.set_read_timeout(Some(self.timeout))?;
+        // Never run PubSub's Drop: it sends UNSUBSCRIBE and waits for the
+        // answers. Dropping `con` just closes the socket.
+        let mut sub = std::mem::ManuallyDrop::new(con.as_pubsub());
+        sub.psubscribe(&self.pattern)?;
+        // Live from here: what was raised before is found by reading.
+        registry.poll_now();
+        sub.set_read_timeout(Some(LISTENER_IDLE))?;
+        loop {
+            match sub.get_message() {
+                Ok(msg) => {
+                    let key = msg
+                        .get_channel_name()
+                        .strip_prefix(&self.prefix)
+                        .and_then(|rest| rest.strip_suffix('}'));
+                    if let Some(key) = key.filter(|k| !k.is_empty()) {
+                        registry.raised(key);
+                    }
+                }
+                Err(e) if e.is_timeout() => {
+                    if registry.retire_if_unwatched() {
+                        return Ok(Listened::Retired);
+                    }
+                    // Silence: make sure the server is still there.
+                    sub.set_read_timeout(Some(self.timeout))?;
+                    if sub.ping::<Value>().is_err() {
+                        return Ok(Listened::Lost);
+                    }
+                    sub.set_read_timeout(Some(LISTENER_IDLE))?;
+                }
+                Err(_) => return Ok(Listened::Lost),
+            }
+        }
+    }
+}
+
+enum Listened {
+    /// Nobody watches any more.
+    Retired,
+    /// The connection failed after it was subscribed.
+    Lost,
+}
+
 /// A holder description from its hash fields, if it belongs to the lease
 /// whose acquire last set the fence counter to `counter`.
 fn holder_from(fields: &[(String, String)], counter: Option<&str>) -> Option<HolderInfo> {
@@ -649,13 +745,33 @@ impl Adapter for Redis {
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
+        // One round trip; the SET is applied before the message goes out,
+        // so a listener that hears it finds the flag up.
         self.with_con(|con, _| {
-            ::redis::cmd("SET")
+            ::redis::pipe()
+                .cmd("SET")
                 .arg(self.flag_key(key))
                 .arg("1")
                 .arg("PX")
                 .arg(millis_ceil(ttl))
+                .ignore()
+                .cmd("PUBLISH")
+                .arg(self.raised_channel(key))
+                .arg("1")
+                .ignore()
                 .query::<()>(con)
+        })
+    }
+
+    fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
+        let listener = Listener {
+            client: self.client.clone(),
+            prefix: format!("{}:raised:{{", self.namespace),
+            pattern: format!("{}:raised:{{*", glob_escape(&self.namespace)),
+            timeout: self.timeout,
+        };
+        self.push.get().watch(watcher, move |registry| {
+            crate::push::spawn("mistri-flags", move || listener.run(&registry))
         })
     }
 
@@ -744,6 +860,7 @@ mod tests {
         assert_eq!(r.fence_key("job"), "ns:fence:{job}");
         assert_eq!(r.flag_key("stop"), "ns:flag:{stop}");
         assert_eq!(r.info_key("job"), "ns:info:{job}");
+        assert_eq!(r.raised_channel("stop"), "ns:raised:{stop}");
     }
 
     #[test]

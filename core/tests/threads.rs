@@ -23,8 +23,9 @@ fn thousand_holds(a: &Locks) {
         .collect();
     std::thread::sleep(secs(1.5)); // past the ttl: they must have been renewed
     let during = thread_count();
+    // The scheduler, the I/O thread and (Redis, Local) the flag listener.
     assert!(
-        during <= before + 2,
+        during <= before + 3,
         "threads: {before} before, {during} with 1000 holds"
     );
     assert_eq!(a.active_holds(), 1000);
