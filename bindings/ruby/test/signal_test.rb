@@ -121,7 +121,8 @@ module SignalCases
     s = MistriLocks::AbortSignal.new
     t0 = Clock.now
     assert_raises(Timeout::Error) { Timeout.timeout(0.2) { s.wait } }
-    assert_operator Clock.now - t0, :<, 2
+    # Far below "never": generous, since this also runs under GC.stress.
+    assert_operator Clock.now - t0, :<, 5
     hold = MistriLocks::Memory.new.hold("timeout", ttl: 5, heartbeat: 1)
     assert_raises(Timeout::Error) { Timeout.timeout(0.2) { hold.signal.wait(30) } }
     hold.release
