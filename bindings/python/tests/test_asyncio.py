@@ -332,6 +332,9 @@ def test_a_cancelled_acquire_leaves_nothing_held(redis_backend, how: str) -> Non
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        # Let the pause end and the thread's acquire land before anyone
+        # else competes for the key.
+        await asyncio.sleep(0.6)
         other = redis_backend.owner()
         deadline = time.monotonic() + 5
         while not other.acquire(k, 5):
