@@ -27,7 +27,8 @@ ruby -I lib -I test -e '
 # extconf.rb and compiles the extension (release); then `require` it from
 # outside the checkout, with nothing of the checkout on the load path.
 # Compiled dependencies are shared across runs (and with the Python sdist
-# check) through one CARGO_TARGET_DIR; the two crates compile every time.
+# check) through one CARGO_TARGET_DIR; the core and Ruby crates are
+# cleaned from it first, so they compile every time.
 # SOURCE_BUILD=0 leaves this out while iterating.
 if [ "${SOURCE_BUILD:-1}" != 0 ]; then
   work="$(mktemp -d)"
@@ -36,6 +37,9 @@ if [ "${SOURCE_BUILD:-1}" != 0 ]; then
   target_dir="$(cargo metadata --format-version 1 --no-deps |
     ruby -rjson -e 'print JSON.parse($stdin.read).fetch("target_directory")')"
   echo "== source gem: gem install --local $(basename "$gem") (cargo build --release)"
+  # Same sources keep cargo's artifacts fresh: drop ours so they compile.
+  cargo clean -q --release --target-dir "${CARGO_TARGET_DIR:-$target_dir}/source-builds" \
+    -p mistri_locks_core -p mistri_locks_rb
   started=$SECONDS
   (cd "$work" && env -u RUBYLIB -u RUBYOPT GEM_HOME="$work/gems" GEM_PATH="$work/gems" \
     CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$target_dir}/source-builds" \
