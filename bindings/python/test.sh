@@ -2,12 +2,14 @@
 # Builds the Python extension and runs its checks: mypy stubtest (the .pyi
 # must match the native module), mypy --strict on the package, and pytest
 # (the contract suite against Memory and a throwaway redis-server, plus
-# signals, processes, fork, Ctrl-C).
+# signals, processes, fork, Ctrl-C, asyncio), then installs the sdist into a
+# fresh virtualenv (compiling it) and imports it from outside the checkout.
 #
 #   bindings/python/test.sh [pytest args...]
 #
 # Environment: PYTHON (default python3, >= 3.9), VENV (default
-# bindings/python/.venv), CARGO_TARGET_DIR (default: the workspace's).
+# bindings/python/.venv), CARGO_TARGET_DIR (default: the workspace's),
+# SOURCE_BUILD=0 (skip the sdist check).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -46,4 +48,44 @@ echo "== mypy --strict: the package"
 "$venv/bin/python" -m mypy --strict --no-error-summary -p mistri_locks
 
 echo "== pytest"
-exec "$venv/bin/python" -m pytest -c "$here/pyproject.toml" --rootdir "$here" "$@" "$here/tests"
+"$venv/bin/python" -m pytest -c "$here/pyproject.toml" --rootdir "$here" "$@" "$here/tests"
+
+# The sdist, as a user installs it: `maturin sdist` (which packs the core
+# crate), then `pip install` of it into a fresh virtualenv (a release build
+# by the maturin that pip fetches for the build), then import it from
+# outside the checkout. Compiled dependencies are shared across runs (and
+# with the Ruby source-gem check) through one CARGO_TARGET_DIR; the core
+# and Python crates are cleaned from it first, so they compile every time.
+# SOURCE_BUILD=0 leaves this out while iterating.
+if [[ "${SOURCE_BUILD:-1}" != 0 ]]; then
+    work="$(mktemp -d)"
+    trap 'rm -rf "$work"' EXIT
+    "$venv/bin/maturin" sdist -o "$work" --manifest-path "$here/Cargo.toml" 2>"$work/sdist.log" ||
+        { cat "$work/sdist.log"; exit 1; }
+    sdist="$(ls "$work"/*.tar.gz)"
+    [[ "$(tar tzf "$sdist")" == *"/core/src/lib.rs"* ]] || { echo "the sdist lacks the core crate"; exit 1; }
+    echo "== sdist: pip install $(basename "$sdist") into a fresh venv (release build)"
+    "$python" -m venv "$work/venv"
+    # Same sources keep cargo's artifacts fresh: drop ours so they compile.
+    cargo clean -q --release --target-dir "$CARGO_TARGET_DIR/source-builds" \
+        -p mistri_locks_core -p mistri_locks_py
+    started=$SECONDS
+    (cd "$work" && CARGO_TARGET_DIR="$CARGO_TARGET_DIR/source-builds" \
+        "$work/venv/bin/python" -m pip install -q --no-cache-dir "$sdist" >"$work/install.log" 2>&1) ||
+        { cat "$work/install.log"; exit 1; }
+    echo "   built and installed in $((SECONDS - started)) s"
+    (cd "$work" && env -u PYTHONPATH "$work/venv/bin/python" -c '
+import asyncio, os, sys
+import mistri_locks, mistri_locks._native as native
+venv = os.path.realpath(sys.prefix)
+assert os.path.realpath(native.__file__).startswith(venv), native.__file__
+a = mistri_locks.Memory()
+assert a.acquire("src", 5) is True and a.new_owner().acquire("src", 5) is False
+async def main() -> int:
+    async with a.hold_async("job", ttl=2, heartbeat=0.1) as h:
+        assert h is not None
+        return h.fence
+assert asyncio.run(main()) > 0 and not a.held("job")
+print("   import mistri_locks from the installed sdist: ok (" + native.__file__ + ")")
+')
+fi

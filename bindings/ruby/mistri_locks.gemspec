@@ -15,17 +15,15 @@ Gem::Specification.new do |spec|
   spec.license = "MIT"
   spec.required_ruby_version = ">= 3.0"
 
+  # A source gem: installing it compiles the extension with cargo
+  # (ext/mistri_locks/extconf.rb writes a Makefile that runs
+  # `cargo build --release`). Build it with package.sh, which packs the Rust
+  # sources into ext/mistri_locks/crates/ first; from a checkout (a Gemfile's
+  # path: or git:), extconf.rb finds them in the checkout instead.
   spec.files = Dir.chdir(__dir__) do
-    Dir["lib/**/*.rb", "src/**/*.rs", "Cargo.toml", "build.sh", "Rakefile", "README.md"]
+    Dir["lib/**/*.rb", "ext/mistri_locks/extconf.rb", "README.md"] +
+      Dir["ext/mistri_locks/crates/**/*"].select { |f| File.file?(f) }
   end
+  spec.extensions = ["ext/mistri_locks/extconf.rb"]
   spec.require_paths = ["lib"]
-
-  # A built extension (build.sh) makes this a platform gem carrying it.
-  # Building from source needs the mistri_locks workspace (the core crate)
-  # and cargo: run build.sh there.
-  native = "lib/mistri_locks/mistri_locks.so"
-  if File.exist?(File.join(__dir__, native))
-    spec.files << native
-    spec.platform = Gem::Platform.local
-  end
 end

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The Ruby face's test entry point: builds the extension (debug), checks
-# that `gem build` accepts the gemspec, then runs the whole minitest suite
+# The Ruby face's test entry point: builds the extension (debug), runs the
+# whole minitest suite
 # in one process (contract cases against Memory and a throwaway
 # redis-server on a free loopback port, Mistri drop-in, signals and
-# interrupts, cross-process, fork, and a GC.stress pass) and prints
-# minitest's summary. Exits non-zero on any failure.
+# interrupts, cross-process, fork, RailsCache on Debian's ActiveSupport, and
+# a GC.stress pass), then builds the source gem, installs it into a
+# temporary GEM_HOME (compiling it) and requires it from outside the
+# checkout. Exits non-zero on any failure.
 #
 # Needs: cargo, ruby + ruby-dev (3.0+, minitest is bundled), libclang-dev,
-# redis-server. Honours CARGO_TARGET_DIR. Extra minitest arguments pass
+# redis-server, ruby-activesupport and ruby-redis. Honours CARGO_TARGET_DIR
+# and SOURCE_BUILD=0 (skip the source gem). Extra minitest arguments pass
 # through, e.g. `test.sh -n /Fork/`.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -15,11 +18,48 @@ cd "$here"
 
 ./build.sh
 
-gem_dir="$(mktemp -d)"
-trap 'rm -rf "$gem_dir"' EXIT
-gem build mistri_locks.gemspec --silent --output "$gem_dir/mistri_locks.gem"
-echo "gem build: ok"
-
+# RailsCache runs in a process of its own: ActiveSupport's heap would make
+# every GC of the GC.stress pass (and so its timings) several times slower.
 ruby -I lib -I test -e '
-  Dir["test/*_test.rb"].sort.each { |f| require File.expand_path(f) }
+  Dir["test/*_test.rb"].sort.each { |f| require File.expand_path(f) unless f.end_with?("/rails_cache_test.rb") }
 ' -- "$@"
+ruby -I lib -I test test/rails_cache_test.rb "$@"
+
+# The source gem, as a user installs it: package.sh packs the Rust sources
+# and runs `gem build`; `gem install --local` into a fresh GEM_HOME runs
+# extconf.rb and compiles the extension (release); then `require` it from
+# outside the checkout, with nothing of the checkout on the load path.
+# Compiled dependencies are shared across runs (and with the Python sdist
+# check) through one CARGO_TARGET_DIR; the core and Ruby crates are
+# cleaned from it first, so they compile every time.
+# SOURCE_BUILD=0 leaves this out while iterating.
+if [ "${SOURCE_BUILD:-1}" != 0 ]; then
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  gem="$(./package.sh "$work")"
+  target_dir="$(cargo metadata --format-version 1 --no-deps |
+    ruby -rjson -e 'print JSON.parse($stdin.read).fetch("target_directory")')"
+  echo "== source gem: gem install --local $(basename "$gem") (cargo build --release)"
+  # Same sources keep cargo's artifacts fresh: drop ours so they compile.
+  cargo clean -q --release --target-dir "${CARGO_TARGET_DIR:-$target_dir}/source-builds" \
+    -p mistri_locks_core -p mistri_locks_rb
+  started=$SECONDS
+  (cd "$work" && env -u RUBYLIB -u RUBYOPT GEM_HOME="$work/gems" GEM_PATH="$work/gems" \
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$target_dir}/source-builds" \
+    gem install --local --no-document "$gem" >"$work/install.log" 2>&1) ||
+    { cat "$work/install.log"; exit 1; }
+  echo "   built and installed in $((SECONDS - started)) s"
+  (cd "$work" && env -u RUBYLIB -u RUBYOPT GEM_HOME="$work/gems" GEM_PATH="$work/gems" ruby -e '
+    require "mistri_locks"
+    so = $LOADED_FEATURES.grep(%r{/mistri_locks\.so\z})
+    raise "loaded #{so.inspect}, not the installed gem" unless so.size == 1 && so[0].start_with?(ENV["GEM_HOME"])
+    raise "wrong gem" unless Gem.loaded_specs["mistri_locks"].full_gem_path.start_with?(ENV["GEM_HOME"])
+    a = MistriLocks::Memory.new
+    b = a.new_owner
+    raise "acquire" unless a.acquire("src", ttl: 5) == true && b.acquire("src", ttl: 5) == false
+    MistriLocks.locks = a
+    fence = MistriLocks.hold("job", ttl: 2, heartbeat: 0.1) { |h| h.fence }
+    raise "hold" unless fence.is_a?(Integer) && !a.held?("job")
+    puts "   require \"mistri_locks\" from the installed gem: ok (#{so[0]})"
+  ')
+fi

@@ -100,6 +100,12 @@ impl Hold {
         Ok(outcome == ReleaseOutcome::Released)
     }
 
+    /// `release` as a coroutine (runs off the loop; if the awaiting task is
+    /// cancelled, the release still completes).
+    fn release_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::aio::call(slf.py(), "release_hold", (slf,), None)
+    }
+
     /// The key held.
     #[getter]
     fn key(&self) -> &str {

@@ -8,6 +8,7 @@
 //! - No Rust thread ever calls into Python: callbacks and duck-typed
 //!   signals are delivered on Python threads (see `signal.rs`).
 
+mod aio;
 mod args;
 mod error;
 mod hold;

@@ -9,11 +9,13 @@
 //! holds across Python code, so they keep the GIL: releasing and retaking
 //! it would cost more than the operation.
 
+use crate::aio;
 use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
 use crate::error::IntoPyResult;
 use crate::hold::{start, Hold};
 use mistri_locks::Locks;
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 use pyo3::PyClass;
 use std::path::PathBuf;
 
@@ -176,6 +178,99 @@ impl PyLocks {
             signal,
             safety_margin,
             label,
+        )
+    }
+
+    // asyncio (see `aio.rs`): coroutines that run the call off the loop.
+
+    /// `acquire` as a coroutine; a lease taken after the awaiting task was
+    /// cancelled is released again.
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+        ttl: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        aio::call(slf.py(), "acquire", (slf, key, ttl), None)
+    }
+
+    /// `renew` as a coroutine.
+    fn renew_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+        ttl: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        aio::call(
+            slf.py(),
+            "operation",
+            (slf.getattr("renew")?, key, ttl),
+            None,
+        )
+    }
+
+    /// `release` as a coroutine.
+    fn release_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        aio::call(slf.py(), "operation", (slf.getattr("release")?, key), None)
+    }
+
+    /// `held` as a coroutine.
+    fn held_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        aio::call(slf.py(), "operation", (slf.getattr("held")?, key), None)
+    }
+
+    /// `set_flag` as a coroutine.
+    #[pyo3(signature = (key, ttl = None))]
+    fn set_flag_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+        ttl: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let set_flag = slf.getattr("set_flag")?;
+        match ttl {
+            None => aio::call(slf.py(), "operation", (set_flag, key), None),
+            Some(ttl) => aio::call(slf.py(), "operation", (set_flag, key, ttl), None),
+        }
+    }
+
+    /// `flag` as a coroutine.
+    fn flag_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        aio::call(slf.py(), "operation", (slf.getattr("flag")?, key), None)
+    }
+
+    /// `clear_flag` as a coroutine.
+    fn clear_flag_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        aio::call(
+            slf.py(),
+            "operation",
+            (slf.getattr("clear_flag")?, key),
+            None,
+        )
+    }
+
+    /// `hold` for asyncio, same arguments: a `HoldContext` to await (for
+    /// the Hold, or None) or to use with `async with`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn hold_async<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        aio::call(
+            slf.py(),
+            "hold_context",
+            (slf.getattr("hold")?, args, kwargs),
+            None,
         )
     }
 }

@@ -235,6 +235,39 @@ impl PyAbortSignal {
         interruptible_wait(py, &self.core, timeout)
     }
 
+    /// `wait` as a coroutine: resolves when the signal trips (True) or when
+    /// `timeout` seconds pass (whether it tripped), without a thread or
+    /// blocking the loop. Same timeout rule as `wait` (checked here).
+    #[pyo3(signature = (timeout = None))]
+    fn wait_async<'py>(
+        slf: &Bound<'py, Self>,
+        timeout: Option<Seconds<Timeout>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let timeout = wait_timeout(py, timeout)?.map(|t| t.as_secs_f64());
+        crate::aio::call(py, "signal_wait", (slf, timeout), None)
+    }
+
+    /// Registers `callback(reason)` to run on the running event loop (the
+    /// caller's) when the signal trips; a coroutine function's coroutine
+    /// runs as a task there. Returns a handle for `remove_callback`.
+    fn on_abort_async<'py>(
+        slf: &Bound<'py, Self>,
+        callback: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::aio::call(slf.py(), "signal_on_abort_async", (slf, callback), None)
+    }
+
+    /// Cancels `task` (default: the current task) on its loop when the
+    /// signal trips. Returns a handle for `remove_callback`.
+    #[pyo3(signature = (task = None))]
+    fn cancel_task<'py>(
+        slf: &Bound<'py, Self>,
+        task: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::aio::call(slf.py(), "signal_cancel_task", (slf, task), None)
+    }
+
     /// A child signal: aborted (with this one's reason) when this one is;
     /// aborting the child leaves this one alone.
     fn derive(&self) -> Self {

@@ -24,6 +24,9 @@ require_relative "mistri_locks/hold"
 require_relative "mistri_locks/locks"
 
 module MistriLocks
+  # The drop-in for Mistri::Locks::RailsCache (loaded on first use).
+  autoload :RailsCache, "mistri_locks/rails_cache"
+
   @locks = nil
 
   class << self

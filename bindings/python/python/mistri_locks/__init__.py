@@ -25,6 +25,14 @@ Callbacks registered with ``AbortSignal.on_abort`` and duck-typed ``signal=``
 objects are called on a Python thread: the thread that calls ``abort()``, or,
 when the heartbeat trips the signal (stop flag, lost lease), the package's
 dispatcher thread ``mistri-locks-dispatch``.
+
+asyncio: ``async with mistri_locks.hold_async(key, ...) as h`` (``h`` is None
+when the lease is held elsewhere), ``adapter.hold_async(...)``,
+``await h.release_async()``, ``await signal.wait_async(timeout)``,
+``signal.on_abort_async(cb)`` (``cb`` runs on the caller's loop and may be a
+coroutine function), ``signal.cancel_task(task)``, and the seven operations
+as ``adapter.acquire_async(...)`` etc. Nothing of it blocks the loop: see
+``mistri_locks._aio``.
 """
 
 from ._native import (
@@ -47,6 +55,7 @@ from ._native import (
     locks,
 )
 from . import _dispatch as _dispatch  # noqa: F401  (atexit hook)
+from ._aio import HoldContext, hold_async
 
 #: The old name of ``Locks`` (the owner handle), kept until 0.3.
 Adapter = Locks
@@ -69,5 +78,7 @@ __all__ = [
     "SystemResourceError",
     "configure",
     "hold",
+    "hold_async",
+    "HoldContext",
     "locks",
 ]
