@@ -10,6 +10,7 @@
 
 mod args;
 mod error;
+mod events;
 mod hold;
 mod info;
 mod locks;
