@@ -148,9 +148,10 @@ pub unsafe extern "C" fn mistri_locks_stat(
         let out = try_out!(value);
         let locks = try_ref_from_ptr!(locks);
         let name = try_str!(name);
-        let got = locks.stats().get(name).ok_or_else(|| {
-            Error::InvalidArgument(format!("no counter named {name:?}"))
-        })?;
+        let got = locks
+            .stats()
+            .get(name)
+            .ok_or_else(|| Error::InvalidArgument(format!("no counter named {name:?}")))?;
         out.write(match got {
             StatValue::Count(n) => n as f64,
             StatValue::Seconds(s) => s.unwrap_or(f64::NAN),
@@ -283,7 +284,12 @@ pub unsafe extern "C" fn mistri_event_reason(
     ffi_boundary!("mistri_event_reason", {
         let out = try_out!(reason);
         let event = try_ref_from_ptr!(event);
-        out.write(event.reason.as_ref().map_or(std::ptr::null(), |r| r.as_ptr()))
+        out.write(
+            event
+                .reason
+                .as_ref()
+                .map_or(std::ptr::null(), |r| r.as_ptr()),
+        )
     })
 }
 

@@ -27,7 +27,10 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(ID_BASE);
 
 /// Listener id (the handle Python sees) -> the Python callback and the
 /// core's hook handle.
-static HOOKS: Mutex<Option<HashMap<u64, (Py<PyAny>, EventHookHandle)>>> = Mutex::new(None);
+static HOOKS: Mutex<Option<HashMap<u64, Registered>>> = Mutex::new(None);
+
+/// A Python callback and the core hook that forwards to it.
+type Registered = (Py<PyAny>, EventHookHandle);
 
 /// `stats()` as a dict: counts are ints, round-trip times float seconds
 /// (None before the first beat).

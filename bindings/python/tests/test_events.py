@@ -118,7 +118,13 @@ def test_a_removed_hook_hears_nothing() -> None:
     assert [e["kind"] for e in rec.events] == ["acquired"]
 
 
-def test_a_raising_callback_is_reported_and_others_still_run() -> None:
+def test_a_raising_callback_is_reported_and_others_still_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    reported: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
     locks = mistri_locks.Memory()
     rec = Recorder()
 
@@ -131,6 +137,8 @@ def test_a_raising_callback_is_reported_and_others_still_run() -> None:
     assert h is not None
     h.release()
     rec.wait("released")
+    wait_until(lambda: len(reported) >= 2)
+    assert all(isinstance(e, RuntimeError) for e in reported)
 
 
 def test_bad_input_is_a_clear_error() -> None:
