@@ -36,7 +36,9 @@
 //! (`acquired`, `refused`, `released`) go to the notifier too, so every hook
 //! of every face runs there (Python and Ruby forward from there to their
 //! host thread, [`crate::delivery`]). Events of one owner arrive in the
-//! order they happened. A hook removed with [`Locks::remove_event_hook`]
+//! order they happened. Lock order: the engine's state lock, then the
+//! pending-events lock, then the notifier's queue lock; the hooks lock is
+//! a leaf. A hook removed with [`Locks::remove_event_hook`]
 //! gets nothing after the removal returns (other than a call already
 //! running). A panicking hook is caught.
 
@@ -420,10 +422,14 @@ impl Stats {
         if !self.wants_events() {
             return;
         }
-        let events = std::mem::take(&mut *self.pending.lock());
-        if events.is_empty() {
+        // Queued to the notifier under the pending lock, so two threads
+        // flushing at once can't swap their batches' order (the notifier's
+        // queue lock is a leaf below this one).
+        let mut pending = self.pending.lock();
+        if pending.is_empty() {
             return;
         }
+        let events = std::mem::take(&mut *pending);
         let me = self.clone();
         crate::notify::run_task(move || me.deliver(&events));
     }
