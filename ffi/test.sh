@@ -62,6 +62,8 @@ gcc "${CFLAGS[@]}" tests/c/options.c "${LINK[@]}" -o "$WORK/options"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/options.c "${LINK[@]}" -o "$WORK/options-asan"
 gcc "${CFLAGS[@]}" tests/c/info.c "${LINK[@]}" -o "$WORK/info"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/info.c "${LINK[@]}" -o "$WORK/info-asan"
+gcc "${CFLAGS[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events"
+gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events-asan"
 gcc "${CFLAGS[@]}" examples/c/worker.c "${LINK[@]}" -o "$WORK/worker"
 gcc "${CFLAGS[@]}" tests/c/quickstart.c "${LINK[@]}" -o "$WORK/quickstart"
 # The quick start in ffi/README.md compiles as shown.
@@ -128,6 +130,9 @@ timeout 300 "$WORK/options" "$URL"
 step "C tests of holder inspection (info, labels)"
 timeout 300 "$WORK/info" "$URL"
 
+step "C tests of counters and hold events (stats, on_event)"
+timeout 300 "$WORK/events"
+
 step "C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # Leak detection is on: every allocation of the Rust library goes through
 # the malloc that ASan intercepts, so a leaked handle or string shows up.
@@ -140,6 +145,9 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   timeout 300 "$WORK/info-asan" "$URL"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  timeout 300 "$WORK/events-asan"
 
 step "example: examples/c/worker.c holds a lease until stopped from another process"
 export MISTRI_NAMESPACE="mistri:ffi-example:$$"

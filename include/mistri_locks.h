@@ -170,6 +170,18 @@ typedef enum mistri_release_outcome {
 } mistri_release_outcome;
 
 /**
+ * One event of a hold, handed to a `mistri_event_callback`. Read it with
+ * `mistri_event_kind`, `mistri_event_key`, `mistri_event_fence`,
+ * `mistri_event_reason` and `mistri_event_cause`.
+ *
+ * Ownership: the library's; valid only during the callback (copy what
+ * you keep). Never free it.
+ *
+ * Threading: use it only on the callback's thread.
+ */
+typedef struct mistri_event mistri_event;
+
+/**
  * A held lease, renewed in the background by the adapter's heartbeat
  * thread until released or lost.
  *
@@ -277,6 +289,35 @@ typedef struct mistri_locks mistri_locks;
 typedef struct mistri_signal mistri_signal;
 
 /**
+ * A callback run for each event of the holds of one adapter handle.
+ *
+ * `userdata` is the pointer given to `mistri_locks_on_event`; `event` is
+ * valid only during the call.
+ *
+ * Events (`mistri_event_kind`): `"acquired"` (a hold took its lease),
+ * `"refused"` (a hold found the lease held elsewhere), `"at_risk"` (the
+ * first failed renewal attempt since the last confirmed one),
+ * `"renewed_late"` (a renewal confirmed after failed attempts), `"lost"`
+ * (the hold is lost; `mistri_event_cause` says why: `"not_held"`,
+ * `"too_late"` or `"deadline"`), `"stopped"` (its stop flag was seen),
+ * `"released"` (released before being lost). Names may be added.
+ *
+ * It runs on the library's notifier thread (`mistri-notifier`), never on
+ * a heartbeat thread, with no library lock held: it may call any
+ * `mistri_*` function. Events of one handle arrive in order.
+ */
+typedef void (*mistri_event_callback)(void *userdata, const struct mistri_event *event);
+
+/**
+ * Releases a callback's `userdata` once the library no longer needs it.
+ * Runs exactly once per successful `mistri_signal_on_abort`: right after
+ * the callback ran, when the callback is removed, or when the signal is
+ * destroyed (its last handle freed) without having been aborted. It runs
+ * with no library lock held, on whichever thread caused one of those.
+ */
+typedef void (*mistri_userdata_finalizer)(void *userdata);
+
+/**
  * How to hold a lease (deprecated: use `mistri_hold_options_new` and
  * `mistri_hold_start_with`, which can also set a safety margin). Kept
  * unchanged for one release so that programs built against 0.1 keep
@@ -333,15 +374,6 @@ typedef struct mistri_hold_options {
  */
 typedef void (*mistri_abort_callback)(void *userdata, const char *reason);
 
-/**
- * Releases a callback's `userdata` once the library no longer needs it.
- * Runs exactly once per successful `mistri_signal_on_abort`: right after
- * the callback ran, when the callback is removed, or when the signal is
- * destroyed (its last handle freed) without having been aborted. It runs
- * with no library lock held, on whichever thread caused one of those.
- */
-typedef void (*mistri_userdata_finalizer)(void *userdata);
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -377,6 +409,113 @@ const char *mistri_last_error(void);
  * Ownership: static; never free it. Threading: any thread.
  */
 const char *mistri_status_name(int status);
+
+/**
+ * Reads one counter of the adapter handle by name.
+ *
+ * Names: `holds_active`, `holds_acquired`, `holds_refused`,
+ * `holds_released`, `renewals_sent`, `renewals_confirmed`,
+ * `renewals_failed`, `renewals_late`, `beats`, `beats_failed`,
+ * `lost_not_held`, `lost_too_late`, `lost_deadline`, `stop_flags_seen`,
+ * `pushes_received` (counts since the handle was made; exact below 2^53),
+ * and `beat_rtt_p50`, `beat_rtt_p99` (seconds, over the last 128 beats;
+ * NaN before the first). More may be added.
+ *
+ * On `MISTRI_OK`, `*value` receives it.
+ *
+ * Errors: `MISTRI_NULL_ARGUMENT` (locks, name, value),
+ * `MISTRI_INVALID_UTF8`, `MISTRI_INVALID_ARGUMENT` (an unknown name).
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `name` is NULL or a NUL-terminated
+ * string; `value` is NULL or writable.
+ */
+enum mistri_status mistri_locks_stat(const struct mistri_locks *locks, const char *name, double *value);
+
+/**
+ * Registers `callback` to run with `userdata` for every event of the holds
+ * made through this adapter handle (see `mistri_event_callback`).
+ *
+ * `finalizer` (may be NULL) runs exactly once when the library is done
+ * with `userdata`: when the callback is removed, or when the handle and
+ * every hold made from it are gone. Ownership of `userdata` passes to the
+ * library only on `MISTRI_OK`.
+ *
+ * On `MISTRI_OK`, `*handle` receives a number for
+ * `mistri_locks_remove_event_hook`.
+ *
+ * Errors: `MISTRI_NULL_ARGUMENT` (locks, callback, handle).
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `callback` and `finalizer` are NULL or
+ * functions safe to call with `userdata` from any thread; `handle` is NULL
+ * or writable.
+ */
+enum mistri_status mistri_locks_on_event(const struct mistri_locks *locks, mistri_event_callback callback, void *userdata, mistri_userdata_finalizer finalizer, uint64_t *handle);
+
+/**
+ * Removes an event callback; its finalizer runs (on this thread, after the
+ * removal). No event reaches it after this returns, except in a call
+ * already running.
+ *
+ * On `MISTRI_OK`, if `removed` is not NULL, `*removed` is `true` if the
+ * callback was registered, `false` if `handle` is unknown (or removed
+ * before).
+ *
+ * # Safety
+ * `locks` is NULL or a live handle (to the owner the callback was
+ * registered on); `removed` is NULL or writable.
+ */
+enum mistri_status mistri_locks_remove_event_hook(const struct mistri_locks *locks, uint64_t handle, bool *removed);
+
+/**
+ * The event's kind, e.g. `"lost"` (static; never free it).
+ *
+ * # Safety
+ * `event` is NULL or the event of a running callback; `kind` is NULL or
+ * writable.
+ */
+enum mistri_status mistri_event_kind(const struct mistri_event *event, const char **kind);
+
+/**
+ * The hold's key (valid during the callback; a key containing a NUL byte
+ * is cut there).
+ *
+ * # Safety
+ * `event` is NULL or the event of a running callback; `key` is NULL or
+ * writable.
+ */
+enum mistri_status mistri_event_key(const struct mistri_event *event, const char **key);
+
+/**
+ * The hold's fencing number (0 for `"refused"`).
+ *
+ * # Safety
+ * `event` is NULL or the event of a running callback; `fence` is NULL or
+ * writable.
+ */
+enum mistri_status mistri_event_fence(const struct mistri_event *event, uint64_t *fence);
+
+/**
+ * `"lost"`, `"stopped"`: the reason the hold's signal was tripped with;
+ * `"at_risk"`: the renewal's error; otherwise NULL. Valid during the
+ * callback.
+ *
+ * # Safety
+ * `event` is NULL or the event of a running callback; `reason` is NULL or
+ * writable.
+ */
+enum mistri_status mistri_event_reason(const struct mistri_event *event, const char **reason);
+
+/**
+ * `"lost"` only: why, `"not_held"`, `"too_late"` or `"deadline"` (static);
+ * otherwise NULL.
+ *
+ * # Safety
+ * `event` is NULL or the event of a running callback; `cause` is NULL or
+ * writable.
+ */
+enum mistri_status mistri_event_cause(const struct mistri_event *event, const char **cause);
 
 /**
  * Acquires `key` through `locks` and keeps it renewed on the adapter's

@@ -113,6 +113,14 @@ pub fn listen(signal: &AbortSignal, id: u64) -> (CallbackHandle, Vec<Event>) {
     capture(|| signal.on_abort(move |reason| record(id, reason)))
 }
 
+/// Queues `(id, payload)` for the host thread (or, on a host thread inside
+/// [`abort`]/[`listen`], for that call): how a face hears core events other
+/// than aborts, such as a hold's events ([`crate::stats::Event::encode`])
+/// forwarded by a hook that runs on the notifier thread.
+pub fn post(id: u64, payload: String) {
+    record(id, Some(&payload));
+}
+
 /// Aborts `signal` on behalf of host code: returns whether this call
 /// tripped it, and the events of its listeners (and its children's), for
 /// the caller to deliver on this thread before it returns.

@@ -68,6 +68,7 @@ use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::push::{FlagWatch, FlagWatcher};
 use crate::signal::AbortSignal;
+use crate::stats::{bump, Event, EventKind, LostCause, Stats};
 use crate::sync::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -173,6 +174,9 @@ struct State {
     deletes: Vec<Lease>,
     /// This engine's registration with the adapter's flag listener.
     watch: Option<FlagWatch>,
+    /// The owner's counters and event queue ([`crate::stats`]; its locks
+    /// are leaves below this state's).
+    stats: Arc<Stats>,
 }
 
 struct Shared {
@@ -182,13 +186,18 @@ struct Shared {
     wake: Condvar,
     /// Wakes the I/O thread (a job is ready).
     io_wake: Condvar,
+    stats: Arc<Stats>,
 }
 
 impl Shared {
-    fn new(adapter: Arc<dyn Adapter>) -> Arc<Shared> {
+    fn new(adapter: Arc<dyn Adapter>, stats: Arc<Stats>) -> Arc<Shared> {
         Arc::new(Shared {
             adapter,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                stats: stats.clone(),
+                ..State::default()
+            }),
+            stats,
             wake: Condvar::new(),
             io_wake: Condvar::new(),
         })
@@ -198,16 +207,20 @@ impl Shared {
 impl FlagWatcher for Shared {
     fn raised(&self, key: &str) {
         let mut trips = Trips::new();
+        bump(&self.stats.pushes_received, 1);
         {
             let mut state = self.state.lock();
             for e in state.entries.values_mut() {
                 if e.stop_key.as_deref() == Some(key) {
                     e.stop_key = None;
-                    trips.push((e.signal.clone(), format!("stop flag {key:?} raised")));
+                    let reason = format!("stop flag {key:?} raised");
+                    stopped(&self.stats, e, &reason);
+                    trips.push((e.signal.clone(), reason));
                 }
             }
         }
         trip_all(trips);
+        self.stats.flush();
     }
 
     fn poll_now(&self) {
@@ -232,6 +245,38 @@ impl FlagWatcher for Shared {
 pub(crate) struct Engine {
     shared: Arc<ForkLocal<Arc<Shared>>>,
     adapter: Arc<dyn Adapter>,
+    stats: Arc<Stats>,
+}
+
+/// Counts a stop flag seen for `e` and queues its `stopped` event.
+fn stopped(stats: &Stats, e: &Entry, reason: &str) {
+    bump(&stats.stop_flags_seen, 1);
+    stats.emit(|| Event {
+        reason: Some(reason.to_owned()),
+        ..Event::new(EventKind::Stopped, e.lease.key(), e.lease.fence())
+    });
+}
+
+/// Counts a lost hold and queues its `lost` event.
+fn lost_hold(stats: &Stats, e: &Entry, cause: LostCause, reason: &str) {
+    stats.lost(cause);
+    stats.emit(|| Event {
+        reason: Some(reason.to_owned()),
+        cause: Some(cause),
+        ..Event::new(EventKind::Lost, e.lease.key(), e.lease.fence())
+    });
+}
+
+/// Counts a failed renewal attempt; the first since the last confirmed
+/// renewal (`e.last_error` still empty) queues `at_risk`.
+fn renewal_failed(stats: &Stats, e: &Entry, error: &str) {
+    bump(&stats.renewals_failed, 1);
+    if e.last_error.is_none() {
+        stats.emit(|| Event {
+            reason: Some(error.to_owned()),
+            ..Event::new(EventKind::AtRisk, e.lease.key(), e.lease.fence())
+        });
+    }
 }
 
 /// What [`Engine::unregister`] found.
@@ -255,12 +300,19 @@ fn trip_all(trips: Trips) {
 
 impl Engine {
     pub(crate) fn new(adapter: Arc<dyn Adapter>) -> Self {
+        let stats = Arc::new(Stats::default());
         Engine {
-            shared: Arc::new(ForkLocal::new(Shared::new(adapter.clone()), |parent| {
-                Shared::new(parent.adapter.clone())
-            })),
+            shared: Arc::new(ForkLocal::new(
+                Shared::new(adapter.clone(), stats.clone()),
+                |parent| Shared::new(parent.adapter.clone(), parent.stats.clone()),
+            )),
             adapter,
+            stats,
         }
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<Stats> {
+        &self.stats
     }
 
     fn shared(&self) -> &Arc<Shared> {
@@ -398,6 +450,7 @@ fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
             e.margin.as_secs_f64(),
         );
         e.status.lost.store(true, Ordering::SeqCst);
+        lost_hold(&state.stats, &e, LostCause::Deadline, &reason);
         trips.push((e.signal, reason));
     }
 }
@@ -442,6 +495,7 @@ fn run_scheduler(shared: Arc<Shared>) {
         if !trips.is_empty() {
             drop(state);
             trip_all(trips);
+            shared.stats.flush();
             state = shared.state.lock();
             continue;
         }
@@ -515,12 +569,17 @@ fn run_io(shared: Arc<Shared>) {
             .collect();
         let checks: Vec<&str> = job.checks.iter().map(String::as_str).collect();
         let sent = Instant::now();
-        let result = if renewals.is_empty() && checks.is_empty() {
+        let beating = !(renewals.is_empty() && checks.is_empty());
+        let result = if !beating {
             Ok(Default::default())
         } else {
+            bump(&shared.stats.renewals_sent, renewals.len() as u64);
             shared.adapter.beat(&renewals, &checks, deadline)
         };
         let done = Instant::now();
+        if beating {
+            shared.stats.beat(done - sent, result.is_ok());
+        }
         drop(renewals);
 
         let mut trips = Trips::new();
@@ -542,6 +601,7 @@ fn run_io(shared: Arc<Shared>) {
             shared.wake.notify_one();
         }
         trip_all(trips);
+        shared.stats.flush();
         for lease in deletes {
             // Best effort, bounded by the adapter's own timeout; a lease
             // that can't be deleted expires at its ttl.
@@ -565,6 +625,7 @@ fn apply(
             let text = err.to_string();
             for id in &job.renew_ids {
                 if let Some(e) = state.entries.get_mut(id) {
+                    renewal_failed(&state.stats, e, &text);
                     e.next_renew = done + e.tick;
                     e.last_error = Some(text.clone());
                 }
@@ -597,8 +658,16 @@ fn apply(
             }
             continue;
         };
+        let answer_kind = answer.as_ref().ok().copied();
         let lost = match answer {
             Ok(Renewed::Yes) => {
+                bump(&state.stats.renewals_confirmed, 1);
+                if e.last_error.is_some() {
+                    bump(&state.stats.renewals_late, 1);
+                    state.stats.emit(|| {
+                        Event::new(EventKind::RenewedLate, e.lease.key(), e.lease.fence())
+                    });
+                }
                 e.safe_deadline = (sent + e.ttl).checked_sub(e.margin).unwrap_or(sent);
                 e.rtt = done.saturating_duration_since(sent);
                 e.next_renew = sent + e.renew_every;
@@ -615,13 +684,20 @@ fn apply(
                 e.lease.key()
             )),
             Err(err) => {
+                let text = err.to_string();
+                renewal_failed(&state.stats, e, &text);
                 e.next_renew = done + e.tick;
-                e.last_error = Some(err.to_string());
+                e.last_error = Some(text);
                 None
             }
         };
         if let Some(reason) = lost {
             if let Some(e) = state.entries.remove(id) {
+                let cause = match answer_kind {
+                    Some(Renewed::TooLate) => LostCause::TooLate,
+                    _ => LostCause::NotHeld,
+                };
+                lost_hold(&state.stats, &e, cause, &reason);
                 e.status.lost.store(true, Ordering::SeqCst);
                 trips.push((e.signal, reason));
             }
@@ -634,7 +710,9 @@ fn apply(
         match beat.flags.get(i) {
             Some(Ok(true)) => {
                 let key = e.stop_key.take().unwrap_or_default();
-                trips.push((e.signal.clone(), format!("stop flag {key:?} raised")));
+                let reason = format!("stop flag {key:?} raised");
+                stopped(&state.stats, e, &reason);
+                trips.push((e.signal.clone(), reason));
             }
             Some(Ok(false)) if e.recheck => e.next_check = done,
             Some(Ok(false)) => e.next_check = sent + e.tick,

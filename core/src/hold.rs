@@ -32,6 +32,7 @@ use crate::engine::{default_margin, Engine, HoldStatus, Registration, Unregister
 use crate::error::{Error, Result};
 use crate::info::{default_label, Identity};
 use crate::signal::AbortSignal;
+use crate::stats::{Event, EventKind};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -207,6 +208,10 @@ impl Hold {
         };
         let sent = Instant::now();
         let Some(lease) = adapter.acquire_as(key, opts.ttl, &who)? else {
+            crate::stats::bump(&engine.stats().holds_refused, 1);
+            engine
+                .stats()
+                .emit_now(|| Event::new(EventKind::Refused, key, 0));
             return Ok(None);
         };
         let confirmed = Instant::now();
@@ -230,6 +235,10 @@ impl Hold {
                 return Err(e);
             }
         };
+        crate::stats::bump(&engine.stats().holds_acquired, 1);
+        engine
+            .stats()
+            .emit_now(|| Event::new(EventKind::Acquired, key, lease.fence()));
         Ok(Some(Hold {
             lease,
             engine: engine.clone(),
@@ -292,6 +301,7 @@ impl Hold {
                     *state = Releasing::Done;
                     return Ok(ReleaseOutcome::Lost);
                 }
+                self.released();
                 *state = Releasing::Deleting;
             }
             Releasing::Deleting => {}
@@ -321,8 +331,18 @@ impl Hold {
             Releasing::Done => false,
         };
         if removed {
+            if was == Releasing::Holding {
+                self.released();
+            }
             self.engine.delete_later(self.lease.clone());
         }
+    }
+
+    /// Counts the hold's leaving the engine by release; queues `released`.
+    fn released(&self) {
+        let stats = self.engine.stats();
+        crate::stats::bump(&stats.holds_released, 1);
+        stats.emit_now(|| Event::new(EventKind::Released, self.lease.key(), self.lease.fence()));
     }
 }
 

@@ -50,6 +50,7 @@ mod notify;
 pub mod push;
 pub mod redis;
 pub mod signal;
+pub mod stats;
 mod sync;
 
 pub use adapter::{Adapter, Beat, Lease, Renewal, Renewed};
@@ -65,3 +66,4 @@ pub use memory::Memory;
 pub use push::{FlagWatch, FlagWatcher};
 pub use redis::Redis;
 pub use signal::{AbortSignal, CallbackHandle, WaitOutcome, WakeToken};
+pub use stats::{Event, EventHookHandle, EventKind, LostCause, StatsSnapshot};

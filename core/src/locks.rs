@@ -309,6 +309,11 @@ impl Locks {
         self.adapter().list(prefix)
     }
 
+    /// This owner's counters and event hooks ([`crate::stats`]).
+    pub(crate) fn stats_counters(&self) -> &Arc<crate::stats::Stats> {
+        self.inner.engine.stats()
+    }
+
     /// How many holds this object's engine is renewing.
     pub fn active_holds(&self) -> usize {
         self.inner.engine.len()

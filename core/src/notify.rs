@@ -65,6 +65,12 @@ pub(crate) fn run_later(pending: PendingCallbacks) {
     }
 }
 
+/// Queues `task` (a face's or the stats' event delivery) to run on the
+/// notifier thread, in order with the signals' callbacks.
+pub(crate) fn run_task(task: impl FnOnce() + Send + 'static) {
+    run_later(PendingCallbacks::task(task));
+}
+
 fn serve(n: &'static Notifier) {
     let mut queue = n.queue.lock();
     loop {

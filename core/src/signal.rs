@@ -37,6 +37,15 @@ pub(crate) struct PendingCallbacks {
 }
 
 impl PendingCallbacks {
+    /// A batch of one task that takes no reason ([`crate::notify::run_task`]).
+    pub(crate) fn task(task: impl FnOnce() + Send + 'static) -> Self {
+        PendingCallbacks {
+            reason: None,
+            callbacks: vec![Box::new(move |_| task())],
+            children: Vec::new(),
+        }
+    }
+
     /// Runs every callback, the signal's own first, then its children's; a
     /// panicking callback does not stop the ones after it.
     pub(crate) fn run(self) {

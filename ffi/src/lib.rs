@@ -20,13 +20,14 @@
 //!
 //! Modules, leaf first: `status` (statuses, the last error; uses nothing
 //! else here) ← `panic` ← `handle`, `args` ← `locks`, `signal`, `options`,
-//! `hold`.
+//! `hold`, `events`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 // C type names are lowercase, like rustls-ffi's.
 #![allow(non_camel_case_types)]
 
 mod args;
+pub mod events;
 mod handle;
 pub mod hold;
 pub mod info;

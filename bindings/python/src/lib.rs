@@ -11,6 +11,7 @@
 mod aio;
 mod args;
 mod error;
+mod events;
 mod hold;
 mod info;
 mod locks;

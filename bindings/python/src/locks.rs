@@ -77,6 +77,23 @@ impl PyLocks {
 
 #[pymethods]
 impl PyLocks {
+    /// This owner's counters as a dict (names and meanings:
+    /// `mistri_locks::stats`, `events.rs`).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        crate::events::stats(py, &self.locks)
+    }
+
+    /// Registers `callback(event: dict)` for this owner's hold events;
+    /// returns a handle for `remove_event_hook`.
+    fn on_event(&self, py: Python<'_>, callback: Bound<'_, PyAny>) -> PyResult<u64> {
+        crate::events::on_event(py, &self.locks, callback)
+    }
+
+    /// Removes an `on_event` callback; True if it was registered here.
+    fn remove_event_hook(&self, handle: u64) -> bool {
+        crate::events::remove_event_hook(&self.locks, handle)
+    }
+
     /// The holder label this object's leases and holds store (default
     /// `host:pid python`); shown by `info()` and `mistri-locks status`.
     /// Set it to a string, or to None for the default.

@@ -90,6 +90,8 @@ fn deliver(py: Python<'_>, events: Vec<Event>) {
             .and_then(|map| map.get(&id)?.upgrade());
         if let Some(callbacks) = target {
             callbacks.fire(py, reason.as_deref());
+        } else {
+            crate::events::deliver(py, id, reason.as_deref());
         }
     }
 }

@@ -22,6 +22,7 @@ require_relative "mistri_locks/delivery"
 require_relative "mistri_locks/abort_signal"
 require_relative "mistri_locks/hold"
 require_relative "mistri_locks/locks"
+require_relative "mistri_locks/events"
 
 module MistriLocks
   # The drop-in for Mistri::Locks::RailsCache (loaded on first use).

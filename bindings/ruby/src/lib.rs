@@ -16,6 +16,7 @@
 mod args;
 mod delivery;
 mod error;
+mod events;
 mod hold;
 mod info;
 mod local;
@@ -49,6 +50,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     signal::init(ruby, module)?;
     hold::init(ruby, module)?;
     locks::init(ruby, module)?;
+    events::init(ruby, module)?;
     memory::init(ruby, module)?;
     redis::init(ruby, module)?;
     local::init(ruby, module)?;
