@@ -186,14 +186,17 @@ fn open(url: Option<&str>, namespace: &str) -> Result<Locks, Failure> {
     }
     let scheme = url.split_once("://").map(|(s, _)| s);
     match scheme {
-        Some("redis" | "rediss" | "redis+unix" | "unix") => Ok(Locks::redis(url, namespace)
+        Some(
+            "redis" | "rediss" | "redis+unix" | "unix" | "redis+cluster" | "rediss+cluster"
+            | "redis+sentinel" | "rediss+sentinel",
+        ) => Ok(Locks::redis(url, namespace)
             .map_err(|e| match e {
                 Error::Config(m) => Failure::usage(format!("bad URL: {m}")),
                 other => other.into(),
             })?),
         Some("file") => Ok(Locks::local(Some(std::path::Path::new(&url[7..])))?),
         Some(other) => Err(Failure::usage(format!(
-            "bad URL {url:?}: unknown scheme {other:?} (use redis://, rediss:// or a path to a Local database)"
+            "bad URL {url:?}: unknown scheme {other:?} (use redis://, rediss://, redis+cluster://, redis+sentinel:// or a path to a Local database)"
         ))),
         None => Ok(Locks::local(Some(std::path::Path::new(url)))?),
     }
