@@ -596,7 +596,8 @@ impl Adapter for Redis {
                     min_left_ms(who.heartbeat).to_string(),
                 ],
             )?;
-            Ok((fence, self.wait_replicas(con, deadline, fence > 0)?))
+            let acked = self.wait_replicas(con, deadline, fence > 0)?;
+            Ok((fence, acked && (fence == 0 || self.still_master(deadline))))
         })?;
         let lease = (fence > 0).then(|| Lease::new(key, token, fence));
         match lease {
@@ -623,7 +624,8 @@ impl Adapter for Redis {
                 ],
             )?;
             let wrote = reply == Value::Int(1);
-            Ok((reply, self.wait_replicas(con, deadline, wrote)?))
+            let acked = self.wait_replicas(con, deadline, wrote)?;
+            Ok((reply, acked && (!wrote || self.still_master(deadline))))
         })?;
         self.acked(renewed_from(&reply, &self.addr), acked)
     }
@@ -845,16 +847,18 @@ impl Redis {
     fn acked(&self, renewed: Result<Renewed>, acked: bool) -> Result<Renewed> {
         match renewed {
             Ok(Renewed::Yes) if !acked => Err(Error::Backend(format!(
-                "Redis at {}: renewal applied but fewer than {} replica(s) acknowledged it \
-                 within {:?} (min_replicas)",
+                "Redis at {}: renewal applied but not confirmed: fewer than {} replica(s) \
+                 acknowledged it within {:?} (min_replicas), or the sentinels name another \
+                 master now",
                 self.addr, self.replicas.min_replicas, self.replicas.timeout
             ))),
             other => other,
         }
     }
 
-    /// After a beat's replies: notes a `READONLY` (the master moved) and
-    /// waits for the replicas if any renewal applied.
+    /// After a beat's replies: notes a `READONLY` (the master moved), waits
+    /// for the replicas if any renewal applied, and with a sentinel checks
+    /// that the master written to is still the one the sentinels name.
     fn after_beat(
         &self,
         con: &mut Connection,
@@ -866,8 +870,31 @@ impl Redis {
             self.forget_master();
         }
         let wrote = renewals.iter().any(|v| *v == Value::Int(1));
-        self.wait_replicas(con, deadline, wrote)
-            .map_err(|e| self.map_err(e))
+        let acked = self
+            .wait_replicas(con, deadline, wrote)
+            .map_err(|e| self.map_err(e))?;
+        // A WAIT that fails with a sentinel may mean the master moved:
+        // look again, so the next tick writes where the replicas are.
+        let named = !wrote || self.still_master(deadline);
+        if !acked {
+            self.forget_master();
+        }
+        Ok(acked && named)
+    }
+
+    /// With a sentinel: is the master this adapter wrote to still the one
+    /// the sentinels name? (Always true without a sentinel.)
+    fn still_master(&self, deadline: Instant) -> bool {
+        match (&self.sentinel, self.sentinel_master()) {
+            (Some(sentinel), Some(master)) => {
+                let ok = sentinel.still_master(&master, deadline);
+                if !ok {
+                    self.forget_master();
+                }
+                ok
+            }
+            _ => true,
+        }
     }
 
     /// An acquire that was not acknowledged in time: undone (deleted by its
@@ -879,8 +906,9 @@ impl Redis {
             Err(_) => "could not release it (it expires with its ttl)",
         };
         Error::Backend(format!(
-            "Redis at {}: acquired {:?} but fewer than {} replica(s) acknowledged it within \
-             {:?} (min_replicas); {undone}",
+            "Redis at {}: acquired {:?} but not confirmed: fewer than {} replica(s) \
+             acknowledged it within {:?} (min_replicas), or the sentinels name another master \
+             now; {undone}",
             self.addr,
             lease.key(),
             self.replicas.min_replicas,

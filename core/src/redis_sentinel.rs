@@ -43,6 +43,9 @@ pub struct Sentinel {
     /// The sentinel that answered last: asked first next time.
     first: AtomicUsize,
     current: ForkLocal<Mutex<Option<Resolved>>>,
+    /// A connection to the sentinel that answered last, for
+    /// [`Sentinel::still_master`].
+    watch: ForkLocal<Mutex<Option<Connection>>>,
 }
 
 impl std::fmt::Debug for Sentinel {
@@ -106,6 +109,7 @@ impl Sentinel {
             sentinels,
             first: AtomicUsize::new(0),
             current: ForkLocal::new(Mutex::new(None), |_| Mutex::new(None)),
+            watch: ForkLocal::new(Mutex::new(None), |_| Mutex::new(None)),
         })
     }
 
@@ -126,6 +130,39 @@ impl Sentinel {
     /// The master's address as last resolved, if any.
     pub fn master_addr(&self) -> Option<String> {
         self.current.get().lock().as_ref().map(|r| r.addr.clone())
+    }
+
+    /// After writes on `master`: does a sentinel still name it? `false`
+    /// only when a sentinel answered with another address (a failover
+    /// promoted a replica while the old master still took writes, which
+    /// the new master never saw). No answer by `deadline` is no news:
+    /// `true`. One round trip on a kept connection.
+    pub(crate) fn still_master(&self, master: &str, deadline: Instant) -> bool {
+        let asked = (|| -> RedisResult<Option<String>> {
+            let kept = self.watch.get().lock().take();
+            let mut con = match kept {
+                Some(con) => con,
+                None => {
+                    let idx = self.first.load(Ordering::Relaxed) % self.sentinels.len();
+                    self.sentinels[idx]
+                        .get_connection_with_timeout((left(deadline)? / 2).max(MIN_IO))?
+                }
+            };
+            aim(&con, deadline)?;
+            let reply: Option<(String, u16)> = ::redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&self.service)
+                .query(&mut con)?;
+            *self.watch.get().lock() = Some(con);
+            Ok(reply.map(|(host, port)| node_addr(&host, port)))
+        })();
+        match asked {
+            Ok(Some(named)) if named != master => {
+                self.forget();
+                false
+            }
+            _ => true,
+        }
     }
 
     /// A connection to the current master, verified with `ROLE`, opened by
@@ -210,13 +247,15 @@ impl Sentinel {
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.service)
             .query(&mut con)?;
-        Ok(reply.map(|(host, port)| {
-            if host.contains(':') {
-                format!("[{host}]:{port}")
-            } else {
-                format!("{host}:{port}")
-            }
-        }))
+        Ok(reply.map(|(host, port)| node_addr(&host, port)))
+    }
+}
+
+fn node_addr(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
