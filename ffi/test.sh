@@ -61,6 +61,7 @@ gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/contract.c "${LINK[@]}" -o "$WORK/co
 gcc "${CFLAGS[@]}" tests/c/options.c "${LINK[@]}" -o "$WORK/options"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/options.c "${LINK[@]}" -o "$WORK/options-asan"
 gcc "${CFLAGS[@]}" tests/c/info.c "${LINK[@]}" -o "$WORK/info"
+gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/scale_out.c "${LINK[@]}" -o "$WORK/scale-out-asan"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/info.c "${LINK[@]}" -o "$WORK/info-asan"
 gcc "${CFLAGS[@]}" examples/c/worker.c "${LINK[@]}" -o "$WORK/worker"
 gcc "${CFLAGS[@]}" tests/c/quickstart.c "${LINK[@]}" -o "$WORK/quickstart"
@@ -127,6 +128,7 @@ timeout 300 "$WORK/options" "$URL"
 
 step "C tests of holder inspection (info, labels)"
 timeout 300 "$WORK/info" "$URL"
+timeout 60 "$WORK/scale-out-asan"
 
 step "C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # Leak detection is on: every allocation of the Rust library goes through

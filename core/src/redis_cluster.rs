@@ -164,6 +164,10 @@ struct Op {
     write: bool,
 }
 
+/// An item in flight: its op's index, where it goes, and whether to send
+/// it as `EVAL`.
+type Pending = (usize, Route, bool);
+
 /// One item's answer: the reply and whether enough replicas acknowledged
 /// the pipeline it was in (true when not asked for).
 type Answer = Result<(Value, bool)>;
@@ -391,9 +395,7 @@ impl RedisCluster {
     /// items again in the next round. One answer per op, in order.
     fn run(&self, ops: &[Op], deadline: Instant) -> Vec<Answer> {
         let mut answers: Vec<Option<Answer>> = vec![None; ops.len()];
-        // (op index, where it goes, send it as EVAL)
-        let mut pending: Vec<(usize, Route, bool)> =
-            (0..ops.len()).map(|i| (i, Route::Slot, false)).collect();
+        let mut pending: Vec<Pending> = (0..ops.len()).map(|i| (i, Route::Slot, false)).collect();
         let mut last_reply: HashMap<usize, Value> = HashMap::new();
         for _round in 0..MAX_ROUNDS {
             if pending.is_empty() {
@@ -410,7 +412,7 @@ impl RedisCluster {
                 }
             }
             // Group by node, in first-seen order.
-            let mut groups: Vec<(String, Vec<(usize, Route, bool)>)> = Vec::new();
+            let mut groups: Vec<(String, Vec<Pending>)> = Vec::new();
             {
                 let state = self.state.get().lock();
                 for (i, route, eval) in pending.drain(..) {
@@ -499,7 +501,7 @@ impl RedisCluster {
         &self,
         addr: &str,
         ops: &[Op],
-        items: &[(usize, Route, bool)],
+        items: &[Pending],
         deadline: Instant,
     ) -> Result<(Connection, bool)> {
         let mut con = self.checkout(addr, deadline)?;
@@ -533,7 +535,7 @@ impl RedisCluster {
         &self,
         con: &mut Connection,
         addr: &str,
-        items: &[(usize, Route, bool)],
+        items: &[Pending],
         waits: bool,
         deadline: Instant,
     ) -> Result<(Vec<Value>, bool)> {

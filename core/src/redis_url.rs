@@ -102,7 +102,10 @@ impl UrlParts {
 
 /// Splits `url` into its scheme, the rest with our own query parameters
 /// taken out, and those parameters.
-fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Vec<(String, String)>)> {
+/// `name=value` query parameters.
+type Params = Vec<(String, String)>;
+
+fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)> {
     let (head, fragment) = match url.split_once('#') {
         Some((h, f)) => (h, Some(f)),
         None => (url, None),

@@ -30,8 +30,11 @@ fn info_number(info: &str, name: &str, sub: Option<&str>) -> u64 {
         .unwrap_or(0)
 }
 
-/// `CLUSTER NODES` as (id, port, first slot range) of each master.
-fn masters(port: u16) -> Vec<(String, u16, Vec<(u16, u16)>)> {
+/// A master: its id, port and slot ranges.
+type Master = (String, u16, Vec<(u16, u16)>);
+
+/// `CLUSTER NODES` as (id, port, slot ranges) of each master.
+fn masters(port: u16) -> Vec<Master> {
     command_on(port, "CLUSTER NODES")
         .lines()
         .filter(|l| l.contains("master"))
