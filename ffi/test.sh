@@ -186,9 +186,11 @@ echo "pkg-config: $(pkg-config --cflags --libs mistri_locks)"
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror -pedantic tests/c/quickstart.c \
   $(pkg-config --cflags --libs mistri_locks) -o "$WORK/quickstart-installed"
-LD_LIBRARY_PATH="$PREFIX/lib" ldd "$WORK/quickstart-installed" | grep mistri
-LD_LIBRARY_PATH="$PREFIX/lib" ldd "$WORK/quickstart-installed" |
-  grep -q "libmistri_locks.so.0 => $PREFIX/lib/libmistri_locks.so.0" ||
+# Read ldd's output whole: `ldd | grep -q` can fail under pipefail when
+# grep exits early and ldd gets SIGPIPE.
+LOADED=$(LD_LIBRARY_PATH="$PREFIX/lib" ldd "$WORK/quickstart-installed")
+grep mistri <<<"$LOADED"
+grep -q "libmistri_locks.so.0 => $PREFIX/lib/libmistri_locks.so.0" <<<"$LOADED" ||
   die "the installed program does not load the installed libmistri_locks.so.0"
 LD_LIBRARY_PATH="$PREFIX/lib" "$WORK/quickstart-installed"
 # Static: the archive plus Libs.private.
