@@ -18,5 +18,6 @@ def test_cluster_and_sentinel_urls_are_accepted() -> None:
 def test_bad_scale_out_urls_are_config_errors() -> None:
     with pytest.raises(mistri_locks.ConfigError):
         mistri_locks.Redis(url="redis+sentinel://127.0.0.1:1")
-    with pytest.raises(mistri_locks.Error):
+    # A bad min_replicas is an invalid argument: ValueError, as for a NaN ttl.
+    with pytest.raises(ValueError, match="min_replicas"):
         mistri_locks.Redis(url="redis://127.0.0.1:1/0?min_replicas=x")
