@@ -61,6 +61,7 @@ gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/contract.c "${LINK[@]}" -o "$WORK/co
 gcc "${CFLAGS[@]}" tests/c/options.c "${LINK[@]}" -o "$WORK/options"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/options.c "${LINK[@]}" -o "$WORK/options-asan"
 gcc "${CFLAGS[@]}" tests/c/info.c "${LINK[@]}" -o "$WORK/info"
+gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/scale_out.c "${LINK[@]}" -o "$WORK/scale-out-asan"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/info.c "${LINK[@]}" -o "$WORK/info-asan"
 gcc "${CFLAGS[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events-asan"
@@ -129,6 +130,7 @@ timeout 300 "$WORK/options" "$URL"
 
 step "C tests of holder inspection (info, labels)"
 timeout 300 "$WORK/info" "$URL"
+timeout 60 "$WORK/scale-out-asan"
 
 step "C tests of counters and hold events (stats, on_event)"
 timeout 300 "$WORK/events"
@@ -192,9 +194,11 @@ echo "pkg-config: $(pkg-config --cflags --libs mistri_locks)"
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror -pedantic tests/c/quickstart.c \
   $(pkg-config --cflags --libs mistri_locks) -o "$WORK/quickstart-installed"
-LD_LIBRARY_PATH="$PREFIX/lib" ldd "$WORK/quickstart-installed" | grep mistri
-LD_LIBRARY_PATH="$PREFIX/lib" ldd "$WORK/quickstart-installed" |
-  grep -q "libmistri_locks.so.0 => $PREFIX/lib/libmistri_locks.so.0" ||
+# Read ldd's output whole: `ldd | grep -q` can fail under pipefail when
+# grep exits early and ldd gets SIGPIPE.
+LOADED=$(LD_LIBRARY_PATH="$PREFIX/lib" ldd "$WORK/quickstart-installed")
+grep mistri <<<"$LOADED"
+grep -q "libmistri_locks.so.0 => $PREFIX/lib/libmistri_locks.so.0" <<<"$LOADED" ||
   die "the installed program does not load the installed libmistri_locks.so.0"
 LD_LIBRARY_PATH="$PREFIX/lib" "$WORK/quickstart-installed"
 # Static: the archive plus Libs.private.

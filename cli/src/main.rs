@@ -42,6 +42,8 @@ pub const EXIT_LOST: i32 = 77;
 
 const AFTER_HELP: &str = "\
 Backend: --url or $MISTRI_LOCKS_URL: redis://[user:pass@]host[:port][/db], rediss://… (TLS),
+redis+cluster://h1:p1,h2:p2 (Cluster), redis+sentinel://s1:p1,s2:p2/service[/db] (Sentinel),
+rediss+cluster://…, rediss+sentinel://… (optional ?min_replicas=N&replica_timeout=SECONDS),
 or a path to a Local database file (default: the Local adapter's per-user file,
 $MISTRI_LOCKS_LOCAL_PATH or /var/tmp/mistri_locks-<uid>/locks.db).
 
@@ -56,7 +58,7 @@ executable/not found.";
 #[derive(Parser, Debug)]
 #[command(name = "mistri-locks", version, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Backend: redis://…, rediss://… or a Local database path.
+    /// Backend: redis://…, rediss://…, redis+cluster://…, redis+sentinel://… or a Local database path.
     #[arg(long, global = true, env = "MISTRI_LOCKS_URL", value_name = "URL")]
     url: Option<String>,
     /// Redis key namespace (Redis only).
@@ -186,14 +188,17 @@ fn open(url: Option<&str>, namespace: &str) -> Result<Locks, Failure> {
     }
     let scheme = url.split_once("://").map(|(s, _)| s);
     match scheme {
-        Some("redis" | "rediss" | "redis+unix" | "unix") => Ok(Locks::redis(url, namespace)
+        Some(
+            "redis" | "rediss" | "redis+unix" | "unix" | "redis+cluster" | "rediss+cluster"
+            | "redis+sentinel" | "rediss+sentinel",
+        ) => Ok(Locks::redis(url, namespace)
             .map_err(|e| match e {
                 Error::Config(m) => Failure::usage(format!("bad URL: {m}")),
                 other => other.into(),
             })?),
         Some("file") => Ok(Locks::local(Some(std::path::Path::new(&url[7..])))?),
         Some(other) => Err(Failure::usage(format!(
-            "bad URL {url:?}: unknown scheme {other:?} (use redis://, rediss:// or a path to a Local database)"
+            "bad URL {url:?}: unknown scheme {other:?} (use redis://, rediss://, redis+cluster://, redis+sentinel:// or a path to a Local database)"
         ))),
         None => Ok(Locks::local(Some(std::path::Path::new(url)))?),
     }

@@ -8,9 +8,10 @@
 //! lost.
 //!
 //! Backends implement [`Adapter`]: [`Memory`] (one process), [`Local`] (the
-//! processes of one host, through an SQLite file, no server) and [`Redis`]
+//! processes of one host, through an SQLite file, no server), [`Redis`]
 //! (any number of processes on any hosts, any language, per
-//! `docs/PROTOCOL.md`).
+//! `docs/PROTOCOL.md`; one server, or the master Sentinel names) and
+//! [`RedisCluster`]. [`redis_url::open`] picks one from a URL.
 //! [`Locks`] wraps one with the seed's seven token-less operations.
 //!
 //! ```
@@ -49,6 +50,9 @@ pub mod memory;
 mod notify;
 pub mod push;
 pub mod redis;
+pub mod redis_cluster;
+pub mod redis_sentinel;
+pub mod redis_url;
 pub mod signal;
 pub mod stats;
 mod sync;
@@ -65,5 +69,7 @@ pub use locks::Locks;
 pub use memory::Memory;
 pub use push::{FlagWatch, FlagWatcher};
 pub use redis::Redis;
+pub use redis_cluster::RedisCluster;
+pub use redis_url::ReplicaAck;
 pub use signal::{AbortSignal, CallbackHandle, WaitOutcome, WakeToken};
 pub use stats::{Event, EventHookHandle, EventKind, LostCause, StatsSnapshot};

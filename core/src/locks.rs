@@ -17,7 +17,6 @@ use crate::hold::{Hold, HoldOptions};
 use crate::info::{default_label, Identity, LeaseInfo, Listing};
 use crate::local::Local;
 use crate::memory::Memory;
-use crate::redis::Redis;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
@@ -98,12 +97,14 @@ impl Locks {
         Ok(Self::new(Local::open(path)?))
     }
 
-    /// A [`Redis`] backend (see [`Redis::open`]).
+    /// A Redis backend for `url`: one server (`redis://`, `rediss://`,
+    /// `unix://`), a master found through Sentinel (`redis+sentinel://`) or
+    /// a Cluster (`redis+cluster://`); see [`crate::redis_url`].
     ///
     /// # Errors
-    /// As [`Redis::open`].
+    /// As [`crate::Redis::open`] and [`crate::redis_url::open`].
     pub fn redis(url: &str, namespace: &str) -> Result<Self> {
-        Ok(Self::new(Redis::open(url, namespace)?))
+        Ok(Self::from_arc(crate::redis_url::open(url, namespace)?))
     }
 
     /// Another owner on the same backend: its own issued leases and its own

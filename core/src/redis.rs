@@ -33,6 +33,8 @@ use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use crate::push::{FlagWatch, FlagWatcher, Registry, LISTENER_IDLE};
+use crate::redis_sentinel::Sentinel;
+use crate::redis_url::ReplicaAck;
 use ::redis::{
     Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
 };
@@ -160,6 +162,10 @@ pub struct Redis {
     acquire: Script,
     renew: Script,
     release: Script,
+    /// `redis+sentinel://`: how the master is found (then `client` is unused).
+    sentinel: Option<Sentinel>,
+    /// Opt-in `WAIT` after acquire and renewals.
+    replicas: ReplicaAck,
 }
 
 impl Redis {
@@ -211,6 +217,8 @@ impl Redis {
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
             release: Script::new(RELEASE_LUA),
+            sentinel: None,
+            replicas: ReplicaAck::default(),
         })
     }
 
@@ -257,9 +265,7 @@ impl Redis {
         // Connecting also runs a setup pipeline of two replies, each of
         // which may wait out the read timeout: give each step a third.
         let left = self.left(deadline)?;
-        self.client
-            .get_connection_with_timeout((left / 3).max(MIN_IO))
-            .map_err(|e| self.map_err(e))
+        self.connect(left, deadline).map_err(|e| self.map_err(e))
     }
 
     fn checkin(&self, con: Connection) {
@@ -339,6 +345,7 @@ impl Redis {
     }
 
     fn map_err(&self, e: RedisError) -> Error {
+        self.note_error(&e);
         let addr = &self.addr;
         if e.kind() == ErrorKind::AuthenticationFailed {
             return Error::Config(format!("Redis at {addr} refused the credentials: {e}"));
@@ -563,7 +570,10 @@ enum Listened {
 
 /// A holder description from its hash fields, if it belongs to the lease
 /// whose acquire last set the fence counter to `counter`.
-fn holder_from(fields: &[(String, String)], counter: Option<&str>) -> Option<HolderInfo> {
+pub(crate) fn holder_from(
+    fields: &[(String, String)],
+    counter: Option<&str>,
+) -> Option<HolderInfo> {
     let get = |name: &str| {
         fields
             .iter()
@@ -588,7 +598,7 @@ fn holder_from(fields: &[(String, String)], counter: Option<&str>) -> Option<Hol
 }
 
 /// `text` with Redis glob metacharacters escaped, for `SCAN MATCH`.
-fn glob_escape(text: &str) -> String {
+pub(crate) fn glob_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -601,7 +611,7 @@ fn glob_escape(text: &str) -> String {
 
 /// `ARGV[3]` of the renew script: at least `d`, in whole milliseconds
 /// (rounded up, so the condition is never weaker than asked); 0 for none.
-fn min_left_ms(d: Duration) -> u64 {
+pub(crate) fn min_left_ms(d: Duration) -> u64 {
     if d.is_zero() {
         0
     } else {
@@ -610,7 +620,7 @@ fn min_left_ms(d: Duration) -> u64 {
 }
 
 /// What a renew script's reply means; anything else is an error.
-fn renewed_from(value: &Value, addr: &str) -> Result<Renewed> {
+pub(crate) fn renewed_from(value: &Value, addr: &str) -> Result<Renewed> {
     match value {
         Value::Int(1) => Ok(Renewed::Yes),
         Value::Int(0) => Ok(Renewed::NotHeld),
@@ -620,7 +630,7 @@ fn renewed_from(value: &Value, addr: &str) -> Result<Renewed> {
 }
 
 /// What an EXISTS reply means; anything else is an error.
-fn flag_from(value: &Value, addr: &str) -> Result<bool> {
+pub(crate) fn flag_from(value: &Value, addr: &str) -> Result<bool> {
     match value {
         Value::Int(n @ (0 | 1)) => Ok(*n == 1),
         other => Err(item_error(other, addr)),
@@ -643,7 +653,7 @@ fn is_noscript(value: &Value) -> bool {
 }
 
 /// Takes a password out of an error message that quotes the URL.
-fn redact(message: &str, url: &str) -> String {
+pub(crate) fn redact(message: &str, url: &str) -> String {
     match url
         .split_once("://")
         .and_then(|(_, rest)| rest.split_once('@'))
@@ -668,8 +678,8 @@ impl Adapter for Redis {
 
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
         let token = mint_token()?;
-        let fence: u64 = self.with_con(|con, deadline| {
-            self.eval(
+        let (fence, acked): (u64, bool) = self.with_con(|con, deadline| {
+            let fence: u64 = self.eval(
                 con,
                 deadline,
                 &self.acquire,
@@ -681,14 +691,20 @@ impl Adapter for Redis {
                     who.label.clone(),
                     min_left_ms(who.heartbeat).to_string(),
                 ],
-            )
+            )?;
+            let acked = self.wait_replicas(con, deadline, fence > 0)?;
+            Ok((fence, acked && (fence == 0 || self.still_master(deadline))))
         })?;
-        Ok((fence > 0).then(|| Lease::new(key, token, fence)))
+        let lease = (fence > 0).then(|| Lease::new(key, token, fence));
+        match lease {
+            Some(lease) if !acked => Err(self.unreplicated_acquire(&lease)),
+            lease => Ok(lease),
+        }
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
-        let reply: Value = self.with_con(|con, deadline| {
-            self.eval(
+        let (reply, acked): (Value, bool) = self.with_con(|con, deadline| {
+            let reply: Value = self.eval(
                 con,
                 deadline,
                 &self.renew,
@@ -702,9 +718,12 @@ impl Adapter for Redis {
                     millis_ceil(renewal.ttl).to_string(),
                     min_left_ms(renewal.min_left).to_string(),
                 ],
-            )
+            )?;
+            let wrote = reply == Value::Int(1);
+            let acked = self.wait_replicas(con, deadline, wrote)?;
+            Ok((reply, acked && (!wrote || self.still_master(deadline))))
         })?;
-        renewed_from(&reply, &self.addr)
+        self.acked(renewed_from(&reply, &self.addr), acked)
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
@@ -764,6 +783,11 @@ impl Adapter for Redis {
     }
 
     fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
+        if self.sentinel.is_some() {
+            // The listener would need to follow failovers like the data
+            // connections do; until it does, Sentinel mode polls every tick.
+            return None;
+        }
         let listener = Listener {
             client: self.client.clone(),
             prefix: format!("{}:raised:{{", self.namespace),
@@ -837,15 +861,180 @@ impl Adapter for Redis {
                 replies[i] = answer;
             }
         }
+        let acked = self.after_beat(&mut con, deadline, &replies[..renewals.len()])?;
         self.checkin(con);
         let (renewed, up) = replies.split_at(renewals.len());
         Ok(Beat {
             renewals: renewed
                 .iter()
-                .map(|v| renewed_from(v, &self.addr))
+                .map(|v| self.acked(renewed_from(v, &self.addr), acked))
                 .collect(),
             flags: up.iter().map(|v| flag_from(v, &self.addr)).collect(),
         })
+    }
+}
+
+/// Scale-out: how a connection is found (one server, or the master a
+/// sentinel names), what an error means for that choice, and replica
+/// acknowledgement (`WAIT`). See `docs/SCALE-OUT.md`.
+impl Redis {
+    /// A [`Redis`] whose master is found through `sentinel` (the
+    /// `redis+sentinel://` form of [`crate::redis_url::open`]).
+    pub(crate) fn open_sentinel(
+        sentinel: Sentinel,
+        namespace: &str,
+        replicas: ReplicaAck,
+    ) -> Result<Self> {
+        // `client` is never used with a sentinel; any parsable URL will do.
+        let mut redis = Self::with_timeout("redis://127.0.0.1/", namespace, DEFAULT_TIMEOUT)?;
+        redis.addr = sentinel.describe();
+        redis.sentinel = Some(sentinel);
+        Ok(redis.replicated(replicas))
+    }
+
+    /// This adapter with replica acknowledgement as `replicas` says.
+    pub fn replicated(mut self, replicas: ReplicaAck) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// The replica acknowledgement asked for.
+    pub fn replica_ack(&self) -> ReplicaAck {
+        self.replicas
+    }
+
+    /// With a sentinel, the master's address as last resolved.
+    pub fn sentinel_master(&self) -> Option<String> {
+        self.sentinel.as_ref().and_then(Sentinel::master_addr)
+    }
+
+    /// A new connection, opened within `left` (and by `deadline`).
+    fn connect(&self, left: Duration, deadline: Instant) -> ::redis::RedisResult<Connection> {
+        match &self.sentinel {
+            Some(sentinel) => sentinel.connect(deadline),
+            // Connecting also runs a setup pipeline of two replies, each of
+            // which may wait out the read timeout: give each step a third.
+            None => self
+                .client
+                .get_connection_with_timeout((left / 3).max(MIN_IO)),
+        }
+    }
+
+    /// With a sentinel: after a connection error or a `READONLY` reply the
+    /// master may have moved, so forget it and the pooled connections to it.
+    fn note_error(&self, e: &RedisError) {
+        let moved = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+            || e.kind() == ErrorKind::Server(ServerErrorKind::MasterDown);
+        if moved {
+            self.forget_master();
+        }
+    }
+
+    fn forget_master(&self) {
+        if let Some(sentinel) = &self.sentinel {
+            sentinel.forget();
+            self.pool.get().lock().idle.clear();
+        }
+    }
+
+    /// `WAIT` for the replicas after a write on `con` (when asked for and
+    /// `wrote`): whether enough acknowledged. The wait is capped to three
+    /// quarters of the time left, so its reply arrives by `deadline`.
+    fn wait_replicas(
+        &self,
+        con: &mut Connection,
+        deadline: Instant,
+        wrote: bool,
+    ) -> ::redis::RedisResult<bool> {
+        if !self.replicas.enabled() || !wrote {
+            return Ok(true);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        // WAIT 0 would block forever: never send it.
+        let ms = millis_ceil(self.replicas.timeout.min(left * 3 / 4)).max(1);
+        con.set_read_timeout(Some(left.max(MIN_IO)))?;
+        let acked: u64 = ::redis::cmd("WAIT")
+            .arg(self.replicas.min_replicas)
+            .arg(ms)
+            .query(con)?;
+        Ok(acked >= u64::from(self.replicas.min_replicas))
+    }
+
+    /// A renewal that applied but was not acknowledged is not confirmed.
+    fn acked(&self, renewed: Result<Renewed>, acked: bool) -> Result<Renewed> {
+        match renewed {
+            Ok(Renewed::Yes) if !acked => Err(Error::Backend(format!(
+                "Redis at {}: renewal applied but not confirmed: fewer than {} replica(s) \
+                 acknowledged it within {:?} (min_replicas), or the sentinels name another \
+                 master now",
+                self.addr, self.replicas.min_replicas, self.replicas.timeout
+            ))),
+            other => other,
+        }
+    }
+
+    /// After a beat's replies: notes a `READONLY` (the master moved), waits
+    /// for the replicas if any renewal applied, and with a sentinel checks
+    /// that the master written to is still the one the sentinels name.
+    fn after_beat(
+        &self,
+        con: &mut Connection,
+        deadline: Instant,
+        renewals: &[Value],
+    ) -> Result<bool> {
+        let readonly = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "READONLY");
+        if renewals.iter().any(readonly) {
+            self.forget_master();
+        }
+        let wrote = renewals.iter().any(|v| *v == Value::Int(1));
+        let acked = self
+            .wait_replicas(con, deadline, wrote)
+            .map_err(|e| self.map_err(e))?;
+        // A WAIT that fails with a sentinel may mean the master moved:
+        // look again, so the next tick writes where the replicas are.
+        let named = !wrote || self.still_master(deadline);
+        if !acked {
+            self.forget_master();
+        }
+        Ok(acked && named)
+    }
+
+    /// With a sentinel: is the master this adapter wrote to still the one
+    /// the sentinels name? (Always true without a sentinel.)
+    fn still_master(&self, deadline: Instant) -> bool {
+        match (&self.sentinel, self.sentinel_master()) {
+            (Some(sentinel), Some(master)) => {
+                let ok = sentinel.still_master(&master, deadline);
+                if !ok {
+                    self.forget_master();
+                }
+                ok
+            }
+            _ => true,
+        }
+    }
+
+    /// An acquire that was not acknowledged in time: undone (deleted by its
+    /// token, best effort), and reported as an error, not a refusal.
+    fn unreplicated_acquire(&self, lease: &Lease) -> Error {
+        let undone = match self.release(lease) {
+            Ok(true) => "released it",
+            Ok(false) => "it is gone already",
+            Err(_) => "could not release it (it expires with its ttl)",
+        };
+        Error::Backend(format!(
+            "Redis at {}: acquired {:?} but not confirmed: fewer than {} replica(s) \
+             acknowledged it within {:?} (min_replicas), or the sentinels name another master \
+             now; {undone}",
+            self.addr,
+            lease.key(),
+            self.replicas.min_replicas,
+            self.replicas.timeout
+        ))
     }
 }
 

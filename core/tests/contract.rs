@@ -13,7 +13,7 @@ use mistri_locks::args::wait_timeout_from_secs;
 use mistri_locks::{
     duration_from_secs, AbortSignal, Error, Hold, HoldOptions, Locks, ReleaseOutcome, FLAG_TTL,
 };
-use mistri_locks_testkit::RedisServer;
+use mistri_locks_testkit::{RedisCluster, RedisSentinels, RedisServer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, PoisonError};
@@ -25,6 +25,8 @@ pub struct Fixture {
     first: Locks,
     server: Option<RedisServer>,
     db: Option<TempDb>,
+    /// Cluster and Sentinel: the URL and namespace every owner opens.
+    shared: Option<(String, String)>,
 }
 
 /// A database file in a fresh folder, removed afterwards.
@@ -51,6 +53,7 @@ impl Fixture {
             first: Locks::memory(),
             server: None,
             db: None,
+            shared: None,
         }
     }
 
@@ -60,6 +63,7 @@ impl Fixture {
             first: Locks::local(Some(&db.0)).expect("local adapter"),
             server: None,
             db: Some(db),
+            shared: None,
         }
     }
 
@@ -70,6 +74,28 @@ impl Fixture {
             first,
             server: Some(server),
             db: None,
+            shared: None,
+        }
+    }
+
+    /// A Redis Cluster (3 masters), one for the test process, each case
+    /// under a namespace of its own.
+    fn cluster() -> Self {
+        Self::shared(RedisCluster::shared().url())
+    }
+
+    /// A master, a replica and three sentinels, one set for the process.
+    fn sentinel() -> Self {
+        Self::shared(RedisSentinels::shared().url())
+    }
+
+    fn shared(url: String) -> Self {
+        let ns = mistri_locks_testkit::unique("mistri:test");
+        Fixture {
+            first: Locks::redis(&url, &ns).expect("redis adapter"),
+            server: None,
+            db: None,
+            shared: Some((url, ns)),
         }
     }
 
@@ -81,6 +107,9 @@ impl Fixture {
     /// Another owner on the same backend, as another process would be: a
     /// separate adapter object (its own connections) where the backend allows.
     fn owner(&self) -> Locks {
+        if let Some((url, ns)) = &self.shared {
+            return Locks::redis(url, ns).expect("redis adapter");
+        }
         match (&self.server, &self.db) {
             (Some(server), _) => Locks::redis(&server.url(), "mistri:test").expect("redis adapter"),
             (None, Some(db)) => Locks::local(Some(&db.0)).expect("local adapter"),
@@ -568,3 +597,5 @@ macro_rules! contract {
 contract!(memory, Fixture::memory());
 contract!(redis, Fixture::redis());
 contract!(local, Fixture::local());
+contract!(cluster, Fixture::cluster());
+contract!(sentinel, Fixture::sentinel());

@@ -9,7 +9,29 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// Starts a topology on a helper thread that then parks for the life of
+/// the process: the nodes die with that thread (`PR_SET_PDEATHSIG`), so
+/// with the process, not with the test thread that asked first. For
+/// suites whose tests only share a topology (namespaces apart) and never
+/// fail it over.
+fn started_for_process<T: Send + Sync + 'static>(
+    cell: &'static OnceLock<T>,
+    start: fn() -> T,
+) -> &'static T {
+    cell.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(start());
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().expect("topology started")
+    })
+}
 
 /// `n` distinct free loopback ports.
 fn free_ports(n: usize) -> Vec<u16> {
@@ -195,6 +217,14 @@ impl RedisCluster {
         cluster
     }
 
+    /// One 3-master cluster for the whole test process (see
+    /// [`started_for_process`]); never dropped, its folder is left in the
+    /// temporary directory.
+    pub fn shared() -> &'static RedisCluster {
+        static CELL: OnceLock<RedisCluster> = OnceLock::new();
+        started_for_process(&CELL, || RedisCluster::start(3, 0))
+    }
+
     /// The client ports of every node (masters first, as created).
     pub fn ports(&self) -> Vec<u16> {
         self.nodes.iter().map(|n| n.port).collect()
@@ -330,6 +360,13 @@ impl RedisSentinels {
             });
         }
         set
+    }
+
+    /// One set for the whole test process, never failed over (see
+    /// [`started_for_process`]).
+    pub fn shared() -> &'static RedisSentinels {
+        static CELL: OnceLock<RedisSentinels> = OnceLock::new();
+        started_for_process(&CELL, RedisSentinels::start)
     }
 
     /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster/0`.

@@ -1,0 +1,278 @@
+//! [`Sentinel`]: how a [`crate::Redis`] adapter opened with a
+//! `redis+sentinel://` URL finds the master of its service.
+//!
+//! - Resolve: ask the sentinels in turn (`SENTINEL
+//!   GET-MASTER-ADDR-BY-NAME service`), each connection bounded by a share
+//!   of the time left; the first answer wins and that sentinel is asked
+//!   first next time. The redis crate's sync sentinel client connects with
+//!   no timeout, so this is done here, with the crate's `Connection`s.
+//! - Verify: every new connection to the master asks `ROLE` before it is
+//!   used; a node that is not (or no longer) a master is refused and the
+//!   resolution forgotten (a sentinel can answer with a stale address
+//!   during a failover).
+//! - Re-resolve: the adapter calls [`Sentinel::forget`] after a connection
+//!   error or a `READONLY` reply, and drops its pooled connections; the
+//!   next connection resolves afresh. Nothing is re-resolved on a timer.
+//!
+//! Every step is bounded by the caller's deadline: no call here blocks past
+//! it. The resolved address lives in a [`ForkLocal`]: a forked child
+//! resolves again.
+
+use crate::error::{Error, Result};
+use crate::fork::ForkLocal;
+use crate::redis_url::UrlParts;
+use ::redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const MIN_IO: Duration = Duration::from_millis(1);
+
+#[derive(Clone)]
+struct Resolved {
+    client: Client,
+    addr: String,
+}
+
+/// The sentinels of one service and the master they last named.
+pub struct Sentinel {
+    service: String,
+    parts: UrlParts,
+    db: Option<String>,
+    sentinels: Vec<Client>,
+    /// The sentinel that answered last: asked first next time.
+    first: AtomicUsize,
+    current: ForkLocal<Mutex<Option<Resolved>>>,
+    /// A connection to the sentinel that answered last, for
+    /// [`Sentinel::still_master`].
+    watch: ForkLocal<Mutex<Option<Connection>>>,
+}
+
+impl std::fmt::Debug for Sentinel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sentinel")
+            .field("service", &self.service)
+            .field("sentinels", &self.parts.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sentinel {
+    /// The sentinels of `redis+sentinel://[userinfo@]s1,s2/service[/db]`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the service name is missing or a sentinel
+    /// address does not parse.
+    pub(crate) fn new(parts: UrlParts, params: &[(String, String)]) -> Result<Self> {
+        let service = parts.path.first().cloned().ok_or_else(|| {
+            Error::Config(
+                "cannot use Redis URL: redis+sentinel:// needs the service name after the \
+                 sentinel list (redis+sentinel://h1:p1,h2:p2/mymaster/0)"
+                    .into(),
+            )
+        })?;
+        let db = parts.path.get(1).cloned();
+        let param = |name: &str| {
+            params
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let sentinel_user = match (param("sentinel_username"), param("sentinel_password")) {
+            (None, None) => None,
+            (u, p) => Some(format!(
+                "{}:{}",
+                u.unwrap_or_default(),
+                p.unwrap_or_default()
+            )),
+        };
+        // Sentinels speak only the connection's own parameters, not ours.
+        let plain = UrlParts {
+            query: Vec::new(),
+            ..parts.clone()
+        };
+        let sentinels = parts
+            .hosts
+            .iter()
+            .map(|h| {
+                Client::open(plain.node_url(h, None, sentinel_user.as_deref()))
+                    .map_err(|e| Error::Config(format!("cannot use sentinel address {h}: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if parts.base == "rediss" {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        Ok(Sentinel {
+            service,
+            db,
+            parts,
+            sentinels,
+            first: AtomicUsize::new(0),
+            current: ForkLocal::new(Mutex::new(None), |_| Mutex::new(None)),
+            watch: ForkLocal::new(Mutex::new(None), |_| Mutex::new(None)),
+        })
+    }
+
+    /// `service 'S' via sentinels a,b,c`, for messages (never a password).
+    pub fn describe(&self) -> String {
+        format!(
+            "service '{}' via sentinels {}",
+            self.service,
+            self.parts.hosts.join(",")
+        )
+    }
+
+    /// Forgets the resolved master: the next connection asks the sentinels.
+    pub fn forget(&self) {
+        *self.current.get().lock() = None;
+    }
+
+    /// The master's address as last resolved, if any.
+    pub fn master_addr(&self) -> Option<String> {
+        self.current.get().lock().as_ref().map(|r| r.addr.clone())
+    }
+
+    /// After writes on `master`: does a sentinel still name it? `false`
+    /// only when a sentinel answered with another address (a failover
+    /// promoted a replica while the old master still took writes, which
+    /// the new master never saw). No answer by `deadline` is no news:
+    /// `true`. One round trip on a kept connection.
+    pub(crate) fn still_master(&self, master: &str, deadline: Instant) -> bool {
+        let asked = (|| -> RedisResult<Option<String>> {
+            let kept = self.watch.get().lock().take();
+            let mut con = match kept {
+                Some(con) => con,
+                None => {
+                    let idx = self.first.load(Ordering::Relaxed) % self.sentinels.len();
+                    self.sentinels[idx]
+                        .get_connection_with_timeout((left(deadline)? / 2).max(MIN_IO))?
+                }
+            };
+            aim(&con, deadline)?;
+            let reply: Option<(String, u16)> = ::redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&self.service)
+                .query(&mut con)?;
+            *self.watch.get().lock() = Some(con);
+            Ok(reply.map(|(host, port)| node_addr(&host, port)))
+        })();
+        match asked {
+            Ok(Some(named)) if named != master => {
+                self.forget();
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// A connection to the current master, verified with `ROLE`, opened by
+    /// `deadline`.
+    pub(crate) fn connect(&self, deadline: Instant) -> RedisResult<Connection> {
+        let known = self.current.get().lock().clone();
+        let master = match known {
+            Some(m) => m,
+            None => {
+                let m = self.resolve(deadline)?;
+                *self.current.get().lock() = Some(m.clone());
+                m
+            }
+        };
+        let result = Self::connect_master(&master, deadline);
+        if result.is_err() {
+            self.forget();
+        }
+        result
+    }
+
+    fn connect_master(master: &Resolved, deadline: Instant) -> RedisResult<Connection> {
+        // Connecting runs a setup round trip or two; ROLE one more.
+        let con = master
+            .client
+            .get_connection_with_timeout((left(deadline)? / 3).max(MIN_IO))?;
+        aim(&con, deadline)?;
+        let mut con = con;
+        let role: Value = ::redis::cmd("ROLE").query(&mut con)?;
+        let is_master = matches!(&role, Value::Array(items)
+            if matches!(items.first(), Some(Value::BulkString(b)) if b == b"master"));
+        if !is_master {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "sentinel named a node that is not a master",
+                master.addr.clone(),
+            )));
+        }
+        Ok(con)
+    }
+
+    /// Asks the sentinels, in turn, for the master's address.
+    fn resolve(&self, deadline: Instant) -> RedisResult<Resolved> {
+        let n = self.sentinels.len();
+        let start = self.first.load(Ordering::Relaxed) % n;
+        let mut why = Vec::new();
+        for i in 0..n {
+            let idx = (start + i) % n;
+            // Each sentinel left to ask gets an equal share of the time left
+            // (a refused port answers at once; a silent one costs its share).
+            let share = left(deadline)? / u32::try_from(n - i).unwrap_or(1);
+            match self.ask(idx, share.max(MIN_IO)) {
+                Ok(Some(addr)) => {
+                    self.first.store(idx, Ordering::Relaxed);
+                    let url = self.parts.node_url(
+                        &addr,
+                        self.db.as_deref(),
+                        self.parts.userinfo.as_deref(),
+                    );
+                    let client = Client::open(url)?;
+                    return Ok(Resolved { client, addr });
+                }
+                Ok(None) => why.push(format!(
+                    "{} does not know the service",
+                    self.parts.hosts[idx]
+                )),
+                Err(e) => why.push(format!("{}: {e}", self.parts.hosts[idx])),
+            }
+        }
+        Err(RedisError::from((
+            ErrorKind::Io,
+            "no sentinel named a master",
+            format!("{} ({})", self.describe(), why.join("; ")),
+        )))
+    }
+
+    fn ask(&self, idx: usize, budget: Duration) -> RedisResult<Option<String>> {
+        let deadline = Instant::now() + budget;
+        let mut con = self.sentinels[idx].get_connection_with_timeout((budget / 2).max(MIN_IO))?;
+        aim(&con, deadline)?;
+        let reply: Option<(String, u16)> = ::redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.service)
+            .query(&mut con)?;
+        Ok(reply.map(|(host, port)| node_addr(&host, port)))
+    }
+}
+
+fn node_addr(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+fn left(deadline: Instant) -> RedisResult<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| *d >= MIN_IO)
+        .ok_or_else(|| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "deadline passed while finding the master",
+            ))
+        })
+}
+
+fn aim(con: &Connection, deadline: Instant) -> RedisResult<()> {
+    let l = left(deadline)?;
+    con.set_read_timeout(Some(l))?;
+    con.set_write_timeout(Some(l))
+}

@@ -1,0 +1,284 @@
+//! One place that turns a Redis URL into an adapter, so every face (Rust
+//! [`crate::Locks::redis`], C `mistri_locks_redis_new`, Python `Redis(url=)`,
+//! Ruby `Redis.new(url:)`, the CLI's `--url`) accepts the same forms:
+//!
+//! | URL | adapter |
+//! |---|---|
+//! | `redis://[user:pass@]host[:port][/db]`, `rediss://…`, `unix://…`, `redis+unix://…` | [`Redis`], one server |
+//! | `redis+sentinel://[user:pass@]s1:p1,s2:p2/service[/db]`, `rediss+sentinel://…` | [`Redis`], its master found through the sentinels |
+//! | `redis+cluster://[user:pass@]h1:p1,h2:p2[/…]`, `rediss+cluster://…` | [`RedisCluster`] |
+//!
+//! Credentials and TLS (`rediss`, the `#insecure` fragment for tests) apply
+//! to the data nodes as they do for `redis://`. Sentinels are asked without
+//! credentials unless the query carries `sentinel_username=` /
+//! `sentinel_password=`; with `rediss+sentinel` they are reached over TLS too.
+//!
+//! Two query parameters of our own, on every form, ask for replica
+//! acknowledgement ([`ReplicaAck`]): `min_replicas=N` and
+//! `replica_timeout=SECONDS` (default 0.5 s). Every other query parameter
+//! goes to the redis crate unchanged.
+
+use crate::adapter::Adapter;
+use crate::error::{Error, Result};
+use crate::redis::{Redis, DEFAULT_TIMEOUT};
+use crate::redis_cluster::RedisCluster;
+use crate::redis_sentinel::Sentinel;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a `WAIT` for replicas may take when the URL does not say.
+pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Opt-in replica acknowledgement: after an acquire and after each renewal
+/// the adapter sends `WAIT min_replicas timeout` on the same connection,
+/// and counts the write as done only if that many replicas acknowledged it.
+///
+/// - An acquire that is not acknowledged in time is undone (the lease is
+///   deleted by its token) and reported as an **error**
+///   ([`Error::Backend`], "not replicated"), never as a refusal: a refusal
+///   means "someone else holds it", which is not what happened.
+/// - A renewal that is not acknowledged in time is an error for that
+///   renewal: the engine does not count it as confirmed, retries it on the
+///   next tick, and trips the hold at its safe deadline if no renewal is
+///   acknowledged by then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReplicaAck {
+    /// Replicas that must acknowledge; 0 turns the feature off.
+    pub min_replicas: u32,
+    /// The longest one `WAIT` may block (also capped by the operation's
+    /// deadline).
+    pub timeout: Duration,
+}
+
+impl ReplicaAck {
+    /// Is acknowledgement asked for?
+    pub fn enabled(&self) -> bool {
+        self.min_replicas > 0
+    }
+}
+
+/// The pieces of a Redis URL, for the forms with a host list.
+#[derive(Debug, Clone)]
+pub(crate) struct UrlParts {
+    /// `redis` or `rediss`: the scheme each node is reached with.
+    pub base: &'static str,
+    /// `user:pass` (still percent-encoded), if given.
+    pub userinfo: Option<String>,
+    /// `host:port` of each seed, in order.
+    pub hosts: Vec<String>,
+    /// The path segments after the host list.
+    pub path: Vec<String>,
+    /// The query parameters not consumed by us, as `k=v` strings.
+    pub query: Vec<String>,
+    /// The fragment (`insecure`), if any.
+    pub fragment: Option<String>,
+}
+
+impl UrlParts {
+    /// `base://[userinfo@]host[/db][?query][#fragment]`: one node as the
+    /// redis crate understands it.
+    pub fn node_url(&self, host: &str, db: Option<&str>, userinfo: Option<&str>) -> String {
+        let mut url = format!("{}://", self.base);
+        if let Some(user) = userinfo {
+            url.push_str(user);
+            url.push('@');
+        }
+        url.push_str(host);
+        if let Some(db) = db {
+            url.push('/');
+            url.push_str(db);
+        }
+        if !self.query.is_empty() {
+            url.push('?');
+            url.push_str(&self.query.join("&"));
+        }
+        if let Some(frag) = &self.fragment {
+            url.push('#');
+            url.push_str(frag);
+        }
+        url
+    }
+}
+
+/// Splits `url` into its scheme, the rest with our own query parameters
+/// taken out, and those parameters.
+/// `name=value` query parameters.
+type Params = Vec<(String, String)>;
+
+fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)> {
+    let (head, fragment) = match url.split_once('#') {
+        Some((h, f)) => (h, Some(f)),
+        None => (url, None),
+    };
+    let (head, query) = match head.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (head, None),
+    };
+    let mut ack = ReplicaAck {
+        min_replicas: 0,
+        timeout: DEFAULT_REPLICA_TIMEOUT,
+    };
+    let mut kept = Vec::new();
+    let mut sentinel_params = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "min_replicas" => {
+                ack.min_replicas = v.parse().map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "min_replicas must be a whole number of replicas, got {v:?}"
+                    ))
+                })?;
+            }
+            "replica_timeout" => {
+                let secs: f64 = v.parse().map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "replica_timeout must be a number of seconds, got {v:?}"
+                    ))
+                })?;
+                ack.timeout = crate::args::duration_from_secs("replica_timeout", secs)?;
+            }
+            "sentinel_username" | "sentinel_password" => {
+                sentinel_params.push((k.to_owned(), v.to_owned()));
+            }
+            _ => kept.push(pair),
+        }
+    }
+    if ack.enabled() && ack.timeout >= DEFAULT_TIMEOUT {
+        return Err(Error::InvalidArgument(format!(
+            "replica_timeout must be shorter than the operation timeout ({:?}), got {:?}",
+            DEFAULT_TIMEOUT, ack.timeout
+        )));
+    }
+    let mut rest = head.to_owned();
+    if !kept.is_empty() {
+        rest.push('?');
+        rest.push_str(&kept.join("&"));
+    }
+    if let Some(f) = fragment {
+        rest.push('#');
+        rest.push_str(f);
+    }
+    Ok((rest, ack, sentinel_params))
+}
+
+/// Parses the host-list forms (`scheme://[userinfo@]h1:p1,h2:p2[/path][?q][#f]`).
+pub(crate) fn parse_host_list(url: &str, base: &'static str) -> Result<UrlParts> {
+    let bad = |why: &str| Error::Config(format!("cannot use Redis URL: {why}"));
+    let (_, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((r, f)) => (r, Some(f.to_owned())),
+        None => (rest, None),
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, q.split('&').map(str::to_owned).collect()),
+        None => (rest, Vec::new()),
+    };
+    let (authority, path) = match rest.split_once('/') {
+        Some((a, p)) => (a, p),
+        None => (rest, ""),
+    };
+    let (userinfo, hostlist) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u.to_owned()).filter(|u| !u.is_empty()), h),
+        None => (None, authority),
+    };
+    let hosts: Vec<String> = hostlist
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| {
+            if h.contains(':') {
+                h.to_owned()
+            } else {
+                format!("{h}:6379")
+            }
+        })
+        .collect();
+    if hosts.is_empty() {
+        return Err(bad("no host:port listed"));
+    }
+    Ok(UrlParts {
+        base,
+        userinfo,
+        hosts,
+        path: path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        query,
+        fragment,
+    })
+}
+
+/// The adapter for `url` with keys under `namespace`: the one dispatcher
+/// every face's Redis constructor goes through.
+///
+/// # Errors
+/// [`Error::Config`] for an unparsable URL or an unknown scheme;
+/// [`Error::InvalidArgument`] for a bad namespace or a bad
+/// `min_replicas` / `replica_timeout`.
+pub fn open(url: &str, namespace: &str) -> Result<Arc<dyn Adapter>> {
+    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+    let (rest, ack, sentinel_params) = take_own_params(url)?;
+    let tls = scheme.starts_with("rediss");
+    let base = if tls { "rediss" } else { "redis" };
+    match scheme {
+        "redis+cluster" | "rediss+cluster" => {
+            let parts = parse_host_list(&rest, base)?;
+            Ok(Arc::new(RedisCluster::open(parts, namespace, ack)?))
+        }
+        "redis+sentinel" | "rediss+sentinel" => {
+            let parts = parse_host_list(&rest, base)?;
+            let sentinel = Sentinel::new(parts, &sentinel_params)?;
+            Ok(Arc::new(Redis::open_sentinel(sentinel, namespace, ack)?))
+        }
+        _ => Ok(Arc::new(
+            Redis::with_timeout(&rest, namespace, DEFAULT_TIMEOUT)?.replicated(ack),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_parameters_are_taken_out_and_the_rest_kept() {
+        let (rest, ack, _) = take_own_params(
+            "redis://h:1/0?min_replicas=1&replica_timeout=0.25&protocol=resp3#insecure",
+        )
+        .unwrap();
+        assert_eq!(rest, "redis://h:1/0?protocol=resp3#insecure");
+        assert_eq!(ack.min_replicas, 1);
+        assert_eq!(ack.timeout, Duration::from_millis(250));
+        assert!(take_own_params("redis://h/?min_replicas=x").is_err());
+        assert!(take_own_params("redis://h/?min_replicas=1&replica_timeout=9").is_err());
+        assert!(take_own_params("redis://h/?min_replicas=1&replica_timeout=-1").is_err());
+    }
+
+    #[test]
+    fn host_lists_parse() {
+        let p = parse_host_list(
+            "rediss+sentinel://u:p%40w@a:1,b/mymaster/2#insecure",
+            "rediss",
+        )
+        .unwrap();
+        assert_eq!(p.hosts, ["a:1", "b:6379"]);
+        assert_eq!(p.userinfo.as_deref(), Some("u:p%40w"));
+        assert_eq!(p.path, ["mymaster", "2"]);
+        assert_eq!(
+            p.node_url("c:3", Some("2"), p.userinfo.as_deref()),
+            "rediss://u:p%40w@c:3/2#insecure"
+        );
+        assert!(parse_host_list("redis+cluster:///", "redis").is_err());
+    }
+
+    #[test]
+    fn unknown_schemes_are_config_errors() {
+        assert!(matches!(open("http://x", "ns"), Err(Error::Config(_))));
+        assert!(matches!(
+            open("redis+sentinel://127.0.0.1:1", "ns"),
+            Err(Error::Config(_))
+        ));
+    }
+}
