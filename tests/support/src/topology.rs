@@ -411,11 +411,19 @@ impl RedisSentinels {
     /// other data node as the master. Returns the new master's port.
     pub fn failover(&self) -> u16 {
         let before = self.master_port();
-        let reply = command_on(
-            self.sentinels[0].port,
-            &format!("SENTINEL FAILOVER {}", Self::SERVICE),
+        // A sentinel refuses (NOGOODSLAVE) until it has fresh INFO from the
+        // replica, which it asks for every few seconds: ask again until then.
+        wait_until(
+            Duration::from_secs(30),
+            "SENTINEL FAILOVER accepted",
+            || {
+                command_on(
+                    self.sentinels[0].port,
+                    &format!("SENTINEL FAILOVER {}", Self::SERVICE),
+                )
+                .starts_with("+OK")
+            },
         );
-        assert!(reply.starts_with("+OK"), "SENTINEL FAILOVER: {reply}");
         wait_until(Duration::from_secs(30), "failover", || {
             self.master_port() != before
         });
