@@ -127,7 +127,14 @@ fn server_renewals(con: &mut redis::Connection) -> f64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
     info.lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<f64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -206,7 +213,12 @@ fn main() {
                     s.spawn(move || {
                         (t..n)
                             .step_by(acquirers)
-                            .map(|i| locks.hold(&format!("hold-{i}"), opts.clone()).unwrap().unwrap())
+                            .map(|i| {
+                                locks
+                                    .hold(&format!("hold-{i}"), opts.clone())
+                                    .unwrap()
+                                    .unwrap()
+                            })
                             .collect::<Vec<_>>()
                     })
                 })
@@ -215,6 +227,7 @@ fn main() {
         });
     }
     let taken = t0.elapsed().as_secs_f64();
+    let rss_taken = rss_mb();
     std::thread::sleep(Duration::from_secs(2));
 
     let (cpu0, beats0, ren0, w0) = (
@@ -263,5 +276,6 @@ fn main() {
     println!("{tag}_renewals_per_s={:.0}", (ren1 - ren0) / window);
     println!("{tag}_cpu_s_per_min={:.3}", (cpu1 - cpu0) / window * 60.0);
     println!("{tag}_rss_mb={rss:.1}");
+    println!("{tag}_rss_taken_mb={rss_taken:.1}");
     println!("{tag}_kept={}", kept.load(Ordering::SeqCst));
 }

@@ -283,8 +283,7 @@ impl Schedule {
         self.renew_ready.compact(n, renew_live(entries));
         self.check_due.compact(n, check_live(entries));
         self.check_ready.compact(n, check_live(entries));
-        self.deadlines
-            .compact(n, |id, _| entries.contains_key(&id));
+        self.deadlines.compact(n, |id, _| entries.contains_key(&id));
     }
 }
 
@@ -588,8 +587,12 @@ fn collect_due(state: &mut State, now: Instant) -> Option<Job> {
                 .push((e.lease.clone(), e.ttl, e.margin.saturating_add(e.rtt)));
         }
         while let Some(id) = sched.check_ready.pop_due(now, check_live(entries)) {
-            let Some(e) = entries.get_mut(&id) else { continue };
-            let Some(stop_key) = &e.stop_key else { continue };
+            let Some(e) = entries.get_mut(&id) else {
+                continue;
+            };
+            let Some(stop_key) = &e.stop_key else {
+                continue;
+            };
             job.check_ids.push(id);
             job.checks.push(stop_key.clone());
             e.recheck = false;
