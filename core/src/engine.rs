@@ -134,7 +134,8 @@ pub(crate) struct Registration {
 }
 
 struct Entry {
-    lease: Lease,
+    /// Shared with the batches that renew it (no token copy per renewal).
+    lease: Arc<Lease>,
     ttl: Duration,
     margin: Duration,
     renew_every: Duration,
@@ -291,7 +292,7 @@ impl Schedule {
 #[derive(Default)]
 struct Job {
     renew_ids: Vec<u64>,
-    renewals: Vec<(Lease, Duration, Duration)>,
+    renewals: Vec<(Arc<Lease>, Duration, Duration)>,
     check_ids: Vec<u64>,
     checks: Vec<String>,
     deletes: Vec<Lease>,
@@ -427,7 +428,7 @@ impl Engine {
             // Read the stop flag right away: it may be up already.
             next_check: reg.confirmed,
             recheck: false,
-            lease: reg.lease,
+            lease: Arc::new(reg.lease),
             ttl: reg.ttl,
             margin: reg.margin,
             renew_every,
@@ -770,7 +771,7 @@ fn apply(
             // Released (its holder deletes it) or lost by deadline while
             // this renewal was in flight: if the renewal took, undo it.
             if answer.as_ref().is_ok_and(|r| *r == Renewed::Yes) && state.orphans.contains(id) {
-                deletes.push(job.renewals[i].0.clone());
+                deletes.push(Lease::clone(&job.renewals[i].0));
             }
             continue;
         };
