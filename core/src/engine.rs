@@ -27,6 +27,21 @@
 //!   lease's life is left, so a renewal that arrives after the safe
 //!   deadline can never extend a lease its holder was told it lost.
 //!
+//! Timers: the schedule is kept in binary heaps keyed by time, so a wake
+//! costs O(log n) per hold that is due, never a scan of the holds that are
+//! not. Renewals and flag reads each have a *due* heap (when the work must
+//! go: the scheduler's wake time) and a *ready* heap (due minus half an
+//! interval: when it may go early). A batch goes only when some work is
+//! due, and takes all that is ready, so holds taken at different moments
+//! fall into one batch within two intervals and stay there (one round trip
+//! per heartbeat); a hold is renewed at most twice as often as it asks.
+//! Invalidation is lazy: a renew/check timer carries a sequence number and
+//! is live while its entry's number matches (and, for reads, the entry
+//! still watches a flag); the deadline heap holds one item per entry and an
+//! item found earlier than its entry's (only ever later-moving) safe
+//! deadline is pushed back at the current value. A heap with more than
+//! twice as many items as entries is compacted, so churn cannot grow it.
+//!
 //! Outcomes: a renewal answered "not held" or "too late" marks the hold
 //! *lost* at once; one that fails is retried; the safe deadline passing
 //! marks it lost. Lost holds leave the engine; their signal is latched at
@@ -70,7 +85,8 @@ use crate::push::{FlagWatch, FlagWatcher};
 use crate::signal::AbortSignal;
 use crate::stats::{bump, Event, EventKind, LostCause, Stats};
 use crate::sync::{Condvar, Mutex};
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,7 +135,8 @@ pub(crate) struct Registration {
 }
 
 struct Entry {
-    lease: Lease,
+    /// Shared with the batches that renew it (no token copy per renewal).
+    lease: Arc<Lease>,
     ttl: Duration,
     margin: Duration,
     renew_every: Duration,
@@ -136,14 +153,139 @@ struct Entry {
     recheck: bool,
     signal: AbortSignal,
     status: Arc<HoldStatus>,
+    /// The sequence numbers of this entry's live renew and check timers.
+    renew_seq: u64,
+    check_seq: u64,
 }
 
-impl Entry {
-    fn next_due(&self) -> Instant {
-        match self.stop_key {
-            Some(_) => self.next_renew.min(self.next_check),
-            None => self.next_renew,
+/// One timer queue: `(at, seq, id)`, earliest first; stale items are
+/// dropped when they reach the top (see the module header).
+#[derive(Default)]
+struct Timers(BinaryHeap<Reverse<(Instant, u64, u64)>>);
+
+impl Timers {
+    fn push(&mut self, at: Instant, seq: u64, id: u64) {
+        self.0.push(Reverse((at, seq, id)));
+    }
+
+    /// The earliest live timer's time.
+    fn peek(&mut self, live: impl Fn(u64, u64) -> bool) -> Option<Instant> {
+        while let Some(Reverse((at, seq, id))) = self.0.peek() {
+            if live(*id, *seq) {
+                return Some(*at);
+            }
+            self.0.pop();
         }
+        None
+    }
+
+    /// Pops the earliest live timer that is at or before `now`: its id.
+    fn pop_due(&mut self, now: Instant, live: impl Fn(u64, u64) -> bool) -> Option<u64> {
+        while let Some(Reverse((at, seq, id))) = self.0.peek() {
+            let (at, seq, id) = (*at, *seq, *id);
+            if !live(id, seq) {
+                self.0.pop();
+                continue;
+            }
+            if at > now {
+                return None;
+            }
+            self.0.pop();
+            return Some(id);
+        }
+        None
+    }
+
+    /// Drops every stale item once the heap holds more than twice as many
+    /// items as there are entries (amortized O(1) per push).
+    fn compact(&mut self, entries: usize, live: impl Fn(u64, u64) -> bool) {
+        if self.0.len() > 2 * entries + 1024 {
+            let items = std::mem::take(&mut self.0).into_vec();
+            self.0 = items
+                .into_iter()
+                .filter(|Reverse((_, seq, id))| live(*id, *seq))
+                .collect();
+        }
+    }
+}
+
+fn renew_live(entries: &HashMap<u64, Entry>) -> impl Fn(u64, u64) -> bool + '_ {
+    |id, seq| entries.get(&id).is_some_and(|e| e.renew_seq == seq)
+}
+
+fn check_live(entries: &HashMap<u64, Entry>) -> impl Fn(u64, u64) -> bool + '_ {
+    |id, seq| {
+        entries
+            .get(&id)
+            .is_some_and(|e| e.check_seq == seq && e.stop_key.is_some())
+    }
+}
+
+/// The schedule of one engine's entries (module header, "Timers").
+#[derive(Default)]
+struct Schedule {
+    seq: u64,
+    renew_due: Timers,
+    renew_ready: Timers,
+    check_due: Timers,
+    check_ready: Timers,
+    /// One item per entry, `(safe deadline as pushed, 0, id)`.
+    deadlines: Timers,
+}
+
+impl Schedule {
+    /// (Re)arms `e`'s renewal at `e.next_renew`.
+    fn renew(&mut self, id: u64, e: &mut Entry) {
+        self.seq += 1;
+        e.renew_seq = self.seq;
+        let early = e.renew_every / 2;
+        self.renew_due.push(e.next_renew, self.seq, id);
+        self.renew_ready.push(
+            e.next_renew.checked_sub(early).unwrap_or(e.next_renew),
+            self.seq,
+            id,
+        );
+    }
+
+    /// (Re)arms `e`'s flag read at `e.next_check`.
+    fn check(&mut self, id: u64, e: &mut Entry) {
+        self.seq += 1;
+        e.check_seq = self.seq;
+        let early = e.tick / 2;
+        self.check_due.push(e.next_check, self.seq, id);
+        self.check_ready.push(
+            e.next_check.checked_sub(early).unwrap_or(e.next_check),
+            self.seq,
+            id,
+        );
+    }
+
+    /// The earliest safe deadline of any entry, bringing items whose entry
+    /// has since renewed up to date on the way.
+    fn earliest_deadline(&mut self, entries: &HashMap<u64, Entry>) -> Option<Instant> {
+        while let Some(Reverse((at, _, id))) = self.deadlines.0.peek() {
+            let (at, id) = (*at, *id);
+            match entries.get(&id) {
+                None => {
+                    self.deadlines.0.pop();
+                }
+                Some(e) if e.safe_deadline > at => {
+                    self.deadlines.0.pop();
+                    self.deadlines.push(e.safe_deadline, 0, id);
+                }
+                Some(_) => return Some(at),
+            }
+        }
+        None
+    }
+
+    fn compact(&mut self, entries: &HashMap<u64, Entry>) {
+        let n = entries.len();
+        self.renew_due.compact(n, renew_live(entries));
+        self.renew_ready.compact(n, renew_live(entries));
+        self.check_due.compact(n, check_live(entries));
+        self.check_ready.compact(n, check_live(entries));
+        self.deadlines.compact(n, |id, _| entries.contains_key(&id));
     }
 }
 
@@ -151,7 +293,7 @@ impl Entry {
 #[derive(Default)]
 struct Job {
     renew_ids: Vec<u64>,
-    renewals: Vec<(Lease, Duration, Duration)>,
+    renewals: Vec<(Arc<Lease>, Duration, Duration)>,
     check_ids: Vec<u64>,
     checks: Vec<String>,
     deletes: Vec<Lease>,
@@ -177,6 +319,7 @@ struct State {
     /// The owner's counters and event queue ([`crate::stats`]; its locks
     /// are leaves below this state's).
     stats: Arc<Stats>,
+    sched: Schedule,
 }
 
 struct Shared {
@@ -227,10 +370,12 @@ impl FlagWatcher for Shared {
         let mut state = self.state.lock();
         let now = Instant::now();
         let mut any = false;
-        for e in state.entries.values_mut() {
+        let state = &mut *state;
+        for (id, e) in state.entries.iter_mut() {
             if e.stop_key.is_some() {
                 e.next_check = now;
                 e.recheck = true;
+                state.sched.check(*id, e);
                 any = true;
             }
         }
@@ -335,7 +480,7 @@ impl Engine {
             // Read the stop flag right away: it may be up already.
             next_check: reg.confirmed,
             recheck: false,
-            lease: reg.lease,
+            lease: Arc::new(reg.lease),
             ttl: reg.ttl,
             margin: reg.margin,
             renew_every,
@@ -343,7 +488,10 @@ impl Engine {
             stop_key: reg.stop_key,
             signal: reg.signal,
             status: reg.status,
+            renew_seq: 0,
+            check_seq: 0,
         };
+        let mut entry = entry;
         let shared = self.shared();
         let mut state = shared.state.lock();
         if entry.stop_key.is_some() && state.watch.is_none() {
@@ -361,7 +509,14 @@ impl Engine {
         ensure_threads(shared, &mut state)?;
         state.next_id += 1;
         let id = state.next_id;
+        let state = &mut *state;
+        state.sched.renew(id, &mut entry);
+        if entry.stop_key.is_some() {
+            state.sched.check(id, &mut entry);
+        }
+        state.sched.deadlines.push(entry.safe_deadline, 0, id);
         state.entries.insert(id, entry);
+        state.sched.compact(&state.entries);
         shared.wake.notify_one();
         Ok(id)
     }
@@ -424,13 +579,14 @@ fn ensure_threads(shared: &Arc<Shared>, state: &mut State) -> Result<()> {
 
 /// Removes the entries whose safe deadline has passed; their trips.
 fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
-    let expired: Vec<u64> = state
-        .entries
-        .iter()
-        .filter(|(_, e)| e.safe_deadline <= now)
-        .map(|(id, _)| *id)
-        .collect();
-    for id in expired {
+    while state
+        .sched
+        .earliest_deadline(&state.entries)
+        .is_some_and(|at| at <= now)
+    {
+        let Some(Reverse((_, _, id))) = state.sched.deadlines.0.pop() else {
+            break;
+        };
         let Some(e) = state.entries.remove(&id) else {
             continue;
         };
@@ -455,32 +611,52 @@ fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
     }
 }
 
-/// The due work, as a job bounded by the earliest safe deadline.
+/// The due work, as a job bounded by the earliest safe deadline: nothing
+/// unless some renewal or read is due (or a delete is queued), then all
+/// that is ready (module header, "Timers").
 fn collect_due(state: &mut State, now: Instant) -> Option<Job> {
+    let State {
+        entries,
+        sched,
+        deletes,
+        ..
+    } = state;
+    let due = sched
+        .renew_due
+        .peek(renew_live(entries))
+        .is_some_and(|at| at <= now)
+        || sched
+            .check_due
+            .peek(check_live(entries))
+            .is_some_and(|at| at <= now);
+    if !due && deletes.is_empty() {
+        return None;
+    }
     let mut job = Job::default();
-    for (id, e) in &state.entries {
-        if e.next_renew <= now + e.renew_every / 4 {
-            job.renew_ids.push(*id);
+    if due {
+        while let Some(id) = sched.renew_ready.pop_due(now, renew_live(entries)) {
+            let Some(e) = entries.get(&id) else { continue };
+            job.renew_ids.push(id);
             job.renewals
                 .push((e.lease.clone(), e.ttl, e.margin.saturating_add(e.rtt)));
         }
-        if let Some(stop_key) = &e.stop_key {
-            if e.next_check <= now + e.tick / 4 {
-                job.check_ids.push(*id);
-                job.checks.push(stop_key.clone());
-            }
-        }
-    }
-    for id in &job.check_ids {
-        if let Some(e) = state.entries.get_mut(id) {
+        while let Some(id) = sched.check_ready.pop_due(now, check_live(entries)) {
+            let Some(e) = entries.get_mut(&id) else {
+                continue;
+            };
+            let Some(stop_key) = &e.stop_key else {
+                continue;
+            };
+            job.check_ids.push(id);
+            job.checks.push(stop_key.clone());
             e.recheck = false;
         }
     }
-    job.deletes = std::mem::take(&mut state.deletes);
+    job.deletes = std::mem::take(deletes);
     if job.renew_ids.is_empty() && job.check_ids.is_empty() && job.deletes.is_empty() {
         return None;
     }
-    job.deadline = state.entries.values().map(|e| e.safe_deadline).min();
+    job.deadline = sched.earliest_deadline(entries);
     state.in_flight = job.renew_ids.iter().copied().collect();
     Some(job)
 }
@@ -507,13 +683,13 @@ fn run_scheduler(shared: Arc<Shared>) {
             }
         }
         let idle = state.entries.is_empty() && !state.io_busy && state.deletes.is_empty();
-        let mut wake_at = state.entries.values().map(|e| e.safe_deadline).min();
-        if !state.io_busy {
-            let due = state.entries.values().map(Entry::next_due).min();
-            wake_at = match (wake_at, due) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+        let st = &mut *state;
+        let mut wake_at = st.sched.earliest_deadline(&st.entries);
+        if !st.io_busy {
+            let State { entries, sched, .. } = st;
+            let renew = sched.renew_due.peek(renew_live(entries));
+            let check = sched.check_due.peek(check_live(entries));
+            wake_at = [wake_at, renew, check].into_iter().flatten().min();
         }
         if idle {
             let since = *idle_since.get_or_insert(now);
@@ -628,11 +804,13 @@ fn apply(
                     renewal_failed(&state.stats, e, &text);
                     e.next_renew = done + e.tick;
                     e.last_error = Some(text.clone());
+                    state.sched.renew(*id, e);
                 }
             }
             for id in &job.check_ids {
                 if let Some(e) = state.entries.get_mut(id) {
                     e.next_check = if e.recheck { done } else { done + e.tick };
+                    state.sched.check(*id, e);
                 }
             }
             return;
@@ -654,7 +832,7 @@ fn apply(
             // Released (its holder deletes it) or lost by deadline while
             // this renewal was in flight: if the renewal took, undo it.
             if answer.as_ref().is_ok_and(|r| *r == Renewed::Yes) && state.orphans.contains(id) {
-                deletes.push(job.renewals[i].0.clone());
+                deletes.push(Lease::clone(&job.renewals[i].0));
             }
             continue;
         };
@@ -672,6 +850,7 @@ fn apply(
                 e.rtt = done.saturating_duration_since(sent);
                 e.next_renew = sent + e.renew_every;
                 e.last_error = None;
+                state.sched.renew(*id, e);
                 None
             }
             Ok(Renewed::NotHeld) => Some(format!(
@@ -688,6 +867,7 @@ fn apply(
                 renewal_failed(&state.stats, e, &text);
                 e.next_renew = done + e.tick;
                 e.last_error = Some(text);
+                state.sched.renew(*id, e);
                 None
             }
         };
@@ -713,11 +893,13 @@ fn apply(
                 let reason = format!("stop flag {key:?} raised");
                 stopped(&state.stats, e, &reason);
                 trips.push((e.signal.clone(), reason));
+                continue;
             }
             Some(Ok(false)) if e.recheck => e.next_check = done,
             Some(Ok(false)) => e.next_check = sent + e.tick,
             _ if e.recheck => e.next_check = done,
             _ => e.next_check = done + e.tick,
         }
+        state.sched.check(*id, e);
     }
 }

@@ -28,10 +28,19 @@ struct Issued {
     leases: HashMap<Arc<str>, Lease>,
 }
 
+#[derive(Default)]
+struct Label {
+    /// The label of this object's leases; `None`: `host:pid language`.
+    set: Option<Arc<str>>,
+    /// The identity plain acquires present, made once rather than with a
+    /// `format!` and a `getpid` per acquire, and the fork generation it was
+    /// made in (a forked child has a new pid). `None` after `set_label`.
+    identity: Option<(u64, Arc<Identity>)>,
+}
+
 struct Inner {
     engine: Engine,
-    // The label of this object's leases; `None`: `host:pid language`.
-    label: Mutex<Option<Arc<str>>>,
+    label: Mutex<Label>,
     // A forked child starts with none (the parent's leases are not its
     // own), without touching the parent's lock.
     issued: ForkLocal<Mutex<Issued>>,
@@ -77,7 +86,7 @@ impl Locks {
         Locks {
             inner: Arc::new(Inner {
                 engine: Engine::new(adapter),
-                label: Mutex::new(None),
+                label: Mutex::default(),
                 issued: ForkLocal::new(Mutex::default(), |_| Mutex::default()),
             }),
         }
@@ -128,12 +137,35 @@ impl Locks {
     /// object's leases and holds describe their holder with
     /// ([`crate::info`]). A hold's own [`HoldOptions::label`] wins over it.
     pub fn set_label(&self, label: Option<&str>) {
-        *self.inner.label.lock() = label.map(Arc::from);
+        *self.inner.label.lock() = Label {
+            set: label.map(Arc::from),
+            identity: None,
+        };
+    }
+
+    /// The identity of a plain acquire (label, no heartbeat), cached.
+    fn identity(&self) -> Arc<Identity> {
+        let generation = crate::fork::generation();
+        let mut label = self.inner.label.lock();
+        if let Some((g, who)) = &label.identity {
+            if *g == generation {
+                return who.clone();
+            }
+        }
+        let who = Arc::new(Identity {
+            label: match &label.set {
+                Some(label) => label.to_string(),
+                None => default_label(),
+            },
+            heartbeat: Duration::ZERO,
+        });
+        label.identity = Some((generation, who.clone()));
+        who
     }
 
     /// The label this object's next lease will carry.
     pub fn label(&self) -> String {
-        match &*self.inner.label.lock() {
+        match &self.inner.label.lock().set {
             Some(label) => label.to_string(),
             None => default_label(),
         }
@@ -150,10 +182,7 @@ impl Locks {
     pub fn acquire(&self, key: &str, ttl: Duration) -> Result<bool> {
         check_key("key", key)?;
         check_duration("ttl", ttl)?;
-        let who = Identity {
-            label: self.label(),
-            heartbeat: Duration::ZERO,
-        };
+        let who = self.identity();
         match self.adapter().acquire_as(key, ttl, &who)? {
             Some(lease) => {
                 self.issued()

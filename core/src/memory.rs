@@ -8,6 +8,12 @@
 //! floored by the realtime clock like every backend's ([`crate::fence`]), so
 //! they also rise across adapters and process restarts.
 //!
+//! Clocks: an acquire reads the monotonic clock once. Its wall-clock time
+//! (the holder description's `acquired_at`, and the fence's realtime
+//! floor) is derived from a pair of readings (monotonic, wall) taken at most
+//! [`WALL_REBASE`] earlier, so it follows a wall-clock step within a second
+//! and is never behind the pair's own reading.
+//!
 //! Lock order: one mutex, never held while calling out.
 //!
 //! Fork: a child gets a copy of the store (Memory is per process; the copy
@@ -22,9 +28,12 @@ use crate::fork::ForkLocal;
 use crate::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const MIN_PRUNE_AT: usize = 64;
+/// How long the wall clock is derived from the monotonic one before it is
+/// read again (module header, "Clocks").
+const WALL_REBASE: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 struct Entry {
@@ -46,6 +55,8 @@ struct State {
     flags: HashMap<String, Instant>,
     fence: u64,
     prune_at: usize,
+    /// A monotonic instant and the wall-clock time read with it.
+    clock: (Instant, SystemTime),
 }
 
 /// An in-process adapter. Leases are visible to every [`crate::Locks`] that
@@ -91,6 +102,7 @@ impl Default for State {
             flags: HashMap::default(),
             fence: 0,
             prune_at: MIN_PRUNE_AT,
+            clock: (Instant::now(), SystemTime::now()),
         }
     }
 }
@@ -110,8 +122,23 @@ impl State {
             flags: s.flags.clone(),
             fence: s.fence,
             prune_at: s.prune_at,
+            clock: s.clock,
         });
         Mutex::new(copy.unwrap_or_default())
+    }
+
+    /// The wall-clock time at `now`, derived from the last pair of clock
+    /// readings unless that is over [`WALL_REBASE`] old.
+    fn wall(&mut self, now: Instant) -> SystemTime {
+        let (at, wall) = self.clock;
+        match now.checked_duration_since(at) {
+            Some(since) if since < WALL_REBASE => wall + since,
+            _ => {
+                let wall = SystemTime::now();
+                self.clock = (now, wall);
+                wall
+            }
+        }
     }
 
     fn live_lease(&self, key: &str, now: Instant) -> Option<&Entry> {
@@ -145,42 +172,61 @@ impl Adapter for Memory {
 
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
         let token = mint_token()?;
-        let wall = SystemTime::now();
-        let floor = crate::fence::floor_now();
+        // The one clock read of an acquire (module header, "Clocks").
         let now = Instant::now();
         let mut state = self.state().lock();
-        if state.live_lease(key, now).is_some() {
-            return Ok(None);
-        }
-        state.fence = crate::fence::next(state.fence, floor);
-        let fence = state.fence;
+        let wall = state.wall(now);
+        let State {
+            leases,
+            fence: counter,
+            ..
+        } = &mut *state;
+        let floor = wall
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(i64::MAX as u64))
+            .unwrap_or(0)
+            .clamp(1, i64::MAX as u64);
         let expires = deadline(now, ttl);
-        let holder = HolderInfo {
-            label: who.label.clone(),
-            fence,
-            acquired_at: wall,
-            renewed_at: wall,
-            ttl,
-            heartbeat: who.heartbeat,
-        };
-        match state.leases.get_mut(key) {
-            // An expired or released entry: reuse its allocations.
+        let fence = match leases.get_mut(key) {
+            Some(e) if e.expires > now => return Ok(None),
+            // An expired or released entry: reuse its allocations (the
+            // label's too, when it is the same holder's).
             Some(e) => {
+                *counter = crate::fence::next(*counter, floor);
                 e.token.clear();
                 e.token.extend_from_slice(token.as_bytes());
                 e.expires = expires;
-                e.holder = holder;
+                let h = &mut e.holder;
+                if h.label != who.label {
+                    h.label.clone_from(&who.label);
+                }
+                h.fence = *counter;
+                h.acquired_at = wall;
+                h.renewed_at = wall;
+                h.ttl = ttl;
+                h.heartbeat = who.heartbeat;
+                *counter
             }
             None => {
-                state.prune(now);
+                *counter = crate::fence::next(*counter, floor);
+                let fence = *counter;
                 let entry = Entry {
                     token: token.as_bytes().to_vec(),
                     expires,
-                    holder,
+                    holder: HolderInfo {
+                        label: who.label.clone(),
+                        fence,
+                        acquired_at: wall,
+                        renewed_at: wall,
+                        ttl,
+                        heartbeat: who.heartbeat,
+                    },
                 };
+                state.prune(now);
                 state.leases.insert(key.to_owned(), entry);
+                fence
             }
-        }
+        };
         Ok(Some(Lease::new(key, token, fence)))
     }
 
