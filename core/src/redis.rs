@@ -476,19 +476,30 @@ impl Redis {
 
     /// The user keys of the namespaced keys of `kind` starting with `prefix`.
     fn keys_of(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
-        let head = format!("{}:{kind}:{{", self.namespace);
-        let pattern = format!("{}*", glob_escape(&format!("{head}{prefix}")));
-        Ok(self
-            .scan(&pattern)?
-            .into_iter()
-            .filter_map(|k| {
-                k.strip_prefix(&head)
-                    .and_then(|rest| rest.strip_suffix('}'))
-                    .map(str::to_owned)
-            })
-            .filter(|k| k.starts_with(prefix) && !k.is_empty())
-            .collect())
+        user_keys(&self.namespace, kind, prefix, |pattern| self.scan(pattern))
     }
+}
+
+/// The user keys (`KEY` of `NS:kind:{KEY}`) starting with `prefix`, found by
+/// `scan` (SCAN of one server, or of every master of a cluster) with a
+/// glob-escaped pattern.
+pub(crate) fn user_keys(
+    namespace: &str,
+    kind: &str,
+    prefix: &str,
+    scan: impl FnOnce(&str) -> Result<Vec<String>>,
+) -> Result<Vec<String>> {
+    let head = format!("{namespace}:{kind}:{{");
+    let pattern = format!("{}*", glob_escape(&format!("{head}{prefix}")));
+    Ok(scan(&pattern)?
+        .into_iter()
+        .filter_map(|k| {
+            k.strip_prefix(&head)
+                .and_then(|rest| rest.strip_suffix('}'))
+                .map(str::to_owned)
+        })
+        .filter(|k| k.starts_with(prefix) && !k.is_empty())
+        .collect())
 }
 
 /// The flag listener's connection settings (see the module header).

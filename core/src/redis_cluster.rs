@@ -40,8 +40,8 @@ use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{FlagInfo, Identity, LeaseInfo, Listing};
 use crate::redis::{
-    flag_from, glob_escape, holder_from, min_left_ms, renewed_from, ACQUIRE_LUA, DEFAULT_TIMEOUT,
-    RELEASE_LUA, RENEW_LUA,
+    flag_from, holder_from, min_left_ms, renewed_from, ACQUIRE_LUA, DEFAULT_TIMEOUT, RELEASE_LUA,
+    RENEW_LUA,
 };
 use crate::redis_url::{ReplicaAck, UrlParts};
 use ::redis::{
@@ -734,18 +734,7 @@ impl RedisCluster {
     }
 
     fn keys_of(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
-        let head = format!("{}:{kind}:{{", self.namespace);
-        let pattern = format!("{}*", glob_escape(&format!("{head}{prefix}")));
-        Ok(self
-            .scan(&pattern)?
-            .into_iter()
-            .filter_map(|k| {
-                k.strip_prefix(&head)
-                    .and_then(|rest| rest.strip_suffix('}'))
-                    .map(str::to_owned)
-            })
-            .filter(|k| k.starts_with(prefix) && !k.is_empty())
-            .collect())
+        crate::redis::user_keys(&self.namespace, kind, prefix, |pattern| self.scan(pattern))
     }
 
     fn not_replicated(&self, what: &str) -> Error {
