@@ -53,7 +53,7 @@
 //! requires, and opens its own.
 
 use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
-use crate::args::{fork_generation, mint_token};
+use crate::args::mint_token;
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
@@ -168,20 +168,18 @@ struct Pooled {
     writes: u32,
 }
 
+/// Idle connections of this process. The pool is a `ForkLocal`: a forked
+/// child starts with an empty one without touching the parent's (whose lock
+/// may be held forever there); the parent's connections are leaked with it,
+/// never closed, as SQLite requires. Checkout and checkin run inside a fork
+/// section, so no connection crosses a fork.
 struct Pool {
-    generation: u64,
     idle: Vec<Pooled>,
 }
 
 impl Pool {
-    /// A forked child's pool starts empty without touching the parent's
-    /// (whose lock may be held forever there); the parent's connections are
-    /// leaked with it, never closed, as SQLite requires.
     fn empty() -> Pool {
-        Pool {
-            generation: fork_generation(),
-            idle: Vec::new(),
-        }
+        Pool { idle: Vec::new() }
     }
 }
 
@@ -576,29 +574,16 @@ impl Local {
     }
 
     fn checkout(&self) -> Result<Pooled> {
-        {
-            let mut pool = self.pool.get().lock();
-            let generation = fork_generation();
-            if pool.generation != generation {
-                // SQLite forbids using (or closing) a connection across fork.
-                for c in pool.idle.drain(..) {
-                    std::mem::forget(c);
-                }
-                pool.generation = generation;
-            }
-            if let Some(con) = pool.idle.pop() {
-                return Ok(con);
-            }
+        if let Some(con) = self.pool.get().lock().idle.pop() {
+            return Ok(con);
         }
         self.connect()
     }
 
     fn checkin(&self, con: Pooled) {
         let mut pool = self.pool.get().lock();
-        if pool.generation == fork_generation() && pool.idle.len() < MAX_IDLE {
+        if pool.idle.len() < MAX_IDLE {
             pool.idle.push(con);
-        } else if pool.generation != fork_generation() {
-            std::mem::forget(con);
         }
     }
 
