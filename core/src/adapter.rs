@@ -137,6 +137,44 @@ pub trait Adapter: Send + Sync + 'static {
         self.acquire(key, ttl)
     }
 
+    /// [`Adapter::acquire_as`] for an N-holder lease: takes one of `limit`
+    /// slots on `key` (each with its own token, fence and expiry) if fewer
+    /// than `limit` live holders are there. `limit == 1` is exactly
+    /// `acquire_as`. The default supports only that.
+    ///
+    /// # Errors
+    /// The backend's errors; the default refuses `limit > 1` with
+    /// [`crate::Error::InvalidArgument`].
+    fn acquire_limited(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        if limit == 1 {
+            return self.acquire_as(key, ttl, who);
+        }
+        Err(crate::Error::InvalidArgument(format!(
+            "the {} adapter does not support N-holder leases (limit {limit})",
+            self.name()
+        )))
+    }
+
+    /// How long until the lease on `key` could lapse (the longest-lived
+    /// slot's expiry for an N-holder lease: the soonest one), as the backend
+    /// sees it; `Ok(None)` when no live lease is there or the adapter can't
+    /// tell. Waiting acquires sleep at most this long before trying again
+    /// ([`crate::waiting`]), so a crashed holder's lease is retaken at its
+    /// expiry without polling.
+    ///
+    /// # Errors
+    /// The backend's errors.
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        let _ = key;
+        Ok(None)
+    }
+
     /// Who holds `key`: `Ok(None)` when no live lease is there.
     ///
     /// # Errors

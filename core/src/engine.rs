@@ -87,7 +87,7 @@ use crate::stats::{bump, Event, EventKind, LostCause, Stats};
 use crate::sync::{Condvar, Mutex};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -119,8 +119,31 @@ fn intervals(ttl: Duration, heartbeat: Duration) -> (Duration, Duration) {
 #[derive(Debug, Default)]
 pub(crate) struct HoldStatus {
     pub(crate) lost: AtomicBool,
+    /// When the work last called `touch` (nanoseconds since [`epoch`]).
+    touched: AtomicU64,
 }
 
+/// A process-wide base for instants stored in atomics.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl HoldStatus {
+    /// Records progress now.
+    pub(crate) fn touch(&self) {
+        let nanos = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.touched.store(nanos, Ordering::Relaxed);
+    }
+
+    /// When the work last reported progress.
+    #[allow(dead_code)] // the guard lands next
+    pub(crate) fn touched(&self) -> Instant {
+        epoch() + Duration::from_nanos(self.touched.load(Ordering::Relaxed))
+    }
+}
+
+#[allow(dead_code)] // max_hold / progress_timeout: the guard lands next
 pub(crate) struct Registration {
     pub lease: Lease,
     pub ttl: Duration,
@@ -132,6 +155,10 @@ pub(crate) struct Registration {
     /// When the acquire was sent, and when its answer came.
     pub sent: Instant,
     pub confirmed: Instant,
+    /// Hung-holder guard: no renewal past this age ([`crate::HoldOptions::max_hold`]).
+    pub max_hold: Option<Duration>,
+    /// Hung-holder guard, progress mode ([`crate::HoldOptions::progress_timeout`]).
+    pub progress_timeout: Option<Duration>,
 }
 
 struct Entry {

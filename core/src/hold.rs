@@ -71,6 +71,28 @@ pub struct HoldOptions {
     /// ([`crate::info`]); `None`: the label of the [`crate::Locks`] it is
     /// made through, else `host:pid language`.
     pub label: Option<String>,
+    /// How long to wait for the lease when it is held elsewhere: `None` (the
+    /// default) does not wait (a refusal is `Ok(None)` at once);
+    /// `Some(Duration::MAX)` waits without limit. Waiters are woken by the
+    /// release or expiry of the lease ([`crate::waiting`]), served
+    /// first-come first-served within a process, and stop waiting when the
+    /// hold's `signal` is aborted (then `Ok(None)`).
+    pub wait: Option<Duration>,
+    /// Up to this many holders at once (an N-holder lease, a semaphore):
+    /// each has its own owner token, renewal, fence and loss detection, and
+    /// a crashed holder's slot frees itself at its ttl. 1 (the default) is
+    /// the exclusive lease.
+    pub limit: u32,
+    /// Hung-holder guard: never renew the lease past this total age (from
+    /// the acquire). The last renewal is the last one whose lease ends by
+    /// then; the hold is then told (`lease lost: max_hold ...`) at its safe
+    /// deadline, before the lease lapses. `None`: no limit.
+    pub max_hold: Option<Duration>,
+    /// Hung-holder guard, progress mode: the work calls [`Hold::touch`]
+    /// at least this often; when no touch came for this long, renewals stop
+    /// and the signal trips with a reason saying the work stalled (noticed
+    /// at the next renewal or stop-flag tick). `None`: off.
+    pub progress_timeout: Option<Duration>,
 }
 
 impl Default for HoldOptions {
@@ -82,6 +104,10 @@ impl Default for HoldOptions {
             signal: None,
             safety_margin: None,
             label: None,
+            wait: None,
+            limit: 1,
+            max_hold: None,
+            progress_timeout: None,
         }
     }
 }
@@ -117,6 +143,16 @@ impl HoldOptions {
         }
         if let Some(label) = &self.label {
             check_key("label", label)?;
+        }
+        if let Some(wait) = self.wait {
+            crate::waiting::check_wait(wait)?;
+        }
+        crate::waiting::check_limit(self.limit)?;
+        if let Some(max_hold) = self.max_hold {
+            check_duration("max_hold", max_hold)?;
+        }
+        if let Some(progress) = self.progress_timeout {
+            check_duration("progress_timeout", progress)?;
         }
         Ok(())
     }
@@ -200,23 +236,60 @@ impl Hold {
     pub(crate) fn start(engine: &Engine, key: &str, opts: HoldOptions) -> Result<Option<Hold>> {
         check_key("key", key)?;
         opts.validate()?;
-        let adapter = engine.adapter();
-        let margin = opts.margin_for(adapter.as_ref());
-        let who = Identity {
-            label: opts.label.clone().unwrap_or_else(default_label),
-            heartbeat: opts.heartbeat,
-        };
+        if opts.wait.is_some() {
+            return crate::waiting::hold_waiting(engine, key, opts)?.wait();
+        }
         let sent = Instant::now();
-        let Some(lease) = adapter.acquire_as(key, opts.ttl, &who)? else {
-            crate::stats::bump(&engine.stats().holds_refused, 1);
-            engine
-                .stats()
-                .emit_now(|| Event::new(EventKind::Refused, key, 0));
+        let Some(lease) = Hold::try_acquire(engine, key, &opts)? else {
+            Hold::refused(engine, key);
             return Ok(None);
         };
+        Hold::adopt(engine, lease, opts, sent).map(Some)
+    }
+
+    /// The identity a hold with `opts` stores with its lease.
+    pub(crate) fn identity(opts: &HoldOptions) -> Identity {
+        Identity {
+            label: opts.label.clone().unwrap_or_else(default_label),
+            heartbeat: opts.heartbeat,
+        }
+    }
+
+    /// One acquire attempt for a hold with (validated) `opts`.
+    pub(crate) fn try_acquire(
+        engine: &Engine,
+        key: &str,
+        opts: &HoldOptions,
+    ) -> Result<Option<Lease>> {
+        let who = Hold::identity(opts);
+        engine
+            .adapter()
+            .acquire_limited(key, opts.ttl, &who, opts.limit)
+    }
+
+    /// Counts a refused hold.
+    pub(crate) fn refused(engine: &Engine, key: &str) {
+        crate::stats::bump(&engine.stats().holds_refused, 1);
+        engine
+            .stats()
+            .emit_now(|| Event::new(EventKind::Refused, key, 0));
+    }
+
+    /// Starts renewing `lease`, acquired with `opts` by a request sent at
+    /// `sent` (its answer came just now). On failure the lease is released.
+    pub(crate) fn adopt(
+        engine: &Engine,
+        lease: Lease,
+        opts: HoldOptions,
+        sent: Instant,
+    ) -> Result<Hold> {
         let confirmed = Instant::now();
+        let adapter = engine.adapter();
+        let margin = opts.margin_for(adapter.as_ref());
+        let key = lease.key().to_owned();
         let signal = opts.signal.unwrap_or_default();
         let status = Arc::new(HoldStatus::default());
+        status.touch();
         let reg = Registration {
             lease: lease.clone(),
             ttl: opts.ttl,
@@ -227,6 +300,8 @@ impl Hold {
             status: status.clone(),
             sent,
             confirmed,
+            max_hold: opts.max_hold,
+            progress_timeout: opts.progress_timeout,
         };
         let id = match engine.register(reg) {
             Ok(id) => id,
@@ -238,8 +313,8 @@ impl Hold {
         crate::stats::bump(&engine.stats().holds_acquired, 1);
         engine
             .stats()
-            .emit_now(|| Event::new(EventKind::Acquired, key, lease.fence()));
-        Ok(Some(Hold {
+            .emit_now(|| Event::new(EventKind::Acquired, &key, lease.fence()));
+        Ok(Hold {
             lease,
             engine: engine.clone(),
             id,
@@ -247,7 +322,7 @@ impl Hold {
             status,
             generation: fork_generation(),
             release: Mutex::new(Releasing::Holding),
-        }))
+        })
     }
 
     /// The key held.
@@ -269,6 +344,13 @@ impl Hold {
     /// so)?
     pub fn is_lost(&self) -> bool {
         self.status.lost.load(Ordering::SeqCst)
+    }
+
+    /// Reports progress for the hung-holder guard
+    /// ([`HoldOptions::progress_timeout`]): the work is alive. Cheap (one
+    /// clock read and an atomic store); a no-op without a progress timeout.
+    pub fn touch(&self) {
+        self.status.touch();
     }
 
     /// The signal tripped on stop flag or loss.

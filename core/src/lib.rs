@@ -56,6 +56,7 @@ pub mod redis_url;
 pub mod signal;
 pub mod stats;
 mod sync;
+pub mod waiting;
 
 pub use adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 pub use args::{duration_from_secs, fork_generation, wait_timeout_from_secs};
@@ -73,3 +74,4 @@ pub use redis_cluster::RedisCluster;
 pub use redis_url::ReplicaAck;
 pub use signal::{AbortSignal, CallbackHandle, WaitOutcome, WakeToken};
 pub use stats::{Event, EventHookHandle, EventKind, LostCause, StatsSnapshot};
+pub use waiting::{AcquireOptions, Poll, WaitWaker, Waiting, MAX_LIMIT};

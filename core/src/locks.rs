@@ -17,6 +17,7 @@ use crate::hold::{Hold, HoldOptions};
 use crate::info::{default_label, Identity, LeaseInfo, Listing};
 use crate::local::Local;
 use crate::memory::Memory;
+use crate::waiting::{AcquireOptions, Waiting};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
@@ -192,6 +193,86 @@ impl Locks {
             }
             None => Ok(false),
         }
+    }
+
+    /// [`Locks::acquire`] with options: wait for the lease
+    /// ([`AcquireOptions::wait`], woken by its release or expiry), take one
+    /// of N slots ([`AcquireOptions::limit`]). `false` when refused at the
+    /// end of the wait, or when the signal was aborted. One object holds at
+    /// most one lease (or slot) per key: while it does, this returns
+    /// `false` without asking the backend.
+    ///
+    /// # Errors
+    /// Invalid key, ttl or options; the backend's errors.
+    pub fn acquire_with(&self, key: &str, ttl: Duration, opts: &AcquireOptions) -> Result<bool> {
+        self.start_acquire(key, ttl, opts)?.wait()
+    }
+
+    /// The interruptible form of [`Locks::acquire_with`] for faces: a place
+    /// in line, driven by [`Waiting::poll`] (a wait of `None` finishes at
+    /// the first poll).
+    ///
+    /// # Errors
+    /// Invalid key, ttl or options.
+    pub fn start_acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+        opts: &AcquireOptions,
+    ) -> Result<Waiting<bool>> {
+        check_key("key", key)?;
+        check_duration("ttl", ttl)?;
+        if let Some(wait) = opts.wait {
+            crate::waiting::check_wait(wait)?;
+        }
+        crate::waiting::check_limit(opts.limit)?;
+        let (try_locks, done_locks) = (self.clone(), self.clone());
+        let (try_key, limit) = (key.to_owned(), opts.limit);
+        let who = self.identity();
+        let attempt = move || {
+            if try_locks.issued().leases.contains_key(try_key.as_str()) {
+                return Ok(None);
+            }
+            try_locks
+                .adapter()
+                .acquire_limited(&try_key, ttl, &who, limit)
+        };
+        let finish = move |got: Option<Lease>| {
+            Ok(match got {
+                Some(lease) => {
+                    done_locks
+                        .issued()
+                        .leases
+                        .insert(lease.shared_key().clone(), lease);
+                    true
+                }
+                None => false,
+            })
+        };
+        Ok(crate::waiting::acquire_waiting(
+            opts.wait.unwrap_or(Duration::ZERO),
+            opts.signal.clone(),
+            attempt,
+            finish,
+        ))
+    }
+
+    /// The interruptible form of [`Locks::hold`] for faces (see
+    /// [`Locks::start_acquire`]): `Ready(None)` when refused.
+    ///
+    /// # Errors
+    /// Invalid key or options.
+    pub fn start_hold(&self, key: &str, opts: HoldOptions) -> Result<Waiting<Option<Hold>>> {
+        let mut opts = opts;
+        if opts.label.is_none() {
+            opts.label = Some(self.label());
+        }
+        check_key("key", key)?;
+        opts.validate()?;
+        if opts.wait.is_none() {
+            opts.wait = Some(Duration::ZERO);
+        }
+        crate::waiting::hold_waiting(&self.inner.engine, key, opts)
     }
 
     /// Extends this object's lease on `key` to `ttl` from now. `false` if it

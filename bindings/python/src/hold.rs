@@ -66,6 +66,7 @@ pub(crate) fn start(
         signal: Some(core_signal),
         safety_margin,
         label,
+        ..HoldOptions::default()
     };
     let hold = py
         .detach(|| match source {

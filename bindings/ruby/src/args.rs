@@ -107,5 +107,6 @@ pub fn hold_options(
             .map(|m| duration(ruby, "safety_margin", m))
             .transpose()?,
         label: label.map(|l| key(ruby, "label", l)).transpose()?,
+        ..HoldOptions::default()
     })
 }
