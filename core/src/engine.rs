@@ -364,6 +364,30 @@ struct State {
     /// are leaves below this state's).
     stats: Arc<Stats>,
     sched: Schedule,
+    /// The entries watching each stop key (so a push finds them without a
+    /// scan of every hold).
+    watching: HashMap<String, rustc_hash::FxHashSet<u64>>,
+}
+
+impl State {
+    /// `id` no longer watches `key`.
+    fn unwatch(&mut self, key: &str, id: u64) {
+        if let Some(ids) = self.watching.get_mut(key) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.watching.remove(key);
+            }
+        }
+    }
+
+    /// Removes entry `id` (and its stop-key watch).
+    fn remove_entry(&mut self, id: u64) -> Option<Entry> {
+        let e = self.entries.remove(&id)?;
+        if let Some(key) = &e.stop_key {
+            self.unwatch(key, id);
+        }
+        Some(e)
+    }
 }
 
 struct Shared {
@@ -397,7 +421,11 @@ impl FlagWatcher for Shared {
         bump(&self.stats.pushes_received, 1);
         {
             let mut state = self.state.lock();
-            for e in state.entries.values_mut() {
+            let ids = state.watching.remove(key).unwrap_or_default();
+            for id in ids {
+                let Some(e) = state.entries.get_mut(&id) else {
+                    continue;
+                };
                 if e.stop_key.as_deref() == Some(key) {
                     e.stop_key = None;
                     let reason = format!("stop flag {key:?} raised");
@@ -563,6 +591,9 @@ impl Engine {
             state.sched.check(id, &mut entry);
         }
         state.sched.deadlines.push(entry.safe_deadline, 0, id);
+        if let Some(key) = &entry.stop_key {
+            state.watching.entry(key.clone()).or_default().insert(id);
+        }
         state.entries.insert(id, entry);
         state.sched.compact(&state.entries);
         shared.wake.notify_one();
@@ -575,7 +606,7 @@ impl Engine {
     pub(crate) fn unregister(&self, id: u64) -> Unregistered {
         let shared = self.shared();
         let mut state = shared.state.lock();
-        match state.entries.remove(&id) {
+        match state.remove_entry(id) {
             Some(_) => {
                 shared.wake.notify_one();
                 Unregistered::Removed
@@ -635,7 +666,7 @@ fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
         let Some(Reverse((_, _, id))) = state.sched.deadlines.0.pop() else {
             break;
         };
-        let Some(e) = state.entries.remove(&id) else {
+        let Some(e) = state.remove_entry(id) else {
             continue;
         };
         if state.in_flight.contains(&id) {
@@ -982,7 +1013,7 @@ fn apply(
             }
         };
         if let Some(reason) = lost {
-            if let Some(e) = state.entries.remove(id) {
+            if let Some(e) = state.remove_entry(*id) {
                 let cause = match answer_kind {
                     Some(Renewed::TooLate) => LostCause::TooLate,
                     _ => LostCause::NotHeld,
@@ -1003,6 +1034,7 @@ fn apply(
                 let reason = format!("stop flag {key:?} raised");
                 stopped(&state.stats, e, &reason);
                 trips.push((e.signal.clone(), reason));
+                state.unwatch(&key, *id);
                 continue;
             }
             Some(Ok(false)) if e.recheck => e.next_check = done,
