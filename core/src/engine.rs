@@ -802,26 +802,19 @@ fn run_scheduler(shared: Arc<Shared>) {
         let now = Instant::now();
         let mut trips = Trips::new();
         expire(&mut state, now, &mut trips);
+        if trips.is_empty() && !state.io_busy {
+            if let Some(job) = collect_due(&mut state, now, &mut trips) {
+                state.job = Some(job);
+                state.io_busy = true;
+                shared.io_wake.notify_one();
+            }
+        }
         if !trips.is_empty() {
             drop(state);
             trip_all(trips);
             shared.stats.flush();
             state = shared.state.lock();
             continue;
-        }
-        if !state.io_busy {
-            if let Some(job) = collect_due(&mut state, now, &mut trips) {
-                state.job = Some(job);
-                state.io_busy = true;
-                shared.io_wake.notify_one();
-            }
-            if !trips.is_empty() {
-                drop(state);
-                trip_all(trips);
-                shared.stats.flush();
-                state = shared.state.lock();
-                continue;
-            }
         }
         let idle = state.entries.is_empty() && !state.io_busy && state.deletes.is_empty();
         let st = &mut *state;
