@@ -139,6 +139,10 @@ impl Node {
     }
 }
 
+/// A cluster node as `CLUSTER NODES` shows it: its port, its master's port
+/// if it is a replica, and the slot ranges it serves.
+type NodeView = (u16, Option<u16>, Vec<(u16, u16)>);
+
 /// A Redis Cluster on loopback: `masters` masters covering all 16,384
 /// slots, each with `replicas` replicas.
 pub struct RedisCluster {
@@ -225,9 +229,9 @@ impl RedisCluster {
         cluster
     }
 
-    /// `CLUSTER NODES` as seen by the first live node: (port, master port
-    /// if a replica, slot ranges) of every node that is not failed.
-    fn view(&self) -> Vec<(u16, Option<u16>, Vec<(u16, u16)>)> {
+    /// `CLUSTER NODES` as seen by the first live node, for every node that
+    /// is not failed.
+    fn view(&self) -> Vec<NodeView> {
         let reply = self
             .nodes
             .iter()
