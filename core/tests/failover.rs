@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 const TTL: f64 = 10.0;
 const HEARTBEAT: f64 = 0.25;
 /// A pushed stop must arrive within this; the flag tick is 1 s (heartbeat
-/// 5 s), and a push takes a few ms (the figure printed).
+/// 5 s), and a push takes a few ms (the figure printed). That it was
+/// pushed, not polled, is checked on the holder's `pushes_received`.
 const PUSHED: Duration = Duration::from_millis(500);
 
 /// What a failover did to a set of holds.
@@ -131,8 +132,10 @@ fn stoppable(locks: &Locks, key: &str, stop: &str) -> Hold {
     locks.hold(key, opts).unwrap().expect("free")
 }
 
-/// Raises `stop` with `raiser` and returns how long `hold` took to be told.
-fn stop_latency(raiser: &Locks, stop: &str, hold: &Hold) -> Duration {
+/// Raises `stop` with `raiser` and returns how long `hold` (of `holder`)
+/// took to be told. It was told by a pushed message, not by a poll.
+fn stop_latency(raiser: &Locks, holder: &Locks, stop: &str, hold: &Hold) -> Duration {
+    let pushes = holder.stats().pushes_received;
     // A pooled connection to a node that died fails once (as on one
     // server); a raiser tries again.
     let mut start = Instant::now();
@@ -147,6 +150,10 @@ fn stop_latency(raiser: &Locks, stop: &str, hold: &Hold) -> Duration {
     let took = start.elapsed();
     let reason = hold.signal().reason().unwrap_or_default();
     assert!(reason.starts_with("stop flag"), "{reason}");
+    assert!(
+        holder.stats().pushes_received > pushes,
+        "{stop}: seen by a poll, not pushed"
+    );
     took
 }
 
@@ -192,7 +199,7 @@ fn sentinel_case(kill: bool) -> (Outcome, Outcome) {
     let before = stoppable(&pushed, "job-before", "stop-before");
     let after = stoppable(&pushed, "job-after", "stop-after");
     subscribed_on(&[master], secs(5.0));
-    let push_before = stop_latency(&other, "stop-before", &before);
+    let push_before = stop_latency(&other, &pushed, "stop-before", &before);
 
     let plain_holds = hold_many(&plain, &names("plain", 10));
     let acked_holds = hold_many(&acked, &names("acked", 10));
@@ -210,7 +217,7 @@ fn sentinel_case(kill: bool) -> (Outcome, Outcome) {
     // The listener follows the master and subscribes there.
     subscribed_on(&[new_master], secs(20.0));
     let followed = started.elapsed();
-    let push_after = stop_latency(&other, "stop-after", &after);
+    let push_after = stop_latency(&other, &pushed, "stop-after", &after);
     // A hold whose renewals were not confirmed since the failover began
     // has been told by now (its safe deadline is 3/4 of the ttl after
     // the last confirmed one).
@@ -339,7 +346,7 @@ fn cluster_failover_holders_keep_or_are_told() {
     let before = stoppable(&pushed, "job-before", "stop-before");
     let after = stoppable(&pushed, "job-after", "stop-after");
     let listening = subscribed_on(&cluster.ports(), secs(5.0));
-    let push_before = stop_latency(&other, "stop-before", &before);
+    let push_before = stop_latency(&other, &pushed, "stop-before", &before);
     let masters = cluster.master_ports();
     assert_eq!(masters.len(), 3);
     assert!(masters.contains(&listening), "the listener prefers masters");
@@ -389,7 +396,7 @@ fn cluster_failover_holders_keep_or_are_told() {
     let live: Vec<u16> = cluster.ports().into_iter().filter(|p| *p != b).collect();
     let moved_to = subscribed_on(&live, secs(20.0));
     let followed = started.elapsed();
-    let push_after = stop_latency(&other, "stop-after", &after);
+    let push_after = stop_latency(&other, &pushed, "stop-after", &after);
     sleep_until(started + secs(TTL));
     let p2 = judge(holds_p, ns, &other, owner_in(&cluster));
     let a2 = judge(holds_a, ns, &other, owner_in(&cluster));
