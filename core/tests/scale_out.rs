@@ -6,7 +6,7 @@
 
 use mistri_locks::redis_cluster::slot_of;
 use mistri_locks::{Adapter, Error, HoldOptions, Locks, Renewal, Renewed};
-use mistri_locks_testkit::{command_on, RedisCluster, RedisServer};
+use mistri_locks_testkit::{command_on, RedisCluster, RedisSentinels, RedisServer};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -268,4 +268,38 @@ fn unreachable_topologies_say_what_they_tried() {
         Locks::redis("redis+cluster://127.0.0.1:1/3", "ns"),
         Err(Error::Config(_))
     ));
+}
+
+#[test]
+fn sentinel_writes_do_not_ask_a_sentinel_each_time() {
+    let set = RedisSentinels::shared();
+    let locks = Locks::redis(&set.url(), "mistri:asks").unwrap();
+    assert!(locks.acquire("warm", secs(5.0)).unwrap()); // resolves the master
+    let asked = || -> u64 {
+        set.sentinel_ports()
+            .iter()
+            .map(|p| {
+                info_number(
+                    &command_on(*p, "INFO stats"),
+                    "total_commands_processed",
+                    None,
+                )
+            })
+            .sum()
+    };
+    const PAIRS: u64 = 300;
+    let before = asked();
+    let started = Instant::now();
+    for _ in 0..PAIRS {
+        assert!(locks.acquire("job", secs(5.0)).unwrap());
+        assert!(locks.release("job").unwrap());
+    }
+    let took = started.elapsed();
+    // What the sentinels ran meanwhile: their own chatter (a few commands
+    // a second), our INFO, and at most one check a second from us; it was
+    // one per acquire.
+    let ran = asked() - before;
+    eprintln!("{PAIRS} pairs through Sentinel in {took:?}: the sentinels ran {ran} commands");
+    let allowed = 20 + 10 * took.as_secs();
+    assert!(ran < allowed, "{ran} sentinel commands for {PAIRS} pairs");
 }
