@@ -65,6 +65,8 @@ pub struct Sentinel {
 
 /// How often the data path asks a sentinel whether the master moved.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// The longest that check may delay an operation.
+const CHECK_BUDGET: Duration = Duration::from_millis(250);
 
 /// Milliseconds since the first call (a process-wide monotonic base).
 fn since() -> u64 {
@@ -176,9 +178,11 @@ impl Sentinel {
             return;
         }
         if let Some(master) = self.master_addr() {
-            // Half the time left at most: the operation itself comes next.
+            // A quarter of a second, and half the time left, at most: the
+            // operation itself comes next, and a silent sentinel is no news.
             let left = deadline.saturating_duration_since(Instant::now());
-            self.still_master(&master, Instant::now() + left / 2);
+            let budget = (left / 2).min(CHECK_BUDGET);
+            self.still_master(&master, Instant::now() + budget);
         }
     }
 
@@ -223,6 +227,11 @@ impl Sentinel {
             Ok(Some(named)) if named != master => {
                 self.forget();
                 false
+            }
+            Err(_) => {
+                // That sentinel is down or slow: ask the next one next time.
+                self.first.fetch_add(1, Ordering::Relaxed);
+                true
             }
             _ => true,
         }

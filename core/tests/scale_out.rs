@@ -6,7 +6,7 @@
 
 use mistri_locks::redis_cluster::slot_of;
 use mistri_locks::{Adapter, Error, HoldOptions, Locks, Renewal, Renewed};
-use mistri_locks_testkit::{command_on, RedisCluster, RedisSentinels, RedisServer};
+use mistri_locks_testkit::{command_on, Proxy, RedisCluster, RedisSentinels, RedisServer};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -302,4 +302,39 @@ fn sentinel_writes_do_not_ask_a_sentinel_each_time() {
     eprintln!("{PAIRS} pairs through Sentinel in {took:?}: the sentinels ran {ran} commands");
     let allowed = 20 + 10 * took.as_secs();
     assert!(ran < allowed, "{ran} sentinel commands for {PAIRS} pairs");
+}
+
+#[test]
+fn a_silent_sentinel_delays_an_operation_briefly_and_once() {
+    let set = RedisSentinels::shared();
+    let ports = set.sentinel_ports();
+    let proxy = Proxy::start(ports[0]);
+    // The proxied sentinel first: it answers the resolve, and is the one
+    // the once-a-second check asks.
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}/{}/0",
+        proxy.port(),
+        ports[1],
+        ports[2],
+        RedisSentinels::SERVICE
+    );
+    let locks = Locks::redis(&url, "mistri:silent").unwrap();
+    assert!(locks.acquire("warm", secs(5.0)).unwrap());
+    proxy.blackhole(true);
+    let started = Instant::now();
+    let mut slow = Vec::new();
+    while started.elapsed() < secs(3.5) {
+        let t = Instant::now();
+        assert!(locks.acquire("job", secs(5.0)).unwrap());
+        assert!(locks.release("job").unwrap());
+        if t.elapsed() > secs(0.1) {
+            slow.push(t.elapsed());
+        }
+    }
+    proxy.blackhole(false);
+    eprintln!("silent sentinel: slow pairs {slow:?} in 3.5 s");
+    // The check gives up after 250 ms (no news) and asks another sentinel
+    // next time; it never holds an operation for its whole timeout.
+    assert!(slow.len() <= 2, "{slow:?}");
+    assert!(slow.iter().all(|d| *d < secs(1.5)), "{slow:?}");
 }
