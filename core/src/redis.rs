@@ -819,6 +819,10 @@ impl Adapter for Redis {
             let acked = self.wait_replicas(con, deadline, reply == Value::Int(1))?;
             Ok((reply, acked))
         })?;
+        if !acked {
+            // With a sentinel the master may have moved: look again.
+            self.forget_master();
+        }
         self.acked(renewed_from(&reply, &self.addr), acked)
     }
 
@@ -1065,8 +1069,7 @@ impl Redis {
         match renewed {
             Ok(Renewed::Yes) if !acked => Err(Error::Backend(format!(
                 "Redis at {}: renewal applied but not confirmed: fewer than {} replica(s) \
-                 acknowledged it within {:?} (min_replicas), or the sentinels name another \
-                 master now",
+                 acknowledged it within {:?} (min_replicas)",
                 self.addr, self.replicas.min_replicas, self.replicas.timeout
             ))),
             other => other,
@@ -1105,10 +1108,11 @@ impl Redis {
             Ok(false) => "it is gone already",
             Err(_) => "could not release it (it expires with its ttl)",
         };
+        // With a sentinel the master may have moved: look again.
+        self.forget_master();
         Error::Backend(format!(
             "Redis at {}: acquired {:?} but not confirmed: fewer than {} replica(s) \
-             acknowledged it within {:?} (min_replicas), or the sentinels name another master \
-             now; {undone}",
+             acknowledged it within {:?} (min_replicas); {undone}",
             self.addr,
             lease.key(),
             self.replicas.min_replicas,
