@@ -58,7 +58,12 @@ impl Lease {
     /// of 1 is an exclusive lease, [`Lease::new`]); for adapter
     /// implementations. Renew, release and beat of a slot act on that slot
     /// only, by its token.
-    pub fn slot(key: impl Into<Arc<str>>, token: impl Into<String>, fence: u64, limit: u32) -> Self {
+    pub fn slot(
+        key: impl Into<Arc<str>>,
+        token: impl Into<String>,
+        fence: u64,
+        limit: u32,
+    ) -> Self {
         Lease {
             key: key.into(),
             token: token.into(),

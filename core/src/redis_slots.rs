@@ -327,9 +327,9 @@ pub(crate) fn fence_from(value: &Value, addr: &str) -> Result<u64> {
 
 fn unexpected(what: &str, value: &Value, addr: &str) -> Error {
     match value {
-        Value::ServerError(e) => {
-            Error::Backend(format!("Redis at {addr} answered {what} with an error: {e:?}"))
-        }
+        Value::ServerError(e) => Error::Backend(format!(
+            "Redis at {addr} answered {what} with an error: {e:?}"
+        )),
         other => Error::Backend(format!(
             "Redis at {addr} sent an unexpected {what} reply: {other:?}"
         )),

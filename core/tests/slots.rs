@@ -145,22 +145,33 @@ fn mixing(a: &dyn Adapter) {
     let key = unique("mix");
     let excl = a.acquire_as(&key, secs(10.0), &who("x")).unwrap().unwrap();
     assert!(!excl.slotted());
-    assert!(take(a, &key, 10.0, 3).is_none(), "a slot beside an exclusive lease");
+    assert!(
+        take(a, &key, 10.0, 3).is_none(),
+        "a slot beside an exclusive lease"
+    );
     assert!(a.expires_in(&key).unwrap().unwrap() <= secs(10.0));
     assert!(a.release(&excl).unwrap());
     let s1 = take(a, &key, 10.0, 3).unwrap();
     assert!(s1.fence() > excl.fence());
     assert!(a.acquire_as(&key, secs(10.0), &who("x")).unwrap().is_none());
     assert!(a.acquire(&key, secs(10.0)).unwrap().is_none());
-    assert!(take(a, &key, 10.0, 1).is_none(), "limit 1 is the exclusive lease");
+    assert!(
+        take(a, &key, 10.0, 1).is_none(),
+        "limit 1 is the exclusive lease"
+    );
     let s2 = take(a, &key, 10.0, 3).unwrap();
     assert!(s2.fence() > s1.fence());
     // An exclusive renew/release does not touch slots, nor the reverse.
-    assert!(!a.release(&Lease::new(key.as_str(), s1.token(), s1.fence())).unwrap());
+    assert!(!a
+        .release(&Lease::new(key.as_str(), s1.token(), s1.fence()))
+        .unwrap());
     assert!(a.release(&s1).unwrap());
     assert!(a.acquire(&key, secs(10.0)).unwrap().is_none());
     assert!(a.release(&s2).unwrap());
-    let excl2 = a.acquire(&key, secs(10.0)).unwrap().expect("no slot is live");
+    let excl2 = a
+        .acquire(&key, secs(10.0))
+        .unwrap()
+        .expect("no slot is live");
     assert!(excl2.fence() > s2.fence());
     let info = a.info(&key).unwrap().unwrap();
     assert_eq!(info.limit, 1);
@@ -229,7 +240,10 @@ fn holds(a: &Arc<dyn Adapter>) {
     // Broken by an operator: every holder is told within a few ticks.
     assert!(owners[0].break_lease(&key).unwrap());
     for h in [&held[1], &held[2], &fourth] {
-        assert!(h.signal().wait(Some(secs(5.0))), "a broken slot's hold is told");
+        assert!(
+            h.signal().wait(Some(secs(5.0))),
+            "a broken slot's hold is told"
+        );
         assert!(h.is_lost());
     }
 
@@ -547,7 +561,10 @@ fn sigkilled(backend: &Backend) {
         }
         std::thread::sleep(secs(0.02));
     };
-    assert!(got >= secs(1.2), "retaken {got:?} after the kill: before its ttl");
+    assert!(
+        got >= secs(1.2),
+        "retaken {got:?} after the kill: before its ttl"
+    );
     assert!(got < secs(10.0), "never retaken");
     assert!(locks.held(&key).unwrap());
     let info = locks.info(&key).unwrap().unwrap();
