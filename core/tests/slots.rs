@@ -315,6 +315,36 @@ fn local_schema_gains_the_slots_table() {
 }
 
 #[test]
+fn redis_slot_scripts_survive_script_flush() {
+    let srv = RedisServer::start();
+    let a = redis(&srv);
+    let key = unique("flush");
+    let s1 = take(a.as_ref(), &key, 10.0, 2).unwrap();
+    let excl = a.acquire(&unique("x"), secs(10.0)).unwrap().unwrap();
+    // A restart without scripts: each path loads them again.
+    assert_eq!(srv.command("SCRIPT FLUSH"), "+OK\r\n");
+    let renewals = [&s1, &excl].map(|lease| Renewal {
+        lease,
+        ttl: secs(10.0),
+        min_left: Duration::ZERO,
+    });
+    let tick = a.beat(&renewals, &[], Instant::now() + secs(5.0)).unwrap();
+    assert!(
+        tick.renewals.iter().all(|r| matches!(r, Ok(Renewed::Yes))),
+        "{:?}",
+        tick.renewals
+    );
+    assert_eq!(srv.command("SCRIPT FLUSH"), "+OK\r\n");
+    let s2 = take(a.as_ref(), &key, 10.0, 2).unwrap();
+    assert_eq!(srv.command("SCRIPT FLUSH"), "+OK\r\n");
+    assert_eq!(a.info(&key).unwrap().unwrap().holders.len(), 2);
+    assert_eq!(srv.command("SCRIPT FLUSH"), "+OK\r\n");
+    assert!(a.release(&s1).unwrap());
+    assert_eq!(srv.command("SCRIPT FLUSH"), "+OK\r\n");
+    assert_eq!(renew(a.as_ref(), &s2, 10.0, 0.0), Renewed::Yes);
+}
+
+#[test]
 fn redis_keys_vanish_with_the_last_slot() {
     let srv = RedisServer::start();
     let a = redis(&srv);
@@ -429,15 +459,18 @@ impl Witness {
     }
 }
 
-fn spawn(role: &str, backend: &Backend, key: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+fn command(role: &str, backend: &Backend, key: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child", "--exact", "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
         .env("MISTRI_SLOTS_BACKEND", backend.encode())
         .env("MISTRI_SLOTS_KEY", key)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stdout(Stdio::piped());
+    cmd
+}
+
+fn spawn(role: &str, backend: &Backend, key: &str) -> Child {
+    command(role, backend, key).spawn().unwrap()
 }
 
 /// The child processes' entry; a no-op in a normal test run.
@@ -458,6 +491,13 @@ fn child() {
         // with the witness that at most LIMIT are inside.
         "contend" => {
             let mut witness = backend.witness(&key);
+            // Start together: say ready, wait for the go (bounded).
+            let gate = PathBuf::from(std::env::var("MISTRI_SLOTS_GATE").unwrap());
+            std::fs::write(gate.join(format!("ready-{}", std::process::id())), "").unwrap();
+            let waited = Instant::now();
+            while !gate.join("go").exists() && waited.elapsed() < secs(60.0) {
+                std::thread::sleep(secs(0.005));
+            }
             let (mut entries, mut most) = (0, 0);
             let deadline = Instant::now() + secs(60.0);
             while entries < ENTRIES && Instant::now() < deadline {
@@ -507,9 +547,22 @@ fn line_of(child: &mut Child, prefix: &str) -> String {
 
 fn contend(backend: &Backend) {
     let key = unique("witnessed");
+    let gate = std::env::temp_dir().join(unique("mistri-slots-gate"));
+    std::fs::create_dir_all(&gate).unwrap();
     let children: Vec<Child> = (0..CONTENDERS)
-        .map(|_| spawn("contend", backend, &key))
+        .map(|_| {
+            let mut cmd = command("contend", backend, &key);
+            cmd.env("MISTRI_SLOTS_GATE", &gate);
+            cmd.spawn().unwrap()
+        })
         .collect();
+    // Every contender is up (connected, witness open) before any starts.
+    let waited = Instant::now();
+    while std::fs::read_dir(&gate).unwrap().count() < CONTENDERS {
+        assert!(waited.elapsed() < secs(60.0), "contenders never got ready");
+        std::thread::sleep(secs(0.01));
+    }
+    std::fs::write(gate.join("go"), "").unwrap();
     let mut most = 0;
     for mut child in children {
         let line = line_of(&mut child, "WITNESS ");
@@ -526,6 +579,7 @@ fn contend(backend: &Backend) {
     }
     // The limit was reached (3 at once), never passed (each child checks).
     assert_eq!(most, LIMIT as usize);
+    std::fs::remove_dir_all(&gate).ok();
 }
 
 fn sigkilled(backend: &Backend) {
