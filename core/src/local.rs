@@ -15,6 +15,8 @@
 //!
 //! Schema (see `docs/PROTOCOL.md`, "Local"):
 //! `leases(key, token, expires_ns, boot)`, `flags(key, expires_ns, boot)`,
+//! `slots(key, token, expires_ns, boot, lim, …)` for N-holder leases (one
+//! row per holder; see `Local`'s slot methods),
 //! `meta(name, value)` holding the fence counter, one per database, which
 //! makes fencing numbers strictly increasing per key across process
 //! restarts without a row per key ever seen. Expired rows are deleted every

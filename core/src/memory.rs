@@ -14,6 +14,11 @@
 //! [`WALL_REBASE`] earlier, so it follows a wall-clock step within a second
 //! and is never behind the pair's own reading.
 //!
+//! N-holder leases (`acquire_limited` with a limit over 1) keep their slots
+//! in the same store, beside the exclusive entries (`Slots`); the exclusive
+//! acquire's only extra work is a check of an empty map when no N-holder
+//! lease was ever taken.
+//!
 //! Lock order: one mutex, never held while calling out.
 //!
 //! Fork: a child gets a copy of the store (Memory is per process; the copy

@@ -11,6 +11,9 @@
 //!   token. Keys only ever travel as `KEYS`, values as `ARGV`.
 //! - A heartbeat tick is one pipeline: every renewal and flag read of the
 //!   tick in one round trip.
+//! - N-holder leases (semaphores): a sorted set of token → expiry per key,
+//!   one script per operation ([`slots`]); the acquire script refuses while
+//!   it exists.
 //! - Push ([`crate::push`]): `set_flag` pipelines `SET {ns}:flag:{KEY}` with
 //!   `PUBLISH {ns}:raised:{KEY} 1`; a process whose holds watch stop keys
 //!   keeps ONE extra connection per adapter, `PSUBSCRIBE`d to
