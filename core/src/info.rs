@@ -17,6 +17,11 @@
 //! lease taken by an older client that writes no description shows
 //! `holder: None`).
 //!
+//! N-holder leases (semaphores): each slot stores its own description the
+//! same way (Redis: a field of the hash `NS:holders:{KEY}`; Local: columns
+//! of the slot's row; Memory: the slot's entry), and [`LeaseInfo`] lists
+//! them all in `holders`, with the limit in `limit`.
+//!
 //! Times shown to people are wall-clock ([`SystemTime`]); time left is the
 //! backend's own expiry clock, so it is right even where clocks disagree.
 
