@@ -11,6 +11,9 @@
 //!   token. Keys only ever travel as `KEYS`, values as `ARGV`.
 //! - A heartbeat tick is one pipeline: every renewal and flag read of the
 //!   tick in one round trip.
+//! - N-holder leases (semaphores): a sorted set of token → expiry per key,
+//!   one script per operation ([`slots`]); the acquire script refuses while
+//!   it exists.
 //! - Push ([`crate::push`]): `set_flag` pipelines `SET {ns}:flag:{KEY}` with
 //!   `PUBLISH {ns}:raised:{KEY} 1`; a process whose holds watch stop keys
 //!   keeps ONE extra connection per adapter, `PSUBSCRIBE`d to
@@ -45,6 +48,10 @@ use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+/// N-holder leases (a child module: it uses this adapter's connections).
+#[path = "redis_slots.rs"]
+pub(crate) mod slots;
+
 /// The default key namespace.
 pub const DEFAULT_NAMESPACE: &str = "mistri:locks";
 /// The default URL.
@@ -72,7 +79,13 @@ const MIN_IO: Duration = Duration::from_millis(1);
 /// ms of the server's clock, ttl, heartbeat; never the token) replaces
 /// whatever was there, expiring with the lease ([`crate::info`]). Callers
 /// that pass two keys get the script of old, unchanged.
+///
+/// With `KEYS[4]`, the N-holder lease key `{ns}:slots:{KEY}`: refused (0)
+/// while it exists, i.e. while a slot is live ([`slots`]).
 pub const ACQUIRE_LUA: &str = "\
+if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then
+  return 0
+end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 0
 end
@@ -425,6 +438,10 @@ impl Redis {
     ) -> Result<Vec<Value>> {
         let mut pipe = ::redis::pipe();
         for r in renewals {
+            if r.lease.slotted() {
+                self.pipe_slot_renew(&mut pipe, r);
+                continue;
+            }
             pipe.cmd("EVALSHA")
                 .arg(self.renew.get_hash())
                 .arg(2)
@@ -473,11 +490,11 @@ impl Redis {
             return Ok(None);
         }
         let time_left = u64::try_from(pttl).ok().map(Duration::from_millis);
-        Ok(Some(LeaseInfo {
-            key: key.to_owned(),
+        Ok(Some(LeaseInfo::exclusive(
+            key.to_owned(),
             time_left,
-            holder: holder_from(&fields, counter.as_deref()),
-        }))
+            holder_from(&fields, counter.as_deref()),
+        )))
     }
 
     /// Every key matching `pattern`, by `SCAN` (a page per round trip).
@@ -781,7 +798,12 @@ impl Adapter for Redis {
                 deadline,
                 &self.acquire,
                 ACQUIRE_LUA,
-                &[self.lease_key(key), self.fence_key(key), self.info_key(key)],
+                &[
+                    self.lease_key(key),
+                    self.fence_key(key),
+                    self.info_key(key),
+                    self.slots_key(key),
+                ],
                 &[
                     token.clone(),
                     millis_ceil(ttl).to_string(),
@@ -800,6 +822,9 @@ impl Adapter for Redis {
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
+        if renewal.lease.slotted() {
+            return self.renew_slot(renewal);
+        }
         let (reply, acked): (Value, bool) = self.with_con(|con, deadline| {
             let reply: Value = self.eval(
                 con,
@@ -827,6 +852,9 @@ impl Adapter for Redis {
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.slotted() {
+            return self.release_slot(lease);
+        }
         let n: i64 = self.with_con(|con, deadline| {
             self.eval(
                 con,
@@ -844,23 +872,45 @@ impl Adapter for Redis {
         self.with_con(|con, _| {
             ::redis::cmd("EXISTS")
                 .arg(self.lease_key(key))
+                .arg(self.slots_key(key))
                 .query::<i64>(con)
         })
-        .map(|n| n == 1)
+        .map(|n| n >= 1)
+    }
+
+    fn acquire_limited(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_as(key, ttl, who);
+        }
+        self.acquire_slot(key, ttl, who, limit)
+    }
+
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        self.slot_expires_in(key)
     }
 
     fn break_lease(&self, key: &str) -> Result<bool> {
         self.with_con(|con, _| {
-            let (n, _): (i64, i64) = ::redis::pipe()
+            let (n, _, s, _): (i64, i64, i64, i64) = ::redis::pipe()
                 .atomic()
                 .cmd("DEL")
                 .arg(self.lease_key(key))
                 .cmd("DEL")
                 .arg(self.info_key(key))
+                .cmd("DEL")
+                .arg(self.slots_key(key))
+                .cmd("DEL")
+                .arg(self.holders_key(key))
                 .query(con)?;
-            Ok(n)
+            Ok(n + s)
         })
-        .map(|n| n == 1)
+        .map(|n| n >= 1)
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
@@ -907,12 +957,19 @@ impl Adapter for Redis {
     }
 
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
-        self.with_con(|con, _| self.info_on(con, key))
+        match self.with_con(|con, _| self.info_on(con, key))? {
+            Some(info) => Ok(Some(info)),
+            None => self.slot_info(key),
+        }
     }
 
     fn list(&self, prefix: &str) -> Result<Listing> {
         let mut listing = Listing::default();
-        for key in self.keys_of("lease", prefix)? {
+        let mut keys = self.keys_of("lease", prefix)?;
+        keys.extend(self.keys_of("slots", prefix)?);
+        keys.sort();
+        keys.dedup();
+        for key in keys {
             // Gone between the scan and now: not live, not listed.
             if let Some(info) = self.info(&key)? {
                 listing.leases.push(info);
@@ -950,6 +1007,12 @@ impl Adapter for Redis {
         if !again.is_empty() {
             self.aim(&con, deadline)?;
             self.renew.load(&mut con).map_err(|e| self.map_err(e))?;
+            if renewals.iter().any(|r| r.lease.slotted()) {
+                slots::SCRIPTS
+                    .renew
+                    .load(&mut con)
+                    .map_err(|e| self.map_err(e))?;
+            }
             let retry: Vec<Renewal<'_>> = again.iter().map(|i| renewals[*i]).collect();
             let answers = self.beat_on(&mut con, &retry, &[], deadline)?;
             for (i, answer) in again.into_iter().zip(answers) {
