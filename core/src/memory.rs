@@ -269,6 +269,15 @@ impl Adapter for Memory {
             .is_some())
     }
 
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        let now = Instant::now();
+        Ok(self
+            .state()
+            .lock()
+            .live_lease(key, now)
+            .map(|e| e.expires - now))
+    }
+
     fn break_lease(&self, key: &str) -> Result<bool> {
         let now = Instant::now();
         let mut state = self.state().lock();
