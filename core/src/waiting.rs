@@ -146,8 +146,10 @@ struct BellState {
     /// [`WaitWaker::wake`] calls ([`WakeToken`]s count these).
     wakes: u64,
     /// "Try now" rings: a release, a re-subscribe, the head before leaving
-    /// without the lease, the signal's abort.
+    /// without the lease.
     rings: u64,
+    /// The signal's abort (look at it now).
+    aborted: bool,
     /// This waiter heads its line (only the head tries).
     head: bool,
     /// Set with `head` when the previous head left holding the lease: its
@@ -421,9 +423,16 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
     }
 }
 
-/// Leaves the line; `acquired` is `Some((ttl, limit))` when the waiter got
-/// the lease (see the module header for who is rung).
-fn leave(place: &Place, key: &str, acquired: Option<(Duration, u32)>) {
+/// What a head leaving its line passes to the next waiter.
+struct Handoff {
+    /// The next head tries at once.
+    ring: bool,
+    /// Else it tries after this long at most ([`BellState::lapse`]).
+    lapse: Option<Duration>,
+}
+
+/// Leaves the line; a head hands over to the next waiter (module header).
+fn leave(place: &Place, key: &str, handoff: Handoff) {
     if place.generation != crate::fork::generation() {
         return; // taken in the parent's registry, which is not ours
     }
@@ -443,10 +452,7 @@ fn leave(place: &Place, key: &str, acquired: Option<(Duration, u32)>) {
     lines.waiters.fetch_sub(1, Ordering::SeqCst);
     if at == 0 {
         if let Some((_, next)) = line.queue.front() {
-            match acquired {
-                Some((ttl, 1)) => next.promote(Some(ttl), false),
-                _ => next.promote(None, true),
-            }
+            next.promote(handoff.lapse, handoff.ring);
         }
     }
     if line.queue.is_empty() {
@@ -524,7 +530,9 @@ impl<T> Waiting<T> {
             let bell = Arc::downgrade(&bell);
             s.on_abort(move |_| {
                 if let Some(bell) = bell.upgrade() {
-                    bell.ring();
+                    let mut state = bell.state.lock();
+                    state.aborted = true;
+                    bell.changed.notify_all();
                 }
             })
         });
@@ -646,7 +654,7 @@ impl<T> Waiting<T> {
                 if state.wakes != since.0 {
                     return Ok(Poll::Pending);
                 }
-                if state.rings != rings || state.head != head {
+                if state.rings != rings || state.head != head || state.aborted {
                     break;
                 }
                 match until {
@@ -691,7 +699,25 @@ impl<T> Waiting<T> {
     /// Leaves the line (if in it) and drops the abort callback.
     fn quit(&mut self, acquired: bool) {
         if let Some(place) = self.place.take() {
-            leave(&place, &self.key, acquired.then_some((self.ttl, self.limit)));
+            let handoff = if acquired {
+                // Exclusive: the lease was just taken, nothing to try
+                // before it could lapse. N slots: another may be free.
+                Handoff {
+                    ring: self.limit > 1,
+                    lapse: Some(self.ttl),
+                }
+            } else {
+                // Without the lease (timeout, abort, dropped): the next
+                // head takes over this one's timer, and a ring it had not
+                // acted on yet.
+                let rings = self.bell.state.lock().rings;
+                let now = Instant::now();
+                Handoff {
+                    ring: !self.started || rings != self.seen_rings,
+                    lapse: self.retry_at.map(|t| t.saturating_duration_since(now)),
+                }
+            };
+            leave(&place, &self.key, handoff);
         }
         if let (Some(signal), Some(handle)) = (&self.signal, self.on_abort.take()) {
             signal.remove_callback(handle);
