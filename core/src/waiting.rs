@@ -90,8 +90,8 @@ pub const EXPIRY_SLACK: Duration = Duration::from_millis(2);
 /// lapsed or was released in between): retry after this.
 const QUICK_RETRY: Duration = Duration::from_millis(5);
 
-/// How long a release made here is remembered, to recognise its own
-/// announcement when the listener hears it (one try saved per hand-off).
+/// How long a release is remembered, to recognise it when it is heard the
+/// other way too (a local release and its announcement).
 const OWN_RELEASE_MEMORY: Duration = Duration::from_secs(10);
 
 /// How to take a lease with [`crate::Locks::acquire_with`].
@@ -215,9 +215,10 @@ fn adapter_id(adapter: &Arc<dyn Adapter>) -> usize {
 struct Line {
     /// Waiters in arrival order; the front one is the head.
     queue: VecDeque<(u64, Arc<Bell>)>,
-    /// Fences released by this process lately, whose announcements need
-    /// not ring again.
-    own_releases: Vec<(u64, Instant)>,
+    /// Releases rung for lately (by fence), whether by this process's
+    /// release or by the announcement: the same release heard the other
+    /// way later rings nobody (one try saved per hand-off).
+    rung_for: Vec<(u64, Instant)>,
 }
 
 impl Line {
@@ -227,25 +228,21 @@ impl Line {
         }
     }
 
-    fn remember_own(&mut self, fence: u64) {
+    /// Rings the head for the release of `fence`, unless that release
+    /// rang it already (heard the other way: message or local call).
+    fn ring_for(&mut self, fence: u64) {
+        if let Some(at) = self.rung_for.iter().position(|(f, _)| *f == fence) {
+            self.rung_for.swap_remove(at);
+            return;
+        }
         let now = Instant::now();
-        self.own_releases
+        self.rung_for
             .retain(|(_, at)| now.saturating_duration_since(*at) < OWN_RELEASE_MEMORY);
-        if self.own_releases.len() >= 64 {
-            self.own_releases.remove(0);
+        if self.rung_for.len() >= 64 {
+            self.rung_for.remove(0);
         }
-        self.own_releases.push((fence, now));
-    }
-
-    /// Was `fence` released here (then forgets it)?
-    fn was_own(&mut self, fence: u64) -> bool {
-        match self.own_releases.iter().position(|(f, _)| *f == fence) {
-            Some(at) => {
-                self.own_releases.swap_remove(at);
-                true
-            }
-            None => false,
-        }
+        self.rung_for.push((fence, now));
+        self.ring_head();
     }
 }
 
@@ -302,8 +299,7 @@ pub(crate) fn released(adapter: &Arc<dyn Adapter>, lease: &Lease) {
         .get_mut(&adapter_id(adapter))
         .and_then(|a| a.lines.get_mut(lease.key()));
     if let Some(line) = line {
-        line.remember_own(lease.fence());
-        line.ring_head();
+        line.ring_for(lease.fence());
     }
 }
 
@@ -341,12 +337,10 @@ impl FlagWatcher for WaitWatcher {
             .adapters
             .get_mut(&self.adapter)
             .and_then(|a| a.lines.get_mut(key));
-        if let Some(line) = line {
-            // Our own release rang the head directly already.
-            if fence.is_some_and(|f| line.was_own(f)) {
-                return;
-            }
-            line.ring_head();
+        match (line, fence) {
+            (Some(line), Some(fence)) => line.ring_for(fence),
+            (Some(line), None) => line.ring_head(),
+            (None, _) => {}
         }
     }
 
