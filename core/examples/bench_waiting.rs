@@ -46,7 +46,8 @@ fn commands(con: &mut redis::Connection) -> (f64, f64) {
         .arg("commandstats")
         .query(con)
         .expect("INFO");
-    let calls = |l: &str| -> Option<f64> { l.split("calls=").nth(1)?.split(',').next()?.parse().ok() };
+    let calls =
+        |l: &str| -> Option<f64> { l.split("calls=").nth(1)?.split(',').next()?.parse().ok() };
     let mut all = 0.0;
     let mut scripts = 0.0;
     for l in info.lines().filter(|l| l.starts_with("cmdstat_")) {
@@ -176,7 +177,10 @@ fn main() {
     println!("wait_handoffs_per_s={:.1}", lat.len() as f64 / took);
 
     if let Some(python) = baseline {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/waiting_redis_py.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scripts/waiting_redis_py.py"
+        );
         let port = client.get_connection_info().addr().to_string();
         let port = port.rsplit(':').next().unwrap_or("6379").to_owned();
         let out = std::process::Command::new(python)

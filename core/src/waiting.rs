@@ -396,7 +396,8 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
     };
     if let Some(watcher) = must_watch {
         // Outside the lock: this may start the listener thread.
-        let weak: Weak<dyn FlagWatcher> = Arc::downgrade(&(watcher.clone() as Arc<dyn FlagWatcher>));
+        let weak: Weak<dyn FlagWatcher> =
+            Arc::downgrade(&(watcher.clone() as Arc<dyn FlagWatcher>));
         let watch = adapter.watch_flags(weak);
         let mut state = lines.state.lock();
         let mine = state
@@ -828,7 +829,9 @@ mod tests {
                 wait: Some(Duration::from_secs(10)),
                 ..AcquireOptions::default()
             };
-            other.acquire_with("k", Duration::from_secs(10), &opts).unwrap()
+            other
+                .acquire_with("k", Duration::from_secs(10), &opts)
+                .unwrap()
         });
         std::thread::sleep(Duration::from_millis(100));
         assert!(locks.release("k").unwrap());

@@ -380,7 +380,14 @@ fn commands(server: &RedisServer) -> u64 {
     server
         .command("INFO commandstats")
         .lines()
-        .filter_map(|l| l.split_once("calls=")?.1.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
