@@ -72,10 +72,14 @@ fn child() {
     let target = std::env::var("MISTRI_TEST_TARGET").unwrap();
     let key = std::env::var("MISTRI_TEST_KEY").unwrap();
     let locks = match role.as_str() {
-        "wait-redis" => Locks::redis(&target, "mistri:wait").unwrap(),
-        "wait-local" => Locks::local(Some(&PathBuf::from(target))).unwrap(),
+        "wait-redis" | "cycle-redis" => Locks::redis(&target, "mistri:wait").unwrap(),
+        "wait-local" | "cycle-local" => Locks::local(Some(&PathBuf::from(target))).unwrap(),
         other => panic!("unknown role {other}"),
     };
+    if role.starts_with("cycle") {
+        eprintln!("cycled {}", cycle_in_threads(&locks, &key));
+        return;
+    }
     eprintln!("ready");
     let got = locks
         .acquire_with(&key, secs(30.0), &waiting(20.0))
@@ -217,6 +221,79 @@ fn a_waiter_in_another_process_wakes_on_release_local() {
     let took = release_to_other_process(&locks, "wait-local", path.to_str().unwrap());
     println!("local: release -> other process {took:?}");
     assert!(took < woken_within(), "took {took:?}");
+}
+
+/// How long the processes of the fairness test take turns.
+const CYCLE: Duration = Duration::from_secs(3);
+
+/// Takes `key` in turn with the others for `cycle` (waiting for it each
+/// time, holding it 5 ms): how many times this thread got it.
+fn cycle(locks: &Locks, key: &str, cycle: Duration) -> u32 {
+    let end = Instant::now() + cycle;
+    let mut got = 0;
+    while Instant::now() < end {
+        if locks.acquire_with(key, secs(10.0), &waiting(2.0)).unwrap() {
+            got += 1;
+            std::thread::sleep(Duration::from_millis(5));
+            assert!(locks.release(key).unwrap());
+        }
+    }
+    got
+}
+
+/// [`cycle`] in two threads of this process (owners of their own): the
+/// turns they got.
+fn cycle_in_threads(locks: &Locks, key: &str) -> u32 {
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (owner, k) = (locks.new_owner(), key.to_owned());
+            std::thread::spawn(move || cycle(&owner, &k, CYCLE))
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+/// Two waiters in each of two processes take turns with a key for 3 s:
+/// neither process is shut out. (Across processes the first retry wins:
+/// shares are not equal, and this checks only that both get turns.)
+fn other_process_gets_turns(locks: &Locks, role: &str, target: &str) {
+    let key = unique("job");
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("MISTRI_TEST_ROLE", role)
+        .env("MISTRI_TEST_TARGET", target)
+        .env("MISTRI_TEST_KEY", &key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let here = cycle_in_threads(locks, &key);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    let there: u32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cycled "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in {text}"));
+    println!("{role}: turns here {here}, in the other process {there}");
+    // Typical shares run from 1:12 to 1:2 (hundreds of turns in all).
+    assert!(here + there > 50, "too few turns: {here} + {there}");
+    assert!(here >= 1 && there >= 1, "{here} vs {there}");
+}
+
+#[test]
+fn another_process_gets_its_turns_redis() {
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:wait").unwrap();
+    other_process_gets_turns(&locks, "cycle-redis", &server.url());
+}
+
+#[test]
+fn another_process_gets_its_turns_local() {
+    let path = temp_db("fair");
+    let locks = Locks::local(Some(&path)).unwrap();
+    other_process_gets_turns(&locks, "cycle-local", path.to_str().unwrap());
 }
 
 #[test]
