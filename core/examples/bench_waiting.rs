@@ -4,31 +4,43 @@
 //! ```sh
 //! cargo run --release -p mistri_locks_core --example bench_waiting -- \
 //!     --redis redis://127.0.0.1:6379/0 [--waiters 100] [--handoffs 1000] \
-//!     [--idle-seconds 3] [--hold-ms 1] [--baseline PYTHON]
+//!     [--idle-seconds 3] [--hold-ms 1] [--procs 4] [--baseline PYTHON]
 //! ```
 //!
 //! Two phases, each measured with the server's `INFO commandstats` (every
-//! command but `INFO` itself):
+//! command but `INFO`, including those that scripts run):
 //! 1. *Idle*: the key is held by someone else for `--idle-seconds` while
-//!    the N waiters (threads of this process, `acquire_with(wait=60 s)`)
-//!    wait: Redis commands per second.
+//!    the N waiters (`acquire_with(wait=60 s)`) wait: Redis commands per
+//!    second.
 //! 2. *Hand-offs*: the N waiters take the key in turn `--handoffs` times,
 //!    each holding it `--hold-ms` and releasing it, then waiting again:
 //!    latency from the start of each release to the moment the next holder
-//!    has the lease (p50, p99), and commands per second.
+//!    has the lease (p50, p99; `CLOCK_MONOTONIC`, one clock for every
+//!    process), acquire tries per hand-off (scripts run, minus the
+//!    releases) and commands per second. A holder counts its turn with an
+//!    `INCR` (not counted in the figures).
+//!
+//! Run once with all N waiters as threads of this process (`wait_*`:
+//! releases in the process ring the next waiter directly), then, with
+//! `--procs P` > 1, with the waiters spread over P processes (`waitx_*`:
+//! most hand-offs cross processes, woken by the release announcement).
 //!
 //! `--baseline PYTHON`: runs `scripts/waiting_redis_py.py` with that
-//! interpreter (which needs redis-py) against the same server right after:
+//! interpreter (which needs redis-py) against the same server afterwards:
 //! redis-py's `Lock(blocking=True)`, which retries `SET NX PX` every 0.1 s
-//! per waiter, in the same two phases. Output: `key=value` lines
-//! (`wait_*` ours, `pywait_*` the baseline).
+//! per waiter, in the same two phases with N threads (`pywait_*`).
+//! Output: `key=value` lines.
 
 use mistri_locks::{AcquireOptions, Locks};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// `CLOCK_MONOTONIC` in ns.
+const KEY: &str = "the-key";
+const TTL: Duration = Duration::from_secs(30);
+
+/// `CLOCK_MONOTONIC` in ns: one clock for every process of the host.
 fn mono_ns() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -46,8 +58,14 @@ fn commands(con: &mut redis::Connection) -> (f64, f64) {
         .arg("commandstats")
         .query(con)
         .expect("INFO");
-    let calls =
-        |l: &str| -> Option<f64> { l.split("calls=").nth(1)?.split(',').next()?.parse().ok() };
+    let calls = |l: &str| -> Option<f64> {
+        l.split("calls=")
+            .nth(1)?
+            .split(',')
+            .next()?
+            .parse()
+            .ok()
+    };
     let mut all = 0.0;
     let mut scripts = 0.0;
     for l in info.lines().filter(|l| l.starts_with("cmdstat_")) {
@@ -70,7 +88,173 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[at.min(sorted.len() - 1)]
 }
 
+/// Runs `threads` waiters on `locks` until the shared turn counter (the
+/// Redis key `turns`) passes `handoffs`; each turn's (acquired, release
+/// started) times.
+fn waiters(
+    url: &str,
+    locks: &Locks,
+    turns: &str,
+    threads: usize,
+    handoffs: u64,
+    hold: Duration,
+) -> Vec<(i64, i64)> {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let client = redis::Client::open(url).expect("url");
+    let threads: Vec<_> = (0..threads)
+        .map(|_| {
+            let (owner, events, turns) = (locks.new_owner(), events.clone(), turns.to_owned());
+            let mut con = client.get_connection().expect("connect");
+            std::thread::spawn(move || {
+                let opts = AcquireOptions {
+                    wait: Some(Duration::from_secs(60)),
+                    ..AcquireOptions::default()
+                };
+                loop {
+                    if !owner.acquire_with(KEY, TTL, &opts).expect("wait") {
+                        continue;
+                    }
+                    let got = mono_ns();
+                    let n: u64 = redis::cmd("INCR").arg(&turns).query(&mut con).unwrap();
+                    if n > handoffs {
+                        owner.release(KEY).expect("release");
+                        return;
+                    }
+                    std::thread::sleep(hold);
+                    let released = mono_ns();
+                    owner.release(KEY).expect("release");
+                    events.lock().unwrap().push((got, released));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("waiter");
+    }
+    let events = events.lock().unwrap().clone();
+    events
+}
+
+/// One run: `waiters` waiters over `procs` processes (this one and
+/// children); prints `{tag}_*` lines.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    tag: &str,
+    url: &str,
+    waiters_n: usize,
+    procs: usize,
+    handoffs: u64,
+    idle: f64,
+    hold: Duration,
+    con: &mut redis::Connection,
+) {
+    let namespace = format!("bench-wait-{}-{tag}", std::process::id());
+    let turns = format!("{namespace}:turns");
+    let locks = Locks::redis(url, &namespace).expect("redis");
+    assert!(locks.acquire(KEY, TTL).expect("acquire"));
+    let share = |i: usize| waiters_n / procs + usize::from(i < waiters_n % procs);
+    let children: Vec<_> = (1..procs)
+        .map(|i| {
+            Command::new(std::env::current_exe().unwrap())
+                .env("BENCH_WAIT_CHILD", "1")
+                .args([url, &namespace, &turns])
+                .args([share(i).to_string(), handoffs.to_string()])
+                .arg(hold.as_nanos().to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a waiting process")
+        })
+        .collect();
+    let here = {
+        let (url, locks, turns, n) = (url.to_owned(), locks.clone(), turns.clone(), share(0));
+        std::thread::spawn(move || waiters(&url, &locks, &turns, n, handoffs, hold))
+    };
+    // Every waiter in line (processes started, connected, tried once).
+    std::thread::sleep(Duration::from_millis(1000));
+    let (before, _) = commands(con);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(idle));
+    let idle_rate = (commands(con).0 - before) / t0.elapsed().as_secs_f64();
+
+    let (before, scripts_before) = commands(con);
+    let t0 = Instant::now();
+    let first_release = mono_ns();
+    assert!(locks.release(KEY).expect("release"));
+    let mut polls = 0.0;
+    loop {
+        polls += 1.0;
+        let n: u64 = redis::cmd("GET")
+            .arg(&turns)
+            .query::<Option<u64>>(con)
+            .unwrap()
+            .unwrap_or(0);
+        if n >= handoffs {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let took = t0.elapsed().as_secs_f64();
+    let (after, scripts_after) = commands(con);
+    let mut events = here.join().expect("waiters");
+    for child in children {
+        let out = child.wait_with_output().expect("a waiting process");
+        assert!(out.status.success(), "a waiting process failed");
+        for line in BufReader::new(&out.stdout[..]).lines().map_while(Result::ok) {
+            if let Some((a, r)) = line.split_once(' ') {
+                events.push((a.parse().unwrap(), r.parse().unwrap()));
+            }
+        }
+    }
+    events.sort_unstable();
+    let mut lat = Vec::with_capacity(events.len());
+    let mut from = first_release;
+    for (acquired, released) in &events {
+        lat.push((acquired - from) as f64 / 1e6);
+        from = *released;
+    }
+    lat.sort_by(f64::total_cmp);
+    let n = handoffs as f64;
+    // Not the lock's: each turn's INCR, and the GETs above.
+    let spent = (after - before - n - polls).max(0.0);
+    println!("{tag}_waiters={waiters_n}");
+    println!("{tag}_procs={procs}");
+    println!("{tag}_handoffs={}", lat.len());
+    println!("{tag}_idle_cmds_per_s={idle_rate:.1}");
+    println!("{tag}_cmds_per_handoff={:.2}", spent / n);
+    println!(
+        "{tag}_tries_per_handoff={:.2}",
+        (scripts_after - scripts_before - n) / n
+    );
+    println!("{tag}_p50_ms={:.3}", percentile(&lat, 0.5));
+    println!("{tag}_p99_ms={:.3}", percentile(&lat, 0.99));
+    println!("{tag}_handoffs_per_s={:.1}", n / took);
+}
+
+/// A waiting process of a `--procs` run: prints `acquired released` lines.
+fn child() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [url, namespace, turns, threads, handoffs, hold] = &args[..] else {
+        panic!("child arguments: {args:?}");
+    };
+    let locks = Locks::redis(url, namespace).expect("redis");
+    let hold = Duration::from_nanos(hold.parse().unwrap());
+    let events = waiters(
+        url,
+        &locks,
+        turns,
+        threads.parse().unwrap(),
+        handoffs.parse().unwrap(),
+        hold,
+    );
+    for (a, r) in events {
+        println!("{a} {r}");
+    }
+}
+
 fn main() {
+    if std::env::var_os("BENCH_WAIT_CHILD").is_some() {
+        return child();
+    }
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| {
         args.iter()
@@ -82,121 +266,27 @@ fn main() {
     let handoffs: u64 = arg("--handoffs").map_or(1000, |v| v.parse().unwrap());
     let idle: f64 = arg("--idle-seconds").map_or(3.0, |v| v.parse().unwrap());
     let hold_ms: f64 = arg("--hold-ms").map_or(1.0, |v| v.parse().unwrap());
+    let procs: usize = arg("--procs").map_or(1, |v| v.parse().unwrap());
     let baseline = arg("--baseline");
+    let hold = Duration::from_secs_f64(hold_ms / 1000.0);
 
     let client = redis::Client::open(url.as_str()).expect("url");
     let mut con = client.get_connection().expect("connect");
-    let namespace = format!("bench-wait-{}", std::process::id());
-    let locks = Locks::redis(&url, &namespace).expect("redis");
-    let key = "the-key";
-    let ttl = Duration::from_secs(30);
-
-    // Phase 1: idle waiting while someone else holds the key.
-    assert!(locks.acquire(key, ttl).expect("acquire"));
-    let handed = Arc::new(AtomicU64::new(0));
-    let released_at = Arc::new(AtomicI64::new(0));
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(handoffs as usize)));
-    let go = Arc::new(AtomicBool::new(false));
-    let threads: Vec<_> = (0..waiters)
-        .map(|_| {
-            let (owner, handed, released_at, latencies, go) = (
-                locks.new_owner(),
-                handed.clone(),
-                released_at.clone(),
-                latencies.clone(),
-                go.clone(),
-            );
-            std::thread::spawn(move || {
-                let opts = AcquireOptions {
-                    wait: Some(Duration::from_secs(60)),
-                    ..AcquireOptions::default()
-                };
-                loop {
-                    if handed.load(Ordering::SeqCst) >= handoffs {
-                        return;
-                    }
-                    if !owner.acquire_with(key, ttl, &opts).expect("wait") {
-                        continue;
-                    }
-                    let got = mono_ns();
-                    let from = released_at.load(Ordering::SeqCst);
-                    if !go.load(Ordering::SeqCst) || from == 0 {
-                        continue; // not measuring yet (never: the key is held)
-                    }
-                    let n = handed.fetch_add(1, Ordering::SeqCst) + 1;
-                    if n > handoffs {
-                        // Done: the rest drain through without counting.
-                        owner.release(key).expect("release");
-                        return;
-                    }
-                    latencies.lock().unwrap().push((got - from) as f64 / 1e6);
-                    std::thread::sleep(Duration::from_secs_f64(hold_ms / 1000.0));
-                    released_at.store(mono_ns(), Ordering::SeqCst);
-                    owner.release(key).expect("release");
-                }
-            })
-        })
-        .collect();
-    // Let every waiter reach its place in line.
-    std::thread::sleep(Duration::from_millis(500));
-    let (before, _) = commands(&mut con);
-    let t0 = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(idle));
-    let idle_rate = (commands(&mut con).0 - before) / t0.elapsed().as_secs_f64();
-
-    // Phase 2: hand-offs.
-    let (before, scripts_before) = commands(&mut con);
-    let t0 = Instant::now();
-    go.store(true, Ordering::SeqCst);
-    released_at.store(mono_ns(), Ordering::SeqCst);
-    assert!(locks.release(key).expect("release"));
-    while handed.load(Ordering::SeqCst) < handoffs {
-        std::thread::sleep(Duration::from_millis(1));
+    run("wait", &url, waiters, 1, handoffs, idle, hold, &mut con);
+    if procs > 1 {
+        run("waitx", &url, waiters, procs, handoffs, idle, hold, &mut con);
     }
-    let took = t0.elapsed().as_secs_f64();
-    let (after, scripts_after) = commands(&mut con);
-    let handoff_rate = (after - before) / took;
-    // Scripts are acquire tries and releases (one per hand-off).
-    let tries = scripts_after - scripts_before - handoffs as f64;
-    for t in threads {
-        t.join().expect("waiter");
-    }
-    let mut lat = latencies.lock().unwrap().clone();
-    lat.sort_by(f64::total_cmp);
-    println!("wait_waiters={waiters}");
-    println!("wait_handoffs={}", lat.len());
-    println!("wait_idle_cmds_per_s={idle_rate:.1}");
-    println!("wait_handoff_cmds_per_s={handoff_rate:.1}");
-    println!(
-        "wait_cmds_per_handoff={:.2}",
-        handoff_rate * took / lat.len().max(1) as f64
-    );
-    println!("wait_tries_per_handoff={:.2}", tries / handoffs as f64);
-    println!("wait_p50_ms={:.3}", percentile(&lat, 0.5));
-    println!("wait_p99_ms={:.3}", percentile(&lat, 0.99));
-    println!("wait_handoffs_per_s={:.1}", lat.len() as f64 / took);
 
     if let Some(python) = baseline {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../scripts/waiting_redis_py.py"
-        );
-        let port = client.get_connection_info().addr().to_string();
-        let port = port.rsplit(':').next().unwrap_or("6379").to_owned();
-        let out = std::process::Command::new(python)
-            .args([
-                script,
-                "--port",
-                &port,
-                "--waiters",
-                &waiters.to_string(),
-                "--handoffs",
-                &handoffs.to_string(),
-                "--idle-seconds",
-                &idle.to_string(),
-                "--hold-ms",
-                &hold_ms.to_string(),
-            ])
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/waiting_redis_py.py");
+        let addr = client.get_connection_info().addr().to_string();
+        let port = addr.rsplit(':').next().unwrap_or("6379").to_owned();
+        let out = Command::new(python)
+            .args([script, "--port", &port])
+            .args(["--waiters", &waiters.to_string()])
+            .args(["--handoffs", &handoffs.to_string()])
+            .args(["--idle-seconds", &idle.to_string()])
+            .args(["--hold-ms", &hold_ms.to_string()])
             .output()
             .expect("run the redis-py baseline");
         if out.status.success() {
