@@ -58,14 +58,8 @@ fn commands(con: &mut redis::Connection) -> (f64, f64) {
         .arg("commandstats")
         .query(con)
         .expect("INFO");
-    let calls = |l: &str| -> Option<f64> {
-        l.split("calls=")
-            .nth(1)?
-            .split(',')
-            .next()?
-            .parse()
-            .ok()
-    };
+    let calls =
+        |l: &str| -> Option<f64> { l.split("calls=").nth(1)?.split(',').next()?.parse().ok() };
     let mut all = 0.0;
     let mut scripts = 0.0;
     for l in info.lines().filter(|l| l.starts_with("cmdstat_")) {
@@ -199,7 +193,10 @@ fn run(
     for child in children {
         let out = child.wait_with_output().expect("a waiting process");
         assert!(out.status.success(), "a waiting process failed");
-        for line in BufReader::new(&out.stdout[..]).lines().map_while(Result::ok) {
+        for line in BufReader::new(&out.stdout[..])
+            .lines()
+            .map_while(Result::ok)
+        {
             if let Some((a, r)) = line.split_once(' ') {
                 events.push((a.parse().unwrap(), r.parse().unwrap()));
             }
@@ -274,11 +271,16 @@ fn main() {
     let mut con = client.get_connection().expect("connect");
     run("wait", &url, waiters, 1, handoffs, idle, hold, &mut con);
     if procs > 1 {
-        run("waitx", &url, waiters, procs, handoffs, idle, hold, &mut con);
+        run(
+            "waitx", &url, waiters, procs, handoffs, idle, hold, &mut con,
+        );
     }
 
     if let Some(python) = baseline {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/waiting_redis_py.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scripts/waiting_redis_py.py"
+        );
         let addr = client.get_connection_info().addr().to_string();
         let port = addr.rsplit(':').next().unwrap_or("6379").to_owned();
         let out = Command::new(python)

@@ -501,3 +501,84 @@ fn waiting_with_wait_zero_tries_once() {
     assert!(locks.release("k").unwrap());
     assert!(other.acquire_with("k", secs(30.0), &waiting(0.0)).unwrap());
 }
+
+/// Many threads take a key in turn, some with waits so short that they
+/// give up mid-line (a head leaving without the lease hands over): never
+/// two holders at once, and no hand-off waits for the safety poll (a lost
+/// wake-up would show as a gap of about 2 s).
+fn stress(locks: &Locks) {
+    use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+    let key = unique("stress");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let released = Arc::new(AtomicI64::new(0));
+    let worst = Arc::new(AtomicI64::new(0));
+    let threads: Vec<_> = (0..12)
+        .map(|t| {
+            let (owner, k) = (locks.new_owner(), key.clone());
+            let (inside, released, worst) = (inside.clone(), released.clone(), worst.clone());
+            std::thread::spawn(move || {
+                let mut turns = 0;
+                let mut i = 0u32;
+                while turns < 15 {
+                    i += 1;
+                    let wait = if (t + i) % 3 == 0 { 0.002 } else { 10.0 };
+                    if !owner.acquire_with(&k, secs(10.0), &waiting(wait)).unwrap() {
+                        continue;
+                    }
+                    let from = released.load(Ordering::SeqCst);
+                    if from > 0 {
+                        worst.fetch_max(mono_ns() - from, Ordering::SeqCst);
+                    }
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    std::thread::sleep(Duration::from_micros(300));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    released.store(mono_ns(), Ordering::SeqCst);
+                    assert!(owner.release(&k).unwrap());
+                    turns += 1;
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let worst = Duration::from_nanos(worst.load(Ordering::SeqCst).max(0) as u64);
+    println!(
+        "{}: worst hand-off of 180: {worst:?}",
+        locks.adapter().name()
+    );
+    assert!(worst < woken_within(), "a hand-off took {worst:?}");
+}
+
+#[test]
+fn stress_hand_offs_with_waiters_giving_up() {
+    let server = RedisServer::start();
+    for (_, locks) in backends(&server) {
+        stress(&locks);
+    }
+}
+
+#[test]
+fn a_hold_released_in_the_background_wakes_waiters() {
+    // The engine's background delete (a Ruby GC free function): announced
+    // by the release script (Redis) or the doorbell (Local).
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server).into_iter().skip(1) {
+        let key = unique("job");
+        let hold = locks.hold(&key, opts(30.0, 1.0)).unwrap().unwrap();
+        let other = locks.new_owner();
+        let k = key.clone();
+        let waiter = std::thread::spawn(move || {
+            let got = other.acquire_with(&k, secs(30.0), &waiting(20.0)).unwrap();
+            (got, Instant::now())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let released = Instant::now();
+        hold.release_in_background();
+        let (got, at) = waiter.join().unwrap();
+        let took = at.saturating_duration_since(released);
+        println!("{name}: background release -> waiter {took:?}");
+        assert!(got, "{name}");
+        assert!(took < woken_within(), "{name}: took {took:?}");
+    }
+}
