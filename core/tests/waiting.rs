@@ -521,7 +521,11 @@ fn stress(locks: &Locks) {
                 let mut i = 0u32;
                 while turns < 15 {
                     i += 1;
-                    let wait = if (t + i) % 3 == 0 { 0.002 } else { 10.0 };
+                    let wait = if (t + i).is_multiple_of(3) {
+                        0.002
+                    } else {
+                        10.0
+                    };
                     if !owner.acquire_with(&k, secs(10.0), &waiting(wait)).unwrap() {
                         continue;
                     }
