@@ -38,10 +38,12 @@
 //!   no listener, Memory needs none).
 //!
 //! When the head acquires it leaves the line; the next waiter becomes head
-//! without a try (the lease was just taken) and restarts its timer from the
-//! acquirer's ttl. With `limit > 1` it is rung at once instead (another
-//! slot may be free). A head that leaves without the lease (its wait ran
-//! out, its signal tripped, it was dropped) rings the next one.
+//! without a try (the lease was just taken) and sets its timer to the
+//! acquirer's ttl (at most [`SAFETY_POLL`]). With `limit > 1` it is rung at
+//! once instead (another slot may be free). A head that leaves without the
+//! lease (its wait ran out, its signal tripped, it was dropped) hands its
+//! timer to the next one, and rings it if a ring came that it had not
+//! acted on yet.
 //!
 //! # Fairness
 //!
@@ -54,7 +56,7 @@
 //! arrive later (scheduling, a slower path to the server, a thread that
 //! releases and at once waits again on the releasing side) can lose most
 //! rounds. Measured with two processes of two waiters each cycling one
-//! key for 3 s, shares ranged from 1:12 to 1:2 between runs; neither was
+//! key for 3 s, shares ranged from 1:12 to even between runs; neither was
 //! ever shut out, but that is not a guarantee. See `docs/PROTOCOL.md`,
 //! "Waiting".
 //!
