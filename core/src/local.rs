@@ -50,6 +50,12 @@
 //! ring for a flag nobody here watches costs one read. Linux only; elsewhere
 //! (and for clients that don't ring) the tick poll is the path.
 //!
+//! Waiting ([`crate::waiting`]): a release (and `break_lease`) that deleted
+//! a lease rings a second doorbell, `<database>-released`, after its
+//! commit; the same inotify descriptor watches it, and each ring makes
+//! every waiting line of the adapter in this process retry (the ring names
+//! no key). `expires_in` reads the lease's `expires_ns`.
+//!
 //! Connections: a small pool like the Redis adapter's; after `fork` the
 //! child forgets (leaks, never closes) inherited connections, as SQLite
 //! requires, and opens its own.
@@ -553,6 +559,19 @@ impl Local {
         let _ = open_doorbell(&self.doorbell_path());
     }
 
+    /// The doorbell rung by releases: `<database>-released`.
+    pub fn released_doorbell_path(&self) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push("-released");
+        PathBuf::from(name)
+    }
+
+    /// Rings the release doorbell (best effort: waiters also retry at the
+    /// lease's expiry and on a slow safety poll).
+    fn ring_released(&self) {
+        let _ = open_doorbell(&self.released_doorbell_path());
+    }
+
     fn connect(&self) -> Result<Pooled> {
         let con = Connection::open(&self.path).map_err(|e| self.map_err(e))?;
         con.busy_handler(Some(busy_wait))
@@ -821,12 +840,17 @@ impl Adapter for Local {
         if lease.slotted() {
             return self.release_slot(lease);
         }
-        self.with_con(true, |con, now| {
+        let deleted = self.with_con(true, |con, now| {
             let n = con
                 .prepare_cached("DELETE FROM leases WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4")?
                 .execute(params![lease.key(), lease.token(), now, self.boot])?;
             Ok(n == 1)
-        })
+        })?;
+        if deleted {
+            // After the commit: a waiter that wakes finds the lease free.
+            self.ring_released();
+        }
+        Ok(deleted)
     }
 
     fn held(&self, key: &str) -> Result<bool> {
@@ -847,6 +871,11 @@ impl Adapter for Local {
             let slots = self.break_slots_in(con, key, now)?;
             Ok(n == 1 || slots)
         })
+        .inspect(|broken| {
+            if *broken {
+                self.ring_released();
+            }
+        })
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
@@ -864,9 +893,9 @@ impl Adapter for Local {
 
     #[cfg(target_os = "linux")]
     fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
-        let bell = self.doorbell_path();
+        let bells = [self.doorbell_path(), self.released_doorbell_path()];
         self.push.get().watch(watcher, move |registry| {
-            crate::push::spawn("mistri-flags", move || doorbell::run(&bell, &registry))
+            crate::push::spawn("mistri-flags", move || doorbell::run(&bells, &registry))
         })
     }
 
@@ -1212,10 +1241,11 @@ mod doorbell {
     use std::path::Path;
     use std::time::Duration;
 
-    pub(super) fn run(bell: &Path, registry: &Registry) {
+    /// Watches `[raised, released]` doorbells on one descriptor.
+    pub(super) fn run(bells: &[std::path::PathBuf; 2], registry: &Registry) {
         let mut backoff = Duration::from_millis(50);
         while !registry.retire_if_unwatched() {
-            match listen(bell, registry) {
+            match listen(bells, registry) {
                 Ok(true) => return,
                 // The file was replaced or removed: watch the new one.
                 Ok(false) => backoff = Duration::from_millis(50),
@@ -1227,9 +1257,9 @@ mod doorbell {
         }
     }
 
-    /// Watches `bell` until nobody watches (true) or the file is gone
-    /// (false).
-    fn listen(bell: &Path, registry: &Registry) -> std::io::Result<bool> {
+    /// Watches both doorbells until nobody watches (true) or a file is
+    /// gone (false).
+    fn listen(bells: &[std::path::PathBuf; 2], registry: &Registry) -> std::io::Result<bool> {
         // SAFETY: plain syscall with flag arguments; the result is checked.
         let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
         if fd < 0 {
@@ -1238,18 +1268,15 @@ mod doorbell {
         // SAFETY: `fd` was just returned by inotify_init1 and is owned here
         // only; OwnedFd closes it once.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        drop(open_doorbell(bell)?);
-        let name = std::ffi::CString::new(bell.as_os_str().as_bytes())
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let mask = libc::IN_CLOSE_WRITE | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
-        // SAFETY: `fd` is a live inotify descriptor and `name` a valid
-        // NUL-terminated path that outlives the call.
-        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), name.as_ptr(), mask) };
-        if wd < 0 {
-            return Err(std::io::Error::last_os_error());
+        let mut wds = [0; 2];
+        for (bell, wd) in bells.iter().zip(wds.iter_mut()) {
+            *wd = add_watch(&fd, bell)?;
         }
-        // Live from here: what was raised before is found by reading.
+        let [raised_wd, released_wd] = wds;
+        // Live from here: what was raised before is found by reading, and
+        // every waiter tries once.
         registry.poll_now();
+        registry.released_any();
         let mut buf = [0u8; 4096];
         let idle_ms = i32::try_from(LISTENER_IDLE.as_millis()).unwrap_or(1000);
         loop {
@@ -1274,6 +1301,7 @@ mod doorbell {
                 continue;
             }
             let mut rang = false;
+            let mut released = false;
             let mut gone = false;
             loop {
                 // SAFETY: reads at most `buf.len()` bytes into `buf`, which
@@ -1294,7 +1322,11 @@ mod doorbell {
                     let event: libc::inotify_event =
                         unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at).cast()) };
                     if event.mask & libc::IN_CLOSE_WRITE != 0 {
-                        rang = true;
+                        if event.wd == raised_wd {
+                            rang = true;
+                        } else if event.wd == released_wd {
+                            released = true;
+                        }
                     }
                     if event.mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED)
                         != 0
@@ -1310,7 +1342,25 @@ mod doorbell {
             if rang {
                 registry.poll_now();
             }
+            if released {
+                registry.released_any();
+            }
         }
+    }
+
+    /// Creates `bell` if needed and adds an inotify watch on it to `fd`.
+    fn add_watch(fd: &OwnedFd, bell: &Path) -> std::io::Result<i32> {
+        drop(open_doorbell(bell)?);
+        let name = std::ffi::CString::new(bell.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let mask = libc::IN_CLOSE_WRITE | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+        // SAFETY: `fd` is a live inotify descriptor and `name` a valid
+        // NUL-terminated path that outlives the call.
+        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), name.as_ptr(), mask) };
+        if wd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(wd)
     }
 }
 

@@ -17,7 +17,7 @@
 //! - Push ([`crate::push`]): `set_flag` pipelines `SET {ns}:flag:{KEY}` with
 //!   `PUBLISH {ns}:raised:{KEY} 1`; a process whose holds watch stop keys
 //!   keeps ONE extra connection per adapter, `PSUBSCRIBE`d to
-//!   `{ns}:raised:{*`, on a listener thread (`mistri-flags`) that never
+//!   `{ns}:r*:{*` (see Waiting below), on a listener thread (`mistri-flags`) that never
 //!   touches the engine's schedule or deadlines: a message trips the holds
 //!   watching that key at once. The listener checks its connection with a
 //!   `PING` after each idle second; on any error it drops the connection,
@@ -25,7 +25,13 @@
 //!   the engines to read every watched flag (anything raised in the gap).
 //!   The listener is generic over where it subscribes ([`ListenAt`]: this
 //!   server; the master the sentinels name, followed across failovers; any
-//!   node of a cluster) and over the channel prefix it listens to.
+//!   node of a cluster).
+//! - Waiting ([`crate::waiting`]): the release script also
+//!   `PUBLISH {ns}:released:{KEY} <fence>` (and `break_lease` publishes
+//!   `0`); the same listener connection hears them: its one pattern is
+//!   `{ns}:r*:{*` (raised and released channels; anything else that matches
+//!   is ignored), and a release rings the waiters of that key. After a
+//!   (re)subscribe every waiter retries once. `expires_in` is `PTTL`.
 //!
 //! Connections: a small pool (a mutex around a stack of idle connections,
 //! held only to push or pop), so concurrent callers each use their own
@@ -131,13 +137,19 @@ end
 return renewed";
 
 /// `KEYS[1]` lease, `KEYS[2]` (optional) holder description; `ARGV[1]`
-/// token. 1 if deleted (the description with it).
+/// token, `ARGV[2]` (optional) the channel that announces releases of this
+/// key (`{ns}:released:{KEY}`), `ARGV[3]` the message (the lease's fence).
+/// 1 if deleted (the description with it, and then announced).
 pub const RELEASE_LUA: &str = "\
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if KEYS[2] then
     redis.call('DEL', KEYS[2])
   end
-  return redis.call('DEL', KEYS[1])
+  local n = redis.call('DEL', KEYS[1])
+  if ARGV[2] then
+    redis.call('PUBLISH', ARGV[2], ARGV[3] or '0')
+  end
+  return n
 end
 return 0";
 
@@ -274,6 +286,12 @@ impl Redis {
     /// The pub/sub channel on which raising the flag `key` is announced.
     pub fn raised_channel(&self, key: &str) -> String {
         format!("{}:raised:{{{key}}}", self.namespace)
+    }
+
+    /// The pub/sub channel on which releases of the lease on `key` are
+    /// announced (waiting acquires, [`crate::waiting`]).
+    pub fn released_channel(&self, key: &str) -> String {
+        format!("{}:released:{{{key}}}", self.namespace)
     }
 
     /// The Redis key of the holder description of the lease on `key`.
@@ -578,25 +596,25 @@ impl ListenAt for Client {
 /// process and adapter, to the channels `{ns}:{kind}:{KEY}`.
 pub(crate) struct Listener {
     at: Arc<dyn ListenAt>,
-    /// `{ns}:{kind}:{`: a channel name is this, the key, and `}`.
+    /// `{ns}:raised:{`: a channel name is this, the key, and `}`.
     prefix: String,
+    /// `{ns}:r*:{*`: both prefixes (other channels are ignored).
     pattern: String,
+    /// `{ns}:released:{`, the same for announced releases.
+    released_prefix: String,
     timeout: Duration,
 }
 
 impl Listener {
-    /// A listener for the channels `{namespace}:{kind}:{KEY}` (`kind`:
-    /// `raised`), subscribing where `at` says.
-    pub(crate) fn new(
-        at: Arc<dyn ListenAt>,
-        namespace: &str,
-        kind: &str,
-        timeout: Duration,
-    ) -> Listener {
+    /// A listener for the channels `{namespace}:raised:{KEY}` (flags) and
+    /// `{namespace}:released:{KEY}` (waiters), subscribing where `at` says:
+    /// one pattern for both, one subscription per connection.
+    pub(crate) fn new(at: Arc<dyn ListenAt>, namespace: &str, timeout: Duration) -> Listener {
         Listener {
             at,
-            prefix: format!("{namespace}:{kind}:{{"),
-            pattern: format!("{}:{kind}:{{*", glob_escape(namespace)),
+            prefix: format!("{namespace}:raised:{{"),
+            pattern: format!("{}:r*:{{*", glob_escape(namespace)),
+            released_prefix: format!("{namespace}:released:{{"),
             timeout,
         }
     }
@@ -631,19 +649,31 @@ impl Listener {
         // answers. Dropping `con` just closes the socket.
         let mut sub = std::mem::ManuallyDrop::new(con.as_pubsub());
         sub.psubscribe(&self.pattern)?;
-        // Live from here: what was raised before is found by reading.
+        // Live from here: what was raised before is found by reading, and
+        // every waiter tries once (a release may have gone unheard).
         registry.poll_now();
+        registry.released_any();
         sub.set_read_timeout(Some(LISTENER_IDLE))?;
         let mut checked = Instant::now();
         loop {
             match sub.get_message() {
                 Ok(msg) => {
-                    let key = msg
-                        .get_channel_name()
-                        .strip_prefix(&self.prefix)
-                        .and_then(|rest| rest.strip_suffix('}'));
-                    if let Some(key) = key.filter(|k| !k.is_empty()) {
+                    let channel = msg.get_channel_name();
+                    let key_after = |prefix: &str| {
+                        channel
+                            .strip_prefix(prefix)
+                            .and_then(|rest| rest.strip_suffix('}'))
+                            .filter(|k| !k.is_empty())
+                    };
+                    if let Some(key) = key_after(&self.prefix) {
                         registry.raised(key);
+                    } else if let Some(key) = key_after(&self.released_prefix) {
+                        let fence = msg
+                            .get_payload::<String>()
+                            .ok()
+                            .and_then(|p| p.parse::<u64>().ok())
+                            .filter(|f| *f != 0);
+                        registry.released(key, fence);
                     }
                     if checked.elapsed() < LISTENER_IDLE {
                         continue;
@@ -862,7 +892,11 @@ impl Adapter for Redis {
                 &self.release,
                 RELEASE_LUA,
                 &[self.lease_key(lease.key()), self.info_key(lease.key())],
-                &[lease.token().to_owned()],
+                &[
+                    lease.token().to_owned(),
+                    self.released_channel(lease.key()),
+                    lease.fence().to_string(),
+                ],
             )
         })?;
         Ok(n == 1)
@@ -897,7 +931,7 @@ impl Adapter for Redis {
 
     fn break_lease(&self, key: &str) -> Result<bool> {
         self.with_con(|con, _| {
-            let (n, _, s, _): (i64, i64, i64, i64) = ::redis::pipe()
+            let (n, _, s, _, _): (i64, i64, i64, i64, i64) = ::redis::pipe()
                 .atomic()
                 .cmd("DEL")
                 .arg(self.lease_key(key))
@@ -907,6 +941,9 @@ impl Adapter for Redis {
                 .arg(self.slots_key(key))
                 .cmd("DEL")
                 .arg(self.holders_key(key))
+                .cmd("PUBLISH")
+                .arg(self.released_channel(key))
+                .arg("0")
                 .query(con)?;
             Ok(n + s)
         })
@@ -937,7 +974,7 @@ impl Adapter for Redis {
             Some(sentinel) => sentinel.clone(),
             None => Arc::new(self.client.clone()),
         };
-        let listener = Listener::new(at, &self.namespace, "raised", self.timeout);
+        let listener = Listener::new(at, &self.namespace, self.timeout);
         self.push.get().watch(watcher, move |registry| {
             crate::push::spawn("mistri-flags", move || listener.run(&registry))
         })
@@ -1196,6 +1233,7 @@ mod tests {
         assert_eq!(r.flag_key("stop"), "ns:flag:{stop}");
         assert_eq!(r.info_key("job"), "ns:info:{job}");
         assert_eq!(r.raised_channel("stop"), "ns:raised:{stop}");
+        assert_eq!(r.released_channel("job"), "ns:released:{job}");
     }
 
     #[test]

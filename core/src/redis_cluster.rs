@@ -1041,7 +1041,13 @@ impl Adapter for RedisCluster {
                 self.key("lease", lease.key()),
                 self.key("info", lease.key()),
             ],
-            &[lease.token().to_owned()],
+            // Announced to waiting acquires (classic PUBLISH reaches every
+            // node, so a listener on any node hears it).
+            &[
+                lease.token().to_owned(),
+                self.key("released", lease.key()),
+                lease.fence().to_string(),
+            ],
         );
         match self.query(op)? {
             Value::Int(n) => Ok(n == 1),
@@ -1137,7 +1143,7 @@ impl Adapter for RedisCluster {
             known: self.known.get().clone(),
             next: AtomicUsize::new(0),
         };
-        let listener = Listener::new(Arc::new(at), &self.namespace, "raised", self.timeout);
+        let listener = Listener::new(Arc::new(at), &self.namespace, self.timeout);
         self.push.get().watch(watcher, move |registry| {
             crate::push::spawn("mistri-flags", move || listener.run(&registry))
         })

@@ -128,8 +128,9 @@ return 1"
 );
 
 /// `KEYS[1]` slots, `KEYS[2]` holders; `ARGV[1]` token, `ARGV[2]`
-/// (optional) the channel `{ns}:released:{KEY}`. 1 if the live slot was
-/// deleted (and `1` published on the channel), else 0.
+/// (optional) the channel `{ns}:released:{KEY}`, `ARGV[3]` the message
+/// (the slot's fence). 1 if the live slot was deleted (and announced),
+/// else 0.
 pub const SLOT_RELEASE_LUA: &str = concat!(
     prelude!(),
     "\
@@ -139,7 +140,7 @@ if n == 1 then
   redis.call('HDEL', KEYS[2], ARGV[1])
   expire_with_last(KEYS[1], KEYS[2])
   if ARGV[2] then
-    redis.call('PUBLISH', ARGV[2], '1')
+    redis.call('PUBLISH', ARGV[2], ARGV[3] or '0')
   end
 end
 return n"
@@ -242,7 +243,11 @@ pub(crate) fn release_call(ns: &str, lease: &Lease) -> Call {
     let key = lease.key();
     (
         vec![key_of(ns, "slots", key), key_of(ns, "holders", key)],
-        vec![lease.token().to_owned(), key_of(ns, "released", key)],
+        vec![
+            lease.token().to_owned(),
+            key_of(ns, "released", key),
+            lease.fence().to_string(),
+        ],
     )
 }
 
@@ -460,6 +465,6 @@ mod tests {
     fn keys_share_the_hash_tag() {
         let (keys, args) = release_call("ns", &Lease::slot("job", "t", 1, 3));
         assert_eq!(keys, ["ns:slots:{job}", "ns:holders:{job}"]);
-        assert_eq!(args, ["t", "ns:released:{job}"]);
+        assert_eq!(args, ["t", "ns:released:{job}", "1"]);
     }
 }
