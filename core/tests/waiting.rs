@@ -586,3 +586,64 @@ fn a_hold_released_in_the_background_wakes_waiters() {
         assert!(took < woken_within(), "{name}: took {took:?}");
     }
 }
+
+/// N-holder leases: a waiter for a full limit-2 lease gets a slot as soon
+/// as one holder releases (woken, not polled), with a fence above theirs;
+/// two waiters for two freed slots both get in. The holders use `holders`
+/// (another adapter object than the waiters' `locks`: the release then
+/// reaches them only through the backend's announcement).
+fn waiting_for_a_slot(name: &str, locks: &Locks, holders: &Locks) {
+    let key = unique("sem");
+    let slots = AcquireOptions {
+        limit: 2,
+        ..AcquireOptions::default()
+    };
+    let (a, b) = (holders.new_owner(), holders.new_owner());
+    assert!(a.acquire_with(&key, secs(30.0), &slots).unwrap());
+    assert!(b.acquire_with(&key, secs(30.0), &slots).unwrap());
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (w, k) = (locks.new_owner(), key.clone());
+            std::thread::spawn(move || {
+                let opts = AcquireOptions {
+                    wait: Some(secs(20.0)),
+                    limit: 2,
+                    ..AcquireOptions::default()
+                };
+                let got = w.acquire_with(&k, secs(30.0), &opts).unwrap();
+                (got, Instant::now(), w.fence(&k))
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let top = a.fence(&key).max(b.fence(&key)).unwrap();
+    let released = Instant::now();
+    assert!(a.release(&key).unwrap());
+    assert!(b.release(&key).unwrap());
+    for w in waiters {
+        let (got, at, fence) = w.join().unwrap();
+        let took = at.saturating_duration_since(released);
+        println!("{name}: slot release -> waiter {took:?}");
+        assert!(got, "{name}: refused");
+        assert!(took < woken_within(), "{name}: took {took:?}");
+        assert!(fence.unwrap() > top, "{name}: fence did not rise");
+    }
+    assert_eq!(locks.info(&key).unwrap().unwrap().holders.len(), 2);
+}
+
+#[test]
+fn a_waiter_for_a_full_n_holder_lease_gets_a_freed_slot() {
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server) {
+        waiting_for_a_slot(name, &locks, &locks);
+    }
+    let ns = unique("mistri:wait");
+    let redis = |url: &str| Locks::from_arc(mistri_locks::redis_url::open(url, &ns).unwrap());
+    waiting_for_a_slot(
+        "redis, two adapters",
+        &redis(&server.url()),
+        &redis(&server.url()),
+    );
+    let cluster = mistri_locks_testkit::RedisCluster::shared().url();
+    waiting_for_a_slot("cluster, two adapters", &redis(&cluster), &redis(&cluster));
+}
