@@ -4,11 +4,15 @@
 //! - Keys: `{ns}:lease:{KEY}`, `{ns}:fence:{KEY}`, `{ns}:flag:{KEY}` where the
 //!   braces around KEY are literal: a Redis Cluster hash tag, so the lease
 //!   and its fence counter always share a slot.
-//! - Acquire: one Lua script doing `SET lease token NX PX ttl` and, on
-//!   success, `INCR fence` floored by the server's clock (atomic: no other
-//!   client sees one without the other; see [`ACQUIRE_LUA`]).
+//! - Acquire: one Lua script doing `SET lease "token description" NX PX
+//!   ttl` and, on success, raising the fence counter (`max(counter + 1,
+//!   server clock)`; atomic: no other client sees one without the other;
+//!   see [`ACQUIRE_LUA`]). The holder's description rides in the lease's
+//!   value after the token, so it lives and dies with the lease.
 //! - Renew / release: Lua compare-and-`PEXPIRE` / compare-and-`DEL` on the
-//!   token. Keys only ever travel as `KEYS`, values as `ARGV`.
+//!   token (the value's first word). Keys only ever travel as `KEYS`,
+//!   values as `ARGV`; the hot paths write their commands' RESP straight
+//!   into a buffer kept with the pooled connection ([`resp`]).
 //! - A heartbeat tick is one pipeline: every renewal and flag read of the
 //!   tick in one round trip.
 //! - Push ([`crate::push`]): `set_flag` pipelines `SET {ns}:flag:{KEY}` with
@@ -55,38 +59,39 @@ const MIN_IO: Duration = Duration::from_millis(1);
 
 /// `KEYS[1]` lease, `KEYS[2]` fence counter; `ARGV[1]` token, `ARGV[2]` ttl
 /// in ms, `ARGV[3]` (optional) holder label, `ARGV[4]` heartbeat in ms.
-/// Returns the new fencing number, or 0 when the lease is taken.
+/// Returns the new fencing number, or 0 when the lease is taken (and then
+/// writes nothing).
 ///
-/// The fence is `max(INCR counter, server TIME in µs)`, and the counter is
-/// raised to the clock when the clock wins ([`crate::fence`]): a counter lost
-/// with the data (restart without persistence, `FLUSHALL`, failover,
-/// eviction) restarts above every fence issued before. `TIME` before a write
-/// needs effects replication, the only mode since Redis 7 (default since 5).
-/// `%.0f` writes the whole number exactly (below 2^53, a Lua double is).
+/// The fence is `max(counter + 1, server TIME in µs)`, and the counter is
+/// set to it ([`crate::fence`]): a counter lost with the data (restart
+/// without persistence, `FLUSHALL`, failover, eviction) restarts above every
+/// fence issued before. `TIME` before a write needs effects replication, the
+/// only mode since Redis 7 (default since 5). `%.0f` writes the whole number
+/// exactly (below 2^53, a Lua double is).
 ///
 /// With `ARGV[3]`, the lease's value is the token followed by the holder's
 /// description (`TOKEN TTL_MS FENCE ACQUIRED_MS HEARTBEAT_MS LABEL`, see
-/// [`description_from`]): one key written, and the description lives and
-/// dies with the lease. Callers that pass two arguments store the bare
-/// token, as old clients did.
+/// [`holder_from`]): the description lives and dies with the lease, and an
+/// acquire writes two keys, the lease and the counter. Callers that pass two
+/// arguments store the bare token, as old clients did.
 pub const ACQUIRE_LUA: &str = "\
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
-end
-local fence = redis.call('INCR', KEYS[2])
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local fence = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
 if floor > fence then
   fence = floor
-  redis.call('SET', KEYS[2], string.format('%.0f', floor))
 end
+fence = string.format('%.0f', fence)
 local value = ARGV[1]
 if ARGV[3] then
-  value = table.concat({ARGV[1], ARGV[2], string.format('%.0f', fence),
-    string.format('%.0f', math.floor(floor / 1000)), ARGV[4] or '0', ARGV[3]}, ' ')
+  value = table.concat({ARGV[1], ARGV[2], fence, string.format('%.0f', math.floor(floor / 1000)),
+    ARGV[4] or '0', ARGV[3]}, ' ')
 end
-redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-return fence";
+if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+  return 0
+end
+redis.call('SET', KEYS[2], fence)
+return tonumber(fence)";
 
 /// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]`
 /// (optional) the least life in ms the lease must have left. 1 if renewed,
@@ -626,7 +631,11 @@ enum Listened {
 ///
 /// The last renewal is not stored (a renewal writes only the expiry): it is
 /// when the lease had its whole ttl left, `now − (ttl − time_left)`.
-pub(crate) fn holder_from(value: &[u8], time_left: Option<Duration>, now_ms: u64) -> Option<HolderInfo> {
+pub(crate) fn holder_from(
+    value: &[u8],
+    time_left: Option<Duration>,
+    now_ms: u64,
+) -> Option<HolderInfo> {
     let text = std::str::from_utf8(value).ok()?;
     let mut parts = text.splitn(6, ' ');
     let _token = parts.next()?;
@@ -844,7 +853,11 @@ impl Adapter for Redis {
     }
 
     fn clear_flag(&self, key: &str) -> Result<()> {
-        self.with_con(|con, _| ::redis::cmd("DEL").arg(self.flag_key(key)).query::<()>(&mut con.con))
+        self.with_con(|con, _| {
+            ::redis::cmd("DEL")
+                .arg(self.flag_key(key))
+                .query::<()>(&mut con.con)
+        })
     }
 
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
@@ -860,8 +873,11 @@ impl Adapter for Redis {
             }
         }
         for key in self.keys_of("flag", prefix)? {
-            let pttl: i64 =
-                self.with_con(|con, _| ::redis::cmd("PTTL").arg(self.flag_key(&key)).query(&mut con.con))?;
+            let pttl: i64 = self.with_con(|con, _| {
+                ::redis::cmd("PTTL")
+                    .arg(self.flag_key(&key))
+                    .query(&mut con.con)
+            })?;
             if pttl != -2 {
                 listing.flags.push(FlagInfo {
                     key,
@@ -1016,12 +1032,7 @@ impl Redis {
     /// After a beat's replies: notes a `READONLY` (the master moved), waits
     /// for the replicas if any renewal applied, and with a sentinel checks
     /// that the master written to is still the one the sentinels name.
-    fn after_beat(
-        &self,
-        con: &mut Con,
-        deadline: Instant,
-        renewals: &[Value],
-    ) -> Result<bool> {
+    fn after_beat(&self, con: &mut Con, deadline: Instant, renewals: &[Value]) -> Result<bool> {
         let readonly = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "READONLY");
         if renewals.iter().any(readonly) {
             self.forget_master();
@@ -1128,7 +1139,10 @@ mod tests {
         assert_eq!(long.renewed_at, from_unix_millis(1_002_000));
         let early = holder_from(value, Some(Duration::ZERO), 1_002_000).unwrap();
         assert_eq!(early.renewed_at, from_unix_millis(1_000_000));
-        assert_eq!(holder_from(value, None, 1_002_000).unwrap().renewed_at, info.acquired_at);
+        assert_eq!(
+            holder_from(value, None, 1_002_000).unwrap().renewed_at,
+            info.acquired_at
+        );
         // A bare token, or anything else, describes nobody.
         assert!(holder_from(b"sometoken", Some(Duration::ZERO), 0).is_none());
         assert!(holder_from(b"tok 1 2 x 4 label", None, 0).is_none());

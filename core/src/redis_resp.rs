@@ -56,7 +56,13 @@ impl<'a> Resp<'a> {
 
     /// The head of `EVALSHA sha numkeys` (or `EVAL source numkeys` with
     /// `source`) for a script call of `keys` keys and `args` arguments.
-    pub(crate) fn eval(&mut self, sha: &str, source: Option<&str>, keys: usize, args: usize) -> &mut Self {
+    pub(crate) fn eval(
+        &mut self,
+        sha: &str,
+        source: Option<&str>,
+        keys: usize,
+        args: usize,
+    ) -> &mut Self {
         self.command(3 + keys + args);
         match source {
             None => self.bulk(b"EVALSHA").bulk(sha.as_bytes()),
@@ -97,7 +103,10 @@ mod tests {
             .key("ns", "lease", "k}")
             .bulk(b"tok")
             .int(0);
-        Resp::new(&mut buf).command(2).bulk(b"EXISTS").int(18446744073709551615);
+        Resp::new(&mut buf)
+            .command(2)
+            .bulk(b"EXISTS")
+            .int(18446744073709551615);
         let expected = ::redis::pipe()
             .cmd("EVALSHA")
             .arg("abc")
@@ -108,7 +117,10 @@ mod tests {
             .cmd("EXISTS")
             .arg(u64::MAX)
             .get_packed_pipeline();
-        assert_eq!(String::from_utf8_lossy(&buf), String::from_utf8_lossy(&expected));
+        assert_eq!(
+            String::from_utf8_lossy(&buf),
+            String::from_utf8_lossy(&expected)
+        );
         buf.clear();
         Resp::new(&mut buf).eval("sha", Some("return 1"), 0, 0);
         assert_eq!(buf, b"*3\r\n$4\r\nEVAL\r\n$8\r\nreturn 1\r\n$1\r\n0\r\n");

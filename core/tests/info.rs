@@ -180,7 +180,10 @@ fn redis() {
     std::thread::sleep(Duration::from_millis(50));
     assert!(locks.renew("slot", secs(8.0)).unwrap());
     let again = locks.info("slot").unwrap().unwrap().holder.unwrap();
-    assert!(again.renewed_at > holder.renewed_at, "{again:?} vs {holder:?}");
+    assert!(
+        again.renewed_at > holder.renewed_at,
+        "{again:?} vs {holder:?}"
+    );
     assert_eq!(again.acquired_at, holder.acquired_at);
     assert_eq!(again.fence, holder.fence);
 
