@@ -436,6 +436,11 @@ impl Redis {
         deadline: Instant,
     ) -> Result<Vec<Value>> {
         con.buf.clear();
+        // About the size of the batch (each renewal ~150 bytes + its key):
+        // one allocation, not a doubling series of copies.
+        let ns = self.namespace.len();
+        con.buf
+            .reserve(renewals.len() * (150 + ns) + flags.len() * (40 + ns));
         let mut w = Resp::new(&mut con.buf);
         let sha = self.renew.get_hash();
         for r in renewals {
