@@ -15,6 +15,9 @@
 //!   into a buffer kept with the pooled connection ([`resp`]).
 //! - A heartbeat tick is one pipeline: every renewal and flag read of the
 //!   tick in one round trip.
+//! - N-holder leases (semaphores): a sorted set of token → expiry per key,
+//!   one script per operation ([`slots`]); the acquire script refuses while
+//!   it exists.
 //! - Push ([`crate::push`]): `set_flag` pipelines `SET {ns}:flag:{KEY}` with
 //!   `PUBLISH {ns}:raised:{KEY} 1`; a process whose holds watch stop keys
 //!   keeps ONE extra connection per adapter, `PSUBSCRIBE`d to
@@ -24,6 +27,9 @@
 //!   `PING` after each idle second; on any error it drops the connection,
 //!   reconnects (backing off 50 ms to 1 s) and, once subscribed again, tells
 //!   the engines to read every watched flag (anything raised in the gap).
+//!   The listener is generic over where it subscribes ([`ListenAt`]: this
+//!   server; the master the sentinels name, followed across failovers; any
+//!   node of a cluster) and over the channel prefix it listens to.
 //!
 //! Connections: a small pool (a mutex around a stack of idle connections,
 //! held only to push or pop), so concurrent callers each use their own
@@ -46,6 +52,10 @@ use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+/// N-holder leases (a child module: it uses this adapter's connections).
+#[path = "redis_slots.rs"]
+pub(crate) mod slots;
+
 /// The default key namespace.
 pub const DEFAULT_NAMESPACE: &str = "mistri:locks";
 /// The default URL.
@@ -57,8 +67,8 @@ const MAX_IDLE: usize = 16;
 /// to the OS, and redis-rs refuses it).
 const MIN_IO: Duration = Duration::from_millis(1);
 
-/// `KEYS[1]` lease, `KEYS[2]` fence counter; `ARGV[1]` token, `ARGV[2]` ttl
-/// in ms, `ARGV[3]` (optional) holder label, `ARGV[4]` heartbeat in ms.
+/// `KEYS[1]` lease, `KEYS[2]` fence counter, `KEYS[3]` (optional) N-holder
+/// slots; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` (optional) holder label, `ARGV[4]` heartbeat in ms.
 /// Returns the new fencing number, or 0 when the lease is taken (and then
 /// writes nothing).
 ///
@@ -74,7 +84,13 @@ const MIN_IO: Duration = Duration::from_millis(1);
 /// [`holder_from`]): the description lives and dies with the lease, and an
 /// acquire writes two keys, the lease and the counter. Callers that pass two
 /// arguments store the bare token, as old clients did.
+///
+/// With `KEYS[3]`, the N-holder lease key `{ns}:slots:{KEY}`: refused (0)
+/// while it exists, i.e. while a slot is live ([`slots`]).
 pub const ACQUIRE_LUA: &str = "\
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
+  return 0
+end
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local fence = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
@@ -149,6 +165,9 @@ struct Con {
 
 struct Pool {
     idle: Vec<Con>,
+    /// With a sentinel: the [`Sentinel::epoch`] the idle connections were
+    /// opened in.
+    epoch: u64,
 }
 
 impl Pool {
@@ -159,7 +178,10 @@ impl Pool {
         if let Some(mut pool) = parent.try_lock() {
             pool.idle.clear();
         }
-        Mutex::new(Pool { idle: Vec::new() })
+        Mutex::new(Pool {
+            idle: Vec::new(),
+            epoch: 0,
+        })
     }
 }
 
@@ -184,8 +206,9 @@ pub struct Redis {
     acquire: Script,
     renew: Script,
     release: Script,
-    /// `redis+sentinel://`: how the master is found (then `client` is unused).
-    sentinel: Option<Sentinel>,
+    /// `redis+sentinel://`: how the master is found (then `client` is
+    /// unused). Shared with the flag listener, which follows failovers.
+    sentinel: Option<Arc<Sentinel>>,
     /// Opt-in `WAIT` after acquire and renewals.
     replicas: ReplicaAck,
 }
@@ -234,7 +257,13 @@ impl Redis {
             addr,
             namespace: namespace.to_owned(),
             timeout,
-            pool: ForkLocal::new(Mutex::new(Pool { idle: Vec::new() }), Pool::for_child),
+            pool: ForkLocal::new(
+                Mutex::new(Pool {
+                    idle: Vec::new(),
+                    epoch: 0,
+                }),
+                Pool::for_child,
+            ),
             push: crate::push::fork_local_registry(),
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
@@ -281,8 +310,20 @@ impl Redis {
 
     /// A pooled connection, or a new one connected within `deadline`.
     fn checkout(&self, deadline: Instant) -> Result<Con> {
-        if let Some(con) = self.pool.get().lock().idle.pop() {
-            return Ok(con);
+        if let Some(sentinel) = &self.sentinel {
+            sentinel.check_if_due(deadline);
+        }
+        {
+            let mut pool = self.pool.get().lock();
+            let epoch = self.master_epoch();
+            if pool.epoch != epoch {
+                // The sentinels' master was forgotten since these opened.
+                pool.idle.clear();
+                pool.epoch = epoch;
+            }
+            if let Some(con) = pool.idle.pop() {
+                return Ok(con);
+            }
         }
         // Connecting also runs a setup pipeline of two replies, each of
         // which may wait out the read timeout: give each step a third.
@@ -295,13 +336,15 @@ impl Redis {
         })
     }
 
-    fn checkin(&self, mut con: Con) {
+    /// Puts back a connection checked out when [`Redis::master_epoch`]
+    /// was `epoch` (one of an earlier epoch is dropped).
+    fn checkin(&self, mut con: Con, epoch: u64) {
         // A beat's buffer may be large: keep only a small one pooled.
         if con.buf.capacity() > 64 * 1024 {
             con.buf = Vec::new();
         }
         let mut pool = self.pool.get().lock();
-        if pool.idle.len() < MAX_IDLE && con.con.is_open() {
+        if pool.idle.len() < MAX_IDLE && con.con.is_open() && epoch == self.master_epoch() {
             pool.idle.push(con);
         }
     }
@@ -345,11 +388,12 @@ impl Redis {
         f: impl FnOnce(&mut Con, Instant) -> ::redis::RedisResult<T>,
     ) -> Result<T> {
         let deadline = Instant::now() + self.timeout;
+        let epoch = self.master_epoch();
         let mut con = self.checkout(deadline)?;
         self.aim(&mut con, deadline)?;
         match f(&mut con, deadline) {
             Ok(v) => {
-                self.checkin(con);
+                self.checkin(con, epoch);
                 Ok(v)
             }
             Err(e) => Err(self.map_err(e)),
@@ -359,7 +403,7 @@ impl Redis {
     /// Runs `script` with EVALSHA, falling back to EVAL (which also caches
     /// it) after a server restart or SCRIPT FLUSH, each step bounded by
     /// `deadline`. `args` writes the `keys` keys and `argc` arguments.
-    fn eval(
+    fn eval_with(
         &self,
         con: &mut Con,
         deadline: Instant,
@@ -385,6 +429,32 @@ impl Redis {
             }
             other => other.extract_error(),
         }
+    }
+
+    /// [`Redis::eval_with`] of string keys and arguments (the N-holder
+    /// scripts), its reply converted to `T`.
+    fn eval<T: ::redis::FromRedisValue>(
+        &self,
+        con: &mut Con,
+        deadline: Instant,
+        script: &Script,
+        source: &str,
+        keys: &[String],
+        args: &[String],
+    ) -> ::redis::RedisResult<T> {
+        let reply = self.eval_with(
+            con,
+            deadline,
+            script,
+            source,
+            (keys.len(), args.len()),
+            |w| {
+                for k in keys.iter().chain(args) {
+                    w.bulk(k.as_bytes());
+                }
+            },
+        )?;
+        Ok(::redis::from_redis_value(reply)?)
     }
 
     fn map_err(&self, e: RedisError) -> Error {
@@ -444,6 +514,19 @@ impl Redis {
         let mut w = Resp::new(&mut con.buf);
         let sha = self.renew.get_hash();
         for r in renewals {
+            if r.lease.slotted() {
+                let (keys, args) = slots::renew_call(&self.namespace, r);
+                w.eval(
+                    slots::SCRIPTS.renew.get_hash(),
+                    None,
+                    keys.len(),
+                    args.len(),
+                );
+                for k in keys.iter().chain(&args) {
+                    w.bulk(k.as_bytes());
+                }
+                continue;
+            }
             w.eval(sha, None, 1, 3)
                 .key(&self.namespace, "lease", r.lease.key())
                 .bulk(r.lease.token().as_bytes())
@@ -491,11 +574,11 @@ impl Redis {
         }
         let time_left = u64::try_from(pttl).ok().map(Duration::from_millis);
         let now_ms = secs * 1000 + micros / 1000;
-        Ok(Some(LeaseInfo {
-            key: key.to_owned(),
+        Ok(Some(LeaseInfo::exclusive(
+            key.to_owned(),
             time_left,
-            holder: value.and_then(|v| holder_from(&v, time_left, now_ms)),
-        }))
+            value.and_then(|v| holder_from(&v, time_left, now_ms)),
+        )))
     }
 
     /// Every key matching `pattern`, by `SCAN` (a page per round trip).
@@ -551,17 +634,59 @@ pub(crate) fn user_keys(
         .collect())
 }
 
-/// The flag listener's connection settings (see the module header).
-struct Listener {
-    client: Client,
-    /// `{ns}:raised:{`: a channel name is this, the key, and `}`.
+/// Where a listener subscribes: one server, the master the sentinels name
+/// ([`Sentinel`]), or a node of a cluster.
+pub(crate) trait ListenAt: Send + Sync + 'static {
+    /// A connection to subscribe on, opened by `deadline`, and the address
+    /// it goes to.
+    fn connect(&self, deadline: Instant) -> ::redis::RedisResult<(Connection, String)>;
+
+    /// Asked while the listener is silent (about once a second): true when
+    /// `addr` is no longer where messages are published (a failover), so
+    /// the listener subscribes again wherever [`ListenAt::connect`] says.
+    fn moved(&self, addr: &str, deadline: Instant) -> bool {
+        let _ = (addr, deadline);
+        false
+    }
+}
+
+impl ListenAt for Client {
+    fn connect(&self, deadline: Instant) -> ::redis::RedisResult<(Connection, String)> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let con = self.get_connection_with_timeout(left.max(MIN_IO))?;
+        Ok((con, self.get_connection_info().addr().to_string()))
+    }
+}
+
+/// A flag listener (see the module header): one subscribed connection per
+/// process and adapter, to the channels `{ns}:{kind}:{KEY}`.
+pub(crate) struct Listener {
+    at: Arc<dyn ListenAt>,
+    /// `{ns}:{kind}:{`: a channel name is this, the key, and `}`.
     prefix: String,
     pattern: String,
     timeout: Duration,
 }
 
 impl Listener {
-    fn run(&self, registry: &Registry) {
+    /// A listener for the channels `{namespace}:{kind}:{KEY}` (`kind`:
+    /// `raised`), subscribing where `at` says.
+    pub(crate) fn new(
+        at: Arc<dyn ListenAt>,
+        namespace: &str,
+        kind: &str,
+        timeout: Duration,
+    ) -> Listener {
+        Listener {
+            at,
+            prefix: format!("{namespace}:{kind}:{{"),
+            pattern: format!("{}:{kind}:{{*", glob_escape(namespace)),
+            timeout,
+        }
+    }
+
+    /// Runs until nobody watches (the listener thread's body).
+    pub(crate) fn run(&self, registry: &Registry) {
         const FIRST_BACKOFF: Duration = Duration::from_millis(50);
         let mut backoff = FIRST_BACKOFF;
         while !registry.retire_if_unwatched() {
@@ -583,7 +708,7 @@ impl Listener {
 
     /// One subscribed connection, until it fails or nobody watches.
     fn listen(&self, registry: &Registry) -> ::redis::RedisResult<Listened> {
-        let mut con = self.client.get_connection_with_timeout(self.timeout)?;
+        let (mut con, addr) = self.at.connect(Instant::now() + self.timeout)?;
         con.set_write_timeout(Some(self.timeout))?;
         con.set_read_timeout(Some(self.timeout))?;
         // Never run PubSub's Drop: it sends UNSUBSCRIBE and waits for the
@@ -593,6 +718,7 @@ impl Listener {
         // Live from here: what was raised before is found by reading.
         registry.poll_now();
         sub.set_read_timeout(Some(LISTENER_IDLE))?;
+        let mut checked = Instant::now();
         loop {
             match sub.get_message() {
                 Ok(msg) => {
@@ -602,6 +728,9 @@ impl Listener {
                         .and_then(|rest| rest.strip_suffix('}'));
                     if let Some(key) = key.filter(|k| !k.is_empty()) {
                         registry.raised(key);
+                    }
+                    if checked.elapsed() < LISTENER_IDLE {
+                        continue;
                     }
                 }
                 Err(e) if e.is_timeout() => {
@@ -616,6 +745,15 @@ impl Listener {
                     sub.set_read_timeout(Some(LISTENER_IDLE))?;
                 }
                 Err(_) => return Ok(Listened::Lost),
+            }
+            // About once a second: still where messages are published?
+            // (Bounded by a second: the next message must not wait long.)
+            checked = Instant::now();
+            if self
+                .at
+                .moved(&addr, checked + LISTENER_IDLE.min(self.timeout))
+            {
+                return Ok(Listened::Lost);
             }
         }
     }
@@ -745,9 +883,10 @@ impl Adapter for Redis {
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
         let token = mint_token()?;
         let (fence, acked): (u64, bool) = self.with_con(|con, deadline| {
-            let reply = self.eval(con, deadline, &self.acquire, ACQUIRE_LUA, (2, 4), |w| {
+            let reply = self.eval_with(con, deadline, &self.acquire, ACQUIRE_LUA, (3, 4), |w| {
                 w.key(&self.namespace, "lease", key)
                     .key(&self.namespace, "fence", key)
+                    .key(&self.namespace, "slots", key)
                     .bulk(token.as_bytes())
                     .int(millis_ceil(ttl))
                     .bulk(who.label.as_bytes())
@@ -755,7 +894,7 @@ impl Adapter for Redis {
             })?;
             let fence: u64 = ::redis::from_redis_value(reply)?;
             let acked = self.wait_replicas(con, deadline, fence > 0)?;
-            Ok((fence, acked && (fence == 0 || self.still_master(deadline))))
+            Ok((fence, acked))
         })?;
         let lease = (fence > 0).then(|| Lease::new(key, token, fence));
         match lease {
@@ -765,23 +904,32 @@ impl Adapter for Redis {
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
+        if renewal.lease.slotted() {
+            return self.renew_slot(renewal);
+        }
         let (reply, acked): (Value, bool) = self.with_con(|con, deadline| {
-            let reply = self.eval(con, deadline, &self.renew, RENEW_LUA, (1, 3), |w| {
+            let reply = self.eval_with(con, deadline, &self.renew, RENEW_LUA, (1, 3), |w| {
                 w.key(&self.namespace, "lease", renewal.lease.key())
                     .bulk(renewal.lease.token().as_bytes())
                     .int(millis_ceil(renewal.ttl))
                     .int(min_left_ms(renewal.min_left));
             })?;
-            let wrote = reply == Value::Int(1);
-            let acked = self.wait_replicas(con, deadline, wrote)?;
-            Ok((reply, acked && (!wrote || self.still_master(deadline))))
+            let acked = self.wait_replicas(con, deadline, reply == Value::Int(1))?;
+            Ok((reply, acked))
         })?;
+        if !acked {
+            // With a sentinel the master may have moved: look again.
+            self.forget_master();
+        }
         self.acked(renewed_from(&reply, &self.addr), acked)
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.slotted() {
+            return self.release_slot(lease);
+        }
         let reply = self.with_con(|con, deadline| {
-            self.eval(con, deadline, &self.release, RELEASE_LUA, (1, 1), |w| {
+            self.eval_with(con, deadline, &self.release, RELEASE_LUA, (1, 1), |w| {
                 w.key(&self.namespace, "lease", lease.key())
                     .bulk(lease.token().as_bytes());
             })
@@ -793,23 +941,45 @@ impl Adapter for Redis {
         self.with_con(|con, _| {
             ::redis::cmd("EXISTS")
                 .arg(self.lease_key(key))
+                .arg(self.slots_key(key))
                 .query::<i64>(&mut con.con)
         })
-        .map(|n| n == 1)
+        .map(|n| n >= 1)
+    }
+
+    fn acquire_limited(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_as(key, ttl, who);
+        }
+        self.acquire_slot(key, ttl, who, limit)
+    }
+
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        self.slot_expires_in(key)
     }
 
     fn break_lease(&self, key: &str) -> Result<bool> {
         self.with_con(|con, _| {
-            let (n, _): (i64, i64) = ::redis::pipe()
+            let (n, _, s, _): (i64, i64, i64, i64) = ::redis::pipe()
                 .atomic()
                 .cmd("DEL")
                 .arg(self.lease_key(key))
                 .cmd("DEL")
                 .arg(self.info_key(key))
+                .cmd("DEL")
+                .arg(self.slots_key(key))
+                .cmd("DEL")
+                .arg(self.holders_key(key))
                 .query(&mut con.con)?;
-            Ok(n)
+            Ok(n + s)
         })
-        .map(|n| n == 1)
+        .map(|n| n >= 1)
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
@@ -832,17 +1002,11 @@ impl Adapter for Redis {
     }
 
     fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
-        if self.sentinel.is_some() {
-            // The listener would need to follow failovers like the data
-            // connections do; until it does, Sentinel mode polls every tick.
-            return None;
-        }
-        let listener = Listener {
-            client: self.client.clone(),
-            prefix: format!("{}:raised:{{", self.namespace),
-            pattern: format!("{}:raised:{{*", glob_escape(&self.namespace)),
-            timeout: self.timeout,
+        let at: Arc<dyn ListenAt> = match &self.sentinel {
+            Some(sentinel) => sentinel.clone(),
+            None => Arc::new(self.client.clone()),
         };
+        let listener = Listener::new(at, &self.namespace, "raised", self.timeout);
         self.push.get().watch(watcher, move |registry| {
             crate::push::spawn("mistri-flags", move || listener.run(&registry))
         })
@@ -866,12 +1030,19 @@ impl Adapter for Redis {
     }
 
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
-        self.with_con(|con, _| self.info_on(con, key))
+        match self.with_con(|con, _| self.info_on(con, key))? {
+            Some(info) => Ok(Some(info)),
+            None => self.slot_info(key),
+        }
     }
 
     fn list(&self, prefix: &str) -> Result<Listing> {
         let mut listing = Listing::default();
-        for key in self.keys_of("lease", prefix)? {
+        let mut keys = self.keys_of("lease", prefix)?;
+        keys.extend(self.keys_of("slots", prefix)?);
+        keys.sort();
+        keys.dedup();
+        for key in keys {
             // Gone between the scan and now: not live, not listed.
             if let Some(info) = self.info(&key)? {
                 listing.leases.push(info);
@@ -899,6 +1070,7 @@ impl Adapter for Redis {
             return Ok(Beat::default());
         }
         let deadline = deadline.min(Instant::now() + self.timeout);
+        let epoch = self.master_epoch();
         let mut con = self.checkout(deadline)?;
         // Any error below drops `con`: a timed-out connection may still
         // deliver late replies, which must never be read as this tick's.
@@ -911,6 +1083,12 @@ impl Adapter for Redis {
         if !again.is_empty() {
             self.aim(&mut con, deadline)?;
             self.renew.load(&mut con.con).map_err(|e| self.map_err(e))?;
+            if renewals.iter().any(|r| r.lease.slotted()) {
+                slots::SCRIPTS
+                    .renew
+                    .load(&mut con.con)
+                    .map_err(|e| self.map_err(e))?;
+            }
             let retry: Vec<Renewal<'_>> = again.iter().map(|i| renewals[*i]).collect();
             let answers = self.beat_on(&mut con, &retry, &[], deadline)?;
             for (i, answer) in again.into_iter().zip(answers) {
@@ -918,7 +1096,7 @@ impl Adapter for Redis {
             }
         }
         let acked = self.after_beat(&mut con, deadline, &replies[..renewals.len()])?;
-        self.checkin(con);
+        self.checkin(con, epoch);
         let (renewed, up) = replies.split_at(renewals.len());
         Ok(Beat {
             renewals: renewed
@@ -944,7 +1122,7 @@ impl Redis {
         // `client` is never used with a sentinel; any parsable URL will do.
         let mut redis = Self::with_timeout("redis://127.0.0.1/", namespace, DEFAULT_TIMEOUT)?;
         redis.addr = sentinel.describe();
-        redis.sentinel = Some(sentinel);
+        redis.sentinel = Some(Arc::new(sentinel));
         Ok(redis.replicated(replicas))
     }
 
@@ -961,7 +1139,12 @@ impl Redis {
 
     /// With a sentinel, the master's address as last resolved.
     pub fn sentinel_master(&self) -> Option<String> {
-        self.sentinel.as_ref().and_then(Sentinel::master_addr)
+        self.sentinel.as_deref().and_then(Sentinel::master_addr)
+    }
+
+    /// With a sentinel, how many times its master was forgotten (0 without).
+    fn master_epoch(&self) -> u64 {
+        self.sentinel.as_deref().map_or(0, Sentinel::epoch)
     }
 
     /// A new connection, opened within `left` (and by `deadline`).
@@ -992,8 +1175,8 @@ impl Redis {
 
     fn forget_master(&self) {
         if let Some(sentinel) = &self.sentinel {
+            // Bumps the epoch: the pool drops what it holds on next use.
             sentinel.forget();
-            self.pool.get().lock().idle.clear();
         }
     }
 
@@ -1026,17 +1209,15 @@ impl Redis {
         match renewed {
             Ok(Renewed::Yes) if !acked => Err(Error::Backend(format!(
                 "Redis at {}: renewal applied but not confirmed: fewer than {} replica(s) \
-                 acknowledged it within {:?} (min_replicas), or the sentinels name another \
-                 master now",
+                 acknowledged it within {:?} (min_replicas)",
                 self.addr, self.replicas.min_replicas, self.replicas.timeout
             ))),
             other => other,
         }
     }
 
-    /// After a beat's replies: notes a `READONLY` (the master moved), waits
-    /// for the replicas if any renewal applied, and with a sentinel checks
-    /// that the master written to is still the one the sentinels name.
+    /// After a beat's replies: notes a `READONLY` (the master moved) and
+    /// waits for the replicas if any renewal applied.
     fn after_beat(&self, con: &mut Con, deadline: Instant, renewals: &[Value]) -> Result<bool> {
         let readonly = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "READONLY");
         if renewals.iter().any(readonly) {
@@ -1048,26 +1229,10 @@ impl Redis {
             .map_err(|e| self.map_err(e))?;
         // A WAIT that fails with a sentinel may mean the master moved:
         // look again, so the next tick writes where the replicas are.
-        let named = !wrote || self.still_master(deadline);
         if !acked {
             self.forget_master();
         }
-        Ok(acked && named)
-    }
-
-    /// With a sentinel: is the master this adapter wrote to still the one
-    /// the sentinels name? (Always true without a sentinel.)
-    fn still_master(&self, deadline: Instant) -> bool {
-        match (&self.sentinel, self.sentinel_master()) {
-            (Some(sentinel), Some(master)) => {
-                let ok = sentinel.still_master(&master, deadline);
-                if !ok {
-                    self.forget_master();
-                }
-                ok
-            }
-            _ => true,
-        }
+        Ok(acked)
     }
 
     /// An acquire that was not acknowledged in time: undone (deleted by its
@@ -1078,10 +1243,11 @@ impl Redis {
             Ok(false) => "it is gone already",
             Err(_) => "could not release it (it expires with its ttl)",
         };
+        // With a sentinel the master may have moved: look again.
+        self.forget_master();
         Error::Backend(format!(
             "Redis at {}: acquired {:?} but not confirmed: fewer than {} replica(s) \
-             acknowledged it within {:?} (min_replicas), or the sentinels name another master \
-             now; {undone}",
+             acknowledged it within {:?} (min_replicas); {undone}",
             self.addr,
             lease.key(),
             self.replicas.min_replicas,

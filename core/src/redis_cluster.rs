@@ -31,17 +31,27 @@
 //! dropped, never reused. The state mutex is held only to read the map or
 //! push/pop a connection, never during I/O.
 //!
-//! Not on Cluster (yet): push delivery of stop flags (flags are polled
-//! every tick, as on every backend).
+//! Push delivery of stop flags ([`crate::push`]): `set_flag` runs one
+//! script on the flag's slot owner that `SET`s the flag and then
+//! `PUBLISH`es `{ns}:raised:{KEY}` (classic pub/sub, which a cluster
+//! broadcasts to every node over its bus). So the listener needs one
+//! `PSUBSCRIBE` on any one node, not one per master: it picks a master of
+//! the last slot map (else a seed), and after that node fails, another,
+//! then has the engines poll every watched flag. Sharded pub/sub
+//! (`SSUBSCRIBE`) was not used: it has no pattern form, so a listener
+//! would need a subscription per watched key on each key's slot owner,
+//! re-made after every slot move.
 
 use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::args::{millis_ceil, mint_token};
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{FlagInfo, Identity, LeaseInfo, Listing};
+use crate::push::{FlagWatch, FlagWatcher, Registry};
+use crate::redis::slots::{self as slot, SCRIPTS as SLOT_SCRIPTS};
 use crate::redis::{
-    flag_from, holder_from, min_left_ms, renewed_from, ACQUIRE_LUA, DEFAULT_TIMEOUT, RELEASE_LUA,
-    RENEW_LUA,
+    flag_from, holder_from, min_left_ms, renewed_from, ListenAt, Listener, ACQUIRE_LUA,
+    DEFAULT_TIMEOUT, RELEASE_LUA, RENEW_LUA,
 };
 use crate::redis_url::{ReplicaAck, UrlParts};
 use ::redis::{
@@ -49,6 +59,8 @@ use ::redis::{
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Rounds of redirections one batch follows before giving up on an item.
@@ -64,11 +76,25 @@ const MIN_IO: Duration = Duration::from_millis(1);
 const INFO_LUA: &str = "\
 return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]), redis.call('TIME')}";
 
-/// `KEYS[1]` lease, `KEYS[2]` description: deletes both, answers whether
-/// the lease was there.
+/// `KEYS[1]` flag; `ARGV[1]` ttl in ms, `ARGV[2]` its channel. Raises the
+/// flag, then announces it (the `SET` and `PUBLISH` of one server's
+/// pipeline, in one script so the message never goes out from a node
+/// that redirected the `SET`).
+const RAISE_LUA: &str = "\
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+redis.call('PUBLISH', ARGV[2], '1')
+return 1";
+
+/// `KEYS[1]` lease, `KEYS[2]` description, `KEYS[3]` (optional) slots,
+/// `KEYS[4]` their descriptions: deletes them all, answers how many of the
+/// lease and the slots were there.
 const BREAK_LUA: &str = "\
 local n = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
+if KEYS[3] then
+  n = n + redis.call('DEL', KEYS[3])
+  redis.call('DEL', KEYS[4])
+end
 return n";
 
 #[derive(Clone)]
@@ -190,6 +216,11 @@ pub struct RedisCluster {
     acquire: Script,
     renew: Script,
     release: Script,
+    raise: Script,
+    /// The masters of the last slot map, shared with the flag listener.
+    known: ForkLocal<Arc<Mutex<Vec<String>>>>,
+    /// The watchers of this adapter's flag listener (one per process).
+    push: ForkLocal<Arc<Registry>>,
 }
 
 impl RedisCluster {
@@ -226,6 +257,9 @@ impl RedisCluster {
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
             release: Script::new(RELEASE_LUA),
+            raise: Script::new(RAISE_LUA),
+            known: ForkLocal::new(Arc::default(), |_| Arc::default()),
+            push: crate::push::fork_local_registry(),
         })
     }
 
@@ -323,7 +357,9 @@ impl RedisCluster {
             let share = left(deadline, addr)? / u32::try_from(candidates.len() - i).unwrap_or(1);
             match self.slots_from(addr, Instant::now() + share.max(MIN_IO)) {
                 Ok(map) => {
+                    let masters = map.masters();
                     self.state.get().lock().map = map;
+                    *self.known.get().lock() = masters;
                     return Ok(());
                 }
                 Err(e) => why.push(e.to_string()),
@@ -647,6 +683,14 @@ impl RedisCluster {
     }
 
     fn renew_op(&self, r: &Renewal<'_>) -> Op {
+        if r.lease.slotted() {
+            return self.slot_op(
+                &SLOT_SCRIPTS.renew,
+                slot::SLOT_RENEW_LUA,
+                slot::renew_call(&self.namespace, r),
+                true,
+            );
+        }
         let mut op = self.script_op(
             &self.renew,
             RENEW_LUA,
@@ -659,6 +703,21 @@ impl RedisCluster {
         );
         op.write = true;
         op
+    }
+
+    fn slot_op(&self, script: &Script, source: &str, call: slot::Call, write: bool) -> Op {
+        let mut op = self.script_op(script, source, &call.0, &call.1);
+        op.write = write;
+        op
+    }
+
+    fn slot_info_op(&self, key: &str) -> Op {
+        self.slot_op(
+            &SLOT_SCRIPTS.info,
+            slot::SLOT_INFO_LUA,
+            slot::info_call(&self.namespace, key),
+            false,
+        )
     }
 
     fn info_op(&self, key: &str) -> Op {
@@ -690,11 +749,11 @@ impl RedisCluster {
             Some(Value::BulkString(value)) => holder_from(value, time_left, now_ms),
             _ => None,
         };
-        Ok(Some(LeaseInfo {
-            key: key.to_owned(),
+        Ok(Some(LeaseInfo::exclusive(
+            key.to_owned(),
             time_left,
             holder,
-        }))
+        )))
     }
 
     /// Every key matching `pattern` on every master, by `SCAN`.
@@ -743,6 +802,55 @@ impl RedisCluster {
 enum Redirect {
     To(Route),
     AsEval,
+}
+
+/// Where a cluster's flag listener subscribes: any one node (a classic
+/// `PUBLISH` reaches every node). The masters of the last slot map first,
+/// then the seeds; after a failure, the next one.
+struct AnyNode {
+    parts: UrlParts,
+    known: Arc<Mutex<Vec<String>>>,
+    /// Where to start next time: the node that worked last.
+    next: AtomicUsize,
+}
+
+impl ListenAt for AnyNode {
+    fn connect(&self, deadline: Instant) -> ::redis::RedisResult<(Connection, String)> {
+        let mut nodes = self.known.lock().clone();
+        for seed in &self.parts.hosts {
+            if !nodes.contains(seed) {
+                nodes.push(seed.clone());
+            }
+        }
+        let n = nodes.len().max(1);
+        let start = self.next.load(Ordering::Relaxed);
+        let mut last = RedisError::from((ErrorKind::Io, "no Redis Cluster node to listen on"));
+        for i in 0..nodes.len() {
+            let idx = (start + i) % n;
+            let addr = &nodes[idx];
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < MIN_IO {
+                break;
+            }
+            // Each node left to try gets an equal share of the time left.
+            let share = left / u32::try_from(nodes.len() - i).unwrap_or(1);
+            let url = self
+                .parts
+                .node_url(addr, None, self.parts.userinfo.as_deref());
+            let attempt =
+                Client::open(url).and_then(|c| c.get_connection_with_timeout(share.max(MIN_IO)));
+            match attempt {
+                Ok(con) => {
+                    // A node that fails later is skipped next time.
+                    self.next.store(idx + 1, Ordering::Relaxed);
+                    return Ok((con, addr.clone()));
+                }
+                Err(e) => last = e,
+            }
+        }
+        self.next.store(start + 1, Ordering::Relaxed);
+        Err(last)
+    }
 }
 
 /// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part
@@ -862,7 +970,11 @@ impl Adapter for RedisCluster {
         let mut op = self.script_op(
             &self.acquire,
             ACQUIRE_LUA,
-            &[self.key("lease", key), self.key("fence", key)],
+            &[
+                self.key("lease", key),
+                self.key("fence", key),
+                self.key("slots", key),
+            ],
             &[
                 token.clone(),
                 millis_ceil(ttl).to_string(),
@@ -903,6 +1015,18 @@ impl Adapter for RedisCluster {
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.slotted() {
+            let op = self.slot_op(
+                &SLOT_SCRIPTS.release,
+                slot::SLOT_RELEASE_LUA,
+                slot::release_call(&self.namespace, lease),
+                true,
+            );
+            return match self.query(op)? {
+                Value::Int(n) => Ok(n == 1),
+                other => Err(unexpected("release", &other)),
+            };
+        }
         let op = self.script_op(
             &self.release,
             RELEASE_LUA,
@@ -918,28 +1042,95 @@ impl Adapter for RedisCluster {
     fn held(&self, key: &str) -> Result<bool> {
         let k = self.key("lease", key);
         let mut cmd = ::redis::cmd("EXISTS");
-        cmd.arg(&k);
+        cmd.arg(&k).arg(self.key("slots", key));
         match self.query(Self::plain_op(&k, cmd))? {
-            Value::Int(n) => Ok(n == 1),
+            Value::Int(n) => Ok(n >= 1),
             other => Err(unexpected("EXISTS", &other)),
         }
     }
 
+    fn acquire_limited(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_as(key, ttl, who);
+        }
+        let token = mint_token()?;
+        let op = self.slot_op(
+            &SLOT_SCRIPTS.acquire,
+            slot::SLOT_ACQUIRE_LUA,
+            slot::acquire_call(&self.namespace, key, &token, ttl, who, limit),
+            true,
+        );
+        let (value, acked) = self.one(op)?;
+        let fence = slot::fence_from(&value, "Redis Cluster")?;
+        if fence == 0 {
+            return Ok(None);
+        }
+        let lease = Lease::slot(key, token, fence, limit);
+        if !acked {
+            let undone = match self.release(&lease) {
+                Ok(true) => "released it",
+                Ok(false) => "it is gone already",
+                Err(_) => "could not release it (it expires with its ttl)",
+            };
+            return Err(Error::Backend(format!(
+                "{}; {undone}",
+                self.not_replicated(&format!("acquire of a slot of {key:?}"))
+            )));
+        }
+        Ok(Some(lease))
+    }
+
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        let op = self.slot_op(
+            &SLOT_SCRIPTS.expires,
+            slot::EXPIRES_LUA,
+            slot::expires_call(&self.namespace, key),
+            false,
+        );
+        slot::expires_from(&self.query(op)?, "Redis Cluster")
+    }
+
     fn break_lease(&self, key: &str) -> Result<bool> {
-        let keys = [self.key("lease", key), self.key("info", key)];
+        let keys = [
+            self.key("lease", key),
+            self.key("info", key),
+            self.key("slots", key),
+            self.key("holders", key),
+        ];
         let mut cmd = ::redis::cmd("EVAL");
-        cmd.arg(BREAK_LUA).arg(2).arg(&keys[..]);
+        cmd.arg(BREAK_LUA).arg(4).arg(&keys[..]);
         match self.query(Self::plain_op(&keys[0], cmd))? {
-            Value::Int(n) => Ok(n == 1),
+            Value::Int(n) => Ok(n >= 1),
             other => Err(unexpected("break", &other)),
         }
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
-        let k = self.key("flag", key);
-        let mut cmd = ::redis::cmd("SET");
-        cmd.arg(&k).arg("1").arg("PX").arg(millis_ceil(ttl));
-        self.query(Self::plain_op(&k, cmd)).map(drop)
+        let op = self.script_op(
+            &self.raise,
+            RAISE_LUA,
+            &[self.key("flag", key)],
+            &[millis_ceil(ttl).to_string(), self.key("raised", key)],
+        );
+        self.query(op).map(drop)
+    }
+
+    fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
+        let at = AnyNode {
+            parts: self.parts.clone(),
+            known: self.known.get().clone(),
+            next: AtomicUsize::new(0),
+        };
+        let listener = Listener::new(Arc::new(at), &self.namespace, "raised", self.timeout);
+        self.push.get().watch(watcher, move |registry| {
+            crate::push::spawn("mistri-flags", move || listener.run(&registry))
+        })
     }
 
     fn flag(&self, key: &str) -> Result<bool> {
@@ -958,7 +1149,10 @@ impl Adapter for RedisCluster {
 
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
         let value = self.query(self.info_op(key))?;
-        self.info_from(key, value)
+        match self.info_from(key, value)? {
+            Some(info) => Ok(Some(info)),
+            None => slot::info_from(key, &self.query(self.slot_info_op(key))?, "Redis Cluster"),
+        }
     }
 
     fn list(&self, prefix: &str) -> Result<Listing> {
@@ -971,6 +1165,17 @@ impl Adapter for RedisCluster {
                 let (value, _) = answer?;
                 // Gone between the scan and now: not live, not listed.
                 if let Some(info) = self.info_from(key, value)? {
+                    listing.leases.push(info);
+                }
+            }
+        }
+        let slotted = self.keys_of("slots", prefix)?;
+        for chunk in slotted.chunks(500) {
+            let ops: Vec<Op> = chunk.iter().map(|k| self.slot_info_op(k)).collect();
+            let answers = self.run(&ops, Instant::now() + self.timeout);
+            for (key, answer) in chunk.iter().zip(answers) {
+                let (value, _) = answer?;
+                if let Some(info) = slot::info_from(key, &value, "Redis Cluster")? {
                     listing.leases.push(info);
                 }
             }
