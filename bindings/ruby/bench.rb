@@ -37,15 +37,18 @@ def slice_rate(seconds, pair)
   n / (now - t0)
 end
 
-# Measures the candidates in interleaved slices (5 rounds, SECONDS_EACH per
-# candidate in all) and keeps each one's best slice, so a burst of load on
-# the machine hits both sides alike. Returns the rates in order.
+# Measures the candidates in interleaved slices (ROUNDS rounds, SECONDS_EACH
+# per candidate in all) and keeps each one's best slice, so a burst of load
+# on the machine hits both sides alike (more, shorter slices: a loaded
+# machine leaves each side some quiet ones). Returns the rates in order.
+ROUNDS = 15
+
 def compare(*pairs)
   pairs.each { |pair| 2000.times(&pair) } # warm-up
   best = Array.new(pairs.size, 0.0)
-  5.times do
+  ROUNDS.times do
     pairs.each_with_index do |pair, i|
-      best[i] = [best[i], slice_rate(SECONDS_EACH / 5, pair)].max
+      best[i] = [best[i], slice_rate(SECONDS_EACH / ROUNDS, pair)].max
     end
   end
   best

@@ -18,6 +18,10 @@ use mistri_locks::Locks;
 use mistri_locks_testkit::RedisServer;
 use std::time::{Duration, Instant};
 
+/// Slices per candidate: many short ones, so that on a loaded machine each
+/// side gets some quiet ones (the best slice is kept).
+const ROUNDS: usize = 15;
+
 /// Pairs/s of `pair` over `seconds`.
 fn slice_rate(seconds: f64, pair: &mut dyn FnMut(u64), n: &mut u64) -> f64 {
     let start = Instant::now();
@@ -31,7 +35,7 @@ fn slice_rate(seconds: f64, pair: &mut dyn FnMut(u64), n: &mut u64) -> f64 {
     (*n - first) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Measures the candidates in interleaved slices (5 rounds, `seconds` per
+/// Measures the candidates in interleaved slices ([`ROUNDS`] rounds, `seconds` per
 /// candidate in all) and keeps each one's best slice, so a burst of load on
 /// the machine hits every candidate alike.
 fn compare<const N: usize>(seconds: f64, mut pairs: [&mut dyn FnMut(u64); N]) -> [f64; N] {
@@ -43,9 +47,13 @@ fn compare<const N: usize>(seconds: f64, mut pairs: [&mut dyn FnMut(u64); N]) ->
         }
     }
     let mut best = [0.0f64; N];
-    for _ in 0..5 {
+    for _ in 0..ROUNDS {
         for i in 0..N {
-            best[i] = best[i].max(slice_rate(seconds / 5.0, pairs[i], &mut counters[i]));
+            best[i] = best[i].max(slice_rate(
+                seconds / ROUNDS as f64,
+                pairs[i],
+                &mut counters[i],
+            ));
         }
     }
     best
@@ -108,7 +116,7 @@ fn main() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 
-    println!("acquire+release pairs/s (best of 5 interleaved slices, {seconds} s each in all; one redis-server on 127.0.0.1)");
+    println!("acquire+release pairs/s (best of {ROUNDS} interleaved slices, {seconds} s each in all; one redis-server on 127.0.0.1)");
     println!("{:<44} {:>12}", "backend", "pairs/s");
     println!("{:<44} {:>12.0}", "memory (Locks)", mem);
     println!("{:<44} {:>12.0}", "local (Locks, SQLite WAL file)", loc);

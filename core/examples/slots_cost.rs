@@ -1,8 +1,8 @@
 //! What N-holder leases cost the exclusive acquire, side by side in one run.
 //!
 //! - Redis: the exclusive acquire script refuses while `{ns}:slots:{KEY}`
-//!   exists (its `KEYS[4]`, one `EXISTS` inside the script). The same
-//!   script with 3 keys skips that check: both forms, alternating batches
+//!   exists (its `KEYS[3]`, one `EXISTS` inside the script). The same
+//!   script with 2 keys skips that check: both forms, alternating batches
 //!   on one connection to a fresh redis-server, each acquire followed by
 //!   its release; client-side time per pair, and the server's own
 //!   `usec_per_call` of `EVALSHA` (`INFO commandstats`).
@@ -19,13 +19,12 @@ use std::time::{Duration, Instant};
 const ROUNDS: usize = 10;
 
 /// `pairs` exclusive acquire + release pairs with `keys` keys given to the
-/// acquire script (3: no slots check; 4: with it).
+/// acquire script (2: no slots check; 3: with it).
 fn pairs(con: &mut Connection, acquire: &Script, release: &Script, keys: usize, pairs: usize) {
     let ns = "bench";
     let all = [
         format!("{ns}:lease:{{job}}"),
         format!("{ns}:fence:{{job}}"),
-        format!("{ns}:info:{{job}}"),
         format!("{ns}:slots:{{job}}"),
     ];
     for i in 0..pairs {
@@ -39,12 +38,7 @@ fn pairs(con: &mut Connection, acquire: &Script, release: &Script, keys: usize, 
             .invoke(con)
             .unwrap();
         assert!(fence > 0);
-        let n: i64 = release
-            .key(&all[0])
-            .key(&all[2])
-            .arg(&token)
-            .invoke(con)
-            .unwrap();
+        let n: i64 = release.key(&all[0]).arg(&token).invoke(con).unwrap();
         assert_eq!(n, 1);
     }
 }
@@ -66,12 +60,12 @@ fn redis_rows(n: usize) {
         .get_connection()
         .unwrap();
     let (acquire, release) = (Script::new(ACQUIRE_LUA), Script::new(RELEASE_LUA));
-    pairs(&mut con, &acquire, &release, 4, 1000); // warm up, load scripts
+    pairs(&mut con, &acquire, &release, 3, 1000); // warm up, load scripts
     let batch = n / ROUNDS;
     let mut time = [Duration::ZERO; 2];
     let mut server_us = [0.0f64; 2];
     for _ in 0..ROUNDS {
-        for (i, keys) in [3usize, 4].into_iter().enumerate() {
+        for (i, keys) in [2usize, 3].into_iter().enumerate() {
             redis::cmd("CONFIG")
                 .arg("RESETSTAT")
                 .query::<()>(&mut con)
@@ -88,12 +82,12 @@ fn redis_rows(n: usize) {
         batch * ROUNDS
     );
     println!(
-        "  without the slots check (3 keys): {:6.1} µs/pair client, {:5.2} µs/EVALSHA server",
+        "  without the slots check (2 keys): {:6.1} µs/pair client, {:5.2} µs/EVALSHA server",
         per(time[0]),
         server_us[0]
     );
     println!(
-        "  with the slots check    (4 keys): {:6.1} µs/pair client, {:5.2} µs/EVALSHA server",
+        "  with the slots check    (3 keys): {:6.1} µs/pair client, {:5.2} µs/EVALSHA server",
         per(time[1]),
         server_us[1]
     );

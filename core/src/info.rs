@@ -3,19 +3,18 @@
 //!
 //! Every acquire stores an [`Identity`] (a label the holder chooses,
 //! default `host:pid language`, and the hold's heartbeat) next to the lease,
-//! **atomically with it**: on Redis in the same acquire script, as the hash
-//! `NS:info:{KEY}` in the lease's hash slot, expiring with the lease; on
-//! Local as columns of the lease row; on Memory in the lease's entry. Every
-//! renewal stamps its wall-clock time there in the same atomic step, so a
-//! holder that died shows a last-renewal age that grows until the lease
-//! expires. The owner token is never part of it. `docs/PROTOCOL.md` has the
-//! layout.
+//! **atomically with it**: on Redis in the lease's own value, after the
+//! token (one key, expiring with the lease); on Local as columns of the
+//! lease row; on Memory in the lease's entry. Every renewal moves its
+//! last-renewal time (Local and Memory stamp it; on Redis it follows from
+//! the ttl and the time left), so a holder that died shows a last-renewal
+//! age that grows until the lease expires. The owner token is never shown.
+//! `docs/PROTOCOL.md` has the layout.
 //!
 //! Reading is one atomic step too ([`crate::Adapter::info`]): the lease's
 //! time left, and the stored description only if it belongs to the lease
-//! that is there now (Redis: its `fence` equals the key's fence counter; a
-//! lease taken by an older client that writes no description shows
-//! `holder: None`).
+//! that is there now (a lease taken by a client that writes no description
+//! shows `holder: None`).
 //!
 //! N-holder leases (semaphores): each slot stores its own description the
 //! same way (Redis: a field of the hash `NS:holders:{KEY}`; Local: columns

@@ -14,6 +14,9 @@
 //! [`WALL_REBASE`] earlier, so it follows a wall-clock step within a second
 //! and is never behind the pair's own reading.
 //!
+//! Owner tokens: Memory's never leave the process, so they need not be
+//! unguessable, only unique: a process-wide counter in 16 hex characters
+//! ([`memory_token`]), no OS randomness per acquire.
 //! N-holder leases (`acquire_limited` with a limit over 1) keep their slots
 //! in the same store, beside the exclusive entries (`Slots`); the exclusive
 //! acquire's only extra work is a check of an empty map when no N-holder
@@ -27,12 +30,12 @@
 //! starts empty (see `State::for_child`).
 
 use crate::adapter::{Adapter, Lease, Renewal, Renewed};
-use crate::args::mint_token;
 use crate::error::Result;
 use crate::fork::ForkLocal;
 use crate::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const MIN_PRUNE_AT: usize = 64;
@@ -60,8 +63,9 @@ struct State {
     flags: HashMap<String, Instant>,
     fence: u64,
     prune_at: usize,
-    /// A monotonic instant and the wall-clock time read with it.
-    clock: (Instant, SystemTime),
+    /// A monotonic instant, the wall-clock time read with it, and that
+    /// time in µs since 1970 (the fence's floor).
+    clock: (Instant, SystemTime, u64),
     /// N-holder leases ([`Slots`]).
     slots: Slots,
 }
@@ -109,7 +113,7 @@ impl Default for State {
             flags: HashMap::default(),
             fence: 0,
             prune_at: MIN_PRUNE_AT,
-            clock: (Instant::now(), SystemTime::now()),
+            clock: wall_now(Instant::now()),
             slots: Slots::default(),
         }
     }
@@ -136,16 +140,16 @@ impl State {
         Mutex::new(copy.unwrap_or_default())
     }
 
-    /// The wall-clock time at `now`, derived from the last pair of clock
-    /// readings unless that is over [`WALL_REBASE`] old.
-    fn wall(&mut self, now: Instant) -> SystemTime {
-        let (at, wall) = self.clock;
+    /// The wall-clock time at `now` and it in µs since 1970 (at least 1),
+    /// derived from the last pair of clock readings unless that is over
+    /// [`WALL_REBASE`] old.
+    fn wall(&mut self, now: Instant) -> (SystemTime, u64) {
+        let (at, wall, micros) = self.clock;
         match now.checked_duration_since(at) {
-            Some(since) if since < WALL_REBASE => wall + since,
+            Some(since) if since < WALL_REBASE => (wall + since, micros + since.as_micros() as u64),
             _ => {
-                let wall = SystemTime::now();
-                self.clock = (now, wall);
-                wall
+                self.clock = wall_now(now);
+                (self.clock.1, self.clock.2)
             }
         }
     }
@@ -164,6 +168,30 @@ impl State {
     }
 }
 
+/// The wall clock read now, paired with `now`.
+fn wall_now(now: Instant) -> (Instant, SystemTime, u64) {
+    let wall = SystemTime::now();
+    let micros = wall
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(i64::MAX as u64))
+        .unwrap_or(0)
+        .clamp(1, i64::MAX as u64 / 2);
+    (now, wall, micros)
+}
+
+/// A Memory owner token: unique in this process (module header, "Owner
+/// tokens"), 16 lowercase hex characters.
+fn memory_token() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut token = String::with_capacity(16);
+    for shift in (0..16).rev() {
+        token.push(char::from(HEX[((n >> (shift * 4)) & 15) as usize]));
+    }
+    token
+}
+
 fn deadline(now: Instant, ttl: Duration) -> Instant {
     // check_duration caps ttl far below Instant's range; saturate anyway.
     now.checked_add(ttl)
@@ -180,11 +208,11 @@ impl Adapter for Memory {
     }
 
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
-        let token = mint_token()?;
+        let token = memory_token();
         // The one clock read of an acquire (module header, "Clocks").
         let now = Instant::now();
         let mut state = self.state().lock();
-        let wall = state.wall(now);
+        let (wall, floor) = state.wall(now);
         if state.slots.live(key, now) {
             return Ok(None);
         }
@@ -193,11 +221,6 @@ impl Adapter for Memory {
             fence: counter,
             ..
         } = &mut *state;
-        let floor = wall
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_micros()).unwrap_or(i64::MAX as u64))
-            .unwrap_or(0)
-            .clamp(1, i64::MAX as u64);
         let expires = deadline(now, ttl);
         let fence = match leases.get_mut(key) {
             Some(e) if e.expires > now => return Ok(None),
@@ -302,13 +325,13 @@ impl Adapter for Memory {
         if limit <= 1 {
             return self.acquire_as(key, ttl, who);
         }
-        let token = mint_token()?;
+        let token = memory_token();
         let now = Instant::now();
         let mut state = self.state().lock();
         if state.live_lease(key, now).is_some() {
             return Ok(None);
         }
-        let wall = state.wall(now);
+        let (wall, _) = state.wall(now);
         let State {
             slots,
             fence: counter,

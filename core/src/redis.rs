@@ -4,11 +4,15 @@
 //! - Keys: `{ns}:lease:{KEY}`, `{ns}:fence:{KEY}`, `{ns}:flag:{KEY}` where the
 //!   braces around KEY are literal: a Redis Cluster hash tag, so the lease
 //!   and its fence counter always share a slot.
-//! - Acquire: one Lua script doing `SET lease token NX PX ttl` and, on
-//!   success, `INCR fence` floored by the server's clock (atomic: no other
-//!   client sees one without the other; see [`ACQUIRE_LUA`]).
+//! - Acquire: one Lua script doing `SET lease "token description" NX PX
+//!   ttl` and, on success, raising the fence counter (`max(counter + 1,
+//!   server clock)`; atomic: no other client sees one without the other;
+//!   see [`ACQUIRE_LUA`]). The holder's description rides in the lease's
+//!   value after the token, so it lives and dies with the lease.
 //! - Renew / release: Lua compare-and-`PEXPIRE` / compare-and-`DEL` on the
-//!   token. Keys only ever travel as `KEYS`, values as `ARGV`.
+//!   token (the value's first word). Keys only ever travel as `KEYS`,
+//!   values as `ARGV`; the hot paths write their commands' RESP straight
+//!   into a buffer kept with the pooled connection ([`resp`]).
 //! - A heartbeat tick is one pipeline: every renewal and flag read of the
 //!   tick in one round trip.
 //! - N-holder leases (semaphores): a sorted set of token → expiry per key,
@@ -69,82 +73,86 @@ const MAX_IDLE: usize = 16;
 /// to the OS, and redis-rs refuses it).
 const MIN_IO: Duration = Duration::from_millis(1);
 
-/// `KEYS[1]` lease, `KEYS[2]` fence counter, `KEYS[3]` (optional) holder
-/// description; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` holder label,
-/// `ARGV[4]` heartbeat in ms. Returns the new fencing number, or 0 when the
-/// lease is taken.
+/// `KEYS[1]` lease, `KEYS[2]` fence counter, `KEYS[3]` (optional) N-holder
+/// slots; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` (optional) holder label, `ARGV[4]` heartbeat in ms.
+/// Returns the new fencing number, or 0 when the lease is taken (and then
+/// writes nothing).
 ///
-/// The fence is `max(INCR counter, server TIME in µs)`, and the counter is
-/// raised to the clock when the clock wins ([`crate::fence`]): a counter lost
-/// with the data (restart without persistence, `FLUSHALL`, failover,
-/// eviction) restarts above every fence issued before. `TIME` before a write
-/// needs effects replication, the only mode since Redis 7 (default since 5).
-/// `%.0f` writes the whole number exactly (below 2^53, a Lua double is).
+/// The fence is `max(counter + 1, server TIME in µs)`, and the counter is
+/// set to it ([`crate::fence`]): a counter lost with the data (restart
+/// without persistence, `FLUSHALL`, failover, eviction) restarts above every
+/// fence issued before. `TIME` before a write needs effects replication, the
+/// only mode since Redis 7 (default since 5). `%.0f` writes the whole number
+/// exactly (below 2^53, a Lua double is).
 ///
-/// With `KEYS[3]`, the holder's description (label, fence, acquire time in
-/// ms of the server's clock, ttl, heartbeat; never the token) replaces
-/// whatever was there, expiring with the lease ([`crate::info`]). Callers
-/// that pass two keys get the script of old, unchanged.
+/// With `ARGV[3]`, the lease's value is the token followed by the holder's
+/// description (`TOKEN TTL_MS FENCE ACQUIRED_MS HEARTBEAT_MS LABEL`, see
+/// [`holder_from`]): the description lives and dies with the lease, and an
+/// acquire writes two keys, the lease and the counter. Callers that pass two
+/// arguments store the bare token, as old clients did.
 ///
-/// With `KEYS[4]`, the N-holder lease key `{ns}:slots:{KEY}`: refused (0)
+/// With `KEYS[3]`, the N-holder lease key `{ns}:slots:{KEY}`: refused (0)
 /// while it exists, i.e. while a slot is live ([`slots`]).
 pub const ACQUIRE_LUA: &str = "\
-if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 0
-end
-local fence = redis.call('INCR', KEYS[2])
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local fence = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
 if floor > fence then
   fence = floor
-  redis.call('SET', KEYS[2], string.format('%.0f', floor))
 end
-if KEYS[3] then
-  local ms = string.format('%.0f', math.floor(floor / 1000))
-  redis.call('DEL', KEYS[3])
-  redis.call('HSET', KEYS[3], 'holder', ARGV[3] or '', 'fence', string.format('%.0f', fence),
-    'acquired_ms', ms, 'renewed_ms', ms, 'ttl_ms', ARGV[2], 'heartbeat_ms', ARGV[4] or '0')
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+fence = string.format('%.0f', fence)
+local value = ARGV[1]
+if ARGV[3] then
+  value = table.concat({ARGV[1], ARGV[2], fence, string.format('%.0f', math.floor(floor / 1000)),
+    ARGV[4] or '0', ARGV[3]}, ' ')
 end
-return fence";
+if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+  return 0
+end
+redis.call('SET', KEYS[2], fence)
+return tonumber(fence)";
 
-/// `KEYS[1]` lease, `KEYS[2]` (optional) holder description; `ARGV[1]`
-/// token, `ARGV[2]` ttl in ms, `ARGV[3]` (optional) the least life in ms the
-/// lease must have left. 1 if renewed, 0 if the token does not own the key,
-/// -1 if it does but less than `ARGV[3]` ms of its life is left (a renewal
-/// that arrived too late: not applied).
+/// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]`
+/// (optional) the least life in ms the lease must have left. 1 if renewed,
+/// 0 if the token does not own the key, -1 if it does but less than
+/// `ARGV[3]` ms of its life is left (a renewal that arrived too late: not
+/// applied).
 ///
-/// A renewal also stamps `renewed_ms` (the server's clock) and the ttl into
-/// the description, if there is one, and extends it with the lease.
+/// The token owns the key when the value is the token or starts with the
+/// token and a space (a described lease). A renewal writes nothing but the
+/// expiry; only one with another ttl than the description's rewrites the
+/// value, to record it (the time of the last renewal is derived from the
+/// ttl and the time left when the description is read).
 pub const RENEW_LUA: &str = "\
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+local head = ARGV[1] .. ' ' .. ARGV[2] .. ' '
+local same = v == ARGV[1] or string.sub(v, 1, #head) == head
+if not same and string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then
   return 0
 end
 local floor = tonumber(ARGV[3]) or 0
 if floor > 0 and redis.call('PTTL', KEYS[1]) < floor then
   return -1
 end
-local renewed = redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
-  local now = redis.call('TIME')
-  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  redis.call('HSET', KEYS[2], 'renewed_ms', string.format('%.0f', ms), 'ttl_ms', ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if same then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return renewed";
+redis.call('SET', KEYS[1], head .. (string.match(v, '^%S+ %S+ (.*)$') or ''), 'PX', ARGV[2])
+return 1";
 
-/// `KEYS[1]` lease, `KEYS[2]` (optional) holder description; `ARGV[1]`
-/// token, `ARGV[2]` (optional) the channel that announces releases of this
-/// key (`{ns}:released:{KEY}`), `ARGV[3]` the message (the lease's fence).
-/// 1 if deleted (the description with it, and then announced).
+/// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` (optional) the channel that
+/// announces releases of this key (`{ns}:released:{KEY}`), `ARGV[3]` the
+/// message (the lease's fence). 1 if deleted (and then announced), 0 if the
+/// token does not own the key.
 pub const RELEASE_LUA: &str = "\
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  if KEYS[2] then
-    redis.call('DEL', KEYS[2])
-  end
+local v = redis.call('GET', KEYS[1])
+if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then
   local n = redis.call('DEL', KEYS[1])
   if ARGV[2] then
     redis.call('PUBLISH', ARGV[2], ARGV[3] or '0')
@@ -153,8 +161,22 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0";
 
+#[path = "redis_resp.rs"]
+pub(crate) mod resp;
+use resp::Resp;
+
+/// A pooled connection and what the hot paths keep with it.
+struct Con {
+    con: Connection,
+    /// The RESP of the command(s) being sent: reused, so an operation
+    /// allocates nothing for its arguments.
+    buf: Vec<u8>,
+    /// The read and write timeout the socket has now (`None`: unknown).
+    aimed: Option<Duration>,
+}
+
 struct Pool {
-    idle: Vec<Connection>,
+    idle: Vec<Con>,
     /// With a sentinel: the [`Sentinel::epoch`] the idle connections were
     /// opened in.
     epoch: u64,
@@ -305,7 +327,7 @@ impl Redis {
     }
 
     /// A pooled connection, or a new one connected within `deadline`.
-    fn checkout(&self, deadline: Instant) -> Result<Connection> {
+    fn checkout(&self, deadline: Instant) -> Result<Con> {
         if let Some(sentinel) = &self.sentinel {
             sentinel.check_if_due(deadline);
         }
@@ -324,14 +346,23 @@ impl Redis {
         // Connecting also runs a setup pipeline of two replies, each of
         // which may wait out the read timeout: give each step a third.
         let left = self.left(deadline)?;
-        self.connect(left, deadline).map_err(|e| self.map_err(e))
+        let con = self.connect(left, deadline).map_err(|e| self.map_err(e))?;
+        Ok(Con {
+            con,
+            buf: Vec::new(),
+            aimed: None,
+        })
     }
 
     /// Puts back a connection checked out when [`Redis::master_epoch`]
     /// was `epoch` (one of an earlier epoch is dropped).
-    fn checkin(&self, con: Connection, epoch: u64) {
+    fn checkin(&self, mut con: Con, epoch: u64) {
+        // A beat's buffer may be large: keep only a small one pooled.
+        if con.buf.capacity() > 64 * 1024 {
+            con.buf = Vec::new();
+        }
         let mut pool = self.pool.get().lock();
-        if pool.idle.len() < MAX_IDLE && con.is_open() && epoch == self.master_epoch() {
+        if pool.idle.len() < MAX_IDLE && con.con.is_open() && epoch == self.master_epoch() {
             pool.idle.push(con);
         }
     }
@@ -349,12 +380,21 @@ impl Redis {
             })
     }
 
-    /// Points both socket timeouts at `deadline`.
-    fn aim(&self, con: &Connection, deadline: Instant) -> Result<()> {
+    /// Points both socket timeouts at `deadline`. A socket already aimed
+    /// within a millisecond of it is left alone (most operations start with
+    /// the full timeout left, as the one before did): no system call.
+    fn aim(&self, con: &mut Con, deadline: Instant) -> Result<()> {
         let left = self.left(deadline)?;
-        con.set_read_timeout(Some(left))
-            .and_then(|()| con.set_write_timeout(Some(left)))
-            .map_err(|e| self.map_err(e))
+        if con.aimed.is_some_and(|t| t.abs_diff(left) < MIN_IO) {
+            return Ok(());
+        }
+        con.aimed = None;
+        con.con
+            .set_read_timeout(Some(left))
+            .and_then(|()| con.con.set_write_timeout(Some(left)))
+            .map_err(|e| self.map_err(e))?;
+        con.aimed = Some(left);
+        Ok(())
     }
 
     /// Runs `f` on a pooled connection whose every read and write ends by
@@ -363,12 +403,12 @@ impl Redis {
     /// replies may still arrive), so it is dropped.
     fn with_con<T>(
         &self,
-        f: impl FnOnce(&mut Connection, Instant) -> ::redis::RedisResult<T>,
+        f: impl FnOnce(&mut Con, Instant) -> ::redis::RedisResult<T>,
     ) -> Result<T> {
         let deadline = Instant::now() + self.timeout;
         let epoch = self.master_epoch();
         let mut con = self.checkout(deadline)?;
-        self.aim(&con, deadline)?;
+        self.aim(&mut con, deadline)?;
         match f(&mut con, deadline) {
             Ok(v) => {
                 self.checkin(con, epoch);
@@ -380,30 +420,59 @@ impl Redis {
 
     /// Runs `script` with EVALSHA, falling back to EVAL (which also caches
     /// it) after a server restart or SCRIPT FLUSH, each step bounded by
-    /// `deadline`.
+    /// `deadline`. `args` writes the `keys` keys and `argc` arguments.
+    fn eval_with(
+        &self,
+        con: &mut Con,
+        deadline: Instant,
+        script: &Script,
+        source: &str,
+        (keys, argc): (usize, usize),
+        args: impl Fn(&mut Resp<'_>),
+    ) -> ::redis::RedisResult<Value> {
+        let send = |con: &mut Con, source: Option<&str>| {
+            con.buf.clear();
+            let mut w = Resp::new(&mut con.buf);
+            w.eval(script.get_hash(), source, keys, argc);
+            args(&mut w);
+            con.con.req_packed_command(&con.buf)
+        };
+        match send(con, None)? {
+            Value::ServerError(e) if e.code() == "NOSCRIPT" => {
+                if let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                    con.aimed = None;
+                    con.con.set_read_timeout(Some(left.max(MIN_IO)))?;
+                }
+                send(con, Some(source))?.extract_error()
+            }
+            other => other.extract_error(),
+        }
+    }
+
+    /// [`Redis::eval_with`] of string keys and arguments (the N-holder
+    /// scripts), its reply converted to `T`.
     fn eval<T: ::redis::FromRedisValue>(
         &self,
-        con: &mut Connection,
+        con: &mut Con,
         deadline: Instant,
         script: &Script,
         source: &str,
         keys: &[String],
         args: &[String],
     ) -> ::redis::RedisResult<T> {
-        let build = |verb: &str, body: &str| {
-            let mut cmd = ::redis::cmd(verb);
-            cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
-            cmd
-        };
-        match build("EVALSHA", script.get_hash()).query(con) {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                if let Some(left) = deadline.checked_duration_since(Instant::now()) {
-                    con.set_read_timeout(Some(left.max(MIN_IO)))?;
+        let reply = self.eval_with(
+            con,
+            deadline,
+            script,
+            source,
+            (keys.len(), args.len()),
+            |w| {
+                for k in keys.iter().chain(args) {
+                    w.bulk(k.as_bytes());
                 }
-                build("EVAL", source).query(con)
-            }
-            other => other,
-        }
+            },
+        )?;
+        Ok(::redis::from_redis_value(reply)?)
     }
 
     fn map_err(&self, e: RedisError) -> Error {
@@ -449,32 +518,47 @@ impl Redis {
     /// the connection after an error.
     fn beat_on(
         &self,
-        con: &mut Connection,
+        con: &mut Con,
         renewals: &[Renewal<'_>],
         flags: &[&str],
         deadline: Instant,
     ) -> Result<Vec<Value>> {
-        let mut pipe = ::redis::pipe();
+        con.buf.clear();
+        // About the size of the batch (each renewal ~150 bytes + its key):
+        // one allocation, not a doubling series of copies.
+        let ns = self.namespace.len();
+        con.buf
+            .reserve(renewals.len() * (150 + ns) + flags.len() * (40 + ns));
+        let mut w = Resp::new(&mut con.buf);
+        let sha = self.renew.get_hash();
         for r in renewals {
             if r.lease.slotted() {
-                self.pipe_slot_renew(&mut pipe, r);
+                let (keys, args) = slots::renew_call(&self.namespace, r);
+                w.eval(
+                    slots::SCRIPTS.renew.get_hash(),
+                    None,
+                    keys.len(),
+                    args.len(),
+                );
+                for k in keys.iter().chain(&args) {
+                    w.bulk(k.as_bytes());
+                }
                 continue;
             }
-            pipe.cmd("EVALSHA")
-                .arg(self.renew.get_hash())
-                .arg(2)
-                .arg(self.lease_key(r.lease.key()))
-                .arg(self.info_key(r.lease.key()))
-                .arg(r.lease.token())
-                .arg(millis_ceil(r.ttl))
-                .arg(min_left_ms(r.min_left));
+            w.eval(sha, None, 1, 3)
+                .key(&self.namespace, "lease", r.lease.key())
+                .bulk(r.lease.token().as_bytes())
+                .int(millis_ceil(r.ttl))
+                .int(min_left_ms(r.min_left));
         }
         for key in flags {
-            pipe.exists(self.flag_key(key));
+            w.command(2)
+                .bulk(b"EXISTS")
+                .key(&self.namespace, "flag", key);
         }
-        let packed = pipe.get_packed_pipeline();
         self.aim(con, deadline)?;
-        con.send_packed_command(&packed)
+        con.con
+            .send_packed_command(&con.buf)
             .map_err(|e| self.map_err(e))?;
         let count = renewals.len() + flags.len();
         let mut replies = Vec::with_capacity(count);
@@ -486,7 +570,7 @@ impl Redis {
                 self.aim(con, deadline)?;
                 aimed_at = Instant::now();
             }
-            replies.push(con.recv_response().map_err(|e| self.map_err(e))?);
+            replies.push(con.con.recv_response().map_err(|e| self.map_err(e))?);
         }
         Ok(replies)
     }
@@ -494,24 +578,24 @@ impl Redis {
 
 impl Redis {
     /// The lease on `key` and its description, read in one `MULTI`.
-    fn info_on(&self, con: &mut Connection, key: &str) -> ::redis::RedisResult<Option<LeaseInfo>> {
-        let (pttl, counter, fields): (i64, Option<String>, Vec<(String, String)>) = ::redis::pipe()
+    fn info_on(&self, con: &mut Con, key: &str) -> ::redis::RedisResult<Option<LeaseInfo>> {
+        let (pttl, value, (secs, micros)): (i64, Option<Vec<u8>>, (u64, u64)) = ::redis::pipe()
             .atomic()
             .cmd("PTTL")
             .arg(self.lease_key(key))
             .cmd("GET")
-            .arg(self.fence_key(key))
-            .cmd("HGETALL")
-            .arg(self.info_key(key))
-            .query(con)?;
+            .arg(self.lease_key(key))
+            .cmd("TIME")
+            .query(&mut con.con)?;
         if pttl == -2 {
             return Ok(None);
         }
         let time_left = u64::try_from(pttl).ok().map(Duration::from_millis);
+        let now_ms = secs * 1000 + micros / 1000;
         Ok(Some(LeaseInfo::exclusive(
             key.to_owned(),
             time_left,
-            holder_from(&fields, counter.as_deref()),
+            value.and_then(|v| holder_from(&v, time_left, now_ms)),
         )))
     }
 
@@ -527,7 +611,7 @@ impl Redis {
                     .arg(pattern)
                     .arg("COUNT")
                     .arg(500)
-                    .query(con)
+                    .query(&mut con.con)
             })?;
             found.extend(keys);
             if next == 0 {
@@ -712,32 +796,38 @@ enum Listened {
     Lost,
 }
 
-/// A holder description from its hash fields, if it belongs to the lease
-/// whose acquire last set the fence counter to `counter`.
+/// The holder description in a lease's value (`TOKEN TTL_MS FENCE
+/// ACQUIRED_MS HEARTBEAT_MS LABEL`, written by [`ACQUIRE_LUA`]), read when
+/// the lease had `time_left` and the server's clock said `now_ms`; `None`
+/// for a bare token (a client that stores no description). The token is
+/// dropped here and never leaves.
+///
+/// The last renewal is not stored (a renewal writes only the expiry): it is
+/// when the lease had its whole ttl left, `now − (ttl − time_left)`.
 pub(crate) fn holder_from(
-    fields: &[(String, String)],
-    counter: Option<&str>,
+    value: &[u8],
+    time_left: Option<Duration>,
+    now_ms: u64,
 ) -> Option<HolderInfo> {
-    let get = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+    let text = std::str::from_utf8(value).ok()?;
+    let mut parts = text.splitn(6, ' ');
+    let _token = parts.next()?;
+    let mut num = || parts.next()?.parse::<u64>().ok();
+    let (ttl_ms, fence, acquired_ms, heartbeat_ms) = (num()?, num()?, num()?, num()?);
+    let label = parts.next()?;
+    let renewed_ms = match time_left {
+        Some(left) => now_ms
+            .saturating_sub(ttl_ms.saturating_sub(left.as_millis() as u64))
+            .clamp(acquired_ms.min(now_ms), now_ms),
+        None => acquired_ms,
     };
-    let num = |name: &str| get(name).and_then(|v| v.parse::<u64>().ok());
-    let fence = num("fence")?;
-    if counter.and_then(|c| c.parse::<u64>().ok()) != Some(fence) {
-        // Written for an earlier lease: the one there now was taken by a
-        // client that stores no description.
-        return None;
-    }
     Some(HolderInfo {
-        label: get("holder").unwrap_or_default().to_owned(),
+        label: label.to_owned(),
         fence,
-        acquired_at: from_unix_millis(num("acquired_ms")?),
-        renewed_at: from_unix_millis(num("renewed_ms")?),
-        ttl: Duration::from_millis(num("ttl_ms")?),
-        heartbeat: Duration::from_millis(num("heartbeat_ms").unwrap_or(0)),
+        acquired_at: from_unix_millis(acquired_ms),
+        renewed_at: from_unix_millis(renewed_ms),
+        ttl: Duration::from_millis(ttl_ms),
+        heartbeat: Duration::from_millis(heartbeat_ms),
     })
 }
 
@@ -823,24 +913,16 @@ impl Adapter for Redis {
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
         let token = mint_token()?;
         let (fence, acked): (u64, bool) = self.with_con(|con, deadline| {
-            let fence: u64 = self.eval(
-                con,
-                deadline,
-                &self.acquire,
-                ACQUIRE_LUA,
-                &[
-                    self.lease_key(key),
-                    self.fence_key(key),
-                    self.info_key(key),
-                    self.slots_key(key),
-                ],
-                &[
-                    token.clone(),
-                    millis_ceil(ttl).to_string(),
-                    who.label.clone(),
-                    min_left_ms(who.heartbeat).to_string(),
-                ],
-            )?;
+            let reply = self.eval_with(con, deadline, &self.acquire, ACQUIRE_LUA, (3, 4), |w| {
+                w.key(&self.namespace, "lease", key)
+                    .key(&self.namespace, "fence", key)
+                    .key(&self.namespace, "slots", key)
+                    .bulk(token.as_bytes())
+                    .int(millis_ceil(ttl))
+                    .bulk(who.label.as_bytes())
+                    .int(min_left_ms(who.heartbeat));
+            })?;
+            let fence: u64 = ::redis::from_redis_value(reply)?;
             let acked = self.wait_replicas(con, deadline, fence > 0)?;
             Ok((fence, acked))
         })?;
@@ -856,21 +938,12 @@ impl Adapter for Redis {
             return self.renew_slot(renewal);
         }
         let (reply, acked): (Value, bool) = self.with_con(|con, deadline| {
-            let reply: Value = self.eval(
-                con,
-                deadline,
-                &self.renew,
-                RENEW_LUA,
-                &[
-                    self.lease_key(renewal.lease.key()),
-                    self.info_key(renewal.lease.key()),
-                ],
-                &[
-                    renewal.lease.token().to_owned(),
-                    millis_ceil(renewal.ttl).to_string(),
-                    min_left_ms(renewal.min_left).to_string(),
-                ],
-            )?;
+            let reply = self.eval_with(con, deadline, &self.renew, RENEW_LUA, (1, 3), |w| {
+                w.key(&self.namespace, "lease", renewal.lease.key())
+                    .bulk(renewal.lease.token().as_bytes())
+                    .int(millis_ceil(renewal.ttl))
+                    .int(min_left_ms(renewal.min_left));
+            })?;
             let acked = self.wait_replicas(con, deadline, reply == Value::Int(1))?;
             Ok((reply, acked))
         })?;
@@ -885,21 +958,15 @@ impl Adapter for Redis {
         if lease.slotted() {
             return self.release_slot(lease);
         }
-        let n: i64 = self.with_con(|con, deadline| {
-            self.eval(
-                con,
-                deadline,
-                &self.release,
-                RELEASE_LUA,
-                &[self.lease_key(lease.key()), self.info_key(lease.key())],
-                &[
-                    lease.token().to_owned(),
-                    self.released_channel(lease.key()),
-                    lease.fence().to_string(),
-                ],
-            )
+        let reply = self.with_con(|con, deadline| {
+            self.eval_with(con, deadline, &self.release, RELEASE_LUA, (1, 3), |w| {
+                w.key(&self.namespace, "lease", lease.key())
+                    .bulk(lease.token().as_bytes())
+                    .key(&self.namespace, "released", lease.key())
+                    .int(lease.fence());
+            })
         })?;
-        Ok(n == 1)
+        Ok(reply == Value::Int(1))
     }
 
     fn held(&self, key: &str) -> Result<bool> {
@@ -907,7 +974,7 @@ impl Adapter for Redis {
             ::redis::cmd("EXISTS")
                 .arg(self.lease_key(key))
                 .arg(self.slots_key(key))
-                .query::<i64>(con)
+                .query::<i64>(&mut con.con)
         })
         .map(|n| n >= 1)
     }
@@ -944,7 +1011,7 @@ impl Adapter for Redis {
                 .cmd("PUBLISH")
                 .arg(self.released_channel(key))
                 .arg("0")
-                .query(con)?;
+                .query(&mut con.con)?;
             Ok(n + s)
         })
         .map(|n| n >= 1)
@@ -965,7 +1032,7 @@ impl Adapter for Redis {
                 .arg(self.raised_channel(key))
                 .arg("1")
                 .ignore()
-                .query::<()>(con)
+                .query::<()>(&mut con.con)
         })
     }
 
@@ -984,13 +1051,17 @@ impl Adapter for Redis {
         self.with_con(|con, _| {
             ::redis::cmd("EXISTS")
                 .arg(self.flag_key(key))
-                .query::<i64>(con)
+                .query::<i64>(&mut con.con)
         })
         .map(|n| n == 1)
     }
 
     fn clear_flag(&self, key: &str) -> Result<()> {
-        self.with_con(|con, _| ::redis::cmd("DEL").arg(self.flag_key(key)).query::<()>(con))
+        self.with_con(|con, _| {
+            ::redis::cmd("DEL")
+                .arg(self.flag_key(key))
+                .query::<()>(&mut con.con)
+        })
     }
 
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
@@ -1013,8 +1084,11 @@ impl Adapter for Redis {
             }
         }
         for key in self.keys_of("flag", prefix)? {
-            let pttl: i64 =
-                self.with_con(|con, _| ::redis::cmd("PTTL").arg(self.flag_key(&key)).query(con))?;
+            let pttl: i64 = self.with_con(|con, _| {
+                ::redis::cmd("PTTL")
+                    .arg(self.flag_key(&key))
+                    .query(&mut con.con)
+            })?;
             if pttl != -2 {
                 listing.flags.push(FlagInfo {
                     key,
@@ -1042,12 +1116,12 @@ impl Adapter for Redis {
             .filter(|i| is_noscript(&replies[*i]))
             .collect();
         if !again.is_empty() {
-            self.aim(&con, deadline)?;
-            self.renew.load(&mut con).map_err(|e| self.map_err(e))?;
+            self.aim(&mut con, deadline)?;
+            self.renew.load(&mut con.con).map_err(|e| self.map_err(e))?;
             if renewals.iter().any(|r| r.lease.slotted()) {
                 slots::SCRIPTS
                     .renew
-                    .load(&mut con)
+                    .load(&mut con.con)
                     .map_err(|e| self.map_err(e))?;
             }
             let retry: Vec<Renewal<'_>> = again.iter().map(|i| renewals[*i]).collect();
@@ -1146,7 +1220,7 @@ impl Redis {
     /// quarters of the time left, so its reply arrives by `deadline`.
     fn wait_replicas(
         &self,
-        con: &mut Connection,
+        con: &mut Con,
         deadline: Instant,
         wrote: bool,
     ) -> ::redis::RedisResult<bool> {
@@ -1156,11 +1230,12 @@ impl Redis {
         let left = deadline.saturating_duration_since(Instant::now());
         // WAIT 0 would block forever: never send it.
         let ms = millis_ceil(self.replicas.timeout.min(left * 3 / 4)).max(1);
-        con.set_read_timeout(Some(left.max(MIN_IO)))?;
+        con.aimed = None;
+        con.con.set_read_timeout(Some(left.max(MIN_IO)))?;
         let acked: u64 = ::redis::cmd("WAIT")
             .arg(self.replicas.min_replicas)
             .arg(ms)
-            .query(con)?;
+            .query(&mut con.con)?;
         Ok(acked >= u64::from(self.replicas.min_replicas))
     }
 
@@ -1178,12 +1253,7 @@ impl Redis {
 
     /// After a beat's replies: notes a `READONLY` (the master moved) and
     /// waits for the replicas if any renewal applied.
-    fn after_beat(
-        &self,
-        con: &mut Connection,
-        deadline: Instant,
-        renewals: &[Value],
-    ) -> Result<bool> {
+    fn after_beat(&self, con: &mut Con, deadline: Instant, renewals: &[Value]) -> Result<bool> {
         let readonly = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "READONLY");
         if renewals.iter().any(readonly) {
             self.forget_master();
@@ -1261,23 +1331,30 @@ mod tests {
     }
 
     #[test]
-    fn descriptions_of_an_earlier_lease_are_ignored() {
-        let fields: Vec<(String, String)> = [
-            ("holder", "h:1 ruby"),
-            ("fence", "7"),
-            ("acquired_ms", "1000"),
-            ("renewed_ms", "2000"),
-            ("ttl_ms", "3000"),
-            ("heartbeat_ms", "500"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let info = holder_from(&fields, Some("7")).unwrap();
+    fn descriptions_are_read_from_the_lease_value() {
+        let value = b"0123456789abcdef0123456789abcdef 3000 7 1000000 500 h:1 ruby";
+        // 2,500 ms left of 3,000 at 1,002,000: renewed at 1,001,500.
+        let info = holder_from(value, Some(Duration::from_millis(2500)), 1_002_000).unwrap();
         assert_eq!(info.label, "h:1 ruby");
+        assert_eq!(info.fence, 7);
+        assert_eq!(info.ttl, Duration::from_millis(3000));
         assert_eq!(info.heartbeat, Duration::from_millis(500));
-        assert!(holder_from(&fields, Some("8")).is_none());
-        assert!(holder_from(&fields, None).is_none());
+        assert_eq!(info.acquired_at, from_unix_millis(1_000_000));
+        assert_eq!(info.renewed_at, from_unix_millis(1_001_500));
+        // Never after the read, nor before the acquire.
+        let long = holder_from(value, Some(Duration::from_millis(9000)), 1_002_000).unwrap();
+        assert_eq!(long.renewed_at, from_unix_millis(1_002_000));
+        let early = holder_from(value, Some(Duration::ZERO), 1_002_000).unwrap();
+        assert_eq!(early.renewed_at, from_unix_millis(1_000_000));
+        assert_eq!(
+            holder_from(value, None, 1_002_000).unwrap().renewed_at,
+            info.acquired_at
+        );
+        // A bare token, or anything else, describes nobody.
+        assert!(holder_from(b"sometoken", Some(Duration::ZERO), 0).is_none());
+        assert!(holder_from(b"tok 1 2 x 4 label", None, 0).is_none());
+        assert!(holder_from(b"tok 1 2 3 4", None, 0).is_none());
+        assert!(holder_from(b"tok 1 2 3 4 ", None, 0).is_some());
     }
 
     #[test]

@@ -70,11 +70,11 @@ const NO_NODE: u16 = u16::MAX;
 const MAX_IDLE: usize = 16;
 const MIN_IO: Duration = Duration::from_millis(1);
 
-/// The holder description, the lease's time left and the fence counter in
-/// one atomic read (a cluster has no cross-node `MULTI`, and one script is
-/// one round trip).
+/// The lease's time left, its value (token and holder description) and
+/// the server's clock in one atomic read (a cluster has no cross-node
+/// `MULTI`, and one script is one round trip).
 const INFO_LUA: &str = "\
-return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3])}";
+return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]), redis.call('TIME')}";
 
 /// `KEYS[1]` flag; `ARGV[1]` ttl in ms, `ARGV[2]` its channel. Raises the
 /// flag, then announces it (the `SET` and `PUBLISH` of one server's
@@ -694,10 +694,7 @@ impl RedisCluster {
         let mut op = self.script_op(
             &self.renew,
             RENEW_LUA,
-            &[
-                self.key("lease", r.lease.key()),
-                self.key("info", r.lease.key()),
-            ],
+            &[self.key("lease", r.lease.key())],
             &[
                 r.lease.token().to_owned(),
                 millis_ceil(r.ttl).to_string(),
@@ -724,14 +721,10 @@ impl RedisCluster {
     }
 
     fn info_op(&self, key: &str) -> Op {
-        let keys = [
-            self.key("lease", key),
-            self.key("fence", key),
-            self.key("info", key),
-        ];
+        let lease = self.key("lease", key);
         let mut cmd = ::redis::cmd("EVAL");
-        cmd.arg(INFO_LUA).arg(3).arg(&keys[..]);
-        Self::plain_op(&keys[0], cmd)
+        cmd.arg(INFO_LUA).arg(1).arg(&lease);
+        Self::plain_op(&lease, cmd)
     }
 
     fn info_from(&self, key: &str, value: Value) -> Result<Option<LeaseInfo>> {
@@ -745,20 +738,21 @@ impl RedisCluster {
         if pttl == -2 {
             return Ok(None);
         }
-        let counter = match items.get(1) {
-            Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
-            _ => None,
+        let time_left = u64::try_from(pttl).ok().map(Duration::from_millis);
+        let now_ms = match items.get(2) {
+            Some(v) => ::redis::from_redis_value_ref::<(u64, u64)>(v)
+                .map(|(secs, micros)| secs * 1000 + micros / 1000)
+                .unwrap_or(0),
+            None => 0,
         };
-        let fields: Vec<(String, String)> = match items.get(2) {
-            Some(v) => {
-                ::redis::from_redis_value::<Vec<(String, String)>>(v.clone()).unwrap_or_default()
-            }
-            None => Vec::new(),
+        let holder = match items.get(1) {
+            Some(Value::BulkString(value)) => holder_from(value, time_left, now_ms),
+            _ => None,
         };
         Ok(Some(LeaseInfo::exclusive(
             key.to_owned(),
-            u64::try_from(pttl).ok().map(Duration::from_millis),
-            holder_from(&fields, counter.as_deref()),
+            time_left,
+            holder,
         )))
     }
 
@@ -979,7 +973,6 @@ impl Adapter for RedisCluster {
             &[
                 self.key("lease", key),
                 self.key("fence", key),
-                self.key("info", key),
                 self.key("slots", key),
             ],
             &[
@@ -1037,10 +1030,7 @@ impl Adapter for RedisCluster {
         let op = self.script_op(
             &self.release,
             RELEASE_LUA,
-            &[
-                self.key("lease", lease.key()),
-                self.key("info", lease.key()),
-            ],
+            &[self.key("lease", lease.key())],
             // Announced to waiting acquires (classic PUBLISH reaches every
             // node, so a listener on any node hears it).
             &[

@@ -433,16 +433,6 @@ impl Redis {
             &self.addr,
         )
     }
-
-    /// A heartbeat tick's renewal of a slot, into the tick's pipeline.
-    pub(super) fn pipe_slot_renew(&self, pipe: &mut ::redis::Pipeline, r: &Renewal<'_>) {
-        let (keys, args) = renew_call(self.namespace(), r);
-        pipe.cmd("EVALSHA")
-            .arg(SCRIPTS.renew.get_hash())
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
-    }
 }
 
 #[cfg(test)]

@@ -148,21 +148,50 @@ fn redis() {
     described_hold(&locks);
     labels_and_listing(&locks);
 
-    // The hash sits in the lease's slot and expires with it.
+    // The description rides in the lease's value after the token: one
+    // key, expiring with the lease; info never shows the token.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
     assert!(locks.acquire("slot", secs(5.0)).unwrap());
-    let ttl = server.command("PTTL mistri:info:info:{slot}");
-    let ms: i64 = ttl.trim().trim_start_matches(':').parse().unwrap();
-    assert!(ms > 0 && ms <= 5000, "{ttl}");
-    let fields = server.command("HKEYS mistri:info:info:{slot}");
-    assert!(!fields.contains("token"), "{fields}");
+    let value: String = redis::cmd("GET")
+        .arg("mistri:info:lease:{slot}")
+        .query(&mut con)
+        .unwrap();
+    let fields: Vec<&str> = value.splitn(6, ' ').collect();
+    assert_eq!(fields.len(), 6, "{value}");
+    assert_eq!(fields[0].len(), 32, "{value}");
+    assert_eq!(fields[1], "5000", "{value}");
+    assert_eq!(Some(fields[2].parse().unwrap()), locks.fence("slot"));
+    assert!(fields[5].ends_with(" rust"), "{value}");
+    let ms: i64 = redis::cmd("PTTL")
+        .arg("mistri:info:lease:{slot}")
+        .query(&mut con)
+        .unwrap();
+    assert!(ms > 0 && ms <= 5000, "{ms}");
+    let shown = format!("{:?}", locks.info("slot").unwrap().unwrap());
+    assert!(!shown.contains(fields[0]), "{shown}");
+    // A renewal with another ttl records it; one with the same ttl only
+    // moves the expiry, and the last renewal is derived from it.
+    assert!(locks.renew("slot", secs(8.0)).unwrap());
+    let renewed = locks.info("slot").unwrap().unwrap();
+    let holder = renewed.holder.unwrap();
+    assert_eq!(holder.ttl, secs(8.0));
+    assert!(holder.renewed_at >= holder.acquired_at);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(locks.renew("slot", secs(8.0)).unwrap());
+    let again = locks.info("slot").unwrap().unwrap().holder.unwrap();
+    assert!(
+        again.renewed_at > holder.renewed_at,
+        "{again:?} vs {holder:?}"
+    );
+    assert_eq!(again.acquired_at, holder.acquired_at);
+    assert_eq!(again.fence, holder.fence);
 
-    // A lease taken by a client that writes no description (the two-key
-    // acquire of older clients) shows none, not the previous holder's.
+    // A lease taken by a client that writes no description (two arguments
+    // to the acquire script, as older clients) shows none.
     assert!(locks.release("slot").unwrap());
     assert!(locks.acquire("old", secs(0.05)).unwrap());
     std::thread::sleep(Duration::from_millis(100));
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut con = client.get_connection().unwrap();
     let fence: u64 = redis::Script::new(mistri_locks::redis::ACQUIRE_LUA)
         .key("mistri:info:lease:{old}")
         .key("mistri:info:fence:{old}")
@@ -174,4 +203,39 @@ fn redis() {
     let info = locks.info("old").unwrap().expect("held by the old client");
     assert!(info.holder.is_none(), "{info:?}");
     assert!(info.time_left.unwrap() <= secs(5.0));
+    // Renew and release take a bare token too, and a token that is only a
+    // prefix of the owner's owns nothing.
+    let release = redis::Script::new(mistri_locks::redis::RELEASE_LUA);
+    let renew = redis::Script::new(mistri_locks::redis::RENEW_LUA);
+    let run = |script: &redis::Script, token: &str, con: &mut redis::Connection| -> i64 {
+        script
+            .key("mistri:info:lease:{old}")
+            .arg(token)
+            .arg(5000)
+            .invoke(con)
+            .unwrap()
+    };
+    assert_eq!(run(&renew, "some", &mut con), 0);
+    assert_eq!(run(&renew, "sometoken", &mut con), 1);
+    assert_eq!(run(&release, "some", &mut con), 0);
+    assert_eq!(run(&release, "sometoken", &mut con), 1);
+    assert!(locks.info("old").unwrap().is_none());
+    // ...and a described lease's token likewise: "slot" again, by prefix.
+    assert!(locks.acquire("slot", secs(5.0)).unwrap());
+    let value: String = redis::cmd("GET")
+        .arg("mistri:info:lease:{slot}")
+        .query(&mut con)
+        .unwrap();
+    let token = value.split(' ').next().unwrap();
+    let on_slot = |script: &redis::Script, token: &str, con: &mut redis::Connection| -> i64 {
+        script
+            .key("mistri:info:lease:{slot}")
+            .arg(token)
+            .arg(5000)
+            .invoke(con)
+            .unwrap()
+    };
+    assert_eq!(on_slot(&release, &token[..31], &mut con), 0);
+    assert_eq!(on_slot(&release, token, &mut con), 1);
+    assert!(!locks.release("slot").unwrap());
 }

@@ -2,7 +2,7 @@
 //! before any work runs without the GVL.
 
 use crate::error;
-use magnus::{prelude::*, Error, Float, Integer, RString, Ruby, Symbol, Value};
+use magnus::{prelude::*, Error, Fixnum, Float, Integer, RString, Ruby, Symbol, Value};
 use mistri_locks::{duration_from_secs, wait_timeout_from_secs, AbortSignal, HoldOptions};
 use std::time::Duration;
 
@@ -56,6 +56,11 @@ pub fn with_key<R>(
 /// Seconds as a Ruby number (Integer, Float, or another Numeric such as a
 /// Rational), as a plain `f64`. Anything else is a TypeError.
 pub fn seconds(ruby: &Ruby, what: &str, v: Value) -> Result<f64, Error> {
+    // The common cases first, without a call into Ruby: a small Integer
+    // (`ttl: 30`) or a Float.
+    if let Some(i) = Fixnum::from_value(v) {
+        return Ok(i.to_i64() as f64);
+    }
     if let Some(f) = Float::from_value(v) {
         return Ok(f.to_f64());
     }
