@@ -51,6 +51,17 @@
 //! that renewal then succeeds (it arrived in time but its answer did not),
 //! the engine deletes the lease so it does not linger.
 //!
+//! Hung-holder guard (per hold, off by default): when a renewal comes due,
+//! the scheduler first asks [`guard_stops`]. `progress_timeout` passed since
+//! the work's last [`crate::Hold::touch`]: renewals stop and the signal
+//! trips at once (`work stalled: ...`, cause `stalled`); the entry stays
+//! until its safe deadline, so `release` still deletes the lease. The
+//! renewal would make the lease outlive `acquire + max_hold`: renewals stop
+//! and the hold is told at its safe deadline like any hold whose renewals
+//! ended (`lease lost: max_hold reached ...`, cause `max_hold`) — before
+//! the lease lapses, never after. A guarded entry keeps reading its stop
+//! flag.
+//!
 //! Push ([`crate::push`]): an engine with a hold that watches a stop key
 //! registers with its adapter's flag listener (if the adapter has one)
 //! *before* inserting the hold, and keeps that registration until its
@@ -137,13 +148,11 @@ impl HoldStatus {
     }
 
     /// When the work last reported progress.
-    #[allow(dead_code)] // the guard lands next
     pub(crate) fn touched(&self) -> Instant {
         epoch() + Duration::from_nanos(self.touched.load(Ordering::Relaxed))
     }
 }
 
-#[allow(dead_code)] // max_hold / progress_timeout: the guard lands next
 pub(crate) struct Registration {
     pub lease: Lease,
     pub ttl: Duration,
@@ -183,6 +192,14 @@ struct Entry {
     /// The sequence numbers of this entry's live renew and check timers.
     renew_seq: u64,
     check_seq: u64,
+    /// Hung-holder guard: no renewal may make the lease outlive this.
+    renew_until: Option<Instant>,
+    /// Hung-holder guard, progress mode: the longest time without a touch.
+    progress_timeout: Option<Duration>,
+    /// Renewals stopped by the guard (the hold waits for its safe deadline).
+    guard: Option<LostCause>,
+    /// When the acquire was sent.
+    acquired: Instant,
 }
 
 /// One timer queue: `(at, seq, id)`, earliest first; stale items are
@@ -347,6 +364,30 @@ struct State {
     /// are leaves below this state's).
     stats: Arc<Stats>,
     sched: Schedule,
+    /// The entries watching each stop key (so a push finds them without a
+    /// scan of every hold).
+    watching: HashMap<String, rustc_hash::FxHashSet<u64>>,
+}
+
+impl State {
+    /// `id` no longer watches `key`.
+    fn unwatch(&mut self, key: &str, id: u64) {
+        if let Some(ids) = self.watching.get_mut(key) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.watching.remove(key);
+            }
+        }
+    }
+
+    /// Removes entry `id` (and its stop-key watch).
+    fn remove_entry(&mut self, id: u64) -> Option<Entry> {
+        let e = self.entries.remove(&id)?;
+        if let Some(key) = &e.stop_key {
+            self.unwatch(key, id);
+        }
+        Some(e)
+    }
 }
 
 struct Shared {
@@ -380,7 +421,11 @@ impl FlagWatcher for Shared {
         bump(&self.stats.pushes_received, 1);
         {
             let mut state = self.state.lock();
-            for e in state.entries.values_mut() {
+            let ids = state.watching.remove(key).unwrap_or_default();
+            for id in ids {
+                let Some(e) = state.entries.get_mut(&id) else {
+                    continue;
+                };
                 if e.stop_key.as_deref() == Some(key) {
                     e.stop_key = None;
                     let reason = format!("stop flag {key:?} raised");
@@ -517,6 +562,10 @@ impl Engine {
             status: reg.status,
             renew_seq: 0,
             check_seq: 0,
+            renew_until: reg.max_hold.and_then(|m| reg.sent.checked_add(m)),
+            progress_timeout: reg.progress_timeout,
+            guard: None,
+            acquired: reg.sent,
         };
         let mut entry = entry;
         let shared = self.shared();
@@ -542,6 +591,9 @@ impl Engine {
             state.sched.check(id, &mut entry);
         }
         state.sched.deadlines.push(entry.safe_deadline, 0, id);
+        if let Some(key) = &entry.stop_key {
+            state.watching.entry(key.clone()).or_default().insert(id);
+        }
         state.entries.insert(id, entry);
         state.sched.compact(&state.entries);
         shared.wake.notify_one();
@@ -554,7 +606,7 @@ impl Engine {
     pub(crate) fn unregister(&self, id: u64) -> Unregistered {
         let shared = self.shared();
         let mut state = shared.state.lock();
-        match state.entries.remove(&id) {
+        match state.remove_entry(id) {
             Some(_) => {
                 shared.wake.notify_one();
                 Unregistered::Removed
@@ -614,11 +666,30 @@ fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
         let Some(Reverse((_, _, id))) = state.sched.deadlines.0.pop() else {
             break;
         };
-        let Some(e) = state.entries.remove(&id) else {
+        let Some(e) = state.remove_entry(id) else {
             continue;
         };
         if state.in_flight.contains(&id) {
             state.orphans.insert(id);
+        }
+        match e.guard {
+            // Told (and counted) when the work was found stalled.
+            Some(LostCause::Stalled) => continue,
+            Some(cause) => {
+                let reason = format!(
+                    "lease lost: max_hold reached: the hold of {:?} is not renewed past {:.3} s \
+                     after its acquire; it may expire within {:.3} s",
+                    e.lease.key(),
+                    e.renew_until
+                        .map_or(0.0, |u| (u - e.acquired).as_secs_f64()),
+                    e.margin.as_secs_f64(),
+                );
+                e.status.lost.store(true, Ordering::SeqCst);
+                lost_hold(&state.stats, &e, cause, &reason);
+                trips.push((e.signal, reason));
+                continue;
+            }
+            None => {}
         }
         let why = match &e.last_error {
             Some(err) => format!("; last error: {err}"),
@@ -638,10 +709,27 @@ fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
     }
 }
 
+/// Whether the hung-holder guard forbids renewing `e` at `now`: its work
+/// stopped calling `touch` ([`LostCause::Stalled`]), or the renewed lease
+/// would outlive `max_hold` ([`LostCause::MaxHold`]).
+fn guard_stops(e: &Entry, now: Instant) -> Option<LostCause> {
+    if let Some(timeout) = e.progress_timeout {
+        if now.saturating_duration_since(e.status.touched()) >= timeout {
+            return Some(LostCause::Stalled);
+        }
+    }
+    match e.renew_until {
+        Some(until) if now.checked_add(e.ttl).is_none_or(|end| end > until) => {
+            Some(LostCause::MaxHold)
+        }
+        _ => None,
+    }
+}
+
 /// The due work, as a job bounded by the earliest safe deadline: nothing
 /// unless some renewal or read is due (or a delete is queued), then all
 /// that is ready (module header, "Timers").
-fn collect_due(state: &mut State, now: Instant) -> Option<Job> {
+fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) -> Option<Job> {
     let State {
         entries,
         sched,
@@ -662,7 +750,26 @@ fn collect_due(state: &mut State, now: Instant) -> Option<Job> {
     let mut job = Job::default();
     if due {
         while let Some(id) = sched.renew_ready.pop_due(now, renew_live(entries)) {
-            let Some(e) = entries.get(&id) else { continue };
+            let Some(e) = entries.get_mut(&id) else {
+                continue;
+            };
+            if let Some(cause) = guard_stops(e, now) {
+                // No renewal from now on (a sequence number no timer has).
+                e.renew_seq = u64::MAX;
+                e.guard = Some(cause);
+                if cause == LostCause::Stalled {
+                    let reason = format!(
+                        "work stalled: no touch() on the hold of {:?} for {:.3} s \
+                         (progress_timeout); renewals stopped, the lease lapses within its ttl",
+                        e.lease.key(),
+                        e.progress_timeout.unwrap_or_default().as_secs_f64(),
+                    );
+                    e.status.lost.store(true, Ordering::SeqCst);
+                    lost_hold(&state.stats, e, cause, &reason);
+                    trips.push((e.signal.clone(), reason));
+                }
+                continue;
+            }
             job.renew_ids.push(id);
             job.renewals
                 .push((e.lease.clone(), e.ttl, e.margin.saturating_add(e.rtt)));
@@ -695,19 +802,19 @@ fn run_scheduler(shared: Arc<Shared>) {
         let now = Instant::now();
         let mut trips = Trips::new();
         expire(&mut state, now, &mut trips);
+        if trips.is_empty() && !state.io_busy {
+            if let Some(job) = collect_due(&mut state, now, &mut trips) {
+                state.job = Some(job);
+                state.io_busy = true;
+                shared.io_wake.notify_one();
+            }
+        }
         if !trips.is_empty() {
             drop(state);
             trip_all(trips);
             shared.stats.flush();
             state = shared.state.lock();
             continue;
-        }
-        if !state.io_busy {
-            if let Some(job) = collect_due(&mut state, now) {
-                state.job = Some(job);
-                state.io_busy = true;
-                shared.io_wake.notify_one();
-            }
         }
         let idle = state.entries.is_empty() && !state.io_busy && state.deletes.is_empty();
         let st = &mut *state;
@@ -899,7 +1006,7 @@ fn apply(
             }
         };
         if let Some(reason) = lost {
-            if let Some(e) = state.entries.remove(id) {
+            if let Some(e) = state.remove_entry(*id) {
                 let cause = match answer_kind {
                     Some(Renewed::TooLate) => LostCause::TooLate,
                     _ => LostCause::NotHeld,
@@ -920,6 +1027,7 @@ fn apply(
                 let reason = format!("stop flag {key:?} raised");
                 stopped(&state.stats, e, &reason);
                 trips.push((e.signal.clone(), reason));
+                state.unwatch(&key, *id);
                 continue;
             }
             Some(Ok(false)) if e.recheck => e.next_check = done,

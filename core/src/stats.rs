@@ -116,23 +116,38 @@ pub enum LostCause {
     TooLate,
     /// No renewal was confirmed before the hold's safe deadline.
     Deadline,
+    /// The hung-holder guard's `max_hold` ended the renewals; the hold was
+    /// told at its safe deadline.
+    MaxHold,
+    /// The hung-holder guard's progress timeout passed without a `touch`:
+    /// renewals stopped and the hold was told at once.
+    Stalled,
 }
 
 impl LostCause {
-    /// The cause's name in every face: `not_held`, `too_late`, `deadline`.
+    /// The cause's name in every face: `not_held`, `too_late`, `deadline`,
+    /// `max_hold`, `stalled`.
     pub fn name(self) -> &'static str {
         match self {
             LostCause::NotHeld => "not_held",
             LostCause::TooLate => "too_late",
             LostCause::Deadline => "deadline",
+            LostCause::MaxHold => "max_hold",
+            LostCause::Stalled => "stalled",
         }
     }
 
     /// The cause named `name`.
     pub fn from_name(name: &str) -> Option<Self> {
-        [LostCause::NotHeld, LostCause::TooLate, LostCause::Deadline]
-            .into_iter()
-            .find(|c| c.name() == name)
+        [
+            LostCause::NotHeld,
+            LostCause::TooLate,
+            LostCause::Deadline,
+            LostCause::MaxHold,
+            LostCause::Stalled,
+        ]
+        .into_iter()
+        .find(|c| c.name() == name)
     }
 }
 
@@ -263,6 +278,10 @@ pub struct StatsSnapshot {
     pub lost_too_late: u64,
     /// Holds lost because their safe deadline passed.
     pub lost_deadline: u64,
+    /// Holds whose renewals `max_hold` ended (hung-holder guard).
+    pub lost_max_hold: u64,
+    /// Holds whose work stopped calling `touch` (hung-holder guard).
+    pub lost_stalled: u64,
     /// Stop flags seen raised (holds stopped).
     pub stop_flags_seen: u64,
     /// Stop-flag pushes received from the adapter's listener.
@@ -300,6 +319,8 @@ impl StatsSnapshot {
             ("lost_not_held", Count(self.lost_not_held)),
             ("lost_too_late", Count(self.lost_too_late)),
             ("lost_deadline", Count(self.lost_deadline)),
+            ("lost_max_hold", Count(self.lost_max_hold)),
+            ("lost_stalled", Count(self.lost_stalled)),
             ("stop_flags_seen", Count(self.stop_flags_seen)),
             ("pushes_received", Count(self.pushes_received)),
         ]
@@ -328,6 +349,8 @@ pub(crate) struct Stats {
     pub(crate) lost_not_held: AtomicU64,
     pub(crate) lost_too_late: AtomicU64,
     pub(crate) lost_deadline: AtomicU64,
+    pub(crate) lost_max_hold: AtomicU64,
+    pub(crate) lost_stalled: AtomicU64,
     pub(crate) stop_flags_seen: AtomicU64,
     pub(crate) pushes_received: AtomicU64,
     rtt_nanos: [AtomicU64; RTT_WINDOW],
@@ -353,6 +376,8 @@ impl Default for Stats {
             lost_not_held: AtomicU64::new(0),
             lost_too_late: AtomicU64::new(0),
             lost_deadline: AtomicU64::new(0),
+            lost_max_hold: AtomicU64::new(0),
+            lost_stalled: AtomicU64::new(0),
             stop_flags_seen: AtomicU64::new(0),
             pushes_received: AtomicU64::new(0),
             rtt_nanos: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -398,6 +423,8 @@ impl Stats {
                 LostCause::NotHeld => &self.lost_not_held,
                 LostCause::TooLate => &self.lost_too_late,
                 LostCause::Deadline => &self.lost_deadline,
+                LostCause::MaxHold => &self.lost_max_hold,
+                LostCause::Stalled => &self.lost_stalled,
             },
             1,
         );
@@ -496,6 +523,8 @@ impl Stats {
             lost_not_held: load(&self.lost_not_held),
             lost_too_late: load(&self.lost_too_late),
             lost_deadline: load(&self.lost_deadline),
+            lost_max_hold: load(&self.lost_max_hold),
+            lost_stalled: load(&self.lost_stalled),
             stop_flags_seen: load(&self.stop_flags_seen),
             pushes_received: load(&self.pushes_received),
         }

@@ -273,7 +273,9 @@ mod tests {
                 wait: Some(Duration::from_secs(10)),
                 ..AcquireOptions::default()
             };
-            other.acquire_with("k", Duration::from_secs(10), &opts).unwrap()
+            other
+                .acquire_with("k", Duration::from_secs(10), &opts)
+                .unwrap()
         });
         std::thread::sleep(Duration::from_millis(100));
         assert!(locks.release("k").unwrap());

@@ -6,13 +6,15 @@ use mistri_locks::{
     Renewed, Result,
 };
 use mistri_locks_testkit::RedisServer;
+
+mod common;
+use common::{BeatHook, Wrapped};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Default)]
-struct Counting {
-    inner: Memory,
+struct Counter {
     beats: AtomicUsize,
     renewals: AtomicUsize,
     checks: AtomicUsize,
@@ -20,38 +22,17 @@ struct Counting {
     poisoned: std::sync::Mutex<Option<String>>,
 }
 
-impl Adapter for Counting {
-    fn name(&self) -> &'static str {
-        "counting"
-    }
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.acquire(key, ttl)
-    }
-    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
-        self.inner.renew(lease, ttl)
-    }
-    fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
-        self.inner.renew_within(renewal)
-    }
-    fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease)
-    }
-    fn held(&self, key: &str) -> Result<bool> {
-        self.inner.held(key)
-    }
-    fn break_lease(&self, key: &str) -> Result<bool> {
-        self.inner.break_lease(key)
-    }
-    fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
-        self.inner.set_flag(key, ttl)
-    }
-    fn flag(&self, key: &str) -> Result<bool> {
-        self.inner.flag(key)
-    }
-    fn clear_flag(&self, key: &str) -> Result<()> {
-        self.inner.clear_flag(key)
-    }
-    fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
+/// Memory, counting the engine's batches; it can stall them or fail one key.
+type Counting = Wrapped<Counter>;
+
+impl BeatHook for Counter {
+    fn beat(
+        &self,
+        inner: &Memory,
+        renewals: &[Renewal<'_>],
+        flags: &[&str],
+        deadline: Instant,
+    ) -> Result<Beat> {
         self.beats.fetch_add(1, Ordering::SeqCst);
         self.renewals.fetch_add(renewals.len(), Ordering::SeqCst);
         self.checks.fetch_add(flags.len(), Ordering::SeqCst);
@@ -62,7 +43,7 @@ impl Adapter for Counting {
             ));
             return Err(Error::Connection("stalled".into()));
         }
-        let mut beat = self.inner.beat(renewals, flags, deadline)?;
+        let mut beat = inner.beat(renewals, flags, deadline)?;
         let poisoned = self.poisoned.lock().unwrap().clone();
         for (i, r) in renewals.iter().enumerate() {
             if poisoned.as_deref() == Some(r.lease.key()) {

@@ -3,56 +3,34 @@
 //! a removed hook hears nothing more.
 
 use mistri_locks::stats::{Event, EventKind, LostCause};
-use mistri_locks::{
-    Adapter, Beat, Error, HoldOptions, Lease, Locks, Memory, Renewal, Renewed, Result,
-};
+use mistri_locks::{Adapter, Beat, Error, HoldOptions, Locks, Memory, Renewal, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{BeatHook, Wrapped};
+
 /// Memory whose beats fail while `failing` is set.
 #[derive(Default)]
-struct Flaky {
-    inner: Memory,
+struct Unplug {
     failing: AtomicBool,
 }
 
-impl Adapter for Flaky {
-    fn name(&self) -> &'static str {
-        "flaky"
-    }
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.acquire(key, ttl)
-    }
-    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
-        self.inner.renew(lease, ttl)
-    }
-    fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
-        self.inner.renew_within(renewal)
-    }
-    fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease)
-    }
-    fn held(&self, key: &str) -> Result<bool> {
-        self.inner.held(key)
-    }
-    fn break_lease(&self, key: &str) -> Result<bool> {
-        self.inner.break_lease(key)
-    }
-    fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
-        self.inner.set_flag(key, ttl)
-    }
-    fn flag(&self, key: &str) -> Result<bool> {
-        self.inner.flag(key)
-    }
-    fn clear_flag(&self, key: &str) -> Result<()> {
-        self.inner.clear_flag(key)
-    }
-    fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
+type Flaky = Wrapped<Unplug>;
+
+impl BeatHook for Unplug {
+    fn beat(
+        &self,
+        inner: &Memory,
+        renewals: &[Renewal<'_>],
+        flags: &[&str],
+        deadline: Instant,
+    ) -> Result<Beat> {
         if self.failing.load(Ordering::SeqCst) {
             return Err(Error::Connection("unplugged".into()));
         }
-        self.inner.beat(renewals, flags, deadline)
+        inner.beat(renewals, flags, deadline)
     }
 }
 

@@ -2,8 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use mistri_locks::HoldOptions;
-use std::time::Duration;
+use mistri_locks::{Adapter, Beat, HoldOptions, Lease, Memory, Renewal, Renewed, Result};
+use std::time::{Duration, Instant};
 
 /// Seconds as a `Duration`.
 pub fn secs(s: f64) -> Duration {
@@ -16,5 +16,70 @@ pub fn opts(ttl: f64, heartbeat: f64) -> HoldOptions {
         ttl: secs(ttl),
         heartbeat: secs(heartbeat),
         ..HoldOptions::default()
+    }
+}
+
+/// What a test adapter does with a heartbeat batch; everything else goes
+/// to its [`Memory`] as is.
+pub trait BeatHook: Send + Sync + 'static {
+    /// The batch, with the Memory to pass it on to.
+    fn beat(
+        &self,
+        inner: &Memory,
+        renewals: &[Renewal<'_>],
+        flags: &[&str],
+        deadline: Instant,
+    ) -> Result<Beat>;
+}
+
+/// A Memory adapter whose batches go through `hook` (tests that count,
+/// stall or fail the engine's round trips). Derefs to the hook, so a test
+/// reads its counters as fields.
+#[derive(Default)]
+pub struct Wrapped<H> {
+    pub inner: Memory,
+    pub hook: H,
+}
+
+impl<H> std::ops::Deref for Wrapped<H> {
+    type Target = H;
+    fn deref(&self) -> &H {
+        &self.hook
+    }
+}
+
+impl<H: BeatHook> Adapter for Wrapped<H> {
+    fn name(&self) -> &'static str {
+        "wrapped-memory"
+    }
+    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.acquire(key, ttl)
+    }
+    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        self.inner.renew(lease, ttl)
+    }
+    fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
+        self.inner.renew_within(renewal)
+    }
+    fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease)
+    }
+    fn held(&self, key: &str) -> Result<bool> {
+        self.inner.held(key)
+    }
+    fn break_lease(&self, key: &str) -> Result<bool> {
+        self.inner.break_lease(key)
+    }
+    fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
+        self.inner.set_flag(key, ttl)
+    }
+    fn flag(&self, key: &str) -> Result<bool> {
+        self.inner.flag(key)
+    }
+    fn clear_flag(&self, key: &str) -> Result<()> {
+        self.inner.clear_flag(key)
+    }
+    fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
+        self.hook.beat(&self.inner, renewals, flags, deadline)
     }
 }
