@@ -312,3 +312,31 @@ def test_cancelling_a_task_ends_its_wait_and_frees_its_thread() -> None:
         assert not holder.held("job"), "no cancelled waiter took the lease"
 
     asyncio.run(main())
+
+
+def test_max_hold_ends_the_renewals_of_a_hung_holder() -> None:
+    locks = mistri_locks.Memory()
+    h = locks.hold("capped", ttl=0.6, heartbeat=0.1, max_hold=1.2)
+    assert h is not None
+    time.sleep(0.8)  # renewed past its first ttl
+    assert not h.signal.aborted, h.signal.reason
+    assert h.signal.wait(10)
+    assert "max_hold" in (h.signal.reason or "")
+    assert h.lost
+    h.release()
+    assert locks.stats()["lost_max_hold"] == 1
+
+
+def test_progress_timeout_stops_a_stalled_hold_and_touch_keeps_it() -> None:
+    locks = mistri_locks.Memory()
+    h = locks.hold("stalled", ttl=3, heartbeat=0.1, progress_timeout=0.3)
+    assert h is not None
+    until = time.monotonic() + 0.9
+    while time.monotonic() < until:
+        h.touch()
+        time.sleep(0.05)
+    assert not h.signal.aborted, h.signal.reason
+    assert h.signal.wait(10)
+    assert "stalled" in (h.signal.reason or "")
+    assert h.lost
+    assert h.release() is True, "the lease was still there: release deletes it"

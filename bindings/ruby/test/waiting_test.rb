@@ -158,6 +158,32 @@ class WaitingTest < Minitest::Test
     @holder.hold("plain", ttl: 30) { |h| h.touch } # a no-op without a progress timeout
   end
 
+  def test_max_hold_ends_the_renewals_of_a_hung_holder
+    h = @holder.hold("capped", ttl: 0.6, heartbeat: 0.1, max_hold: 1.2)
+    refute_nil h
+    sleep 0.8 # renewed past its first ttl
+    refute h.signal.aborted?, h.signal.reason
+    assert h.signal.wait(10)
+    assert_match(/max_hold/, h.signal.reason)
+    assert h.lost?
+    h.release
+  end
+
+  def test_progress_timeout_stops_a_stalled_hold_and_touch_keeps_it
+    h = @holder.hold("stalled", ttl: 3, heartbeat: 0.1, progress_timeout: 0.3)
+    refute_nil h
+    deadline = Clock.now + 0.9
+    while Clock.now < deadline
+      h.touch
+      sleep 0.05
+    end
+    refute h.signal.aborted?, h.signal.reason
+    assert h.signal.wait(10)
+    assert_match(/stalled/, h.signal.reason)
+    assert h.lost?
+    assert_same true, h.release, "the lease was still there: release deletes it"
+  end
+
   BAD = [
     [{ wait: -1 }, ArgumentError, /wait/],
     [{ wait: Float::NAN }, ArgumentError, /wait/],
