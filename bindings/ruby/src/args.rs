@@ -145,11 +145,11 @@ pub fn hold_options(
     signal: Option<AbortSignal>,
 ) -> Result<HoldOptions, Error> {
     let optional = |what: &str, v: Option<Value>| v.map(|v| duration(ruby, what, v)).transpose();
-    Ok(HoldOptions {
+    // Fields added to the core later keep their defaults.
+    let mut opts = HoldOptions {
         ttl: duration(ruby, "ttl", v.ttl)?,
         heartbeat: duration(ruby, "heartbeat", v.heartbeat)?,
         stop_key: v.stop_key.map(|k| key(ruby, "stop_key", k)).transpose()?,
-        signal,
         safety_margin: optional("safety_margin", v.safety_margin)?,
         label: v.label.map(|l| key(ruby, "label", l)).transpose()?,
         wait: wait(ruby, v.wait)?,
@@ -157,5 +157,7 @@ pub fn hold_options(
         max_hold: optional("max_hold", v.max_hold)?,
         progress_timeout: optional("progress_timeout", v.progress_timeout)?,
         ..HoldOptions::default()
-    })
+    };
+    opts.signal = signal;
+    Ok(opts)
 }
