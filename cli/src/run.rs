@@ -83,8 +83,8 @@ pub struct RunArgs {
     /// Time between SIGTERM and SIGKILL.
     #[arg(long, value_parser = crate::duration, default_value = "10", value_name = "S")]
     grace: Duration,
-    /// Wait up to S for a lease held elsewhere (woken by its release or expiry) instead of exiting 75.
-    #[arg(long, value_parser = crate::duration, value_name = "S")]
+    /// Wait up to S (or `forever`) for a lease held elsewhere (woken by its release or expiry) instead of exiting 75.
+    #[arg(long, value_parser = crate::wait, value_name = "S")]
     wait: Option<Duration>,
     /// Share the lease among up to N holders at once (a semaphore).
     #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u32).range(1..=i64::from(mistri_locks::MAX_LIMIT)))]

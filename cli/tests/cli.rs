@@ -306,7 +306,7 @@ fn a_waiting_run_starts_at_the_release_and_sigterm_ends_its_wait(b: &Backend) {
     assert!(released.elapsed() < Duration::from_secs(10));
 
     assert!(locks.acquire(&key, Duration::from_secs(30)).unwrap());
-    let mut run = b.spawn(&["run", "--wait", "60", &key, "--", "true"]);
+    let mut run = b.spawn(&["run", "--wait", "forever", &key, "--", "true"]);
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: kill with a child's pid and a signal number.
     unsafe {
