@@ -1023,7 +1023,10 @@ fn apply(
         };
         match beat.flags.get(i) {
             Some(Ok(true)) => {
-                let key = e.stop_key.take().unwrap_or_default();
+                // None: a push already stopped it (and trips it with the key).
+                let Some(key) = e.stop_key.take() else {
+                    continue;
+                };
                 let reason = format!("stop flag {key:?} raised");
                 stopped(&state.stats, e, &reason);
                 trips.push((e.signal.clone(), reason));
