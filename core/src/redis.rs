@@ -20,6 +20,9 @@
 //!   `PING` after each idle second; on any error it drops the connection,
 //!   reconnects (backing off 50 ms to 1 s) and, once subscribed again, tells
 //!   the engines to read every watched flag (anything raised in the gap).
+//!   The listener is generic over where it subscribes ([`ListenAt`]: this
+//!   server; the master the sentinels name, followed across failovers; any
+//!   node of a cluster) and over the channel prefix it listens to.
 //!
 //! Connections: a small pool (a mutex around a stack of idle connections,
 //! held only to push or pop), so concurrent callers each use their own
@@ -127,6 +130,9 @@ return 0";
 
 struct Pool {
     idle: Vec<Connection>,
+    /// With a sentinel: the [`Sentinel::epoch`] the idle connections were
+    /// opened in.
+    epoch: u64,
 }
 
 impl Pool {
@@ -137,7 +143,10 @@ impl Pool {
         if let Some(mut pool) = parent.try_lock() {
             pool.idle.clear();
         }
-        Mutex::new(Pool { idle: Vec::new() })
+        Mutex::new(Pool {
+            idle: Vec::new(),
+            epoch: 0,
+        })
     }
 }
 
@@ -162,8 +171,9 @@ pub struct Redis {
     acquire: Script,
     renew: Script,
     release: Script,
-    /// `redis+sentinel://`: how the master is found (then `client` is unused).
-    sentinel: Option<Sentinel>,
+    /// `redis+sentinel://`: how the master is found (then `client` is
+    /// unused). Shared with the flag listener, which follows failovers.
+    sentinel: Option<Arc<Sentinel>>,
     /// Opt-in `WAIT` after acquire and renewals.
     replicas: ReplicaAck,
 }
@@ -212,7 +222,13 @@ impl Redis {
             addr,
             namespace: namespace.to_owned(),
             timeout,
-            pool: ForkLocal::new(Mutex::new(Pool { idle: Vec::new() }), Pool::for_child),
+            pool: ForkLocal::new(
+                Mutex::new(Pool {
+                    idle: Vec::new(),
+                    epoch: 0,
+                }),
+                Pool::for_child,
+            ),
             push: crate::push::fork_local_registry(),
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
@@ -259,8 +275,20 @@ impl Redis {
 
     /// A pooled connection, or a new one connected within `deadline`.
     fn checkout(&self, deadline: Instant) -> Result<Connection> {
-        if let Some(con) = self.pool.get().lock().idle.pop() {
-            return Ok(con);
+        if let Some(sentinel) = &self.sentinel {
+            sentinel.check_if_due(deadline);
+        }
+        {
+            let mut pool = self.pool.get().lock();
+            let epoch = self.master_epoch();
+            if pool.epoch != epoch {
+                // The sentinels' master was forgotten since these opened.
+                pool.idle.clear();
+                pool.epoch = epoch;
+            }
+            if let Some(con) = pool.idle.pop() {
+                return Ok(con);
+            }
         }
         // Connecting also runs a setup pipeline of two replies, each of
         // which may wait out the read timeout: give each step a third.
@@ -268,9 +296,11 @@ impl Redis {
         self.connect(left, deadline).map_err(|e| self.map_err(e))
     }
 
-    fn checkin(&self, con: Connection) {
+    /// Puts back a connection checked out when [`Redis::master_epoch`]
+    /// was `epoch` (one of an earlier epoch is dropped).
+    fn checkin(&self, con: Connection, epoch: u64) {
         let mut pool = self.pool.get().lock();
-        if pool.idle.len() < MAX_IDLE && con.is_open() {
+        if pool.idle.len() < MAX_IDLE && con.is_open() && epoch == self.master_epoch() {
             pool.idle.push(con);
         }
     }
@@ -305,11 +335,12 @@ impl Redis {
         f: impl FnOnce(&mut Connection, Instant) -> ::redis::RedisResult<T>,
     ) -> Result<T> {
         let deadline = Instant::now() + self.timeout;
+        let epoch = self.master_epoch();
         let mut con = self.checkout(deadline)?;
         self.aim(&con, deadline)?;
         match f(&mut con, deadline) {
             Ok(v) => {
-                self.checkin(con);
+                self.checkin(con, epoch);
                 Ok(v)
             }
             Err(e) => Err(self.map_err(e)),
@@ -502,17 +533,59 @@ pub(crate) fn user_keys(
         .collect())
 }
 
-/// The flag listener's connection settings (see the module header).
-struct Listener {
-    client: Client,
-    /// `{ns}:raised:{`: a channel name is this, the key, and `}`.
+/// Where a listener subscribes: one server, the master the sentinels name
+/// ([`Sentinel`]), or a node of a cluster.
+pub(crate) trait ListenAt: Send + Sync + 'static {
+    /// A connection to subscribe on, opened by `deadline`, and the address
+    /// it goes to.
+    fn connect(&self, deadline: Instant) -> ::redis::RedisResult<(Connection, String)>;
+
+    /// Asked while the listener is silent (about once a second): true when
+    /// `addr` is no longer where messages are published (a failover), so
+    /// the listener subscribes again wherever [`ListenAt::connect`] says.
+    fn moved(&self, addr: &str, deadline: Instant) -> bool {
+        let _ = (addr, deadline);
+        false
+    }
+}
+
+impl ListenAt for Client {
+    fn connect(&self, deadline: Instant) -> ::redis::RedisResult<(Connection, String)> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let con = self.get_connection_with_timeout(left.max(MIN_IO))?;
+        Ok((con, self.get_connection_info().addr().to_string()))
+    }
+}
+
+/// A flag listener (see the module header): one subscribed connection per
+/// process and adapter, to the channels `{ns}:{kind}:{KEY}`.
+pub(crate) struct Listener {
+    at: Arc<dyn ListenAt>,
+    /// `{ns}:{kind}:{`: a channel name is this, the key, and `}`.
     prefix: String,
     pattern: String,
     timeout: Duration,
 }
 
 impl Listener {
-    fn run(&self, registry: &Registry) {
+    /// A listener for the channels `{namespace}:{kind}:{KEY}` (`kind`:
+    /// `raised`), subscribing where `at` says.
+    pub(crate) fn new(
+        at: Arc<dyn ListenAt>,
+        namespace: &str,
+        kind: &str,
+        timeout: Duration,
+    ) -> Listener {
+        Listener {
+            at,
+            prefix: format!("{namespace}:{kind}:{{"),
+            pattern: format!("{}:{kind}:{{*", glob_escape(namespace)),
+            timeout,
+        }
+    }
+
+    /// Runs until nobody watches (the listener thread's body).
+    pub(crate) fn run(&self, registry: &Registry) {
         const FIRST_BACKOFF: Duration = Duration::from_millis(50);
         let mut backoff = FIRST_BACKOFF;
         while !registry.retire_if_unwatched() {
@@ -534,7 +607,7 @@ impl Listener {
 
     /// One subscribed connection, until it fails or nobody watches.
     fn listen(&self, registry: &Registry) -> ::redis::RedisResult<Listened> {
-        let mut con = self.client.get_connection_with_timeout(self.timeout)?;
+        let (mut con, addr) = self.at.connect(Instant::now() + self.timeout)?;
         con.set_write_timeout(Some(self.timeout))?;
         con.set_read_timeout(Some(self.timeout))?;
         // Never run PubSub's Drop: it sends UNSUBSCRIBE and waits for the
@@ -544,6 +617,7 @@ impl Listener {
         // Live from here: what was raised before is found by reading.
         registry.poll_now();
         sub.set_read_timeout(Some(LISTENER_IDLE))?;
+        let mut checked = Instant::now();
         loop {
             match sub.get_message() {
                 Ok(msg) => {
@@ -553,6 +627,9 @@ impl Listener {
                         .and_then(|rest| rest.strip_suffix('}'));
                     if let Some(key) = key.filter(|k| !k.is_empty()) {
                         registry.raised(key);
+                    }
+                    if checked.elapsed() < LISTENER_IDLE {
+                        continue;
                     }
                 }
                 Err(e) if e.is_timeout() => {
@@ -567,6 +644,15 @@ impl Listener {
                     sub.set_read_timeout(Some(LISTENER_IDLE))?;
                 }
                 Err(_) => return Ok(Listened::Lost),
+            }
+            // About once a second: still where messages are published?
+            // (Bounded by a second: the next message must not wait long.)
+            checked = Instant::now();
+            if self
+                .at
+                .moved(&addr, checked + LISTENER_IDLE.min(self.timeout))
+            {
+                return Ok(Listened::Lost);
             }
         }
     }
@@ -704,7 +790,7 @@ impl Adapter for Redis {
                 ],
             )?;
             let acked = self.wait_replicas(con, deadline, fence > 0)?;
-            Ok((fence, acked && (fence == 0 || self.still_master(deadline))))
+            Ok((fence, acked))
         })?;
         let lease = (fence > 0).then(|| Lease::new(key, token, fence));
         match lease {
@@ -730,10 +816,13 @@ impl Adapter for Redis {
                     min_left_ms(renewal.min_left).to_string(),
                 ],
             )?;
-            let wrote = reply == Value::Int(1);
-            let acked = self.wait_replicas(con, deadline, wrote)?;
-            Ok((reply, acked && (!wrote || self.still_master(deadline))))
+            let acked = self.wait_replicas(con, deadline, reply == Value::Int(1))?;
+            Ok((reply, acked))
         })?;
+        if !acked {
+            // With a sentinel the master may have moved: look again.
+            self.forget_master();
+        }
         self.acked(renewed_from(&reply, &self.addr), acked)
     }
 
@@ -794,17 +883,11 @@ impl Adapter for Redis {
     }
 
     fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
-        if self.sentinel.is_some() {
-            // The listener would need to follow failovers like the data
-            // connections do; until it does, Sentinel mode polls every tick.
-            return None;
-        }
-        let listener = Listener {
-            client: self.client.clone(),
-            prefix: format!("{}:raised:{{", self.namespace),
-            pattern: format!("{}:raised:{{*", glob_escape(&self.namespace)),
-            timeout: self.timeout,
+        let at: Arc<dyn ListenAt> = match &self.sentinel {
+            Some(sentinel) => sentinel.clone(),
+            None => Arc::new(self.client.clone()),
         };
+        let listener = Listener::new(at, &self.namespace, "raised", self.timeout);
         self.push.get().watch(watcher, move |registry| {
             crate::push::spawn("mistri-flags", move || listener.run(&registry))
         })
@@ -854,6 +937,7 @@ impl Adapter for Redis {
             return Ok(Beat::default());
         }
         let deadline = deadline.min(Instant::now() + self.timeout);
+        let epoch = self.master_epoch();
         let mut con = self.checkout(deadline)?;
         // Any error below drops `con`: a timed-out connection may still
         // deliver late replies, which must never be read as this tick's.
@@ -873,7 +957,7 @@ impl Adapter for Redis {
             }
         }
         let acked = self.after_beat(&mut con, deadline, &replies[..renewals.len()])?;
-        self.checkin(con);
+        self.checkin(con, epoch);
         let (renewed, up) = replies.split_at(renewals.len());
         Ok(Beat {
             renewals: renewed
@@ -899,7 +983,7 @@ impl Redis {
         // `client` is never used with a sentinel; any parsable URL will do.
         let mut redis = Self::with_timeout("redis://127.0.0.1/", namespace, DEFAULT_TIMEOUT)?;
         redis.addr = sentinel.describe();
-        redis.sentinel = Some(sentinel);
+        redis.sentinel = Some(Arc::new(sentinel));
         Ok(redis.replicated(replicas))
     }
 
@@ -916,7 +1000,12 @@ impl Redis {
 
     /// With a sentinel, the master's address as last resolved.
     pub fn sentinel_master(&self) -> Option<String> {
-        self.sentinel.as_ref().and_then(Sentinel::master_addr)
+        self.sentinel.as_deref().and_then(Sentinel::master_addr)
+    }
+
+    /// With a sentinel, how many times its master was forgotten (0 without).
+    fn master_epoch(&self) -> u64 {
+        self.sentinel.as_deref().map_or(0, Sentinel::epoch)
     }
 
     /// A new connection, opened within `left` (and by `deadline`).
@@ -947,8 +1036,8 @@ impl Redis {
 
     fn forget_master(&self) {
         if let Some(sentinel) = &self.sentinel {
+            // Bumps the epoch: the pool drops what it holds on next use.
             sentinel.forget();
-            self.pool.get().lock().idle.clear();
         }
     }
 
@@ -980,17 +1069,15 @@ impl Redis {
         match renewed {
             Ok(Renewed::Yes) if !acked => Err(Error::Backend(format!(
                 "Redis at {}: renewal applied but not confirmed: fewer than {} replica(s) \
-                 acknowledged it within {:?} (min_replicas), or the sentinels name another \
-                 master now",
+                 acknowledged it within {:?} (min_replicas)",
                 self.addr, self.replicas.min_replicas, self.replicas.timeout
             ))),
             other => other,
         }
     }
 
-    /// After a beat's replies: notes a `READONLY` (the master moved), waits
-    /// for the replicas if any renewal applied, and with a sentinel checks
-    /// that the master written to is still the one the sentinels name.
+    /// After a beat's replies: notes a `READONLY` (the master moved) and
+    /// waits for the replicas if any renewal applied.
     fn after_beat(
         &self,
         con: &mut Connection,
@@ -1007,26 +1094,10 @@ impl Redis {
             .map_err(|e| self.map_err(e))?;
         // A WAIT that fails with a sentinel may mean the master moved:
         // look again, so the next tick writes where the replicas are.
-        let named = !wrote || self.still_master(deadline);
         if !acked {
             self.forget_master();
         }
-        Ok(acked && named)
-    }
-
-    /// With a sentinel: is the master this adapter wrote to still the one
-    /// the sentinels name? (Always true without a sentinel.)
-    fn still_master(&self, deadline: Instant) -> bool {
-        match (&self.sentinel, self.sentinel_master()) {
-            (Some(sentinel), Some(master)) => {
-                let ok = sentinel.still_master(&master, deadline);
-                if !ok {
-                    self.forget_master();
-                }
-                ok
-            }
-            _ => true,
-        }
+        Ok(acked)
     }
 
     /// An acquire that was not acknowledged in time: undone (deleted by its
@@ -1037,10 +1108,11 @@ impl Redis {
             Ok(false) => "it is gone already",
             Err(_) => "could not release it (it expires with its ttl)",
         };
+        // With a sentinel the master may have moved: look again.
+        self.forget_master();
         Error::Backend(format!(
             "Redis at {}: acquired {:?} but not confirmed: fewer than {} replica(s) \
-             acknowledged it within {:?} (min_replicas), or the sentinels name another master \
-             now; {undone}",
+             acknowledged it within {:?} (min_replicas); {undone}",
             self.addr,
             lease.key(),
             self.replicas.min_replicas,

@@ -31,17 +31,26 @@
 //! dropped, never reused. The state mutex is held only to read the map or
 //! push/pop a connection, never during I/O.
 //!
-//! Not on Cluster (yet): push delivery of stop flags (flags are polled
-//! every tick, as on every backend).
+//! Push delivery of stop flags ([`crate::push`]): `set_flag` runs one
+//! script on the flag's slot owner that `SET`s the flag and then
+//! `PUBLISH`es `{ns}:raised:{KEY}` (classic pub/sub, which a cluster
+//! broadcasts to every node over its bus). So the listener needs one
+//! `PSUBSCRIBE` on any one node, not one per master: it picks a master of
+//! the last slot map (else a seed), and after that node fails, another,
+//! then has the engines poll every watched flag. Sharded pub/sub
+//! (`SSUBSCRIBE`) was not used: it has no pattern form, so a listener
+//! would need a subscription per watched key on each key's slot owner,
+//! re-made after every slot move.
 
 use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::args::{millis_ceil, mint_token};
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{FlagInfo, Identity, LeaseInfo, Listing};
+use crate::push::{FlagWatch, FlagWatcher, Registry};
 use crate::redis::{
-    flag_from, holder_from, min_left_ms, renewed_from, ACQUIRE_LUA, DEFAULT_TIMEOUT, RELEASE_LUA,
-    RENEW_LUA,
+    flag_from, holder_from, min_left_ms, renewed_from, ListenAt, Listener, ACQUIRE_LUA,
+    DEFAULT_TIMEOUT, RELEASE_LUA, RENEW_LUA,
 };
 use crate::redis_url::{ReplicaAck, UrlParts};
 use ::redis::{
@@ -49,6 +58,8 @@ use ::redis::{
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Rounds of redirections one batch follows before giving up on an item.
@@ -63,6 +74,15 @@ const MIN_IO: Duration = Duration::from_millis(1);
 /// one round trip).
 const INFO_LUA: &str = "\
 return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3])}";
+
+/// `KEYS[1]` flag; `ARGV[1]` ttl in ms, `ARGV[2]` its channel. Raises the
+/// flag, then announces it (the `SET` and `PUBLISH` of one server's
+/// pipeline, in one script so the message never goes out from a node
+/// that redirected the `SET`).
+const RAISE_LUA: &str = "\
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+redis.call('PUBLISH', ARGV[2], '1')
+return 1";
 
 /// `KEYS[1]` lease, `KEYS[2]` description: deletes both, answers whether
 /// the lease was there.
@@ -190,6 +210,11 @@ pub struct RedisCluster {
     acquire: Script,
     renew: Script,
     release: Script,
+    raise: Script,
+    /// The masters of the last slot map, shared with the flag listener.
+    known: ForkLocal<Arc<Mutex<Vec<String>>>>,
+    /// The watchers of this adapter's flag listener (one per process).
+    push: ForkLocal<Arc<Registry>>,
 }
 
 impl RedisCluster {
@@ -226,6 +251,9 @@ impl RedisCluster {
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
             release: Script::new(RELEASE_LUA),
+            raise: Script::new(RAISE_LUA),
+            known: ForkLocal::new(Arc::default(), |_| Arc::default()),
+            push: crate::push::fork_local_registry(),
         })
     }
 
@@ -323,7 +351,9 @@ impl RedisCluster {
             let share = left(deadline, addr)? / u32::try_from(candidates.len() - i).unwrap_or(1);
             match self.slots_from(addr, Instant::now() + share.max(MIN_IO)) {
                 Ok(map) => {
+                    let masters = map.masters();
                     self.state.get().lock().map = map;
+                    *self.known.get().lock() = masters;
                     return Ok(());
                 }
                 Err(e) => why.push(e.to_string()),
@@ -751,6 +781,55 @@ enum Redirect {
     AsEval,
 }
 
+/// Where a cluster's flag listener subscribes: any one node (a classic
+/// `PUBLISH` reaches every node). The masters of the last slot map first,
+/// then the seeds; after a failure, the next one.
+struct AnyNode {
+    parts: UrlParts,
+    known: Arc<Mutex<Vec<String>>>,
+    /// Where to start next time: the node that worked last.
+    next: AtomicUsize,
+}
+
+impl ListenAt for AnyNode {
+    fn connect(&self, deadline: Instant) -> ::redis::RedisResult<(Connection, String)> {
+        let mut nodes = self.known.lock().clone();
+        for seed in &self.parts.hosts {
+            if !nodes.contains(seed) {
+                nodes.push(seed.clone());
+            }
+        }
+        let n = nodes.len().max(1);
+        let start = self.next.load(Ordering::Relaxed);
+        let mut last = RedisError::from((ErrorKind::Io, "no Redis Cluster node to listen on"));
+        for i in 0..nodes.len() {
+            let idx = (start + i) % n;
+            let addr = &nodes[idx];
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < MIN_IO {
+                break;
+            }
+            // Each node left to try gets an equal share of the time left.
+            let share = left / u32::try_from(nodes.len() - i).unwrap_or(1);
+            let url = self
+                .parts
+                .node_url(addr, None, self.parts.userinfo.as_deref());
+            let attempt =
+                Client::open(url).and_then(|c| c.get_connection_with_timeout(share.max(MIN_IO)));
+            match attempt {
+                Ok(con) => {
+                    // A node that fails later is skipped next time.
+                    self.next.store(idx + 1, Ordering::Relaxed);
+                    return Ok((con, addr.clone()));
+                }
+                Err(e) => last = e,
+            }
+        }
+        self.next.store(start + 1, Ordering::Relaxed);
+        Err(last)
+    }
+}
+
 /// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part
 /// between the first `{` and the next `}`, if not empty) or of the whole
 /// key, mod 16384. The redis crate computes it too, but keeps the number
@@ -949,10 +1028,25 @@ impl Adapter for RedisCluster {
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
-        let k = self.key("flag", key);
-        let mut cmd = ::redis::cmd("SET");
-        cmd.arg(&k).arg("1").arg("PX").arg(millis_ceil(ttl));
-        self.query(Self::plain_op(&k, cmd)).map(drop)
+        let op = self.script_op(
+            &self.raise,
+            RAISE_LUA,
+            &[self.key("flag", key)],
+            &[millis_ceil(ttl).to_string(), self.key("raised", key)],
+        );
+        self.query(op).map(drop)
+    }
+
+    fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
+        let at = AnyNode {
+            parts: self.parts.clone(),
+            known: self.known.get().clone(),
+            next: AtomicUsize::new(0),
+        };
+        let listener = Listener::new(Arc::new(at), &self.namespace, "raised", self.timeout);
+        self.push.get().watch(watcher, move |registry| {
+            crate::push::spawn("mistri-flags", move || listener.run(&registry))
+        })
     }
 
     fn flag(&self, key: &str) -> Result<bool> {

@@ -11,8 +11,17 @@
 //!   resolution forgotten (a sentinel can answer with a stale address
 //!   during a failover).
 //! - Re-resolve: the adapter calls [`Sentinel::forget`] after a connection
-//!   error or a `READONLY` reply, and drops its pooled connections; the
-//!   next connection resolves afresh. Nothing is re-resolved on a timer.
+//!   error, a `READONLY` / `MASTERDOWN` reply or a `WAIT` that fell short;
+//!   every forget bumps an epoch, and the adapter drops pooled connections
+//!   of an earlier epoch; the next connection resolves afresh.
+//! - Check: once a second at most (not after each write), an operation
+//!   first asks a sentinel whether it still names the master
+//!   ([`Sentinel::check_if_due`]); if not, it is forgotten.
+//! - Follow (push listener, [`crate::push`]): the flag listener subscribes
+//!   on the master it resolves, and while it is silent asks a sentinel once
+//!   a second whether it still names that master; if not it forgets it
+//!   (the data connections follow too), subscribes on the new master and
+//!   has the engines poll every watched flag.
 //!
 //! Every step is bounded by the caller's deadline: no call here blocks past
 //! it. The resolved address lives in a [`ForkLocal`]: a forked child
@@ -23,7 +32,7 @@ use crate::fork::ForkLocal;
 use crate::redis_url::UrlParts;
 use ::redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const MIN_IO: Duration = Duration::from_millis(1);
@@ -46,6 +55,24 @@ pub struct Sentinel {
     /// A connection to the sentinel that answered last, for
     /// [`Sentinel::still_master`].
     watch: ForkLocal<Mutex<Option<Connection>>>,
+    /// Bumped by every [`Sentinel::forget`]: connections opened in an
+    /// earlier epoch may be to a former master.
+    epoch: AtomicU64,
+    /// When a sentinel was last asked whether it still names the master
+    /// (ms since [`since`]), for [`Sentinel::check_if_due`].
+    checked_ms: AtomicU64,
+}
+
+/// How often the data path asks a sentinel whether the master moved.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// The longest that check may delay an operation.
+const CHECK_BUDGET: Duration = Duration::from_millis(250);
+
+/// Milliseconds since the first call (a process-wide monotonic base).
+fn since() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 impl std::fmt::Debug for Sentinel {
@@ -110,6 +137,8 @@ impl Sentinel {
             first: AtomicUsize::new(0),
             current: ForkLocal::new(Mutex::new(None), |_| Mutex::new(None)),
             watch: ForkLocal::new(Mutex::new(None), |_| Mutex::new(None)),
+            epoch: AtomicU64::new(0),
+            checked_ms: AtomicU64::new(since()),
         })
     }
 
@@ -125,6 +154,42 @@ impl Sentinel {
     /// Forgets the resolved master: the next connection asks the sentinels.
     pub fn forget(&self) {
         *self.current.get().lock() = None;
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Once per [`CHECK_EVERY`] (one caller at a time; the others go on):
+    /// does a sentinel still name the resolved master? If not it is
+    /// forgotten, so this and every later operation resolves the new one.
+    /// A forced failover (`SENTINEL FAILOVER`) leaves the old master up
+    /// and taking writes until the sentinels re-point it, 8 s or more
+    /// later; this bounds how long an adapter keeps writing there to about
+    /// a second plus the time the sentinels take to agree, without a round
+    /// trip per write. Bounded by `deadline`.
+    pub(crate) fn check_if_due(&self, deadline: Instant) {
+        let now = since();
+        let last = self.checked_ms.load(Ordering::Relaxed);
+        let every = u64::try_from(CHECK_EVERY.as_millis()).unwrap_or(1000);
+        if now.saturating_sub(last) < every
+            || self
+                .checked_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        if let Some(master) = self.master_addr() {
+            // A quarter of a second, and half the time left, at most: the
+            // operation itself comes next, and a silent sentinel is no news.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let budget = (left / 2).min(CHECK_BUDGET);
+            self.still_master(&master, Instant::now() + budget);
+        }
+    }
+
+    /// How many times the master was forgotten: a connection opened in an
+    /// earlier epoch may be to a former master.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
     }
 
     /// The master's address as last resolved, if any.
@@ -132,11 +197,13 @@ impl Sentinel {
         self.current.get().lock().as_ref().map(|r| r.addr.clone())
     }
 
-    /// After writes on `master`: does a sentinel still name it? `false`
-    /// only when a sentinel answered with another address (a failover
-    /// promoted a replica while the old master still took writes, which
-    /// the new master never saw). No answer by `deadline` is no news:
-    /// `true`. One round trip on a kept connection.
+    /// Does a sentinel still name `master`? `false` (and the master is
+    /// forgotten) only when a sentinel answered with another address (a
+    /// failover promoted a replica while the old master still takes
+    /// writes and messages nobody else sees). No answer by `deadline` is
+    /// no news: `true`. One round trip on a kept connection; asked once a
+    /// second at most by the data path ([`Sentinel::check_if_due`]) and by
+    /// the flag listener while it is silent, never after each write.
     pub(crate) fn still_master(&self, master: &str, deadline: Instant) -> bool {
         let asked = (|| -> RedisResult<Option<String>> {
             let kept = self.watch.get().lock().take();
@@ -160,6 +227,11 @@ impl Sentinel {
             Ok(Some(named)) if named != master => {
                 self.forget();
                 false
+            }
+            Err(_) => {
+                // That sentinel is down or slow: ask the next one next time.
+                self.first.fetch_add(1, Ordering::Relaxed);
+                true
             }
             _ => true,
         }
@@ -248,6 +320,24 @@ impl Sentinel {
             .arg(&self.service)
             .query(&mut con)?;
         Ok(reply.map(|(host, port)| node_addr(&host, port)))
+    }
+}
+
+/// The flag listener of a `redis+sentinel://` adapter subscribes on the
+/// master the sentinels name and follows it.
+impl crate::redis::ListenAt for Sentinel {
+    fn connect(&self, deadline: Instant) -> RedisResult<(Connection, String)> {
+        let con = Sentinel::connect(self, deadline)?;
+        let addr = self.master_addr().unwrap_or_default();
+        Ok((con, addr))
+    }
+
+    fn moved(&self, addr: &str, deadline: Instant) -> bool {
+        match self.master_addr() {
+            // The data connections resolved another master already.
+            Some(current) if current != addr => true,
+            _ => !self.still_master(addr, deadline),
+        }
     }
 }
 

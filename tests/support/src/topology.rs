@@ -1,6 +1,6 @@
 //! Throwaway Redis topologies on loopback for tests: a [`RedisCluster`]
 //! (masters, optionally with replicas) and a [`RedisSentinels`] set (a
-//! master, a replica and three sentinels). Every process binds 127.0.0.1
+//! master, its replicas and three sentinels). Every process binds 127.0.0.1
 //! on free ports, keeps nothing on disk but its own temporary folder, dies
 //! with the test thread that started it (`PR_SET_PDEATHSIG`), and is
 //! stopped on drop.
@@ -139,6 +139,10 @@ impl Node {
     }
 }
 
+/// A cluster node as `CLUSTER NODES` shows it: its port, its master's port
+/// if it is a replica, and the slot ranges it serves.
+type NodeView = (u16, Option<u16>, Vec<(u16, u16)>);
+
 /// A Redis Cluster on loopback: `masters` masters covering all 16,384
 /// slots, each with `replicas` replicas.
 pub struct RedisCluster {
@@ -177,6 +181,8 @@ impl RedisCluster {
                     "",
                     "--appendonly",
                     "no",
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ]
                 .iter()
                 .map(|s| s.to_string())
@@ -214,7 +220,134 @@ impl RedisCluster {
                 command_on(node.port, "CLUSTER INFO").contains("cluster_state:ok")
             });
         }
+        for node in &cluster.nodes {
+            wait_until(Duration::from_secs(20), "replica in sync", || {
+                let info = command_on(node.port, "INFO replication");
+                info.contains("role:master") || info.contains("master_link_status:up")
+            });
+        }
         cluster
+    }
+
+    /// `CLUSTER NODES` as seen by the first live node, for every node that
+    /// is not failed.
+    fn view(&self) -> Vec<NodeView> {
+        let reply = self
+            .nodes
+            .iter()
+            .map(|n| command_on(n.port, "CLUSTER NODES"))
+            .find(|r| r.contains("myself"))
+            .unwrap_or_default();
+        let port_of = |addr: &str| -> Option<u16> {
+            addr.split('@').next()?.rsplit(':').next()?.parse().ok()
+        };
+        let ids: Vec<(String, u16)> = reply
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((
+                    f.first()?.trim_start_matches('$').to_string(),
+                    port_of(f.get(1)?)?,
+                ))
+            })
+            .collect();
+        reply
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                // A node others only suspect (`fail?`) still counts.
+                let gone = f
+                    .get(2)
+                    .is_some_and(|flags| flags.split(',').any(|x| x == "fail" || x == "noaddr"));
+                if f.len() < 8 || gone {
+                    return None;
+                }
+                let port = port_of(f[1])?;
+                let master = ids.iter().find(|(id, _)| id == f[3]).map(|(_, p)| *p);
+                let ranges = f[8..]
+                    .iter()
+                    .filter(|r| !r.starts_with('['))
+                    .filter_map(|r| {
+                        let (a, b) = r.split_once('-').unwrap_or((r, r));
+                        Some((a.parse().ok()?, b.parse().ok()?))
+                    })
+                    .collect();
+                Some((port, master, ranges))
+            })
+            .collect()
+    }
+
+    /// The ports of the masters that serve slots now (as the first live
+    /// node sees it).
+    pub fn master_ports(&self) -> Vec<u16> {
+        self.view()
+            .into_iter()
+            .filter(|(_, m, r)| m.is_none() && !r.is_empty())
+            .map(|(p, _, _)| p)
+            .collect()
+    }
+
+    /// The port of the master that serves `slot` now.
+    pub fn owner_of(&self, slot: u16) -> Option<u16> {
+        self.view()
+            .into_iter()
+            .find(|(_, m, r)| m.is_none() && r.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .map(|(p, _, _)| p)
+    }
+
+    /// The ports of the live replicas of the master on `port`.
+    pub fn replicas_of(&self, port: u16) -> Vec<u16> {
+        self.view()
+            .into_iter()
+            .filter(|(_, m, _)| *m == Some(port))
+            .map(|(p, _, _)| p)
+            .collect()
+    }
+
+    /// The port of a replica of the master on `port`, once one is in sync
+    /// with it. Panics after 20 s.
+    pub fn replica_in_sync(&self, port: u16) -> u16 {
+        let mut found = 0;
+        wait_until(Duration::from_secs(20), "a replica in sync", || {
+            found = self
+                .replicas_of(port)
+                .into_iter()
+                .find(|r| command_on(*r, "INFO replication").contains("master_link_status:up"))
+                .unwrap_or(0);
+            found != 0
+        });
+        found
+    }
+
+    /// Waits until every live node agrees that the node on `port` is a
+    /// master serving slots (after a `CLUSTER FAILOVER` or the death of its
+    /// master), and the cluster is ok. Panics after `limit`.
+    pub fn wait_promoted(&self, port: u16, limit: Duration) {
+        wait_until(limit, "replica promoted", || {
+            self.nodes.iter().all(|n| {
+                let nodes = command_on(n.port, "CLUSTER NODES");
+                if nodes.is_empty() {
+                    return true; // a dead node has no say
+                }
+                let info = command_on(n.port, "CLUSTER INFO");
+                info.contains("cluster_state:ok")
+                    && nodes.lines().any(|l| {
+                        let f: Vec<&str> = l.split_whitespace().collect();
+                        f.len() > 8
+                            && f[1].starts_with(&format!("127.0.0.1:{port}@"))
+                            && f[2].contains("master")
+                    })
+            })
+        });
+    }
+
+    /// `CLUSTER FAILOVER` on the replica on `port` (a coordinated manual
+    /// failover: its master stops taking writes until the replica has
+    /// everything, then they swap roles); waits until every node agrees.
+    pub fn failover(&self, replica: u16) {
+        let reply = command_on(replica, "CLUSTER FAILOVER");
+        assert!(reply.starts_with("+OK"), "CLUSTER FAILOVER: {reply}");
+        self.wait_promoted(replica, Duration::from_secs(20));
     }
 
     /// One 3-master cluster for the whole test process (see
@@ -263,11 +396,20 @@ impl Drop for RedisCluster {
     }
 }
 
-/// A master, a replica of it, and three sentinels watching it as
-/// [`RedisSentinels::SERVICE`] (quorum 2, down after 1 s).
+/// A master, its replicas (two by default), and three sentinels watching
+/// it as [`RedisSentinels::SERVICE`] (quorum 2, down after 1 s).
+///
+/// With two replicas the master a failover promotes has a replica again
+/// as soon as the sentinels re-point the other one (part of the failover
+/// itself), not only when the old master comes back and is re-pointed
+/// (8 s or more after a `SENTINEL FAILOVER`: a sentinel waits that long
+/// before it corrects a node that still says it is a master). Data nodes
+/// start a full resync at once (`repl-diskless-sync-delay 0`; the default
+/// waits 5 s for more replicas), so `WAIT` is answered again within a
+/// second or so of the promotion.
 pub struct RedisSentinels {
     master: Node,
-    replica: Node,
+    replicas: Vec<Node>,
     sentinels: Vec<Node>,
     dir: PathBuf,
 }
@@ -276,11 +418,18 @@ impl RedisSentinels {
     /// The service name the sentinels monitor.
     pub const SERVICE: &'static str = "mymaster";
 
-    /// Starts them and waits until every sentinel sees the master and its
-    /// replica. Panics (a test helper) if that fails.
+    /// Starts a master, two replicas and the sentinels, and waits until
+    /// every sentinel sees every replica. Panics (a test helper) if that
+    /// fails.
     pub fn start() -> RedisSentinels {
+        Self::start_with(2)
+    }
+
+    /// [`RedisSentinels::start`] with `replicas` replicas (at least one).
+    pub fn start_with(replicas: usize) -> RedisSentinels {
+        assert!(replicas >= 1, "a failover needs a replica");
         let dir = temp_dir("mistri-sentinel");
-        let ports = free_ports(5);
+        let ports = free_ports(1 + replicas + 3);
         let base = |port: u16| -> Vec<String> {
             [
                 "--port",
@@ -291,6 +440,8 @@ impl RedisSentinels {
                 "",
                 "--appendonly",
                 "no",
+                "--repl-diskless-sync-delay",
+                "0",
             ]
             .iter()
             .map(|s| s.to_string())
@@ -305,17 +456,22 @@ impl RedisSentinels {
             child: spawn(&base(ports[0]), &node_dir(format!("master-{}", ports[0]))),
             port: ports[0],
         };
-        let mut replica_args = base(ports[1]);
-        replica_args.extend([
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            ports[0].to_string(),
-        ]);
-        let replica = Node {
-            child: spawn(&replica_args, &node_dir(format!("replica-{}", ports[1]))),
-            port: ports[1],
-        };
-        let sentinels = ports[2..]
+        let replica_nodes: Vec<Node> = ports[1..=replicas]
+            .iter()
+            .map(|&port| {
+                let mut args = base(port);
+                args.extend([
+                    "--replicaof".into(),
+                    "127.0.0.1".into(),
+                    ports[0].to_string(),
+                ]);
+                Node {
+                    child: spawn(&args, &node_dir(format!("replica-{port}"))),
+                    port,
+                }
+            })
+            .collect();
+        let sentinels = ports[1 + replicas..]
             .iter()
             .map(|&port| {
                 let d = node_dir(format!("sentinel-{port}"));
@@ -327,7 +483,7 @@ impl RedisSentinels {
                          sentinel monitor {} 127.0.0.1 {} 2\n\
                          sentinel down-after-milliseconds {} 1000\n\
                          sentinel failover-timeout {} 5000\n\
-                         sentinel parallel-syncs {} 1\n",
+                         sentinel parallel-syncs {} {replicas}\n",
                         d.display(),
                         Self::SERVICE,
                         ports[0],
@@ -346,17 +502,21 @@ impl RedisSentinels {
             .collect();
         let set = RedisSentinels {
             master,
-            replica,
+            replicas: replica_nodes,
             sentinels,
             dir,
         };
-        wait_until(Duration::from_secs(20), "replica in sync", || {
-            command_on(set.replica.port, "INFO replication").contains("master_link_status:up")
-        });
+        for r in &set.replicas {
+            wait_until(Duration::from_secs(20), "replica in sync", || {
+                command_on(r.port, "INFO replication").contains("master_link_status:up")
+            });
+        }
         for s in &set.sentinels {
             wait_until(Duration::from_secs(20), "sentinel", || {
-                let replicas = command_on(s.port, &format!("SENTINEL REPLICAS {}", Self::SERVICE));
-                replicas.contains(&set.replica.port.to_string())
+                let known = command_on(s.port, &format!("SENTINEL REPLICAS {}", Self::SERVICE));
+                set.replicas
+                    .iter()
+                    .all(|r| known.contains(&r.port.to_string()))
             });
         }
         set
@@ -392,9 +552,17 @@ impl RedisSentinels {
             .unwrap_or(self.master.port)
     }
 
-    /// The ports of the first master and of its replica.
+    /// The ports of the first master and of its first replica.
     pub fn data_ports(&self) -> (u16, u16) {
-        (self.master.port, self.replica.port)
+        (self.master.port, self.replicas[0].port)
+    }
+
+    /// The ports of every data node: the first master, then its replicas.
+    pub fn all_data_ports(&self) -> Vec<u16> {
+        std::iter::once(&self.master)
+            .chain(&self.replicas)
+            .map(|n| n.port)
+            .collect()
     }
 
     /// The sentinels' ports.
@@ -432,7 +600,7 @@ impl RedisSentinels {
 
     /// Kills the data node on `port` (SIGKILL).
     pub fn kill(&mut self, port: u16) {
-        for node in [&mut self.master, &mut self.replica] {
+        for node in std::iter::once(&mut self.master).chain(self.replicas.iter_mut()) {
             if node.port == port {
                 node.stop();
             }
@@ -446,7 +614,9 @@ impl Drop for RedisSentinels {
             node.stop();
         }
         self.master.stop();
-        self.replica.stop();
+        for node in self.replicas.iter_mut() {
+            node.stop();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -470,6 +640,7 @@ mod tests {
             .command(replica, "INFO replication")
             .contains("role:slave"));
         let new_master = sentinels.failover();
-        assert_eq!(new_master, replica);
+        assert_ne!(new_master, master);
+        assert!(sentinels.all_data_ports().contains(&new_master));
     }
 }
