@@ -29,6 +29,8 @@ pub struct Lease {
     key: Arc<str>,
     token: String,
     fence: u64,
+    /// 1 for an exclusive lease; N for one slot of an N-holder lease.
+    limit: u32,
 }
 
 impl std::fmt::Debug for Lease {
@@ -37,18 +39,45 @@ impl std::fmt::Debug for Lease {
         f.debug_struct("Lease")
             .field("key", &self.key)
             .field("fence", &self.fence)
+            .field("limit", &self.limit)
             .finish_non_exhaustive()
     }
 }
 
 impl Lease {
-    /// Builds a lease; for adapter implementations.
+    /// Builds an exclusive lease; for adapter implementations.
     pub fn new(key: impl Into<Arc<str>>, token: impl Into<String>, fence: u64) -> Self {
         Lease {
             key: key.into(),
             token: token.into(),
             fence,
+            limit: 1,
         }
+    }
+    /// Builds one slot of an N-holder lease taken with `limit` (a `limit`
+    /// of 1 is an exclusive lease, [`Lease::new`]); for adapter
+    /// implementations. Renew, release and beat of a slot act on that slot
+    /// only, by its token.
+    pub fn slot(
+        key: impl Into<Arc<str>>,
+        token: impl Into<String>,
+        fence: u64,
+        limit: u32,
+    ) -> Self {
+        Lease {
+            key: key.into(),
+            token: token.into(),
+            fence,
+            limit: limit.max(1),
+        }
+    }
+    /// Is this one slot of an N-holder lease (taken with a limit over 1)?
+    pub fn slotted(&self) -> bool {
+        self.limit > 1
+    }
+    /// The limit it was taken with: 1 for an exclusive lease.
+    pub fn limit(&self) -> u32 {
+        self.limit
     }
     /// The key the lease is on (without any namespace).
     pub fn key(&self) -> &str {
@@ -63,7 +92,8 @@ impl Lease {
         &self.token
     }
     /// The fencing number: strictly greater than every earlier acquire's
-    /// number for this key on this backend.
+    /// number for this key on this backend (exclusive leases and slots
+    /// share one counter per key).
     pub fn fence(&self) -> u64 {
         self.fence
     }

@@ -915,7 +915,10 @@ fn run_io(shared: Arc<Shared>) {
         for lease in deletes {
             // Best effort, bounded by the adapter's own timeout; a lease
             // that can't be deleted expires at its ttl.
-            let _ = shared.adapter.release(&lease);
+            if shared.adapter.release(&lease).is_ok_and(|deleted| deleted) {
+                // Waiters of this process hear it at once ([`crate::waiting`]).
+                crate::waiting::released(&shared.adapter, &lease);
+            }
         }
     }
 }

@@ -390,6 +390,10 @@ impl Hold {
         }
         let deleted = self.engine.adapter().release(&self.lease)?;
         *state = Releasing::Done;
+        if deleted {
+            // This process's waiters on the key: the head tries now.
+            crate::waiting::released(self.engine.adapter(), &self.lease);
+        }
         Ok(if deleted {
             ReleaseOutcome::Released
         } else {

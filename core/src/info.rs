@@ -17,6 +17,11 @@
 //! lease taken by an older client that writes no description shows
 //! `holder: None`).
 //!
+//! N-holder leases (semaphores): each slot stores its own description the
+//! same way (Redis: a field of the hash `NS:holders:{KEY}`; Local: columns
+//! of the slot's row; Memory: the slot's entry), and [`LeaseInfo`] lists
+//! them all in `holders`, with the limit in `limit`.
+//!
 //! Times shown to people are wall-clock ([`SystemTime`]); time left is the
 //! backend's own expiry clock, so it is right even where clocks disagree.
 
@@ -52,7 +57,45 @@ pub struct LeaseInfo {
     pub time_left: Option<Duration>,
     /// The holder's description; `None` when the holder stored none (an
     /// older client) or it can't be told apart from an earlier holder's.
+    /// Always `None` for an N-holder lease: see `holders`.
     pub holder: Option<HolderInfo>,
+    /// Every holder's description, by fence: the exclusive lease's (the
+    /// same as `holder`, none if that is `None`), or each live slot's of an
+    /// N-holder lease (its `time_left` is then the longest-lived slot's).
+    pub holders: Vec<HolderInfo>,
+    /// 1 for an exclusive lease; for an N-holder lease the limit the
+    /// newest live holder acquired with.
+    pub limit: u32,
+}
+
+impl LeaseInfo {
+    /// The description of an exclusive lease.
+    pub fn exclusive(key: String, time_left: Option<Duration>, holder: Option<HolderInfo>) -> Self {
+        LeaseInfo {
+            key,
+            time_left,
+            holders: holder.iter().cloned().collect(),
+            holder,
+            limit: 1,
+        }
+    }
+
+    /// The description of an N-holder lease with live `holders` (each
+    /// with the limit it acquired with, and its expiry as time left);
+    /// `None` when there are none.
+    pub fn slotted(key: String, holders: Vec<(HolderInfo, u32, Duration)>) -> Option<Self> {
+        let time_left = holders.iter().map(|(_, _, left)| *left).max()?;
+        let mut holders = holders;
+        holders.sort_by_key(|(h, _, _)| h.fence);
+        let limit = holders.last().map_or(1, |(_, limit, _)| *limit);
+        Some(LeaseInfo {
+            key,
+            time_left: Some(time_left),
+            holder: None,
+            holders: holders.into_iter().map(|(h, _, _)| h).collect(),
+            limit,
+        })
+    }
 }
 
 /// The description a holder stored with its lease.

@@ -15,6 +15,8 @@
 //!
 //! Schema (see `docs/PROTOCOL.md`, "Local"):
 //! `leases(key, token, expires_ns, boot)`, `flags(key, expires_ns, boot)`,
+//! `slots(key, token, expires_ns, boot, lim, …)` for N-holder leases (one
+//! row per holder; see `Local`'s slot methods),
 //! `meta(name, value)` holding the fence counter, one per database, which
 //! makes fencing numbers strictly increasing per key across process
 //! restarts without a row per key ever seen. Expired rows are deleted every
@@ -47,6 +49,12 @@
 //! stop flags at once (one read transaction). The ring names no key, so a
 //! ring for a flag nobody here watches costs one read. Linux only; elsewhere
 //! (and for clients that don't ring) the tick poll is the path.
+//!
+//! Waiting ([`crate::waiting`]): a release (and `break_lease`) that deleted
+//! a lease rings a second doorbell, `<database>-released`, after its
+//! commit; the same inotify descriptor watches it, and each ring makes
+//! every waiting line of the adapter in this process retry (the ring names
+//! no key). `expires_in` reads the lease's `expires_ns`.
 //!
 //! Connections: a small pool like the Redis adapter's; after `fork` the
 //! child forgets (leaks, never closes) inherited connections, as SQLite
@@ -154,13 +162,13 @@ const INFO_SELECT: &str = "SELECT key, expires_ns, holder, fence, acquired_ms, r
 
 fn lease_info(row: &rusqlite::Row<'_>, now: i64) -> rusqlite::Result<LeaseInfo> {
     let expires: i64 = row.get(1)?;
-    Ok(LeaseInfo {
-        key: row.get(0)?,
-        time_left: Some(Duration::from_nanos(
+    Ok(LeaseInfo::exclusive(
+        row.get(0)?,
+        Some(Duration::from_nanos(
             u64::try_from(expires.saturating_sub(now)).unwrap_or(0),
         )),
-        holder: holder_from(row, 2)?,
-    })
+        holder_from(row, 2)?,
+    ))
 }
 
 struct Pooled {
@@ -551,6 +559,19 @@ impl Local {
         let _ = open_doorbell(&self.doorbell_path());
     }
 
+    /// The doorbell rung by releases: `<database>-released`.
+    pub fn released_doorbell_path(&self) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push("-released");
+        PathBuf::from(name)
+    }
+
+    /// Rings the release doorbell (best effort: waiters also retry at the
+    /// lease's expiry and on a slow safety poll).
+    fn ring_released(&self) {
+        let _ = open_doorbell(&self.released_doorbell_path());
+    }
+
     fn connect(&self) -> Result<Pooled> {
         let con = Connection::open(&self.path).map_err(|e| self.map_err(e))?;
         con.busy_handler(Some(busy_wait))
@@ -568,6 +589,8 @@ impl Local {
         con.execute_batch("PRAGMA synchronous=NORMAL;")
             .map_err(|e| self.map_err(e))?;
         con.execute_batch(SCHEMA).map_err(|e| self.map_err(e))?;
+        con.execute_batch(SLOTS_SCHEMA)
+            .map_err(|e| self.map_err(e))?;
         let mut con = con;
         add_info_columns(&mut con).map_err(|e| self.map_err(e))?;
         Ok(Pooled { con, writes: 0 })
@@ -643,6 +666,10 @@ impl Local {
             "DELETE FROM flags WHERE expires_ns <= ?1 OR boot <> ?2",
             params![now, self.boot],
         )?;
+        con.execute(
+            "DELETE FROM slots WHERE expires_ns <= ?1 OR boot <> ?2",
+            params![now, self.boot],
+        )?;
         Ok(())
     }
 
@@ -697,6 +724,9 @@ impl Local {
         renewal: &Renewal<'_>,
         now: i64,
     ) -> rusqlite::Result<Renewed> {
+        if renewal.lease.slotted() {
+            return self.renew_slot_in(con, renewal, now);
+        }
         let lease = renewal.lease;
         let n = con
             .prepare_cached(
@@ -737,7 +767,7 @@ impl Local {
         // must not make us judge expiry with a stale time, nor issue a floor
         // older than a fence another process issued meanwhile.
         let now = now_ns();
-        if self.live_lease(&tx, key, now)?.is_some() {
+        if self.live_lease(&tx, key, now)?.is_some() || self.slots_live(&tx, key, now)? {
             return Ok(None);
         }
         let floor = i64::try_from(crate::fence::floor_now()).unwrap_or(i64::MAX);
@@ -807,17 +837,25 @@ impl Adapter for Local {
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
-        self.with_con(true, |con, now| {
+        if lease.slotted() {
+            return self.release_slot(lease);
+        }
+        let deleted = self.with_con(true, |con, now| {
             let n = con
                 .prepare_cached("DELETE FROM leases WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4")?
                 .execute(params![lease.key(), lease.token(), now, self.boot])?;
             Ok(n == 1)
-        })
+        })?;
+        if deleted {
+            // After the commit: a waiter that wakes finds the lease free.
+            self.ring_released();
+        }
+        Ok(deleted)
     }
 
     fn held(&self, key: &str) -> Result<bool> {
         self.with_con(false, |con, now| {
-            Ok(self.live_lease(con, key, now)?.is_some())
+            Ok(self.live_lease(con, key, now)?.is_some() || self.slots_live(con, key, now)?)
         })
     }
 
@@ -830,7 +868,13 @@ impl Adapter for Local {
                 .execute(params![key, now, self.boot])?;
             con.prepare_cached("DELETE FROM leases WHERE key = ?1")?
                 .execute(params![key])?;
-            Ok(n == 1)
+            let slots = self.break_slots_in(con, key, now)?;
+            Ok(n == 1 || slots)
+        })
+        .inspect(|broken| {
+            if *broken {
+                self.ring_released();
+            }
         })
     }
 
@@ -849,9 +893,9 @@ impl Adapter for Local {
 
     #[cfg(target_os = "linux")]
     fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
-        let bell = self.doorbell_path();
+        let bells = [self.doorbell_path(), self.released_doorbell_path()];
         self.push.get().watch(watcher, move |registry| {
-            crate::push::spawn("mistri-flags", move || doorbell::run(&bell, &registry))
+            crate::push::spawn("mistri-flags", move || doorbell::run(&bells, &registry))
         })
     }
 
@@ -873,8 +917,26 @@ impl Adapter for Local {
                 "{INFO_SELECT} WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3"
             ))?
             .query_row(params![key, now, self.boot], |r| lease_info(r, now))
-            .optional()
+            .optional()?
+            .map_or_else(|| self.slot_info_in(con, key, now), |info| Ok(Some(info)))
         })
+    }
+
+    fn acquire_limited(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_as(key, ttl, who);
+        }
+        self.acquire_slot(key, ttl, who, limit)
+    }
+
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        self.with_con(false, |con, now| self.expires_in_con(con, key, now))
     }
 
     fn list(&self, prefix: &str) -> Result<Listing> {
@@ -886,6 +948,8 @@ impl Adapter for Local {
                 .prepare_cached(&format!("{INFO_SELECT} WHERE {live} ORDER BY key"))?
                 .query_map(params![prefix, now, self.boot], |r| lease_info(r, now))?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut leases = leases;
+            leases.extend(self.slot_list_in(&tx, prefix, now)?);
             let flags = tx
                 .prepare_cached(&format!(
                     "SELECT key, expires_ns FROM flags WHERE {live} ORDER BY key"
@@ -943,6 +1007,217 @@ impl Adapter for Local {
     }
 }
 
+/// The table of N-holder leases: one row per live slot, its description in
+/// the columns `leases` has (plus `lim`, the limit it was taken with).
+/// Created if missing, so databases made before it gain it on open.
+const SLOTS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS slots (
+  key TEXT NOT NULL, token TEXT NOT NULL, expires_ns INTEGER NOT NULL, boot TEXT NOT NULL,
+  lim INTEGER NOT NULL, holder TEXT, fence INTEGER, acquired_ms INTEGER, renewed_ms INTEGER,
+  ttl_ms INTEGER, heartbeat_ms INTEGER,
+  PRIMARY KEY (key, token)
+) WITHOUT ROWID;
+";
+
+const SLOT_SELECT: &str = "SELECT key, expires_ns, holder, fence, acquired_ms, renewed_ms, ttl_ms, heartbeat_ms, lim FROM slots";
+
+/// N-holder leases (`slots` table): the same transactions, clocks and fence
+/// counter as the exclusive leases. An exclusive acquire refuses a key with
+/// a live slot, a slot acquire a key with a live exclusive lease.
+impl Local {
+    fn slots_live(&self, con: &Connection, key: &str, now: i64) -> rusqlite::Result<bool> {
+        con.prepare_cached(
+            "SELECT EXISTS(SELECT 1 FROM slots WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3)",
+        )?
+        .query_row(params![key, now, self.boot], |r| r.get(0))
+    }
+
+    fn acquire_slot(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        self.with_con(true, |con, _| {
+            // As for an exclusive acquire: the fence reaches the disk first.
+            con.pragma_update(None, "synchronous", "FULL")?;
+            let fence = self.acquire_slot_in(con, key, &token, ttl, who, limit);
+            let _ = con.pragma_update(None, "synchronous", "NORMAL");
+            Ok(fence?.map(|fence| Lease::slot(key, token.clone(), fence, limit)))
+        })
+    }
+
+    fn acquire_slot_in(
+        &self,
+        con: &mut Connection,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> rusqlite::Result<Option<u64>> {
+        let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now_ns();
+        if self.live_lease(&tx, key, now)?.is_some() {
+            return Ok(None);
+        }
+        tx.prepare_cached("DELETE FROM slots WHERE key = ?1 AND (expires_ns <= ?2 OR boot <> ?3)")?
+            .execute(params![key, now, self.boot])?;
+        let live: i64 = tx
+            .prepare_cached("SELECT COUNT(*) FROM slots WHERE key = ?1")?
+            .query_row(params![key], |r| r.get(0))?;
+        if live >= i64::from(limit) {
+            return Ok(None);
+        }
+        let floor = i64::try_from(crate::fence::floor_now()).unwrap_or(i64::MAX);
+        let fence: i64 = tx
+            .prepare_cached(
+                "UPDATE meta SET value = max(value + 1, ?1) WHERE name = 'fence' RETURNING value",
+            )?
+            .query_row(params![floor], |r| r.get(0))?;
+        tx.prepare_cached(
+            "INSERT INTO slots (key, token, expires_ns, boot, lim, holder, fence, acquired_ms, renewed_ms, ttl_ms, heartbeat_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
+        )?
+        .execute(params![
+            key,
+            token,
+            now.saturating_add(ns(ttl)),
+            self.boot,
+            i64::from(limit),
+            who.label,
+            fence,
+            floor / 1000,
+            ms(ttl),
+            ms(who.heartbeat)
+        ])?;
+        tx.commit()?;
+        Ok(Some(fence as u64))
+    }
+
+    fn renew_slot_in(
+        &self,
+        con: &Connection,
+        renewal: &Renewal<'_>,
+        now: i64,
+    ) -> rusqlite::Result<Renewed> {
+        let lease = renewal.lease;
+        let n = con
+            .prepare_cached(
+                "UPDATE slots SET expires_ns = ?1, renewed_ms = ?6, ttl_ms = ?7 WHERE key = ?2 AND token = ?3 AND expires_ns > ?4 AND boot = ?5",
+            )?
+            .execute(params![
+                now.saturating_add(ns(renewal.ttl)),
+                lease.key(),
+                lease.token(),
+                now.saturating_add(ns(renewal.min_left)),
+                self.boot,
+                wall_ms(),
+                ms(renewal.ttl)
+            ])?;
+        if n == 1 {
+            return Ok(Renewed::Yes);
+        }
+        let ours: bool = con
+            .prepare_cached(
+                "SELECT EXISTS(SELECT 1 FROM slots WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4)",
+            )?
+            .query_row(params![lease.key(), lease.token(), now, self.boot], |r| {
+                r.get(0)
+            })?;
+        Ok(if ours && !renewal.min_left.is_zero() {
+            Renewed::TooLate
+        } else {
+            Renewed::NotHeld
+        })
+    }
+
+    fn release_slot(&self, lease: &Lease) -> Result<bool> {
+        self.with_con(true, |con, now| {
+            let n = con
+                .prepare_cached("DELETE FROM slots WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4")?
+                .execute(params![lease.key(), lease.token(), now, self.boot])?;
+            Ok(n == 1)
+        })
+    }
+
+    /// Deletes every slot of `key`: whether one was live.
+    fn break_slots_in(&self, con: &Connection, key: &str, now: i64) -> rusqlite::Result<bool> {
+        let live = self.slots_live(con, key, now)?;
+        con.prepare_cached("DELETE FROM slots WHERE key = ?1")?
+            .execute(params![key])?;
+        Ok(live)
+    }
+
+    /// The live slots of the keys `filter` selects (`?1`), grouped by key.
+    fn slot_infos(
+        &self,
+        con: &Connection,
+        filter: &str,
+        arg: &str,
+        now: i64,
+    ) -> rusqlite::Result<Vec<LeaseInfo>> {
+        let rows = con
+            .prepare_cached(&format!(
+                "{SLOT_SELECT} WHERE {filter} AND expires_ns > ?2 AND boot = ?3 ORDER BY key"
+            ))?
+            .query_map(params![arg, now, self.boot], |r| {
+                let key: String = r.get(0)?;
+                let expires: i64 = r.get(1)?;
+                let limit: i64 = r.get(8)?;
+                let left =
+                    Duration::from_nanos(u64::try_from(expires.saturating_sub(now)).unwrap_or(0));
+                Ok((key, holder_from(r, 2)?, limit, left))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut infos = Vec::new();
+        let mut group: Vec<(HolderInfo, u32, Duration)> = Vec::new();
+        let mut rows = rows.into_iter().peekable();
+        while let Some((key, holder, limit, left)) = rows.next() {
+            if let Some(holder) = holder {
+                group.push((holder, u32::try_from(limit).unwrap_or(u32::MAX), left));
+            }
+            if rows.peek().is_none_or(|next| next.0 != key) {
+                infos.extend(LeaseInfo::slotted(key, std::mem::take(&mut group)));
+            }
+        }
+        Ok(infos)
+    }
+
+    fn slot_info_in(
+        &self,
+        con: &Connection,
+        key: &str,
+        now: i64,
+    ) -> rusqlite::Result<Option<LeaseInfo>> {
+        Ok(self.slot_infos(con, "key = ?1", key, now)?.pop())
+    }
+
+    fn slot_list_in(
+        &self,
+        con: &Connection,
+        prefix: &str,
+        now: i64,
+    ) -> rusqlite::Result<Vec<LeaseInfo>> {
+        self.slot_infos(con, "substr(key, 1, length(?1)) = ?1", prefix, now)
+    }
+
+    fn expires_in_con(
+        &self,
+        con: &Connection,
+        key: &str,
+        now: i64,
+    ) -> rusqlite::Result<Option<Duration>> {
+        let soonest: Option<i64> = con
+            .prepare_cached(
+                "SELECT coalesce((SELECT expires_ns FROM leases WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3), (SELECT min(expires_ns) FROM slots WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3))",
+            )?
+            .query_row(params![key, now, self.boot], |r| r.get(0))?;
+        Ok(soonest.map(|at| Duration::from_nanos(u64::try_from(at - now).unwrap_or(0))))
+    }
+}
+
 /// Opens the doorbell for writing (creating it, mode 0600, never through a
 /// symbolic link) and closes it: one `IN_CLOSE_WRITE` for its watchers.
 fn open_doorbell(path: &Path) -> std::io::Result<std::fs::File> {
@@ -966,10 +1241,11 @@ mod doorbell {
     use std::path::Path;
     use std::time::Duration;
 
-    pub(super) fn run(bell: &Path, registry: &Registry) {
+    /// Watches `[raised, released]` doorbells on one descriptor.
+    pub(super) fn run(bells: &[std::path::PathBuf; 2], registry: &Registry) {
         let mut backoff = Duration::from_millis(50);
         while !registry.retire_if_unwatched() {
-            match listen(bell, registry) {
+            match listen(bells, registry) {
                 Ok(true) => return,
                 // The file was replaced or removed: watch the new one.
                 Ok(false) => backoff = Duration::from_millis(50),
@@ -981,9 +1257,9 @@ mod doorbell {
         }
     }
 
-    /// Watches `bell` until nobody watches (true) or the file is gone
-    /// (false).
-    fn listen(bell: &Path, registry: &Registry) -> std::io::Result<bool> {
+    /// Watches both doorbells until nobody watches (true) or a file is
+    /// gone (false).
+    fn listen(bells: &[std::path::PathBuf; 2], registry: &Registry) -> std::io::Result<bool> {
         // SAFETY: plain syscall with flag arguments; the result is checked.
         let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
         if fd < 0 {
@@ -992,18 +1268,15 @@ mod doorbell {
         // SAFETY: `fd` was just returned by inotify_init1 and is owned here
         // only; OwnedFd closes it once.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        drop(open_doorbell(bell)?);
-        let name = std::ffi::CString::new(bell.as_os_str().as_bytes())
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let mask = libc::IN_CLOSE_WRITE | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
-        // SAFETY: `fd` is a live inotify descriptor and `name` a valid
-        // NUL-terminated path that outlives the call.
-        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), name.as_ptr(), mask) };
-        if wd < 0 {
-            return Err(std::io::Error::last_os_error());
+        let mut wds = [0; 2];
+        for (bell, wd) in bells.iter().zip(wds.iter_mut()) {
+            *wd = add_watch(&fd, bell)?;
         }
-        // Live from here: what was raised before is found by reading.
+        let [raised_wd, released_wd] = wds;
+        // Live from here: what was raised before is found by reading, and
+        // every waiter tries once.
         registry.poll_now();
+        registry.released_any();
         let mut buf = [0u8; 4096];
         let idle_ms = i32::try_from(LISTENER_IDLE.as_millis()).unwrap_or(1000);
         loop {
@@ -1028,6 +1301,7 @@ mod doorbell {
                 continue;
             }
             let mut rang = false;
+            let mut released = false;
             let mut gone = false;
             loop {
                 // SAFETY: reads at most `buf.len()` bytes into `buf`, which
@@ -1048,7 +1322,11 @@ mod doorbell {
                     let event: libc::inotify_event =
                         unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at).cast()) };
                     if event.mask & libc::IN_CLOSE_WRITE != 0 {
-                        rang = true;
+                        if event.wd == raised_wd {
+                            rang = true;
+                        } else if event.wd == released_wd {
+                            released = true;
+                        }
                     }
                     if event.mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED)
                         != 0
@@ -1064,7 +1342,25 @@ mod doorbell {
             if rang {
                 registry.poll_now();
             }
+            if released {
+                registry.released_any();
+            }
         }
+    }
+
+    /// Creates `bell` if needed and adds an inotify watch on it to `fd`.
+    fn add_watch(fd: &OwnedFd, bell: &Path) -> std::io::Result<i32> {
+        drop(open_doorbell(bell)?);
+        let name = std::ffi::CString::new(bell.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let mask = libc::IN_CLOSE_WRITE | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+        // SAFETY: `fd` is a live inotify descriptor and `name` a valid
+        // NUL-terminated path that outlives the call.
+        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), name.as_ptr(), mask) };
+        if wd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(wd)
     }
 }
 

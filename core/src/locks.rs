@@ -250,6 +250,10 @@ impl Locks {
             })
         };
         Ok(crate::waiting::acquire_waiting(
+            self.adapter().clone(),
+            key,
+            ttl,
+            limit,
             opts.wait.unwrap_or(Duration::ZERO),
             opts.signal.clone(),
             attempt,
@@ -303,13 +307,18 @@ impl Locks {
         let Some(lease) = self.issued().leases.remove(key) else {
             return Ok(false);
         };
-        self.adapter().release(&lease).inspect_err(|_| {
+        let released = self.adapter().release(&lease).inspect_err(|_| {
             // Keep it, so the release can be retried.
             self.issued()
                 .leases
                 .entry(lease.shared_key().clone())
                 .or_insert(lease.clone());
-        })
+        })?;
+        if released {
+            // This process's waiters on the key: the head tries now.
+            crate::waiting::released(self.adapter(), &lease);
+        }
+        Ok(released)
     }
 
     fn forget(&self, lease: &Lease) {
@@ -368,7 +377,11 @@ impl Locks {
     /// Invalid key; the backend's errors.
     pub fn break_lease(&self, key: &str) -> Result<bool> {
         check_key("key", key)?;
-        self.adapter().break_lease(key)
+        let broken = self.adapter().break_lease(key)?;
+        if broken {
+            crate::waiting::released_key(self.adapter(), key);
+        }
+        Ok(broken)
     }
 
     /// Acquires `key` and keeps it renewed on this object's heartbeat engine

@@ -14,6 +14,11 @@
 //! [`WALL_REBASE`] earlier, so it follows a wall-clock step within a second
 //! and is never behind the pair's own reading.
 //!
+//! N-holder leases (`acquire_limited` with a limit over 1) keep their slots
+//! in the same store, beside the exclusive entries (`Slots`); the exclusive
+//! acquire's only extra work is a check of an empty map when no N-holder
+//! lease was ever taken.
+//!
 //! Lock order: one mutex, never held while calling out.
 //!
 //! Fork: a child gets a copy of the store (Memory is per process; the copy
@@ -57,6 +62,8 @@ struct State {
     prune_at: usize,
     /// A monotonic instant and the wall-clock time read with it.
     clock: (Instant, SystemTime),
+    /// N-holder leases ([`Slots`]).
+    slots: Slots,
 }
 
 /// An in-process adapter. Leases are visible to every [`crate::Locks`] that
@@ -103,6 +110,7 @@ impl Default for State {
             fence: 0,
             prune_at: MIN_PRUNE_AT,
             clock: (Instant::now(), SystemTime::now()),
+            slots: Slots::default(),
         }
     }
 }
@@ -123,6 +131,7 @@ impl State {
             fence: s.fence,
             prune_at: s.prune_at,
             clock: s.clock,
+            slots: s.slots.clone(),
         });
         Mutex::new(copy.unwrap_or_default())
     }
@@ -176,6 +185,9 @@ impl Adapter for Memory {
         let now = Instant::now();
         let mut state = self.state().lock();
         let wall = state.wall(now);
+        if state.slots.live(key, now) {
+            return Ok(None);
+        }
         let State {
             leases,
             fence: counter,
@@ -233,6 +245,9 @@ impl Adapter for Memory {
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
         let now = Instant::now();
         let mut state = self.state().lock();
+        if renewal.lease.slotted() {
+            return Ok(state.slots.renew(renewal, now));
+        }
         match state.leases.get_mut(renewal.lease.key()) {
             Some(e) if e.expires > now && e.owned_by(renewal.lease) => {
                 if e.expires - now < renewal.min_left {
@@ -250,6 +265,9 @@ impl Adapter for Memory {
     fn release(&self, lease: &Lease) -> Result<bool> {
         let now = Instant::now();
         let mut state = self.state().lock();
+        if lease.slotted() {
+            return Ok(state.slots.release(lease, now));
+        }
         match state.leases.get_mut(lease.key()) {
             Some(e) if e.expires > now && e.owned_by(lease) => {
                 // Expire it in place; the next acquire of this key reuses
@@ -262,17 +280,52 @@ impl Adapter for Memory {
     }
 
     fn held(&self, key: &str) -> Result<bool> {
-        Ok(self
-            .state()
-            .lock()
-            .live_lease(key, Instant::now())
-            .is_some())
+        let now = Instant::now();
+        let state = self.state().lock();
+        Ok(state.live_lease(key, now).is_some() || state.slots.live(key, now))
     }
 
     fn break_lease(&self, key: &str) -> Result<bool> {
         let now = Instant::now();
         let mut state = self.state().lock();
-        Ok(state.leases.remove(key).is_some_and(|e| e.expires > now))
+        let slots = state.slots.remove(key, now);
+        Ok(state.leases.remove(key).is_some_and(|e| e.expires > now) || slots)
+    }
+
+    fn acquire_limited(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_as(key, ttl, who);
+        }
+        let token = mint_token()?;
+        let now = Instant::now();
+        let mut state = self.state().lock();
+        if state.live_lease(key, now).is_some() {
+            return Ok(None);
+        }
+        let wall = state.wall(now);
+        let State {
+            slots,
+            fence: counter,
+            ..
+        } = &mut *state;
+        Ok(slots
+            .acquire(key, &token, now, wall, ttl, who, limit, counter)
+            .map(|fence| Lease::slot(key, token, fence, limit)))
+    }
+
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        let now = Instant::now();
+        let state = self.state().lock();
+        Ok(match state.live_lease(key, now) {
+            Some(e) => Some(e.expires - now),
+            None => state.slots.soonest(key, now),
+        })
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
@@ -301,26 +354,29 @@ impl Adapter for Memory {
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
         let now = Instant::now();
         let state = self.state().lock();
-        Ok(state.live_lease(key, now).map(|e| LeaseInfo {
-            key: key.to_owned(),
-            time_left: Some(e.expires - now),
-            holder: Some(e.holder.clone()),
-        }))
+        Ok(match state.live_lease(key, now) {
+            Some(e) => Some(LeaseInfo::exclusive(
+                key.to_owned(),
+                Some(e.expires - now),
+                Some(e.holder.clone()),
+            )),
+            None => state.slots.info(key, now),
+        })
     }
 
     fn list(&self, prefix: &str) -> Result<Listing> {
         let now = Instant::now();
         let state = self.state().lock();
+        let slotted = state.slots.list(prefix, now);
         let mut listing = Listing {
             leases: state
                 .leases
                 .iter()
                 .filter(|(k, e)| k.starts_with(prefix) && e.expires > now)
-                .map(|(k, e)| LeaseInfo {
-                    key: k.clone(),
-                    time_left: Some(e.expires - now),
-                    holder: Some(e.holder.clone()),
+                .map(|(k, e)| {
+                    LeaseInfo::exclusive(k.clone(), Some(e.expires - now), Some(e.holder.clone()))
                 })
+                .chain(slotted)
                 .collect(),
             flags: state
                 .flags
@@ -335,6 +391,164 @@ impl Adapter for Memory {
         drop(state);
         listing.sort();
         Ok(listing)
+    }
+}
+
+/// One slot of an N-holder lease.
+#[derive(Clone)]
+struct Slot {
+    token: String,
+    expires: Instant,
+    /// The limit it was taken with.
+    limit: u32,
+    holder: HolderInfo,
+}
+
+/// The N-holder leases of a [`Memory`]: per key, its slots (expired ones
+/// are dropped whenever the key is written, and every key's when the map
+/// has doubled since the last sweep). Exclusive acquires refuse a key with
+/// a live slot, slot acquires a key with a live exclusive lease; both draw
+/// fences from the store's one counter.
+#[derive(Clone)]
+struct Slots {
+    keys: HashMap<String, Vec<Slot>>,
+    prune_at: usize,
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Slots {
+            keys: HashMap::default(),
+            prune_at: MIN_PRUNE_AT,
+        }
+    }
+}
+
+impl Slots {
+    /// Has `key` a live slot? (Free when no N-holder lease was ever taken.)
+    fn live(&self, key: &str, now: Instant) -> bool {
+        !self.keys.is_empty()
+            && self
+                .keys
+                .get(key)
+                .is_some_and(|v| v.iter().any(|s| s.expires > now))
+    }
+
+    /// Takes a slot if fewer than `limit` are live: its fence.
+    #[allow(clippy::too_many_arguments)]
+    fn acquire(
+        &mut self,
+        key: &str,
+        token: &str,
+        now: Instant,
+        wall: SystemTime,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        counter: &mut u64,
+    ) -> Option<u64> {
+        if self.keys.len() >= self.prune_at {
+            self.keys.retain(|_, v| {
+                v.retain(|s| s.expires > now);
+                !v.is_empty()
+            });
+            self.prune_at = (self.keys.len() * 2).max(MIN_PRUNE_AT);
+        }
+        let set = self.keys.entry(key.to_owned()).or_default();
+        set.retain(|s| s.expires > now);
+        if set.len() >= limit as usize {
+            return None;
+        }
+        let floor = wall
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(i64::MAX as u64))
+            .unwrap_or(0)
+            .clamp(1, i64::MAX as u64);
+        *counter = crate::fence::next(*counter, floor);
+        set.push(Slot {
+            token: token.to_owned(),
+            expires: deadline(now, ttl),
+            limit,
+            holder: HolderInfo {
+                label: who.label.clone(),
+                fence: *counter,
+                acquired_at: wall,
+                renewed_at: wall,
+                ttl,
+                heartbeat: who.heartbeat,
+            },
+        });
+        Some(*counter)
+    }
+
+    fn find(&mut self, lease: &Lease, now: Instant) -> Option<&mut Slot> {
+        self.keys
+            .get_mut(lease.key())?
+            .iter_mut()
+            .find(|s| s.token == lease.token() && s.expires > now)
+    }
+
+    fn renew(&mut self, renewal: &Renewal<'_>, now: Instant) -> Renewed {
+        match self.find(renewal.lease, now) {
+            Some(s) if s.expires - now < renewal.min_left => Renewed::TooLate,
+            Some(s) => {
+                s.expires = deadline(now, renewal.ttl);
+                s.holder.renewed_at = SystemTime::now();
+                s.holder.ttl = renewal.ttl;
+                Renewed::Yes
+            }
+            None => Renewed::NotHeld,
+        }
+    }
+
+    fn release(&mut self, lease: &Lease, now: Instant) -> bool {
+        let Some(set) = self.keys.get_mut(lease.key()) else {
+            return false;
+        };
+        let released = set
+            .iter()
+            .any(|s| s.token == lease.token() && s.expires > now);
+        set.retain(|s| s.expires > now && s.token != lease.token());
+        if set.is_empty() {
+            self.keys.remove(lease.key());
+        }
+        released
+    }
+
+    /// Drops every slot of `key`: whether one was live.
+    fn remove(&mut self, key: &str, now: Instant) -> bool {
+        self.keys
+            .remove(key)
+            .is_some_and(|v| v.iter().any(|s| s.expires > now))
+    }
+
+    /// Time until the soonest live slot of `key` expires.
+    fn soonest(&self, key: &str, now: Instant) -> Option<Duration> {
+        self.keys
+            .get(key)?
+            .iter()
+            .filter(|s| s.expires > now)
+            .map(|s| s.expires - now)
+            .min()
+    }
+
+    fn info(&self, key: &str, now: Instant) -> Option<LeaseInfo> {
+        let set = self.keys.get(key)?;
+        LeaseInfo::slotted(
+            key.to_owned(),
+            set.iter()
+                .filter(|s| s.expires > now)
+                .map(|s| (s.holder.clone(), s.limit, s.expires - now))
+                .collect(),
+        )
+    }
+
+    fn list(&self, prefix: &str, now: Instant) -> Vec<LeaseInfo> {
+        self.keys
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .filter_map(|k| self.info(k, now))
+            .collect()
     }
 }
 

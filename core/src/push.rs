@@ -18,6 +18,14 @@
 //!   (re)established after a gap in which messages may have been lost. The
 //!   engine reads every stop flag it watches at once, on its I/O thread.
 //!
+//! - [`FlagWatcher::released`]: a lease on this key was released (Redis: a
+//!   message on `{ns}:released:{KEY}`, published by the release script;
+//!   its payload is the released lease's fence, `0` when unknown). Waiting
+//!   acquires ([`crate::waiting`]) ring the head of that key's line.
+//! - [`FlagWatcher::released_any`]: leases may have been released without
+//!   a message naming them (Local's `<db>-released` doorbell carries no
+//!   key), or the channel was (re)established: every line's head retries.
+//!
 //! Push is an accelerator, never the only path: the engine's tick poll stays
 //! the floor (flags raised by a client that does not announce them, a lost
 //! channel, a platform without a wake-up mechanism).
@@ -54,6 +62,15 @@ pub trait FlagWatcher: Send + Sync {
     /// Flags may have been raised without a message naming them: read every
     /// watched flag now.
     fn poll_now(&self);
+    /// A lease on `key` (without namespace) was just released; `fence` is
+    /// the released lease's fencing number when the announcement names it.
+    /// The default does nothing (the heartbeat engine does not care).
+    fn released(&self, key: &str, fence: Option<u64>) {
+        let _ = (key, fence);
+    }
+    /// Leases may have been released without a message naming them (or
+    /// messages were lost while the channel was down). Default: nothing.
+    fn released_any(&self) {}
 }
 
 /// A registration with an adapter's listener; dropping it unregisters.
@@ -155,6 +172,18 @@ impl Registry {
     pub(crate) fn poll_now(&self) {
         for w in self.watchers() {
             w.poll_now();
+        }
+    }
+
+    pub(crate) fn released(&self, key: &str, fence: Option<u64>) {
+        for w in self.watchers() {
+            w.released(key, fence);
+        }
+    }
+
+    pub(crate) fn released_any(&self) {
+        for w in self.watchers() {
+            w.released_any();
         }
     }
 }

@@ -11,10 +11,13 @@
 //!   token. Keys only ever travel as `KEYS`, values as `ARGV`.
 //! - A heartbeat tick is one pipeline: every renewal and flag read of the
 //!   tick in one round trip.
+//! - N-holder leases (semaphores): a sorted set of token → expiry per key,
+//!   one script per operation ([`slots`]); the acquire script refuses while
+//!   it exists.
 //! - Push ([`crate::push`]): `set_flag` pipelines `SET {ns}:flag:{KEY}` with
 //!   `PUBLISH {ns}:raised:{KEY} 1`; a process whose holds watch stop keys
 //!   keeps ONE extra connection per adapter, `PSUBSCRIBE`d to
-//!   `{ns}:raised:{*`, on a listener thread (`mistri-flags`) that never
+//!   `{ns}:r*:{*` (see Waiting below), on a listener thread (`mistri-flags`) that never
 //!   touches the engine's schedule or deadlines: a message trips the holds
 //!   watching that key at once. The listener checks its connection with a
 //!   `PING` after each idle second; on any error it drops the connection,
@@ -22,7 +25,13 @@
 //!   the engines to read every watched flag (anything raised in the gap).
 //!   The listener is generic over where it subscribes ([`ListenAt`]: this
 //!   server; the master the sentinels name, followed across failovers; any
-//!   node of a cluster) and over the channel prefix it listens to.
+//!   node of a cluster).
+//! - Waiting ([`crate::waiting`]): the release script also
+//!   `PUBLISH {ns}:released:{KEY} <fence>` (and `break_lease` publishes
+//!   `0`); the same listener connection hears them: its one pattern is
+//!   `{ns}:r*:{*` (raised and released channels; anything else that matches
+//!   is ignored), and a release rings the waiters of that key. After a
+//!   (re)subscribe every waiter retries once. `expires_in` is `PTTL`.
 //!
 //! Connections: a small pool (a mutex around a stack of idle connections,
 //! held only to push or pop), so concurrent callers each use their own
@@ -44,6 +53,10 @@ use ::redis::{
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+
+/// N-holder leases (a child module: it uses this adapter's connections).
+#[path = "redis_slots.rs"]
+pub(crate) mod slots;
 
 /// The default key namespace.
 pub const DEFAULT_NAMESPACE: &str = "mistri:locks";
@@ -72,7 +85,13 @@ const MIN_IO: Duration = Duration::from_millis(1);
 /// ms of the server's clock, ttl, heartbeat; never the token) replaces
 /// whatever was there, expiring with the lease ([`crate::info`]). Callers
 /// that pass two keys get the script of old, unchanged.
+///
+/// With `KEYS[4]`, the N-holder lease key `{ns}:slots:{KEY}`: refused (0)
+/// while it exists, i.e. while a slot is live ([`slots`]).
 pub const ACQUIRE_LUA: &str = "\
+if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then
+  return 0
+end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 0
 end
@@ -118,13 +137,19 @@ end
 return renewed";
 
 /// `KEYS[1]` lease, `KEYS[2]` (optional) holder description; `ARGV[1]`
-/// token. 1 if deleted (the description with it).
+/// token, `ARGV[2]` (optional) the channel that announces releases of this
+/// key (`{ns}:released:{KEY}`), `ARGV[3]` the message (the lease's fence).
+/// 1 if deleted (the description with it, and then announced).
 pub const RELEASE_LUA: &str = "\
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if KEYS[2] then
     redis.call('DEL', KEYS[2])
   end
-  return redis.call('DEL', KEYS[1])
+  local n = redis.call('DEL', KEYS[1])
+  if ARGV[2] then
+    redis.call('PUBLISH', ARGV[2], ARGV[3] or '0')
+  end
+  return n
 end
 return 0";
 
@@ -261,6 +286,12 @@ impl Redis {
     /// The pub/sub channel on which raising the flag `key` is announced.
     pub fn raised_channel(&self, key: &str) -> String {
         format!("{}:raised:{{{key}}}", self.namespace)
+    }
+
+    /// The pub/sub channel on which releases of the lease on `key` are
+    /// announced (waiting acquires, [`crate::waiting`]).
+    pub fn released_channel(&self, key: &str) -> String {
+        format!("{}:released:{{{key}}}", self.namespace)
     }
 
     /// The Redis key of the holder description of the lease on `key`.
@@ -425,6 +456,10 @@ impl Redis {
     ) -> Result<Vec<Value>> {
         let mut pipe = ::redis::pipe();
         for r in renewals {
+            if r.lease.slotted() {
+                self.pipe_slot_renew(&mut pipe, r);
+                continue;
+            }
             pipe.cmd("EVALSHA")
                 .arg(self.renew.get_hash())
                 .arg(2)
@@ -473,11 +508,11 @@ impl Redis {
             return Ok(None);
         }
         let time_left = u64::try_from(pttl).ok().map(Duration::from_millis);
-        Ok(Some(LeaseInfo {
-            key: key.to_owned(),
+        Ok(Some(LeaseInfo::exclusive(
+            key.to_owned(),
             time_left,
-            holder: holder_from(&fields, counter.as_deref()),
-        }))
+            holder_from(&fields, counter.as_deref()),
+        )))
     }
 
     /// Every key matching `pattern`, by `SCAN` (a page per round trip).
@@ -561,25 +596,25 @@ impl ListenAt for Client {
 /// process and adapter, to the channels `{ns}:{kind}:{KEY}`.
 pub(crate) struct Listener {
     at: Arc<dyn ListenAt>,
-    /// `{ns}:{kind}:{`: a channel name is this, the key, and `}`.
+    /// `{ns}:raised:{`: a channel name is this, the key, and `}`.
     prefix: String,
+    /// `{ns}:r*:{*`: both prefixes (other channels are ignored).
     pattern: String,
+    /// `{ns}:released:{`, the same for announced releases.
+    released_prefix: String,
     timeout: Duration,
 }
 
 impl Listener {
-    /// A listener for the channels `{namespace}:{kind}:{KEY}` (`kind`:
-    /// `raised`), subscribing where `at` says.
-    pub(crate) fn new(
-        at: Arc<dyn ListenAt>,
-        namespace: &str,
-        kind: &str,
-        timeout: Duration,
-    ) -> Listener {
+    /// A listener for the channels `{namespace}:raised:{KEY}` (flags) and
+    /// `{namespace}:released:{KEY}` (waiters), subscribing where `at` says:
+    /// one pattern for both, one subscription per connection.
+    pub(crate) fn new(at: Arc<dyn ListenAt>, namespace: &str, timeout: Duration) -> Listener {
         Listener {
             at,
-            prefix: format!("{namespace}:{kind}:{{"),
-            pattern: format!("{}:{kind}:{{*", glob_escape(namespace)),
+            prefix: format!("{namespace}:raised:{{"),
+            pattern: format!("{}:r*:{{*", glob_escape(namespace)),
+            released_prefix: format!("{namespace}:released:{{"),
             timeout,
         }
     }
@@ -614,19 +649,31 @@ impl Listener {
         // answers. Dropping `con` just closes the socket.
         let mut sub = std::mem::ManuallyDrop::new(con.as_pubsub());
         sub.psubscribe(&self.pattern)?;
-        // Live from here: what was raised before is found by reading.
+        // Live from here: what was raised before is found by reading, and
+        // every waiter tries once (a release may have gone unheard).
         registry.poll_now();
+        registry.released_any();
         sub.set_read_timeout(Some(LISTENER_IDLE))?;
         let mut checked = Instant::now();
         loop {
             match sub.get_message() {
                 Ok(msg) => {
-                    let key = msg
-                        .get_channel_name()
-                        .strip_prefix(&self.prefix)
-                        .and_then(|rest| rest.strip_suffix('}'));
-                    if let Some(key) = key.filter(|k| !k.is_empty()) {
+                    let channel = msg.get_channel_name();
+                    let key_after = |prefix: &str| {
+                        channel
+                            .strip_prefix(prefix)
+                            .and_then(|rest| rest.strip_suffix('}'))
+                            .filter(|k| !k.is_empty())
+                    };
+                    if let Some(key) = key_after(&self.prefix) {
                         registry.raised(key);
+                    } else if let Some(key) = key_after(&self.released_prefix) {
+                        let fence = msg
+                            .get_payload::<String>()
+                            .ok()
+                            .and_then(|p| p.parse::<u64>().ok())
+                            .filter(|f| *f != 0);
+                        registry.released(key, fence);
                     }
                     if checked.elapsed() < LISTENER_IDLE {
                         continue;
@@ -781,7 +828,12 @@ impl Adapter for Redis {
                 deadline,
                 &self.acquire,
                 ACQUIRE_LUA,
-                &[self.lease_key(key), self.fence_key(key), self.info_key(key)],
+                &[
+                    self.lease_key(key),
+                    self.fence_key(key),
+                    self.info_key(key),
+                    self.slots_key(key),
+                ],
                 &[
                     token.clone(),
                     millis_ceil(ttl).to_string(),
@@ -800,6 +852,9 @@ impl Adapter for Redis {
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
+        if renewal.lease.slotted() {
+            return self.renew_slot(renewal);
+        }
         let (reply, acked): (Value, bool) = self.with_con(|con, deadline| {
             let reply: Value = self.eval(
                 con,
@@ -827,6 +882,9 @@ impl Adapter for Redis {
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.slotted() {
+            return self.release_slot(lease);
+        }
         let n: i64 = self.with_con(|con, deadline| {
             self.eval(
                 con,
@@ -834,7 +892,11 @@ impl Adapter for Redis {
                 &self.release,
                 RELEASE_LUA,
                 &[self.lease_key(lease.key()), self.info_key(lease.key())],
-                &[lease.token().to_owned()],
+                &[
+                    lease.token().to_owned(),
+                    self.released_channel(lease.key()),
+                    lease.fence().to_string(),
+                ],
             )
         })?;
         Ok(n == 1)
@@ -844,23 +906,48 @@ impl Adapter for Redis {
         self.with_con(|con, _| {
             ::redis::cmd("EXISTS")
                 .arg(self.lease_key(key))
+                .arg(self.slots_key(key))
                 .query::<i64>(con)
         })
-        .map(|n| n == 1)
+        .map(|n| n >= 1)
+    }
+
+    fn acquire_limited(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_as(key, ttl, who);
+        }
+        self.acquire_slot(key, ttl, who, limit)
+    }
+
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        self.slot_expires_in(key)
     }
 
     fn break_lease(&self, key: &str) -> Result<bool> {
         self.with_con(|con, _| {
-            let (n, _): (i64, i64) = ::redis::pipe()
+            let (n, _, s, _, _): (i64, i64, i64, i64, i64) = ::redis::pipe()
                 .atomic()
                 .cmd("DEL")
                 .arg(self.lease_key(key))
                 .cmd("DEL")
                 .arg(self.info_key(key))
+                .cmd("DEL")
+                .arg(self.slots_key(key))
+                .cmd("DEL")
+                .arg(self.holders_key(key))
+                .cmd("PUBLISH")
+                .arg(self.released_channel(key))
+                .arg("0")
                 .query(con)?;
-            Ok(n)
+            Ok(n + s)
         })
-        .map(|n| n == 1)
+        .map(|n| n >= 1)
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
@@ -887,7 +974,7 @@ impl Adapter for Redis {
             Some(sentinel) => sentinel.clone(),
             None => Arc::new(self.client.clone()),
         };
-        let listener = Listener::new(at, &self.namespace, "raised", self.timeout);
+        let listener = Listener::new(at, &self.namespace, self.timeout);
         self.push.get().watch(watcher, move |registry| {
             crate::push::spawn("mistri-flags", move || listener.run(&registry))
         })
@@ -907,12 +994,19 @@ impl Adapter for Redis {
     }
 
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
-        self.with_con(|con, _| self.info_on(con, key))
+        match self.with_con(|con, _| self.info_on(con, key))? {
+            Some(info) => Ok(Some(info)),
+            None => self.slot_info(key),
+        }
     }
 
     fn list(&self, prefix: &str) -> Result<Listing> {
         let mut listing = Listing::default();
-        for key in self.keys_of("lease", prefix)? {
+        let mut keys = self.keys_of("lease", prefix)?;
+        keys.extend(self.keys_of("slots", prefix)?);
+        keys.sort();
+        keys.dedup();
+        for key in keys {
             // Gone between the scan and now: not live, not listed.
             if let Some(info) = self.info(&key)? {
                 listing.leases.push(info);
@@ -950,6 +1044,12 @@ impl Adapter for Redis {
         if !again.is_empty() {
             self.aim(&con, deadline)?;
             self.renew.load(&mut con).map_err(|e| self.map_err(e))?;
+            if renewals.iter().any(|r| r.lease.slotted()) {
+                slots::SCRIPTS
+                    .renew
+                    .load(&mut con)
+                    .map_err(|e| self.map_err(e))?;
+            }
             let retry: Vec<Renewal<'_>> = again.iter().map(|i| renewals[*i]).collect();
             let answers = self.beat_on(&mut con, &retry, &[], deadline)?;
             for (i, answer) in again.into_iter().zip(answers) {
@@ -1133,6 +1233,7 @@ mod tests {
         assert_eq!(r.flag_key("stop"), "ns:flag:{stop}");
         assert_eq!(r.info_key("job"), "ns:info:{job}");
         assert_eq!(r.raised_channel("stop"), "ns:raised:{stop}");
+        assert_eq!(r.released_channel("job"), "ns:released:{job}");
     }
 
     #[test]

@@ -48,6 +48,7 @@ use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{FlagInfo, Identity, LeaseInfo, Listing};
 use crate::push::{FlagWatch, FlagWatcher, Registry};
+use crate::redis::slots::{self as slot, SCRIPTS as SLOT_SCRIPTS};
 use crate::redis::{
     flag_from, holder_from, min_left_ms, renewed_from, ListenAt, Listener, ACQUIRE_LUA,
     DEFAULT_TIMEOUT, RELEASE_LUA, RENEW_LUA,
@@ -84,11 +85,16 @@ redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
 redis.call('PUBLISH', ARGV[2], '1')
 return 1";
 
-/// `KEYS[1]` lease, `KEYS[2]` description: deletes both, answers whether
-/// the lease was there.
+/// `KEYS[1]` lease, `KEYS[2]` description, `KEYS[3]` (optional) slots,
+/// `KEYS[4]` their descriptions: deletes them all, answers how many of the
+/// lease and the slots were there.
 const BREAK_LUA: &str = "\
 local n = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
+if KEYS[3] then
+  n = n + redis.call('DEL', KEYS[3])
+  redis.call('DEL', KEYS[4])
+end
 return n";
 
 #[derive(Clone)]
@@ -677,6 +683,14 @@ impl RedisCluster {
     }
 
     fn renew_op(&self, r: &Renewal<'_>) -> Op {
+        if r.lease.slotted() {
+            return self.slot_op(
+                &SLOT_SCRIPTS.renew,
+                slot::SLOT_RENEW_LUA,
+                slot::renew_call(&self.namespace, r),
+                true,
+            );
+        }
         let mut op = self.script_op(
             &self.renew,
             RENEW_LUA,
@@ -692,6 +706,21 @@ impl RedisCluster {
         );
         op.write = true;
         op
+    }
+
+    fn slot_op(&self, script: &Script, source: &str, call: slot::Call, write: bool) -> Op {
+        let mut op = self.script_op(script, source, &call.0, &call.1);
+        op.write = write;
+        op
+    }
+
+    fn slot_info_op(&self, key: &str) -> Op {
+        self.slot_op(
+            &SLOT_SCRIPTS.info,
+            slot::SLOT_INFO_LUA,
+            slot::info_call(&self.namespace, key),
+            false,
+        )
     }
 
     fn info_op(&self, key: &str) -> Op {
@@ -726,11 +755,11 @@ impl RedisCluster {
             }
             None => Vec::new(),
         };
-        Ok(Some(LeaseInfo {
-            key: key.to_owned(),
-            time_left: u64::try_from(pttl).ok().map(Duration::from_millis),
-            holder: holder_from(&fields, counter.as_deref()),
-        }))
+        Ok(Some(LeaseInfo::exclusive(
+            key.to_owned(),
+            u64::try_from(pttl).ok().map(Duration::from_millis),
+            holder_from(&fields, counter.as_deref()),
+        )))
     }
 
     /// Every key matching `pattern` on every master, by `SCAN`.
@@ -951,6 +980,7 @@ impl Adapter for RedisCluster {
                 self.key("lease", key),
                 self.key("fence", key),
                 self.key("info", key),
+                self.key("slots", key),
             ],
             &[
                 token.clone(),
@@ -992,6 +1022,18 @@ impl Adapter for RedisCluster {
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.slotted() {
+            let op = self.slot_op(
+                &SLOT_SCRIPTS.release,
+                slot::SLOT_RELEASE_LUA,
+                slot::release_call(&self.namespace, lease),
+                true,
+            );
+            return match self.query(op)? {
+                Value::Int(n) => Ok(n == 1),
+                other => Err(unexpected("release", &other)),
+            };
+        }
         let op = self.script_op(
             &self.release,
             RELEASE_LUA,
@@ -999,7 +1041,13 @@ impl Adapter for RedisCluster {
                 self.key("lease", lease.key()),
                 self.key("info", lease.key()),
             ],
-            &[lease.token().to_owned()],
+            // Announced to waiting acquires (classic PUBLISH reaches every
+            // node, so a listener on any node hears it).
+            &[
+                lease.token().to_owned(),
+                self.key("released", lease.key()),
+                lease.fence().to_string(),
+            ],
         );
         match self.query(op)? {
             Value::Int(n) => Ok(n == 1),
@@ -1010,19 +1058,71 @@ impl Adapter for RedisCluster {
     fn held(&self, key: &str) -> Result<bool> {
         let k = self.key("lease", key);
         let mut cmd = ::redis::cmd("EXISTS");
-        cmd.arg(&k);
+        cmd.arg(&k).arg(self.key("slots", key));
         match self.query(Self::plain_op(&k, cmd))? {
-            Value::Int(n) => Ok(n == 1),
+            Value::Int(n) => Ok(n >= 1),
             other => Err(unexpected("EXISTS", &other)),
         }
     }
 
+    fn acquire_limited(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_as(key, ttl, who);
+        }
+        let token = mint_token()?;
+        let op = self.slot_op(
+            &SLOT_SCRIPTS.acquire,
+            slot::SLOT_ACQUIRE_LUA,
+            slot::acquire_call(&self.namespace, key, &token, ttl, who, limit),
+            true,
+        );
+        let (value, acked) = self.one(op)?;
+        let fence = slot::fence_from(&value, "Redis Cluster")?;
+        if fence == 0 {
+            return Ok(None);
+        }
+        let lease = Lease::slot(key, token, fence, limit);
+        if !acked {
+            let undone = match self.release(&lease) {
+                Ok(true) => "released it",
+                Ok(false) => "it is gone already",
+                Err(_) => "could not release it (it expires with its ttl)",
+            };
+            return Err(Error::Backend(format!(
+                "{}; {undone}",
+                self.not_replicated(&format!("acquire of a slot of {key:?}"))
+            )));
+        }
+        Ok(Some(lease))
+    }
+
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        let op = self.slot_op(
+            &SLOT_SCRIPTS.expires,
+            slot::EXPIRES_LUA,
+            slot::expires_call(&self.namespace, key),
+            false,
+        );
+        slot::expires_from(&self.query(op)?, "Redis Cluster")
+    }
+
     fn break_lease(&self, key: &str) -> Result<bool> {
-        let keys = [self.key("lease", key), self.key("info", key)];
+        let keys = [
+            self.key("lease", key),
+            self.key("info", key),
+            self.key("slots", key),
+            self.key("holders", key),
+        ];
         let mut cmd = ::redis::cmd("EVAL");
-        cmd.arg(BREAK_LUA).arg(2).arg(&keys[..]);
+        cmd.arg(BREAK_LUA).arg(4).arg(&keys[..]);
         match self.query(Self::plain_op(&keys[0], cmd))? {
-            Value::Int(n) => Ok(n == 1),
+            Value::Int(n) => Ok(n >= 1),
             other => Err(unexpected("break", &other)),
         }
     }
@@ -1043,7 +1143,7 @@ impl Adapter for RedisCluster {
             known: self.known.get().clone(),
             next: AtomicUsize::new(0),
         };
-        let listener = Listener::new(Arc::new(at), &self.namespace, "raised", self.timeout);
+        let listener = Listener::new(Arc::new(at), &self.namespace, self.timeout);
         self.push.get().watch(watcher, move |registry| {
             crate::push::spawn("mistri-flags", move || listener.run(&registry))
         })
@@ -1065,7 +1165,10 @@ impl Adapter for RedisCluster {
 
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
         let value = self.query(self.info_op(key))?;
-        self.info_from(key, value)
+        match self.info_from(key, value)? {
+            Some(info) => Ok(Some(info)),
+            None => slot::info_from(key, &self.query(self.slot_info_op(key))?, "Redis Cluster"),
+        }
     }
 
     fn list(&self, prefix: &str) -> Result<Listing> {
@@ -1078,6 +1181,17 @@ impl Adapter for RedisCluster {
                 let (value, _) = answer?;
                 // Gone between the scan and now: not live, not listed.
                 if let Some(info) = self.info_from(key, value)? {
+                    listing.leases.push(info);
+                }
+            }
+        }
+        let slotted = self.keys_of("slots", prefix)?;
+        for chunk in slotted.chunks(500) {
+            let ops: Vec<Op> = chunk.iter().map(|k| self.slot_info_op(k)).collect();
+            let answers = self.run(&ops, Instant::now() + self.timeout);
+            for (key, answer) in chunk.iter().zip(answers) {
+                let (value, _) = answer?;
+                if let Some(info) = slot::info_from(key, &value, "Redis Cluster")? {
                     listing.leases.push(info);
                 }
             }

@@ -1,0 +1,470 @@
+//! N-holder leases (semaphores) on Redis and Redis Cluster: the scripts,
+//! their keys and arguments, and what their replies mean
+//! (`docs/PROTOCOL.md`, "N-holder leases").
+//!
+//! - `{ns}:slots:{KEY}`: a sorted set, member = a holder's owner token,
+//!   score = its expiry in milliseconds of the server's clock (`TIME`). A
+//!   slot is live while its score is above the server's time.
+//! - `{ns}:holders:{KEY}`: a hash, field = the owner token, value =
+//!   `fence:acquired_ms:renewed_ms:ttl_ms:heartbeat_ms:limit:label` (the
+//!   label last, so it may contain `:`).
+//! - Every script reads `TIME` once, drops the expired members of both
+//!   (pruning), does its work, and sets both keys to expire
+//!   (`PEXPIREAT`) with the longest-lived slot, so a semaphore whose
+//!   holders all crashed vanishes by itself, and `EXISTS {ns}:slots:{KEY}`
+//!   means "a live slot is there".
+//! - Exclusion both ways: a slot acquire refuses while `{ns}:lease:{KEY}`
+//!   exists; the exclusive acquire script ([`crate::redis::ACQUIRE_LUA`])
+//!   refuses while the slots key exists (its optional `KEYS[4]`: one
+//!   `EXISTS` inside the script, no extra round trip).
+//! - Fences come from the exclusive lease's counter `{ns}:fence:{KEY}` with
+//!   the same clock floor, so they increase across slots and exclusive
+//!   leases of one key.
+//!
+//! All keys of one user KEY share the hash tag `{KEY}`: every script runs
+//! on one node of a cluster.
+//!
+//! This module is a child of [`crate::redis`] (it reaches the adapter's
+//! connection helpers); [`crate::redis_cluster`] uses its scripts, key and
+//! argument builders and reply readers.
+
+use super::{min_left_ms, renewed_from, Redis};
+use crate::adapter::{Lease, Renewal, Renewed};
+use crate::args::{millis_ceil, mint_token};
+use crate::error::{Error, Result};
+use crate::info::{from_unix_millis, HolderInfo, Identity, LeaseInfo};
+use ::redis::{Script, Value};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// The Lua functions every slot script starts with.
+macro_rules! prelude {
+    () => {
+        "\
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function prune(slots, holders, now)
+  local gone = redis.call('ZRANGEBYSCORE', slots, '-inf', string.format('%.0f', now))
+  for i = 1, #gone, 1000 do
+    local last = math.min(i + 999, #gone)
+    redis.call('ZREM', slots, unpack(gone, i, last))
+    redis.call('HDEL', holders, unpack(gone, i, last))
+  end
+end
+local function expire_with_last(slots, holders)
+  local last = redis.call('ZRANGE', slots, -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIREAT', slots, last[2])
+    redis.call('PEXPIREAT', holders, last[2])
+  else
+    redis.call('DEL', holders)
+  end
+end
+"
+    };
+}
+
+/// `KEYS[1]` lease, `KEYS[2]` fence counter, `KEYS[3]` slots, `KEYS[4]`
+/// holders; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` limit,
+/// `ARGV[4]` holder label, `ARGV[5]` heartbeat in ms. The new slot's
+/// fencing number, or 0 when refused (an exclusive lease is there, or
+/// `limit` slots are live).
+pub const SLOT_ACQUIRE_LUA: &str = concat!(
+    prelude!(),
+    "\
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+local t = redis.call('TIME')
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(us / 1000)
+prune(KEYS[3], KEYS[4], now)
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then
+  return 0
+end
+local fence = redis.call('INCR', KEYS[2])
+if us > fence then
+  fence = us
+  redis.call('SET', KEYS[2], string.format('%.0f', us))
+end
+local ms = string.format('%.0f', now)
+redis.call('ZADD', KEYS[3], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], table.concat({string.format('%.0f', fence), ms, ms,
+  ARGV[2], ARGV[5], ARGV[3], ARGV[4]}, ':'))
+expire_with_last(KEYS[3], KEYS[4])
+return fence"
+);
+
+/// `KEYS[1]` slots, `KEYS[2]` holders; `ARGV[1]` token, `ARGV[2]` ttl in
+/// ms, `ARGV[3]` the least life in ms the slot must have left (0: none).
+/// 1 renewed, 0 not held (expired, released, broken), -1 held but less
+/// than `ARGV[3]` ms left (not applied) — the exclusive renew's answers.
+pub const SLOT_RENEW_LUA: &str = concat!(
+    prelude!(),
+    "\
+local now = now_ms()
+prune(KEYS[1], KEYS[2], now)
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not exp then
+  return 0
+end
+local floor = tonumber(ARGV[3]) or 0
+if floor > 0 and tonumber(exp) - now < floor then
+  return -1
+end
+redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+local d = redis.call('HGET', KEYS[2], ARGV[1])
+if d then
+  local fence, acquired, rest = string.match(d, '^(%d+):(%d+):%d+:%d+:(.*)$')
+  if fence then
+    redis.call('HSET', KEYS[2], ARGV[1], table.concat({fence, acquired,
+      string.format('%.0f', now), ARGV[2], rest}, ':'))
+  end
+end
+expire_with_last(KEYS[1], KEYS[2])
+return 1"
+);
+
+/// `KEYS[1]` slots, `KEYS[2]` holders; `ARGV[1]` token, `ARGV[2]`
+/// (optional) the channel `{ns}:released:{KEY}`, `ARGV[3]` the message
+/// (the slot's fence). 1 if the live slot was deleted (and announced),
+/// else 0.
+pub const SLOT_RELEASE_LUA: &str = concat!(
+    prelude!(),
+    "\
+prune(KEYS[1], KEYS[2], now_ms())
+local n = redis.call('ZREM', KEYS[1], ARGV[1])
+if n == 1 then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  expire_with_last(KEYS[1], KEYS[2])
+  if ARGV[2] then
+    redis.call('PUBLISH', ARGV[2], ARGV[3] or '0')
+  end
+end
+return n"
+);
+
+/// `KEYS[1]` slots, `KEYS[2]` holders (read only). For each live slot, by
+/// expiry: its ms left and its description (`''` if none); never tokens.
+pub const SLOT_INFO_LUA: &str = "\
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', now), '+inf',
+  'WITHSCORES')
+local out = {}
+for i = 1, #live, 2 do
+  out[#out + 1] = string.format('%.0f', tonumber(live[i + 1]) - now)
+  out[#out + 1] = redis.call('HGET', KEYS[2], live[i]) or ''
+end
+return out";
+
+/// `KEYS[1]` lease, `KEYS[2]` slots (read only). Ms until the lease
+/// lapses, or until the soonest slot does; -1 for a lease with no expiry;
+/// -2 when neither is there.
+pub const EXPIRES_LUA: &str = "\
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl ~= -2 then
+  return pttl
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local first = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. string.format('%.0f', now), '+inf',
+  'WITHSCORES', 'LIMIT', 0, 1)
+if first[2] then
+  return tonumber(first[2]) - now
+end
+return -2";
+
+/// The slot scripts (hashed once per process).
+pub(crate) struct SlotScripts {
+    pub(crate) acquire: Script,
+    pub(crate) renew: Script,
+    pub(crate) release: Script,
+    pub(crate) info: Script,
+    pub(crate) expires: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<SlotScripts> = LazyLock::new(|| SlotScripts {
+    acquire: Script::new(SLOT_ACQUIRE_LUA),
+    renew: Script::new(SLOT_RENEW_LUA),
+    release: Script::new(SLOT_RELEASE_LUA),
+    info: Script::new(SLOT_INFO_LUA),
+    expires: Script::new(EXPIRES_LUA),
+});
+
+/// `{ns}:{kind}:{KEY}`.
+pub(crate) fn key_of(ns: &str, kind: &str, key: &str) -> String {
+    format!("{ns}:{kind}:{{{key}}}")
+}
+
+/// One script call: keys and arguments.
+pub(crate) type Call = (Vec<String>, Vec<String>);
+
+pub(crate) fn acquire_call(
+    ns: &str,
+    key: &str,
+    token: &str,
+    ttl: Duration,
+    who: &Identity,
+    limit: u32,
+) -> Call {
+    (
+        vec![
+            key_of(ns, "lease", key),
+            key_of(ns, "fence", key),
+            key_of(ns, "slots", key),
+            key_of(ns, "holders", key),
+        ],
+        vec![
+            token.to_owned(),
+            millis_ceil(ttl).to_string(),
+            limit.to_string(),
+            who.label.clone(),
+            min_left_ms(who.heartbeat).to_string(),
+        ],
+    )
+}
+
+pub(crate) fn renew_call(ns: &str, r: &Renewal<'_>) -> Call {
+    let key = r.lease.key();
+    (
+        vec![key_of(ns, "slots", key), key_of(ns, "holders", key)],
+        vec![
+            r.lease.token().to_owned(),
+            millis_ceil(r.ttl).to_string(),
+            min_left_ms(r.min_left).to_string(),
+        ],
+    )
+}
+
+pub(crate) fn release_call(ns: &str, lease: &Lease) -> Call {
+    let key = lease.key();
+    (
+        vec![key_of(ns, "slots", key), key_of(ns, "holders", key)],
+        vec![
+            lease.token().to_owned(),
+            key_of(ns, "released", key),
+            lease.fence().to_string(),
+        ],
+    )
+}
+
+pub(crate) fn info_call(ns: &str, key: &str) -> Call {
+    (
+        vec![key_of(ns, "slots", key), key_of(ns, "holders", key)],
+        Vec::new(),
+    )
+}
+
+pub(crate) fn expires_call(ns: &str, key: &str) -> Call {
+    (
+        vec![key_of(ns, "lease", key), key_of(ns, "slots", key)],
+        Vec::new(),
+    )
+}
+
+/// A slot description (`fence:acquired_ms:renewed_ms:ttl_ms:heartbeat_ms:limit:label`)
+/// and the limit in it.
+pub(crate) fn holder_of(text: &str) -> Option<(HolderInfo, u32)> {
+    let mut parts = text.splitn(7, ':');
+    let mut num = || parts.next()?.parse::<u64>().ok();
+    let (fence, acquired, renewed, ttl, heartbeat, limit) =
+        (num()?, num()?, num()?, num()?, num()?, num()?);
+    let label = parts.next()?.to_owned();
+    Some((
+        HolderInfo {
+            label,
+            fence,
+            acquired_at: from_unix_millis(acquired),
+            renewed_at: from_unix_millis(renewed),
+            ttl: Duration::from_millis(ttl),
+            heartbeat: Duration::from_millis(heartbeat),
+        },
+        u32::try_from(limit).unwrap_or(u32::MAX),
+    ))
+}
+
+/// The reply of [`SLOT_INFO_LUA`] as the lease's description: `None` when
+/// no slot is live.
+pub(crate) fn info_from(key: &str, value: &Value, addr: &str) -> Result<Option<LeaseInfo>> {
+    let Value::Array(items) = value else {
+        return Err(unexpected("slot info", value, addr));
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let mut holders = Vec::with_capacity(items.len() / 2);
+    for pair in items.chunks(2) {
+        let [left, desc] = pair else {
+            return Err(unexpected("slot info", value, addr));
+        };
+        let left = text(left)
+            .and_then(|t| t.parse::<u64>().ok())
+            .ok_or_else(|| unexpected("slot info", value, addr))?;
+        // A slot without a description (written by hand) is live but
+        // can't be shown.
+        if let Some((holder, limit)) = text(desc).as_deref().and_then(holder_of) {
+            holders.push((holder, limit, Duration::from_millis(left)));
+        }
+    }
+    Ok(LeaseInfo::slotted(key.to_owned(), holders))
+}
+
+/// The reply of [`EXPIRES_LUA`].
+pub(crate) fn expires_from(value: &Value, addr: &str) -> Result<Option<Duration>> {
+    match value {
+        Value::Int(ms) => Ok(u64::try_from(*ms).ok().map(Duration::from_millis)),
+        other => Err(unexpected("expiry", other, addr)),
+    }
+}
+
+/// The reply of [`SLOT_ACQUIRE_LUA`]: the fence, 0 when refused.
+pub(crate) fn fence_from(value: &Value, addr: &str) -> Result<u64> {
+    match value {
+        Value::Int(n) => Ok(u64::try_from(*n).unwrap_or(0)),
+        other => Err(unexpected("slot acquire", other, addr)),
+    }
+}
+
+fn unexpected(what: &str, value: &Value, addr: &str) -> Error {
+    match value {
+        Value::ServerError(e) => Error::Backend(format!(
+            "Redis at {addr} answered {what} with an error: {e:?}"
+        )),
+        other => Error::Backend(format!(
+            "Redis at {addr} sent an unexpected {what} reply: {other:?}"
+        )),
+    }
+}
+
+/// The slot operations of one server ([`Redis`]).
+impl Redis {
+    /// The Redis key of the N-holder lease (slots) on `key`.
+    pub fn slots_key(&self, key: &str) -> String {
+        key_of(self.namespace(), "slots", key)
+    }
+
+    /// The Redis key of the slots' holder descriptions on `key`.
+    pub fn holders_key(&self, key: &str) -> String {
+        key_of(self.namespace(), "holders", key)
+    }
+
+    fn run_slot(&self, script: &Script, source: &str, call: &Call) -> Result<Value> {
+        self.with_con(|con, deadline| self.eval(con, deadline, script, source, &call.0, &call.1))
+    }
+
+    pub(super) fn acquire_slot(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        let call = acquire_call(self.namespace(), key, &token, ttl, who, limit);
+        let (value, acked): (Value, bool) = self.with_con(|con, deadline| {
+            let value: Value = self.eval(
+                con,
+                deadline,
+                &SCRIPTS.acquire,
+                SLOT_ACQUIRE_LUA,
+                &call.0,
+                &call.1,
+            )?;
+            let wrote = matches!(value, Value::Int(n) if n > 0);
+            let acked = self.wait_replicas(con, deadline, wrote)?;
+            Ok((value, acked))
+        })?;
+        let fence = fence_from(&value, &self.addr)?;
+        let lease = (fence > 0).then(|| Lease::slot(key, token, fence, limit));
+        match lease {
+            Some(lease) if !acked => Err(self.unreplicated_acquire(&lease)),
+            lease => Ok(lease),
+        }
+    }
+
+    pub(super) fn renew_slot(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
+        let call = renew_call(self.namespace(), renewal);
+        let (reply, acked): (Value, bool) = self.with_con(|con, deadline| {
+            let reply: Value = self.eval(
+                con,
+                deadline,
+                &SCRIPTS.renew,
+                SLOT_RENEW_LUA,
+                &call.0,
+                &call.1,
+            )?;
+            let wrote = reply == Value::Int(1);
+            let acked = self.wait_replicas(con, deadline, wrote)?;
+            Ok((reply, acked))
+        })?;
+        if !acked {
+            // With a sentinel the master may have moved: look again.
+            self.forget_master();
+        }
+        self.acked(renewed_from(&reply, &self.addr), acked)
+    }
+
+    pub(super) fn release_slot(&self, lease: &Lease) -> Result<bool> {
+        let call = release_call(self.namespace(), lease);
+        match self.run_slot(&SCRIPTS.release, SLOT_RELEASE_LUA, &call)? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("slot release", &other, &self.addr)),
+        }
+    }
+
+    pub(super) fn slot_info(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        let call = info_call(self.namespace(), key);
+        info_from(
+            key,
+            &self.run_slot(&SCRIPTS.info, SLOT_INFO_LUA, &call)?,
+            &self.addr,
+        )
+    }
+
+    pub(super) fn slot_expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        let call = expires_call(self.namespace(), key);
+        expires_from(
+            &self.run_slot(&SCRIPTS.expires, EXPIRES_LUA, &call)?,
+            &self.addr,
+        )
+    }
+
+    /// A heartbeat tick's renewal of a slot, into the tick's pipeline.
+    pub(super) fn pipe_slot_renew(&self, pipe: &mut ::redis::Pipeline, r: &Renewal<'_>) {
+        let (keys, args) = renew_call(self.namespace(), r);
+        pipe.cmd("EVALSHA")
+            .arg(SCRIPTS.renew.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptions_parse_with_colons_in_the_label() {
+        let (h, limit) = holder_of("17:1000:2000:3000:500:3:host:12 ruby").unwrap();
+        assert_eq!(h.fence, 17);
+        assert_eq!(h.label, "host:12 ruby");
+        assert_eq!(h.ttl, Duration::from_millis(3000));
+        assert_eq!(h.heartbeat, Duration::from_millis(500));
+        assert_eq!(limit, 3);
+        assert!(holder_of("17:1000:2000").is_none());
+        assert!(holder_of("x:1:2:3:4:5:l").is_none());
+    }
+
+    #[test]
+    fn keys_share_the_hash_tag() {
+        let (keys, args) = release_call("ns", &Lease::slot("job", "t", 1, 3));
+        assert_eq!(keys, ["ns:slots:{job}", "ns:holders:{job}"]);
+        assert_eq!(args, ["t", "ns:released:{job}", "1"]);
+    }
+}

@@ -1,0 +1,649 @@
+//! Waiting acquires (`core/src/waiting.rs`): woken by the release or the
+//! expiry of the lease, not by polling, on Memory, Local and Redis (a real
+//! `redis-server` from the testkit). Hand-off on release, FIFO order within
+//! a process, a waiter in another process (this test binary re-executed
+//! with `MISTRI_TEST_ROLE`) woken well before the safety poll, expiry of a
+//! holder that never releases, timeout, abort, the waker, a dropped waiter
+//! leaving the line, and the Redis commands 20 waiters cost.
+
+mod common;
+use common::*;
+use mistri_locks::waiting::SAFETY_POLL;
+use mistri_locks::{AbortSignal, AcquireOptions, HoldOptions, Locks, Poll};
+use mistri_locks_testkit::{unique, RedisServer};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Far below the safety poll: only a wake-up (release message, expiry
+/// timer) can be this quick; generous for a loaded machine.
+fn woken_within() -> Duration {
+    SAFETY_POLL / 2
+}
+
+fn waiting(wait: f64) -> AcquireOptions {
+    AcquireOptions {
+        wait: Some(secs(wait)),
+        ..AcquireOptions::default()
+    }
+}
+
+fn temp_db(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "mistri-waiting-{}-{}",
+        std::process::id(),
+        unique(name)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir.join("locks.db")
+}
+
+/// The three backends, each in a fresh place.
+fn backends(server: &RedisServer) -> Vec<(&'static str, Locks)> {
+    vec![
+        ("memory", Locks::memory()),
+        ("local", Locks::local(Some(&temp_db("local"))).unwrap()),
+        (
+            "redis",
+            Locks::redis(&server.url(), &unique("mistri:wait")).unwrap(),
+        ),
+    ]
+}
+
+/// `CLOCK_MONOTONIC` in ns: one clock for every process of the host.
+fn mono_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// The waiting process's entry point (does nothing unless re-executed).
+#[test]
+fn child() {
+    let Ok(role) = std::env::var("MISTRI_TEST_ROLE") else {
+        return;
+    };
+    let target = std::env::var("MISTRI_TEST_TARGET").unwrap();
+    let key = std::env::var("MISTRI_TEST_KEY").unwrap();
+    let locks = match role.as_str() {
+        "wait-redis" | "cycle-redis" => Locks::redis(&target, "mistri:wait").unwrap(),
+        "wait-local" | "cycle-local" => Locks::local(Some(&PathBuf::from(target))).unwrap(),
+        other => panic!("unknown role {other}"),
+    };
+    if role.starts_with("cycle") {
+        eprintln!("cycled {}", cycle_in_threads(&locks, &key));
+        return;
+    }
+    eprintln!("ready");
+    let got = locks
+        .acquire_with(&key, secs(30.0), &waiting(20.0))
+        .unwrap();
+    let at = mono_ns();
+    eprintln!("acquired {got} {at}");
+}
+
+/// Holds `key` here, lets a child process wait for it, releases it: how
+/// long from the release to the child's acquire.
+fn release_to_other_process(locks: &Locks, role: &str, target: &str) -> Duration {
+    let key = unique("job");
+    assert!(locks.acquire(&key, secs(30.0)).unwrap());
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("MISTRI_TEST_ROLE", role)
+        .env("MISTRI_TEST_TARGET", target)
+        .env("MISTRI_TEST_KEY", &key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = lines.by_ref().map_while(Result::ok).any(|l| l == "ready");
+    assert!(ready, "the waiting process never started");
+    // Time to connect, try once and fall asleep (its next timed try is
+    // the safety poll, 2 s away: the lease has 30 s left).
+    std::thread::sleep(Duration::from_millis(500));
+    let released = mono_ns();
+    assert!(locks.release(&key).unwrap());
+    let acquired = lines
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("acquired ").map(str::to_owned))
+        .expect("the waiting process said nothing");
+    assert!(child.wait().unwrap().success());
+    let (got, at) = acquired.split_once(' ').unwrap();
+    assert_eq!(got, "true", "the waiting process was refused");
+    let at: i64 = at.trim().parse().unwrap();
+    Duration::from_nanos(u64::try_from(at - released).unwrap_or(0))
+}
+
+#[test]
+fn a_release_hands_the_lease_to_a_waiter_at_once() {
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server) {
+        let key = unique("job");
+        assert!(locks.acquire(&key, secs(30.0)).unwrap());
+        let other = locks.new_owner();
+        let k = key.clone();
+        let waiter = std::thread::spawn(move || {
+            let got = other.acquire_with(&k, secs(30.0), &waiting(20.0)).unwrap();
+            (got, Instant::now())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let released = Instant::now();
+        assert!(locks.release(&key).unwrap());
+        let (got, at) = waiter.join().unwrap();
+        let took = at.saturating_duration_since(released);
+        println!("{name}: release -> waiter {took:?}");
+        assert!(got, "{name}: refused");
+        assert!(took < woken_within(), "{name}: took {took:?}");
+    }
+}
+
+#[test]
+fn a_hold_released_hands_over_to_a_waiting_hold() {
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server) {
+        let key = unique("job");
+        let hold = locks.hold(&key, opts(30.0, 1.0)).unwrap().unwrap();
+        let other = locks.new_owner();
+        let k = key.clone();
+        let waiter = std::thread::spawn(move || {
+            let o = HoldOptions {
+                wait: Some(secs(20.0)),
+                ..opts(30.0, 1.0)
+            };
+            let got = other.hold(&k, o).unwrap();
+            (got.is_some(), Instant::now())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let released = Instant::now();
+        drop(hold);
+        let (got, at) = waiter.join().unwrap();
+        let took = at.saturating_duration_since(released);
+        println!("{name}: hold dropped -> waiting hold {took:?}");
+        assert!(got, "{name}: refused");
+        assert!(took < woken_within(), "{name}: took {took:?}");
+    }
+}
+
+#[test]
+fn waiters_of_one_process_are_served_in_arrival_order() {
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server) {
+        let key = unique("job");
+        assert!(locks.acquire(&key, secs(30.0)).unwrap());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut threads = Vec::new();
+        for i in 0..5 {
+            let (other, k, order) = (locks.new_owner(), key.clone(), order.clone());
+            threads.push(std::thread::spawn(move || {
+                let o = HoldOptions {
+                    wait: Some(secs(30.0)),
+                    ..opts(30.0, 1.0)
+                };
+                let hold = other.hold(&k, o).unwrap().expect("refused");
+                order.lock().unwrap().push(i);
+                std::thread::sleep(Duration::from_millis(20));
+                hold.release().unwrap();
+            }));
+            // Generous: each waiter is in line before the next arrives.
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        assert!(locks.release(&key).unwrap());
+        let started = Instant::now();
+        for t in threads {
+            t.join().unwrap();
+        }
+        println!("{name}: 5 hand-offs in {:?}", started.elapsed());
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4], "{name}");
+        assert!(started.elapsed() < woken_within() * 2, "{name}: slow");
+    }
+}
+
+#[test]
+fn a_waiter_in_another_process_wakes_on_release_redis() {
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:wait").unwrap();
+    let took = release_to_other_process(&locks, "wait-redis", &server.url());
+    println!("redis: release -> other process {took:?}");
+    assert!(took < woken_within(), "took {took:?}");
+}
+
+#[test]
+fn a_waiter_in_another_process_wakes_on_release_local() {
+    let path = temp_db("cross");
+    let locks = Locks::local(Some(&path)).unwrap();
+    let took = release_to_other_process(&locks, "wait-local", path.to_str().unwrap());
+    println!("local: release -> other process {took:?}");
+    assert!(took < woken_within(), "took {took:?}");
+}
+
+/// How long the processes of the fairness test take turns.
+const CYCLE: Duration = Duration::from_secs(3);
+
+/// Takes `key` in turn with the others for `cycle` (waiting for it each
+/// time, holding it 5 ms): how many times this thread got it.
+fn cycle(locks: &Locks, key: &str, cycle: Duration) -> u32 {
+    let end = Instant::now() + cycle;
+    let mut got = 0;
+    while Instant::now() < end {
+        if locks.acquire_with(key, secs(10.0), &waiting(2.0)).unwrap() {
+            got += 1;
+            std::thread::sleep(Duration::from_millis(5));
+            assert!(locks.release(key).unwrap());
+        }
+    }
+    got
+}
+
+/// [`cycle`] in two threads of this process (owners of their own): the
+/// turns they got.
+fn cycle_in_threads(locks: &Locks, key: &str) -> u32 {
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (owner, k) = (locks.new_owner(), key.to_owned());
+            std::thread::spawn(move || cycle(&owner, &k, CYCLE))
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+/// Two waiters in each of two processes take turns with a key for 3 s:
+/// neither process is shut out. (Across processes the first retry wins:
+/// shares are not equal, and this checks only that both get turns.)
+fn other_process_gets_turns(locks: &Locks, role: &str, target: &str) {
+    let key = unique("job");
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("MISTRI_TEST_ROLE", role)
+        .env("MISTRI_TEST_TARGET", target)
+        .env("MISTRI_TEST_KEY", &key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let here = cycle_in_threads(locks, &key);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    let there: u32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cycled "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in {text}"));
+    println!("{role}: turns here {here}, in the other process {there}");
+    // Typical shares run from 1:12 to 1:2 (hundreds of turns in all).
+    assert!(here + there > 50, "too few turns: {here} + {there}");
+    assert!(here >= 1 && there >= 1, "{here} vs {there}");
+}
+
+#[test]
+fn another_process_gets_its_turns_redis() {
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:wait").unwrap();
+    other_process_gets_turns(&locks, "cycle-redis", &server.url());
+}
+
+#[test]
+fn another_process_gets_its_turns_local() {
+    let path = temp_db("fair");
+    let locks = Locks::local(Some(&path)).unwrap();
+    other_process_gets_turns(&locks, "cycle-local", path.to_str().unwrap());
+}
+
+#[test]
+fn a_holder_that_never_releases_is_succeeded_at_its_expiry() {
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server) {
+        let key = unique("job");
+        let ttl = Duration::from_millis(700);
+        let took_at = Instant::now();
+        assert!(locks.acquire(&key, ttl).unwrap());
+        let got = locks
+            .new_owner()
+            .acquire_with(&key, secs(30.0), &waiting(10.0))
+            .unwrap();
+        let took = took_at.elapsed();
+        println!("{name}: expiry after {ttl:?} -> waiter at {took:?}");
+        assert!(got, "{name}: refused");
+        assert!(took >= ttl - Duration::from_millis(50), "{name}: {took:?}");
+        assert!(
+            took < ttl + woken_within() / 2,
+            "{name}: {took:?} (not woken at the expiry)"
+        );
+    }
+}
+
+#[test]
+fn a_wait_that_runs_out_is_a_refusal() {
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server) {
+        let key = unique("job");
+        assert!(locks.acquire(&key, secs(30.0)).unwrap());
+        let started = Instant::now();
+        let got = locks
+            .new_owner()
+            .acquire_with(&key, secs(30.0), &waiting(0.3))
+            .unwrap();
+        let took = started.elapsed();
+        assert!(!got, "{name}");
+        assert!(took >= secs(0.3), "{name}: {took:?}");
+        assert!(took < secs(0.3) + woken_within(), "{name}: {took:?}");
+        // A waiting hold, too.
+        let o = HoldOptions {
+            wait: Some(secs(0.2)),
+            ..opts(30.0, 1.0)
+        };
+        assert!(locks.new_owner().hold(&key, o).unwrap().is_none(), "{name}");
+    }
+}
+
+#[test]
+fn an_aborted_signal_ends_the_wait_at_once() {
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server) {
+        let key = unique("job");
+        assert!(locks.acquire(&key, secs(30.0)).unwrap());
+        let signal = AbortSignal::new();
+        let aopts = AcquireOptions {
+            signal: Some(signal.clone()),
+            ..waiting(30.0)
+        };
+        let other = locks.new_owner();
+        let k = key.clone();
+        let waiter = std::thread::spawn(move || {
+            let got = other.acquire_with(&k, secs(30.0), &aopts).unwrap();
+            (got, Instant::now())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let aborted = Instant::now();
+        signal.abort(Some("shutting down"));
+        let (got, at) = waiter.join().unwrap();
+        let took = at.saturating_duration_since(aborted);
+        println!("{name}: abort -> wait ended {took:?}");
+        assert!(!got, "{name}");
+        assert!(took < Duration::from_millis(500), "{name}: {took:?}");
+        // Aborted before the wait: refused without waiting.
+        let started = Instant::now();
+        let o = HoldOptions {
+            wait: Some(secs(30.0)),
+            signal: Some(signal.clone()),
+            ..opts(30.0, 1.0)
+        };
+        assert!(locks.new_owner().hold(&key, o).unwrap().is_none());
+        assert!(started.elapsed() < Duration::from_millis(500), "{name}");
+    }
+}
+
+#[test]
+fn the_waker_ends_a_poll_and_the_wait_goes_on() {
+    let locks = Locks::memory();
+    assert!(locks.acquire("k", secs(30.0)).unwrap());
+    let mut w = locks
+        .new_owner()
+        .start_acquire("k", secs(30.0), &waiting(30.0))
+        .unwrap();
+    let waker = w.waker();
+    let since = w.wake_token();
+    let t = std::thread::spawn(move || {
+        let started = Instant::now();
+        let step = w.poll(since, None).unwrap();
+        (matches!(step, Poll::Pending), started.elapsed(), w)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    waker.wake();
+    let (pending, took, mut w) = t.join().unwrap();
+    assert!(pending);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    // A wake that lands before the poll is not lost.
+    let since = w.wake_token();
+    waker.wake();
+    assert!(matches!(w.poll(since, None).unwrap(), Poll::Pending));
+    // Slices end polls without a try; the release ends the wait.
+    let since = w.wake_token();
+    assert!(matches!(
+        w.poll(since, Some(secs(0.05))).unwrap(),
+        Poll::Pending
+    ));
+    assert!(locks.release("k").unwrap());
+    let since = w.wake_token();
+    assert!(matches!(
+        w.poll(since, Some(secs(5.0))).unwrap(),
+        Poll::Ready(true)
+    ));
+}
+
+#[test]
+fn a_dropped_waiter_leaves_the_line() {
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server) {
+        let key = unique("job");
+        assert!(locks.acquire(&key, secs(30.0)).unwrap());
+        // First in line, then gone without ever getting the lease.
+        let mut first = locks
+            .new_owner()
+            .start_acquire(&key, secs(30.0), &waiting(30.0))
+            .unwrap();
+        let since = first.wake_token();
+        assert!(matches!(
+            first.poll(since, Some(secs(0.05))).unwrap(),
+            Poll::Pending
+        ));
+        let other = locks.new_owner();
+        let k = key.clone();
+        let second = std::thread::spawn(move || {
+            let got = other.acquire_with(&k, secs(30.0), &waiting(20.0)).unwrap();
+            (got, Instant::now())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        drop(first);
+        std::thread::sleep(Duration::from_millis(200));
+        let released = Instant::now();
+        assert!(locks.release(&key).unwrap());
+        let (got, at) = second.join().unwrap();
+        let took = at.saturating_duration_since(released);
+        assert!(got, "{name}");
+        assert!(took < woken_within(), "{name}: {took:?}");
+    }
+}
+
+/// Calls of every command so far (`INFO commandstats`).
+fn commands(server: &RedisServer) -> u64 {
+    server
+        .command("INFO commandstats")
+        .lines()
+        .filter_map(|l| {
+            l.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[test]
+fn twenty_waiters_cost_a_few_redis_commands_not_a_poll_each() {
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:wait").unwrap();
+    let key = unique("job");
+    assert!(locks.acquire(&key, secs(60.0)).unwrap());
+    let before = commands(&server);
+    let waiters: Vec<_> = (0..20)
+        .map(|_| {
+            let (other, k) = (locks.new_owner(), key.clone());
+            std::thread::spawn(move || other.acquire_with(&k, secs(60.0), &waiting(3.0)).unwrap())
+        })
+        .collect();
+    for w in waiters {
+        assert!(!w.join().unwrap(), "the key is held: refused");
+    }
+    let spent = commands(&server) - before;
+    // redis-py's Lock(blocking=True) polls every 0.1 s per waiter: 600.
+    println!("20 waiters for 3 s: {spent} Redis commands (polling: 600)");
+    assert!(spent < 60, "{spent} commands");
+}
+
+#[test]
+fn waiting_with_wait_zero_tries_once() {
+    let locks = Locks::memory();
+    assert!(locks.acquire("k", secs(30.0)).unwrap());
+    let other = locks.new_owner();
+    let started = Instant::now();
+    assert!(!other.acquire_with("k", secs(30.0), &waiting(0.0)).unwrap());
+    assert!(started.elapsed() < Duration::from_millis(200));
+    assert!(locks.release("k").unwrap());
+    assert!(other.acquire_with("k", secs(30.0), &waiting(0.0)).unwrap());
+}
+
+/// Many threads take a key in turn, some with waits so short that they
+/// give up mid-line (a head leaving without the lease hands over): never
+/// two holders at once, and no hand-off waits for the safety poll (a lost
+/// wake-up would show as a gap of about 2 s).
+fn stress(locks: &Locks) {
+    use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+    let key = unique("stress");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let released = Arc::new(AtomicI64::new(0));
+    let worst = Arc::new(AtomicI64::new(0));
+    let threads: Vec<_> = (0..12)
+        .map(|t| {
+            let (owner, k) = (locks.new_owner(), key.clone());
+            let (inside, released, worst) = (inside.clone(), released.clone(), worst.clone());
+            std::thread::spawn(move || {
+                let mut turns = 0;
+                let mut i = 0u32;
+                while turns < 15 {
+                    i += 1;
+                    let wait = if (t + i).is_multiple_of(3) {
+                        0.002
+                    } else {
+                        10.0
+                    };
+                    if !owner.acquire_with(&k, secs(10.0), &waiting(wait)).unwrap() {
+                        continue;
+                    }
+                    let from = released.load(Ordering::SeqCst);
+                    if from > 0 {
+                        worst.fetch_max(mono_ns() - from, Ordering::SeqCst);
+                    }
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    std::thread::sleep(Duration::from_micros(300));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    released.store(mono_ns(), Ordering::SeqCst);
+                    assert!(owner.release(&k).unwrap());
+                    turns += 1;
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let worst = Duration::from_nanos(worst.load(Ordering::SeqCst).max(0) as u64);
+    println!(
+        "{}: worst hand-off of 180: {worst:?}",
+        locks.adapter().name()
+    );
+    assert!(worst < woken_within(), "a hand-off took {worst:?}");
+}
+
+#[test]
+fn stress_hand_offs_with_waiters_giving_up() {
+    let server = RedisServer::start();
+    for (_, locks) in backends(&server) {
+        stress(&locks);
+    }
+}
+
+#[test]
+fn a_hold_released_in_the_background_wakes_waiters() {
+    // The engine's background delete (a Ruby GC free function): announced
+    // by the release script (Redis) or the doorbell (Local).
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server).into_iter().skip(1) {
+        let key = unique("job");
+        let hold = locks.hold(&key, opts(30.0, 1.0)).unwrap().unwrap();
+        let other = locks.new_owner();
+        let k = key.clone();
+        let waiter = std::thread::spawn(move || {
+            let got = other.acquire_with(&k, secs(30.0), &waiting(20.0)).unwrap();
+            (got, Instant::now())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let released = Instant::now();
+        hold.release_in_background();
+        let (got, at) = waiter.join().unwrap();
+        let took = at.saturating_duration_since(released);
+        println!("{name}: background release -> waiter {took:?}");
+        assert!(got, "{name}");
+        assert!(took < woken_within(), "{name}: took {took:?}");
+    }
+}
+
+/// N-holder leases: a waiter for a full limit-2 lease gets a slot as soon
+/// as one holder releases (woken, not polled), with a fence above theirs;
+/// two waiters for two freed slots both get in. The holders use `holders`
+/// (another adapter object than the waiters' `locks`: the release then
+/// reaches them only through the backend's announcement).
+fn waiting_for_a_slot(name: &str, locks: &Locks, holders: &Locks) {
+    let key = unique("sem");
+    let slots = AcquireOptions {
+        limit: 2,
+        ..AcquireOptions::default()
+    };
+    let (a, b) = (holders.new_owner(), holders.new_owner());
+    assert!(a.acquire_with(&key, secs(30.0), &slots).unwrap());
+    assert!(b.acquire_with(&key, secs(30.0), &slots).unwrap());
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (w, k) = (locks.new_owner(), key.clone());
+            std::thread::spawn(move || {
+                let opts = AcquireOptions {
+                    wait: Some(secs(20.0)),
+                    limit: 2,
+                    ..AcquireOptions::default()
+                };
+                let got = w.acquire_with(&k, secs(30.0), &opts).unwrap();
+                (got, Instant::now(), w.fence(&k))
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let top = a.fence(&key).max(b.fence(&key)).unwrap();
+    let released = Instant::now();
+    assert!(a.release(&key).unwrap());
+    assert!(b.release(&key).unwrap());
+    for w in waiters {
+        let (got, at, fence) = w.join().unwrap();
+        let took = at.saturating_duration_since(released);
+        println!("{name}: slot release -> waiter {took:?}");
+        assert!(got, "{name}: refused");
+        assert!(took < woken_within(), "{name}: took {took:?}");
+        assert!(fence.unwrap() > top, "{name}: fence did not rise");
+    }
+    assert_eq!(locks.info(&key).unwrap().unwrap().holders.len(), 2);
+}
+
+#[test]
+fn a_waiter_for_a_full_n_holder_lease_gets_a_freed_slot() {
+    let server = RedisServer::start();
+    for (name, locks) in backends(&server) {
+        waiting_for_a_slot(name, &locks, &locks);
+    }
+    let ns = unique("mistri:wait");
+    let redis = |url: &str| Locks::from_arc(mistri_locks::redis_url::open(url, &ns).unwrap());
+    waiting_for_a_slot(
+        "redis, two adapters",
+        &redis(&server.url()),
+        &redis(&server.url()),
+    );
+    let cluster = mistri_locks_testkit::RedisCluster::shared().url();
+    waiting_for_a_slot("cluster, two adapters", &redis(&cluster), &redis(&cluster));
+}
