@@ -844,6 +844,38 @@ enum mistri_status mistri_lease_info_time_left(const struct mistri_lease_info *i
 enum mistri_status mistri_lease_info_times(const struct mistri_lease_info *info, double *acquired_at, double *renewed_at, double *ttl, double *heartbeat);
 
 /**
+ * The lease's holder limit: 1 for an exclusive lease; for an N-holder
+ * lease (`..._set_limit`), the limit its newest holder acquired with.
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `limit` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_limit(const struct mistri_lease_info *info, uint32_t *limit);
+
+/**
+ * How many holders have described themselves: 0 or 1 for an exclusive
+ * lease, up to its limit for an N-holder lease (whose holders are read
+ * with `mistri_lease_info_holder`; the single-holder getters above then
+ * say "not described").
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `count` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_holder_count(const struct mistri_lease_info *info, size_t *count);
+
+/**
+ * Holder `index` (0 ≤ index < `mistri_lease_info_holder_count`, by
+ * fence): its label (owned by the snapshot, valid until
+ * `mistri_lease_info_free`), fence, and when it acquired and last renewed
+ * (Unix seconds). Any out-param may be NULL (not wanted). An index out of
+ * range is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; each out-param is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_holder(const struct mistri_lease_info *info, size_t index, const char **label, uint64_t *fence, double *acquired_at, double *renewed_at);
+
+/**
  * Sets the label this handle's next leases and holds store as their holder
  * (copied); NULL restores the default, `host:pid c`. Empty is
  * `MISTRI_INVALID_ARGUMENT`.

@@ -399,6 +399,60 @@ fn progress_timeout_watches_the_output(b: &Backend) {
     assert!(!b.locks().held(&key).unwrap(), "released on the way out");
 }
 
+/// `--limit 2`: two runs hold the key at once, a third is refused, and
+/// `status` lists both holders.
+fn runs_share_a_limited_lease(b: &Backend) {
+    let key = unique("pool");
+    let spawn = |label: &str| {
+        b.spawn(&[
+            "run",
+            "--limit",
+            "2",
+            "--label",
+            label,
+            &key,
+            "--",
+            "sh",
+            "-c",
+            "echo ready fence=$MISTRI_LOCK_FENCE; sleep 30",
+        ])
+    };
+    let mut first = spawn("first");
+    let mut second = spawn("second");
+    let f1 = read_until(&mut first, "ready");
+    let f2 = read_until(&mut second, "ready");
+    assert_ne!(f1, f2, "each holder has its own fence");
+    let out = b.output(&["run", "--limit", "2", &key, "--", "true"]);
+    assert_eq!(out.status.code(), Some(REFUSED), "{}", stderr(&out));
+    let out = b.output(&["status", "--json", &key]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["leases"][0]["limit"], 2);
+    let labels: Vec<&str> = doc["leases"][0]["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["holder"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels.len(), 2, "{doc}");
+    assert!(
+        labels.contains(&"first") && labels.contains(&"second"),
+        "{doc}"
+    );
+    let out = b.output(&["status", &key]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[1/2]") && text.contains("[2/2]"), "{text}");
+    for run in [&mut first, &mut second] {
+        // SAFETY: kill with a child's pid and a signal number.
+        unsafe {
+            libc::kill(run.id() as i32, libc::SIGTERM);
+        }
+        let (code, _) = wait_exit(run, Duration::from_secs(20));
+        assert_eq!(code, 128 + libc::SIGTERM);
+    }
+    assert!(!b.locks().held(&key).unwrap(), "both released");
+}
+
 fn list_shows_leases_and_flags(b: &Backend) {
     let prefix = unique("listed");
     let locks = b.locks();
@@ -426,6 +480,7 @@ fn all(b: &Backend) {
     a_waiting_run_starts_at_the_release_and_sigterm_ends_its_wait(b);
     max_hold_ends_a_long_command(b);
     progress_timeout_watches_the_output(b);
+    runs_share_a_limited_lease(b);
     list_shows_leases_and_flags(b);
 }
 

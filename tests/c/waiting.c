@@ -209,6 +209,57 @@ static void hold_waits_for_a_release(const void *arg)
     mistri_locks_free(locks);
 }
 
+static void slots_share_a_lease(const void *arg)
+{
+    mistri_locks *owners[4] = {NULL, NULL, NULL, NULL};
+    mistri_acquire_options *opts = NULL;
+    mistri_lease_info *info = NULL;
+    REQUIRE_OK(make_locks(arg, &owners[0]));
+    for (int i = 1; i < 4; i++)
+        REQUIRE_OK(mistri_locks_new_owner(owners[0], &owners[i]));
+    REQUIRE_OK(mistri_acquire_options_new(&opts));
+    CHECK_OK(mistri_acquire_options_set_limit(opts, 3));
+    bool got[4] = {false, false, false, true};
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(mistri_locks_acquire_with(owners[i], "pool", 30, opts, &got[i]));
+    CHECK(got[0] && got[1] && got[2] && !got[3]);
+    REQUIRE_OK(mistri_locks_info(owners[0], "pool", &info));
+    REQUIRE(info != NULL);
+    uint32_t limit = 0;
+    size_t count = 0;
+    bool described = true;
+    CHECK_OK(mistri_lease_info_limit(info, &limit));
+    CHECK(limit == 3);
+    CHECK_OK(mistri_lease_info_holder_count(info, &count));
+    CHECK(count == 3);
+    CHECK_OK(mistri_lease_info_described(info, &described));
+    CHECK(!described); /* an N-holder lease: read its holders one by one */
+    uint64_t fences[3] = {0, 0, 0};
+    for (size_t i = 0; i < count && i < 3; i++) {
+        const char *label = NULL;
+        double acquired = 0;
+        CHECK_OK(mistri_lease_info_holder(info, i, &label, &fences[i], &acquired, NULL));
+        CHECK(label != NULL && strstr(label, " c") != NULL);
+        CHECK(acquired > 1e9);
+    }
+    CHECK(fences[0] < fences[1] && fences[1] < fences[2]);
+    const char *label = NULL;
+    CHECK_STATUS(mistri_lease_info_holder(info, 3, &label, NULL, NULL, NULL),
+                 MISTRI_INVALID_ARGUMENT);
+    CHECK(label == NULL);
+    mistri_lease_info_free(info);
+    /* A freed slot goes to a waiter. */
+    CHECK_OK(mistri_acquire_options_set_wait(opts, 20));
+    bool released = false;
+    CHECK_OK(mistri_locks_release(owners[0], "pool", &released));
+    CHECK(released);
+    CHECK_OK(mistri_locks_acquire_with(owners[3], "pool", 30, opts, &got[3]));
+    CHECK(got[3]);
+    mistri_acquire_options_free(opts);
+    for (int i = 0; i < 4; i++)
+        mistri_locks_free(owners[i]);
+}
+
 static bool reason_has(mistri_hold *hold, const char *needle)
 {
     mistri_signal *sig = NULL;
@@ -331,6 +382,7 @@ static const struct {
     {"acquire_is_refused_at_the_end_of_its_wait", acquire_is_refused_at_the_end_of_its_wait, false},
     {"aborting_the_signal_interrupts_a_waiter", aborting_the_signal_interrupts_a_waiter, false},
     {"hold_waits_for_a_release", hold_waits_for_a_release, true},
+    {"slots_share_a_lease", slots_share_a_lease, true},
     {"the_guard_stops_hung_holders", the_guard_stops_hung_holders, false},
     {"bad_arguments_are_refused", bad_arguments_are_refused, false},
 };
