@@ -2,7 +2,7 @@
 # Tests of the C ABI (ffi/): builds libmistri_locks, checks its SONAME and
 # header drift, compiles the C tests (gcc -std=c11 -Wall -Wextra -Werror
 # -pedantic) against the committed header, runs them (tests/c/contract.c,
-# tests/c/options.c) on Memory and on a
+# tests/c/options.c, tests/c/waiting.c) on Memory and on a
 # throwaway redis-server (a free 127.0.0.1 port), again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, runs the example worker
 # against that server with a stop raised from another process, and checks
@@ -63,6 +63,8 @@ gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/options.c "${LINK[@]}" -o "$WORK/opt
 gcc "${CFLAGS[@]}" tests/c/info.c "${LINK[@]}" -o "$WORK/info"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/scale_out.c "${LINK[@]}" -o "$WORK/scale-out-asan"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/info.c "${LINK[@]}" -o "$WORK/info-asan"
+gcc "${CFLAGS[@]}" tests/c/waiting.c "${LINK[@]}" -o "$WORK/waiting"
+gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/waiting.c "${LINK[@]}" -o "$WORK/waiting-asan"
 gcc "${CFLAGS[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events-asan"
 gcc "${CFLAGS[@]}" examples/c/worker.c "${LINK[@]}" -o "$WORK/worker"
@@ -135,6 +137,9 @@ timeout 60 "$WORK/scale-out-asan"
 step "C tests of counters and hold events (stats, on_event)"
 timeout 300 "$WORK/events"
 
+step "C tests of waiting acquires and holds, N-holder limits and the hung-holder guard"
+timeout 300 "$WORK/waiting" "$URL"
+
 step "C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # Leak detection is on: every allocation of the Rust library goes through
 # the malloc that ASan intercepts, so a leaked handle or string shows up.
@@ -150,6 +155,9 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   timeout 300 "$WORK/events-asan"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  timeout 300 "$WORK/waiting-asan" "$URL"
 
 step "example: examples/c/worker.c holds a lease until stopped from another process"
 export MISTRI_NAMESPACE="mistri:ffi-example:$$"

@@ -61,6 +61,12 @@
 
 
 /**
+ * The largest number of holders of an N-holder lease
+ * (`mistri_acquire_options_set_limit`, `mistri_hold_options_set_limit`).
+ */
+#define MISTRI_MAX_LIMIT 1000000
+
+/**
  * Default lease TTL of a hold, in seconds (`mistri_hold_options_default`).
  */
 #define MISTRI_LEASE_TTL 180.0
@@ -168,6 +174,21 @@ typedef enum mistri_release_outcome {
    */
   MISTRI_RELEASE_OTHER_PROCESS = 5,
 } mistri_release_outcome;
+
+/**
+ * Options for `mistri_locks_acquire_with`, set one at a time. Made by
+ * `mistri_acquire_options_new` with the defaults: no wait, limit 1, no
+ * signal. Each setter checks its value at once (a bad value is
+ * `MISTRI_INVALID_ARGUMENT` and leaves the option as it was). The builder
+ * copies what it is given (a share of the signal).
+ *
+ * Ownership: made by `mistri_acquire_options_new`, freed by
+ * `mistri_acquire_options_free`.
+ *
+ * Threading: no two threads may use one builder at once; acquires started
+ * from it may run on any threads afterwards (they copy it).
+ */
+typedef struct mistri_acquire_options mistri_acquire_options;
 
 /**
  * One event of a hold, handed to a `mistri_event_callback`. Read it with
@@ -409,6 +430,83 @@ const char *mistri_last_error(void);
  * Ownership: static; never free it. Threading: any thread.
  */
 const char *mistri_status_name(int status);
+
+/**
+ * Makes an acquire options builder holding the defaults.
+ *
+ * On `MISTRI_OK`, `*out` receives it; free it with
+ * `mistri_acquire_options_free`.
+ *
+ * # Safety
+ * `out` is NULL (an error) or writable.
+ */
+enum mistri_status mistri_acquire_options_new(struct mistri_acquire_options **out);
+
+/**
+ * Frees an acquire options builder. NULL is ignored.
+ *
+ * # Safety
+ * `options` is NULL or a live builder that no other thread is using; it
+ * must not be used again.
+ */
+void mistri_acquire_options_free(struct mistri_acquire_options *options);
+
+/**
+ * Sets how long `mistri_locks_acquire_with` waits, in seconds, when the
+ * lease is held elsewhere: it blocks until the lease is released or
+ * expires (woken by that, not by polling) or the wait runs out, then
+ * reports `false`. 0 tries once; `INFINITY` (or more than 1e9) waits
+ * without limit. Unset: no wait. NaN or negative is
+ * `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_acquire_options_set_wait(struct mistri_acquire_options *options, double wait);
+
+/**
+ * Sets how many holders the lease may have at once (an N-holder lease):
+ * the acquire takes one of `limit` slots. 1 (the default) is exclusive.
+ * 0 or more than `MISTRI_MAX_LIMIT` is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_acquire_options_set_limit(struct mistri_acquire_options *options, uint32_t limit);
+
+/**
+ * Sets the signal that ends a wait: aborting it (from any thread) makes a
+ * waiting `mistri_locks_acquire_with` return at once with `false`. The
+ * builder shares the signal (the caller keeps, and may free, its handle).
+ * NULL: no signal.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile;
+ * `signal` is NULL or a live signal handle.
+ */
+enum mistri_status mistri_acquire_options_set_signal(struct mistri_acquire_options *options, const struct mistri_signal *signal);
+
+/**
+ * `mistri_locks_acquire` with options (`options` NULL: the defaults, which
+ * is exactly `mistri_locks_acquire`): wait for a lease held elsewhere,
+ * take one of N slots. Blocks for at most the wait; aborting the options'
+ * signal ends the wait.
+ *
+ * On `MISTRI_OK`, `*acquired` is `true` if this handle now holds the
+ * lease (or a slot of it), `false` if refused at the end of the wait or
+ * when the signal was aborted (a refusal, not an error). One handle holds
+ * at most one lease or slot per key: while it does, this says `false`.
+ *
+ * Errors: `MISTRI_NULL_ARGUMENT` (locks, key, acquired),
+ * `MISTRI_INVALID_ARGUMENT` (empty key; ttl NaN, infinite, <= 0 or > 1e9),
+ * `MISTRI_INVALID_UTF8`, the backend's errors.
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `key` is NULL or a NUL-terminated
+ * string; `options` is NULL or a live builder that no other thread changes
+ * during the call; `acquired` is NULL or writable.
+ */
+enum mistri_status mistri_locks_acquire_with(const struct mistri_locks *locks, const char *key, double ttl, const struct mistri_acquire_options *options, bool *acquired);
 
 /**
  * Reads one counter of the adapter handle by name.
@@ -657,6 +755,16 @@ enum mistri_status mistri_hold_fence(const struct mistri_hold *hold, uint64_t *f
 enum mistri_status mistri_hold_lost(const struct mistri_hold *hold, bool *lost);
 
 /**
+ * Reports progress for the hung-holder guard
+ * (`mistri_hold_options_set_progress_timeout`): the work is alive. Cheap
+ * (a clock read and an atomic store); a no-op without a progress timeout.
+ *
+ * # Safety
+ * `hold` is NULL or a live hold.
+ */
+enum mistri_status mistri_hold_touch(const struct mistri_hold *hold);
+
+/**
  * The signal this hold trips on stop or loss (the one passed in its
  * options, or the fresh one it made).
  *
@@ -734,6 +842,38 @@ enum mistri_status mistri_lease_info_time_left(const struct mistri_lease_info *i
  * `info` is NULL or a live snapshot; each out-param is NULL or writable.
  */
 enum mistri_status mistri_lease_info_times(const struct mistri_lease_info *info, double *acquired_at, double *renewed_at, double *ttl, double *heartbeat);
+
+/**
+ * The lease's holder limit: 1 for an exclusive lease; for an N-holder
+ * lease (`..._set_limit`), the limit its newest holder acquired with.
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `limit` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_limit(const struct mistri_lease_info *info, uint32_t *limit);
+
+/**
+ * How many holders have described themselves: 0 or 1 for an exclusive
+ * lease, up to its limit for an N-holder lease (whose holders are read
+ * with `mistri_lease_info_holder`; the single-holder getters above then
+ * say "not described").
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `count` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_holder_count(const struct mistri_lease_info *info, size_t *count);
+
+/**
+ * Holder `index` (0 ≤ index < `mistri_lease_info_holder_count`, by
+ * fence): its label (owned by the snapshot, valid until
+ * `mistri_lease_info_free`), fence, and when it acquired and last renewed
+ * (Unix seconds). Any out-param may be NULL (not wanted). An index out of
+ * range is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; each out-param is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_holder(const struct mistri_lease_info *info, size_t index, const char **label, uint64_t *fence, double *acquired_at, double *renewed_at);
 
 /**
  * Sets the label this handle's next leases and holds store as their holder
@@ -1105,6 +1245,56 @@ enum mistri_status mistri_hold_options_set_signal(struct mistri_hold_options_bui
  * `options` is NULL or a live builder used by no other thread meanwhile.
  */
 enum mistri_status mistri_hold_options_set_safety_margin(struct mistri_hold_options_builder *options, double safety_margin);
+
+/**
+ * Sets how long `mistri_hold_start_with` waits, in seconds, when the lease
+ * is held elsewhere: it blocks until the lease is released or expires
+ * (woken by that, not by polling) or the wait runs out, then reports a
+ * refusal (a NULL hold) as without a wait. 0 tries once; `INFINITY` (or
+ * more than 1e9) waits without limit. Aborting the hold's signal
+ * (`mistri_hold_options_set_signal`) from another thread ends the wait
+ * with a refusal: that is how a C program interrupts a waiter. Unset: no
+ * wait. NaN or negative is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_hold_options_set_wait(struct mistri_hold_options_builder *options, double wait);
+
+/**
+ * Sets how many holders the lease may have at once (an N-holder lease, a
+ * semaphore): each hold has its own owner token, renewal, fence and loss
+ * detection, and a crashed holder's slot frees itself at its ttl. 1 (the
+ * default) is the exclusive lease. 0 or more than `MISTRI_MAX_LIMIT` is
+ * `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_hold_options_set_limit(struct mistri_hold_options_builder *options, uint32_t limit);
+
+/**
+ * Hung-holder guard: never renew the lease past this total age, in
+ * seconds from the acquire. The signal then trips with a reason saying
+ * so, before the lease lapses. Unset: no limit. NaN, infinite, <= 0 or
+ * > 1e9 is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_hold_options_set_max_hold(struct mistri_hold_options_builder *options, double max_hold);
+
+/**
+ * Hung-holder guard, progress mode: the work calls `mistri_hold_touch` at
+ * least every `progress_timeout` seconds; when no touch came for that
+ * long, renewals stop and the signal trips with a reason saying the work
+ * stalled. Unset: off. NaN, infinite, <= 0 or > 1e9 is
+ * `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_hold_options_set_progress_timeout(struct mistri_hold_options_builder *options, double progress_timeout);
 
 /**
  * Deprecated with `mistri_hold_options` (use `mistri_hold_options_new`).

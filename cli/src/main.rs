@@ -47,7 +47,7 @@ rediss+cluster://…, rediss+sentinel://… (optional ?min_replicas=N&replica_ti
 or a path to a Local database file (default: the Local adapter's per-user file,
 $MISTRI_LOCKS_LOCAL_PATH or /var/tmp/mistri_locks-<uid>/locks.db).
 
-Durations are seconds (0.5, 10) or with a unit (250ms, 10s, 5m, 1h).
+Durations are seconds (0.5, 10) or with a unit (250ms, 10s, 5m, 1h); `run --wait` also takes `forever`.
 
 Exit statuses: 0 ok; 1 error; 2 bad usage; 3 `status KEY…` found a KEY not held;
 `run`: the command's own status (128+N if killed by signal N), 75 lease held
@@ -131,6 +131,22 @@ fn key(s: &str) -> Result<String, String> {
 
 /// Seconds (`0.5`, `10`) or a number with a unit (`250ms`, `10s`, `5m`, `1h`).
 fn duration(s: &str) -> Result<Duration, String> {
+    mistri_locks::duration_from_secs("duration", seconds(s)?).map_err(|e| e.message().to_owned())
+}
+
+/// How long to wait: a duration as for [`duration`], `0` (try once), or
+/// `forever` (also `inf`).
+fn wait(s: &str) -> Result<Duration, String> {
+    if matches!(s.trim(), "forever" | "inf") {
+        return Ok(Duration::MAX);
+    }
+    let waited = mistri_locks::wait_timeout_from_secs("wait", seconds(s)?)
+        .map_err(|e| e.message().to_owned())?;
+    Ok(waited.unwrap_or(Duration::MAX))
+}
+
+/// The number of seconds in `s` (a unit scales it; no range check).
+fn seconds(s: &str) -> Result<f64, String> {
     let t = s.trim();
     let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
         (n, 0.001)
@@ -146,7 +162,7 @@ fn duration(s: &str) -> Result<Duration, String> {
     let value: f64 = num.trim().parse().map_err(|_| {
         format!("{s:?} is not a duration (use seconds like 0.5 or 10, or 250ms, 10s, 5m, 1h)")
     })?;
-    mistri_locks::duration_from_secs("duration", value * scale).map_err(|e| e.message().to_owned())
+    Ok(value * scale)
 }
 
 /// A failure: the message (one line) and the exit status.
@@ -336,6 +352,13 @@ mod tests {
         assert_eq!(duration("1h").unwrap(), Duration::from_secs(3600));
         for bad in ["", "abc", "-1", "0", "NaN", "inf", "5x", "1e99"] {
             assert!(duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(wait("0").unwrap(), Duration::ZERO);
+        assert_eq!(wait("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(wait("forever").unwrap(), Duration::MAX);
+        assert_eq!(wait("inf").unwrap(), Duration::MAX);
+        for bad in ["", "abc", "-1", "NaN", "5x"] {
+            assert!(wait(bad).is_err(), "{bad}");
         }
     }
 

@@ -4,7 +4,10 @@
 //! 1. refuse to start while the stop flag is up (exit 76): a stop asked for
 //!    is honoured until the flag expires or is cleared;
 //! 2. acquire the lease as a hold (renewed on the heartbeat, stop flag read
-//!    every tick); held elsewhere: poll until `--wait` runs out, then exit 75;
+//!    every tick), or one of `--limit N` slots of an N-holder lease; held
+//!    elsewhere: wait up to `--wait` (woken by the release or expiry, not
+//!    by polling; SIGINT/SIGTERM end the wait, and so does the stop flag,
+//!    read once a second meanwhile), then exit 75;
 //! 3. start the command in its own process group (so SIGTERM/SIGKILL reach
 //!    the whole tree it starts), with `MISTRI_LOCK_KEY`, `MISTRI_LOCK_FENCE`
 //!    and `MISTRI_LOCK_STOP_KEY` in its environment; if stdin is a terminal
@@ -20,15 +23,25 @@
 //! 5. release the lease (unless lost), then exit with the command's status
 //!    (128 + N if a signal N ended it) or 76 / 77.
 //!
+//! The hung-holder guard: `--max-hold S` stops renewing S after the
+//! acquire; `--progress-timeout S` makes the command's output its proof of
+//! progress — its stdout and stderr then go through pipes that this
+//! process copies to its own, and every chunk touches the hold; S without
+//! output stops the renewals. Either way the hold is lost: the command's
+//! group gets SIGTERM (then SIGKILL after the grace) and the exit is 77.
+//! (Only with `--progress-timeout` does the command lose a terminal on
+//! stdout/stderr.)
+//!
 //! The main thread only waits on one channel; the command's exit, the
 //! signals and the hold's trip each arrive there from their own thread (the
 //! trip from the core's notifier thread, never the heartbeat's).
 
 use crate::{Failure, EXIT_LOST, EXIT_REFUSED, EXIT_STOPPED};
-use mistri_locks::{HoldOptions, Locks};
+use mistri_locks::{Hold, HoldOptions, Locks, Poll};
+use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::ExitStatus;
-use std::sync::mpsc;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 pub const AFTER_HELP: &str = "\
@@ -40,9 +53,16 @@ then SIGKILL after --grace. SIGINT, SIGTERM and SIGHUP sent to mistri-locks are
 forwarded to it (SIGINT/SIGTERM also start the grace). The lease is released on
 the way out.
 
+--limit N shares the lease among up to N runs at once (a semaphore; each has
+its own fence). --max-hold S ends the lease S after it was taken; with
+--progress-timeout S the command's stdout and stderr are copied through
+mistri-locks, and S without any output from it counts as hung. Both end the
+command as a lost lease does.
+
 Exit status: the command's (128+N if killed by signal N); 75 the lease is held
 elsewhere (after --wait); 76 stopped by the stop flag (also: the flag was
-already up, the command was not started); 77 the lease was lost; 126/127 the
+already up, the command was not started); 77 the lease was lost (also:
+--max-hold reached, or no output for --progress-timeout); 126/127 the
 command could not be executed / was not found; 1 a backend error.";
 
 /// Arguments of `run`.
@@ -63,9 +83,18 @@ pub struct RunArgs {
     /// Time between SIGTERM and SIGKILL.
     #[arg(long, value_parser = crate::duration, default_value = "10", value_name = "S")]
     grace: Duration,
-    /// Wait up to S for a lease held elsewhere (polling) instead of exiting 75.
-    #[arg(long, value_parser = crate::duration, value_name = "S")]
+    /// Wait up to S (or `forever`) for a lease held elsewhere (woken by its release or expiry) instead of exiting 75.
+    #[arg(long, value_parser = crate::wait, value_name = "S")]
     wait: Option<Duration>,
+    /// Share the lease among up to N holders at once (a semaphore).
+    #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u32).range(1..=i64::from(mistri_locks::MAX_LIMIT)))]
+    limit: u32,
+    /// Stop renewing S after the acquire (hung-holder guard): the command is ended, exit 77.
+    #[arg(long, value_parser = crate::duration, value_name = "S")]
+    max_hold: Option<Duration>,
+    /// The command must write to stdout or stderr at least every S (copied through), else it counts as hung: exit 77.
+    #[arg(long, value_parser = crate::duration, value_name = "S")]
+    progress_timeout: Option<Duration>,
     /// How this holder describes itself to `status` (default: host:pid mistri-locks run CMD).
     #[arg(long, value_name = "TEXT")]
     label: Option<String>,
@@ -80,8 +109,38 @@ enum Event {
     Tripped,
 }
 
-/// How long between acquire attempts under `--wait`.
-const POLL: Duration = Duration::from_millis(100);
+/// How long a wait for the lease sleeps before looking at signals.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+/// How often the stop flag is read while waiting for the lease.
+const FLAG_EVERY: Duration = Duration::from_secs(1);
+
+/// `--progress-timeout`: copies the command's `from` (its stdout or stderr)
+/// to our `to` as it comes, touching the hold for every chunk. The
+/// receiver hears when the pipe closed.
+fn copy_touching(
+    mut from: impl Read + Send + 'static,
+    mut to: impl Write + Send + 'static,
+    hold: &Arc<Hold>,
+) -> mpsc::Receiver<()> {
+    let hold = hold.clone();
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    hold.touch();
+                    let _ = to.write_all(&buf[..n]).and_then(|()| to.flush());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let _ = done.send(());
+    });
+    finished
+}
 
 fn send_group(pgid: libc::pid_t, signal: i32) {
     // SAFETY: kill has no memory preconditions; a negative pid names the
@@ -165,46 +224,68 @@ fn run_with(
                 .clone()
                 .unwrap_or_else(|| format!("{} run {name}", mistri_locks::info::default_label())),
         ),
+        wait: args.wait,
+        limit: args.limit,
+        max_hold: args.max_hold,
+        progress_timeout: args.progress_timeout,
         ..HoldOptions::default()
     };
     opts.validate()?;
 
     // 1 + 2: the stop flag, then the lease (waiting if asked).
-    let give_up = args.wait.map(|w| Instant::now() + w);
+    let stopped = |stop: &str| {
+        eprintln!(
+            "mistri-locks: stop flag {stop} is up; not starting (lower it with `mistri-locks clear {stop}`)"
+        );
+        Ok(EXIT_STOPPED)
+    };
+    if let Some(stop) = &args.stop_key {
+        if locks.flag(stop)? {
+            return stopped(stop);
+        }
+    }
+    let mut waiting = locks.start_hold(&args.key, opts)?;
+    let mut flag_read = Instant::now();
     let hold = loop {
+        let since = waiting.wake_token();
+        if let Poll::Ready(got) = waiting.poll(since, Some(WAIT_SLICE))? {
+            break got;
+        }
+        // Leave at once on SIGINT/SIGTERM (dropping the wait leaves the line).
+        if let Ok(Event::Signal(sig)) = rx.try_recv() {
+            if sig != libc::SIGHUP {
+                return Ok(128 + sig);
+            }
+        }
         if let Some(stop) = &args.stop_key {
-            if locks.flag(stop)? {
-                eprintln!(
-                    "mistri-locks: stop flag {stop} is up; not starting (lower it with `mistri-locks clear {stop}`)"
-                );
-                return Ok(EXIT_STOPPED);
-            }
-        }
-        if let Some(hold) = locks.hold(&args.key, opts.clone())? {
-            break hold;
-        }
-        match give_up {
-            Some(at) if Instant::now() < at => {
-                // Sleep, but leave at once on SIGINT/SIGTERM.
-                if let Ok(Event::Signal(sig)) = rx.recv_timeout(POLL.min(at - Instant::now())) {
-                    if sig != libc::SIGHUP {
-                        return Ok(128 + sig);
-                    }
+            if flag_read.elapsed() >= FLAG_EVERY {
+                flag_read = Instant::now();
+                if locks.flag(stop)? {
+                    return stopped(stop);
                 }
-            }
-            _ => {
-                let who = locks
-                    .info(&args.key)
-                    .ok()
-                    .flatten()
-                    .and_then(|i| i.holder)
-                    .map(|h| format!(" by {} (fence {})", h.label, h.fence))
-                    .unwrap_or_default();
-                eprintln!("mistri-locks: the lease on {} is held{who}", args.key);
-                return Ok(EXIT_REFUSED);
             }
         }
     };
+    drop(waiting);
+    let Some(hold) = hold else {
+        let who = locks
+            .info(&args.key)
+            .ok()
+            .flatten()
+            .and_then(|i| i.holder)
+            .map(|h| format!(" by {} (fence {})", h.label, h.fence))
+            .unwrap_or_default();
+        eprintln!("mistri-locks: the lease on {} is held{who}", args.key);
+        return Ok(EXIT_REFUSED);
+    };
+    if let Some(stop) = &args.stop_key {
+        // Raised while we waited: honour it before starting anything.
+        if args.wait.is_some() && locks.flag(stop)? {
+            let _ = hold.release();
+            return stopped(stop);
+        }
+    }
+    let hold = Arc::new(hold);
 
     // 3: the command, in its own process group.
     let mut command = std::process::Command::new(&program);
@@ -215,6 +296,9 @@ fn run_with(
         .process_group(0);
     if let Some(stop) = &args.stop_key {
         command.env("MISTRI_LOCK_STOP_KEY", stop);
+    }
+    if args.progress_timeout.is_some() {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
@@ -251,9 +335,19 @@ fn run_with(
     };
     let pgid = child.id() as libc::pid_t;
     let terminal = give_terminal(pgid);
+    let mut child = child;
+    let copies = [
+        child
+            .stdout
+            .take()
+            .map(|out| copy_touching(out, std::io::stdout(), &hold)),
+        child
+            .stderr
+            .take()
+            .map(|err| copy_touching(err, std::io::stderr(), &hold)),
+    ];
     {
         let tx = tx.clone();
-        let mut child = child;
         std::thread::spawn(move || {
             let _ = tx.send(Event::Exited(child.wait()));
         });
@@ -318,13 +412,18 @@ fn run_with(
     // Whatever the command left in its group goes with it: nothing may run
     // on without the lease.
     send_group(pgid, libc::SIGKILL);
+    // The last of its output (a process that left the group may keep a
+    // pipe open: don't wait for it long).
+    for copy in copies.into_iter().flatten() {
+        let _ = copy.recv_timeout(Duration::from_secs(1));
+    }
 
-    // 5: release and report.
+    // 5: release and report. A lost hold's release deletes nothing that
+    // is not ours (a stalled or capped hold's lease still is: it goes now
+    // rather than at its expiry).
     let lost = hold.is_lost();
-    if !lost {
-        if let Err(e) = hold.release() {
-            eprintln!("mistri-locks: release of {} failed: {e}", args.key);
-        }
+    if let Err(e) = hold.release() {
+        eprintln!("mistri-locks: release of {} failed: {e}", args.key);
     }
     let own = match status {
         Some(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),

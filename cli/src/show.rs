@@ -2,6 +2,7 @@
 //! `--watch` to refresh.
 
 use crate::{Failure, EXIT_NOT_HELD};
+use mistri_locks::info::HolderInfo;
 use mistri_locks::{FlagInfo, LeaseInfo, Locks};
 use serde_json::{json, Value};
 use std::time::{Duration, SystemTime};
@@ -99,6 +100,18 @@ fn ago(t: SystemTime) -> Duration {
     SystemTime::now().duration_since(t).unwrap_or_default()
 }
 
+/// One holder's fields, for `--json`.
+fn holder_json(v: &mut Value, h: &HolderInfo) {
+    v["holder"] = json!(h.label);
+    v["fence"] = json!(h.fence);
+    v["acquired_at_ms"] = json!(mistri_locks::info::unix_millis(h.acquired_at));
+    v["renewed_at_ms"] = json!(mistri_locks::info::unix_millis(h.renewed_at));
+    v["held_for_s"] = json!(secs(ago(h.acquired_at)));
+    v["renewed_ago_s"] = json!(secs(ago(h.renewed_at)));
+    v["ttl_s"] = json!(secs(h.ttl));
+    v["heartbeat_s"] = json!(secs(h.heartbeat));
+}
+
 fn to_json(look: &Look) -> Value {
     let leases: Vec<Value> = look
         .leases
@@ -112,17 +125,22 @@ fn to_json(look: &Look) -> Value {
                     "time_left_s": info.time_left.map(secs),
                     "holder": Value::Null,
                     "fence": Value::Null,
+                    "limit": info.limit,
                 });
                 if let Some(h) = &info.holder {
-                    v["holder"] = json!(h.label);
-                    v["fence"] = json!(h.fence);
-                    v["acquired_at_ms"] = json!(mistri_locks::info::unix_millis(h.acquired_at));
-                    v["renewed_at_ms"] = json!(mistri_locks::info::unix_millis(h.renewed_at));
-                    v["held_for_s"] = json!(secs(ago(h.acquired_at)));
-                    v["renewed_ago_s"] = json!(secs(ago(h.renewed_at)));
-                    v["ttl_s"] = json!(secs(h.ttl));
-                    v["heartbeat_s"] = json!(secs(h.heartbeat));
+                    holder_json(&mut v, h);
                 }
+                // Every holder (one for an exclusive lease; each slot's of
+                // an N-holder lease, whose single-holder fields are null).
+                v["holders"] = info
+                    .holders
+                    .iter()
+                    .map(|h| {
+                        let mut one = json!({});
+                        holder_json(&mut one, h);
+                        one
+                    })
+                    .collect();
                 v
             }
         })
@@ -173,6 +191,15 @@ fn table(look: &Look) -> String {
                 "-".into(),
                 "-".into(),
             ],
+            Some(info) if info.holder.is_none() && !info.holders.is_empty() => {
+                // An N-holder lease: a row per holder, `KEY [i/limit]`.
+                let left = info.time_left.map(human).unwrap_or_else(|| "never".into());
+                for (i, h) in info.holders.iter().enumerate() {
+                    let cell = format!("{key} [{}/{}]", i + 1, info.limit);
+                    rows.push(holder_row(cell, h, left.clone()));
+                }
+                continue;
+            }
             Some(info) => {
                 let left = info.time_left.map(human).unwrap_or_else(|| "never".into());
                 match &info.holder {
@@ -186,20 +213,7 @@ fn table(look: &Look) -> String {
                         "-".into(),
                         "-".into(),
                     ],
-                    Some(h) => [
-                        key.clone(),
-                        h.label.clone(),
-                        h.fence.to_string(),
-                        human(ago(h.acquired_at)),
-                        format!("{} ago", human(ago(h.renewed_at))),
-                        left,
-                        human(h.ttl),
-                        if h.heartbeat.is_zero() {
-                            "-".into()
-                        } else {
-                            human(h.heartbeat)
-                        },
-                    ],
+                    Some(h) => holder_row(key.clone(), h, left),
                 }
             }
         };
@@ -225,6 +239,24 @@ fn table(look: &Look) -> String {
         out.push_str(&columns(&flag_rows));
     }
     out
+}
+
+/// A table row for holder `h` of the lease in `key_cell`.
+fn holder_row(key_cell: String, h: &HolderInfo, left: String) -> [String; 8] {
+    [
+        key_cell,
+        h.label.clone(),
+        h.fence.to_string(),
+        human(ago(h.acquired_at)),
+        format!("{} ago", human(ago(h.renewed_at))),
+        left,
+        human(h.ttl),
+        if h.heartbeat.is_zero() {
+            "-".into()
+        } else {
+            human(h.heartbeat)
+        },
+    ]
 }
 
 fn columns<const N: usize>(rows: &[[String; N]]) -> String {

@@ -281,6 +281,178 @@ fn waits_for_a_busy_lease(b: &Backend) {
     assert_eq!(out.status.code(), Some(0), "free now: {}", stderr(&out));
 }
 
+/// A waiting run is woken by the release, not by its deadline, and SIGTERM
+/// ends the wait at once.
+fn a_waiting_run_starts_at_the_release_and_sigterm_ends_its_wait(b: &Backend) {
+    let key = unique("woken");
+    let locks = b.locks();
+    assert!(locks.acquire(&key, Duration::from_secs(30)).unwrap());
+    let mut run = b.spawn(&[
+        "run",
+        "--wait",
+        "60",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "echo started",
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    let released = Instant::now();
+    assert!(locks.release(&key).unwrap());
+    read_until(&mut run, "started");
+    let (code, _) = wait_exit(&mut run, Duration::from_secs(20));
+    assert_eq!(code, 0);
+    assert!(released.elapsed() < Duration::from_secs(10));
+
+    assert!(locks.acquire(&key, Duration::from_secs(30)).unwrap());
+    let mut run = b.spawn(&["run", "--wait", "forever", &key, "--", "true"]);
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill with a child's pid and a signal number.
+    unsafe {
+        libc::kill(run.id() as i32, libc::SIGTERM);
+    }
+    let (code, took) = wait_exit(&mut run, Duration::from_secs(10));
+    assert_eq!(code, 128 + libc::SIGTERM);
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(locks.release(&key).unwrap(), "the waiter left the line");
+}
+
+/// `--max-hold`: a command that outlives it is ended as a lost lease.
+fn max_hold_ends_a_long_command(b: &Backend) {
+    let key = unique("capped");
+    let mut run = b.spawn(&[
+        "run",
+        "--ttl",
+        "1",
+        "--heartbeat",
+        "0.1",
+        "--grace",
+        "1",
+        "--max-hold",
+        "1.5",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "echo ready; sleep 60",
+    ]);
+    read_until(&mut run, "ready");
+    let (code, took) = wait_exit(&mut run, Duration::from_secs(20));
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(code, LOST, "{err}");
+    assert!(err.contains("max_hold"), "{err}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// `--progress-timeout`: output is copied through and counts as progress;
+/// silence for the timeout ends the command as a lost lease.
+fn progress_timeout_watches_the_output(b: &Backend) {
+    let key = unique("progress");
+    let out = b.output(&[
+        "run",
+        "--ttl",
+        "5",
+        "--heartbeat",
+        "0.1",
+        "--progress-timeout",
+        "0.5",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick $i; echo err $i >&2; sleep 0.1; done",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("tick")).count(),
+        10,
+        "{text}"
+    );
+    assert!(stderr(&out).contains("err 10"), "{}", stderr(&out));
+
+    let mut run = b.spawn(&[
+        "run",
+        "--ttl",
+        "5",
+        "--heartbeat",
+        "0.1",
+        "--grace",
+        "1",
+        "--progress-timeout",
+        "0.5",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "echo ready; sleep 60",
+    ]);
+    read_until(&mut run, "ready");
+    let (code, took) = wait_exit(&mut run, Duration::from_secs(20));
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(code, LOST, "{err}");
+    assert!(err.contains("stalled"), "{err}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(!b.locks().held(&key).unwrap(), "released on the way out");
+}
+
+/// `--limit 2`: two runs hold the key at once, a third is refused, and
+/// `status` lists both holders.
+fn runs_share_a_limited_lease(b: &Backend) {
+    let key = unique("pool");
+    let spawn = |label: &str| {
+        b.spawn(&[
+            "run",
+            "--limit",
+            "2",
+            "--label",
+            label,
+            &key,
+            "--",
+            "sh",
+            "-c",
+            "echo ready fence=$MISTRI_LOCK_FENCE; sleep 30",
+        ])
+    };
+    let mut first = spawn("first");
+    let mut second = spawn("second");
+    let f1 = read_until(&mut first, "ready");
+    let f2 = read_until(&mut second, "ready");
+    assert_ne!(f1, f2, "each holder has its own fence");
+    let out = b.output(&["run", "--limit", "2", &key, "--", "true"]);
+    assert_eq!(out.status.code(), Some(REFUSED), "{}", stderr(&out));
+    let out = b.output(&["status", "--json", &key]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["leases"][0]["limit"], 2);
+    let labels: Vec<&str> = doc["leases"][0]["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["holder"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels.len(), 2, "{doc}");
+    assert!(
+        labels.contains(&"first") && labels.contains(&"second"),
+        "{doc}"
+    );
+    let out = b.output(&["status", &key]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[1/2]") && text.contains("[2/2]"), "{text}");
+    for run in [&mut first, &mut second] {
+        // SAFETY: kill with a child's pid and a signal number.
+        unsafe {
+            libc::kill(run.id() as i32, libc::SIGTERM);
+        }
+        let (code, _) = wait_exit(run, Duration::from_secs(20));
+        assert_eq!(code, 128 + libc::SIGTERM);
+    }
+    assert!(!b.locks().held(&key).unwrap(), "both released");
+}
+
 fn list_shows_leases_and_flags(b: &Backend) {
     let prefix = unique("listed");
     let locks = b.locks();
@@ -305,6 +477,10 @@ fn all(b: &Backend) {
     sigterm_is_forwarded_and_the_lease_released(b);
     a_broken_lease_is_lost(b);
     waits_for_a_busy_lease(b);
+    a_waiting_run_starts_at_the_release_and_sigterm_ends_its_wait(b);
+    max_hold_ends_a_long_command(b);
+    progress_timeout_watches_the_output(b);
+    runs_share_a_limited_lease(b);
     list_shows_leases_and_flags(b);
 }
 
@@ -337,6 +513,15 @@ fn bad_input_is_one_line_and_non_zero() {
         (vec!["run", "k", "--grace", "0", "--", "true"], 2),
         (vec!["run", "k"], 2),
         (vec!["run", "", "--", "true"], 2),
+        (vec!["run", "k", "--limit", "0", "--", "true"], 2),
+        (vec!["run", "k", "--limit", "abc", "--", "true"], 2),
+        (vec!["run", "k", "--limit", "2000000", "--", "true"], 2),
+        (vec!["run", "k", "--wait", "-1", "--", "true"], 2),
+        (vec!["run", "k", "--max-hold", "0", "--", "true"], 2),
+        (
+            vec!["run", "k", "--progress-timeout", "-1", "--", "true"],
+            2,
+        ),
         (vec!["stop", ""], 2),
         (vec!["stop", "f", "--ttl", "NaN"], 2),
         (vec!["--url", "http://example.com", "status"], 2),

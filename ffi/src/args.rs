@@ -109,6 +109,26 @@ pub(crate) fn wait_timeout(value: f64) -> Result<Option<Duration>, Failure> {
     Ok(mistri_core::args::wait_timeout_from_secs("timeout", value)?)
 }
 
+/// Seconds from C as how long an acquire or hold waits for a lease held
+/// elsewhere, by the wait-timeout rule (named `wait`): 0 tries once, up to
+/// 1e9 is that long, above 1e9 or +inf waits without limit
+/// (`Duration::MAX`); NaN or negative is an error.
+pub(crate) fn wait(value: f64) -> Result<Duration, Failure> {
+    Ok(mistri_core::args::wait_timeout_from_secs("wait", value)?.unwrap_or(Duration::MAX))
+}
+
+/// The number of holders of an N-holder lease: 1 to `MISTRI_MAX_LIMIT`,
+/// with the message every face gives.
+pub(crate) fn limit(value: u32) -> Result<u32, Failure> {
+    if value == 0 || value > mistri_core::MAX_LIMIT {
+        return Err(Failure::Core(mistri_core::Error::InvalidArgument(format!(
+            "limit must be between 1 and {}, got {value}",
+            mistri_core::MAX_LIMIT
+        ))));
+    }
+    Ok(value)
+}
+
 /// A C string from Rust text, cutting at an interior NUL if there is one (C
 /// could not see past it anyway).
 pub(crate) fn c_string_lossy(text: &str) -> CString {

@@ -91,11 +91,23 @@ fn start(
     key: &str,
     opts: HoldOptions,
 ) -> Result<*mut mistri_hold, Failure> {
-    let hold = match locks {
-        Some(locks) => locks.hold(key, opts)?,
-        None => mistri_core::hold(key, opts)?,
+    if opts.wait.is_none() {
+        let hold = match locks {
+            Some(locks) => locks.hold(key, opts)?,
+            None => mistri_core::hold(key, opts)?,
+        };
+        return Ok(hold_handle(hold));
+    }
+    let Some(locks) = locks.cloned().or_else(mistri_core::locks) else {
+        // Nothing configured: still check the arguments.
+        return Ok(hold_handle(mistri_core::hold(key, opts)?));
     };
-    Ok(hold_handle(hold))
+    let signal = opts.signal.clone();
+    let waiting = locks.start_hold(key, opts)?;
+    Ok(hold_handle(crate::acquire::drive(
+        waiting,
+        signal.as_ref(),
+    )?))
 }
 
 /// Acquires `key` through `locks` and keeps it renewed on the adapter's
@@ -312,6 +324,20 @@ pub unsafe extern "C" fn mistri_hold_lost(
     ffi_boundary!("mistri_hold_lost", {
         let out = try_out!(lost);
         out.write(try_ref_from_ptr!(hold).hold.is_lost())
+    })
+}
+
+/// Reports progress for the hung-holder guard
+/// (`mistri_hold_options_set_progress_timeout`): the work is alive. Cheap
+/// (a clock read and an atomic store); a no-op without a progress timeout.
+///
+/// # Safety
+/// `hold` is NULL or a live hold.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_touch(hold: *const mistri_hold) -> mistri_status {
+    ffi_boundary!("mistri_hold_touch", {
+        try_ref_from_ptr!(hold).hold.touch();
+        Ok(())
     })
 }
 

@@ -30,6 +30,12 @@ pub struct mistri_lease_info {
 pub(crate) struct InfoSnapshot {
     info: LeaseInfo,
     label: Option<CString>,
+    /// Each of `info.holders`' labels, as C reads them.
+    labels: Vec<CString>,
+}
+
+fn c_label(label: &str) -> CString {
+    CString::new(label.replace('\0', "\u{fffd}")).unwrap_or_default()
 }
 
 impl Castable for mistri_lease_info {
@@ -61,11 +67,13 @@ pub unsafe extern "C" fn mistri_locks_info(
         let out = try_out!(info);
         let found = try_ref_from_ptr!(locks).info(try_str!(key))?;
         out.write(found.map_or(std::ptr::null_mut(), |info| {
-            let label = info
-                .holder
-                .as_ref()
-                .map(|h| CString::new(h.label.replace('\0', "\u{fffd}")).unwrap_or_default());
-            to_boxed_mut_ptr(InfoSnapshot { info, label })
+            let label = info.holder.as_ref().map(|h| c_label(&h.label));
+            let labels = info.holders.iter().map(|h| c_label(&h.label)).collect();
+            to_boxed_mut_ptr(InfoSnapshot {
+                info,
+                label,
+                labels,
+            })
         }))
     })
 }
@@ -183,6 +191,84 @@ pub unsafe extern "C" fn mistri_lease_info_times(
                 // SAFETY: non-NULL; the caller promises it is writable.
                 unsafe { out.as_ptr().write(value) };
             }
+        }
+        Ok(())
+    })
+}
+
+/// The lease's holder limit: 1 for an exclusive lease; for an N-holder
+/// lease (`..._set_limit`), the limit its newest holder acquired with.
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; `limit` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_limit(
+    info: *const mistri_lease_info,
+    limit: *mut u32,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_limit", {
+        let out = try_out!(limit);
+        out.write(try_ref_from_ptr!(info).info.limit)
+    })
+}
+
+/// How many holders have described themselves: 0 or 1 for an exclusive
+/// lease, up to its limit for an N-holder lease (whose holders are read
+/// with `mistri_lease_info_holder`; the single-holder getters above then
+/// say "not described").
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; `count` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_holder_count(
+    info: *const mistri_lease_info,
+    count: *mut usize,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_holder_count", {
+        let out = try_out!(count);
+        out.write(try_ref_from_ptr!(info).info.holders.len())
+    })
+}
+
+/// Holder `index` (0 ≤ index < `mistri_lease_info_holder_count`, by
+/// fence): its label (owned by the snapshot, valid until
+/// `mistri_lease_info_free`), fence, and when it acquired and last renewed
+/// (Unix seconds). Any out-param may be NULL (not wanted). An index out of
+/// range is `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; each out-param is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_holder(
+    info: *const mistri_lease_info,
+    index: usize,
+    label: *mut *const c_char,
+    fence: *mut u64,
+    acquired_at: *mut f64,
+    renewed_at: *mut f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_holder", {
+        let snap = try_ref_from_ptr!(info);
+        let (Some(holder), Some(name)) = (snap.info.holders.get(index), snap.labels.get(index))
+        else {
+            return Err(crate::status::Failure::Core(
+                mistri_core::Error::InvalidArgument(format!(
+                    "holder index {index} is out of range: the lease has {} described holders",
+                    snap.info.holders.len()
+                )),
+            ));
+        };
+        if let Some(out) = try_out!(opt label) {
+            out.write(name.as_ptr())?;
+        }
+        if let Some(out) = try_out!(opt fence) {
+            out.write(holder.fence)?;
+        }
+        if let Some(out) = try_out!(opt acquired_at) {
+            out.write(unix_secs(holder.acquired_at))?;
+        }
+        if let Some(out) = try_out!(opt renewed_at) {
+            out.write(unix_secs(holder.renewed_at))?;
         }
         Ok(())
     })

@@ -20,12 +20,13 @@
 //!
 //! Modules, leaf first: `status` (statuses, the last error; uses nothing
 //! else here) ← `panic` ← `handle`, `args` ← `locks`, `signal`, `options`,
-//! `hold`, `events`.
+//! `acquire`, `hold`, `events`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 // C type names are lowercase, like rustls-ffi's.
 #![allow(non_camel_case_types)]
 
+pub mod acquire;
 mod args;
 pub mod events;
 mod handle;

@@ -188,6 +188,88 @@ pub unsafe extern "C" fn mistri_hold_options_set_safety_margin(
     })
 }
 
+/// Sets how long `mistri_hold_start_with` waits, in seconds, when the lease
+/// is held elsewhere: it blocks until the lease is released or expires
+/// (woken by that, not by polling) or the wait runs out, then reports a
+/// refusal (a NULL hold) as without a wait. 0 tries once; `INFINITY` (or
+/// more than 1e9) waits without limit. Aborting the hold's signal
+/// (`mistri_hold_options_set_signal`) from another thread ends the wait
+/// with a refusal: that is how a C program interrupts a waiter. Unset: no
+/// wait. NaN or negative is `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_wait(
+    options: *mut mistri_hold_options_builder,
+    wait: f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_wait", {
+        let options = try_mut_from_ptr!(options);
+        options.wait = Some(crate::args::wait(wait)?);
+        Ok(())
+    })
+}
+
+/// Sets how many holders the lease may have at once (an N-holder lease, a
+/// semaphore): each hold has its own owner token, renewal, fence and loss
+/// detection, and a crashed holder's slot frees itself at its ttl. 1 (the
+/// default) is the exclusive lease. 0 or more than `MISTRI_MAX_LIMIT` is
+/// `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_limit(
+    options: *mut mistri_hold_options_builder,
+    limit: u32,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_limit", {
+        let options = try_mut_from_ptr!(options);
+        options.limit = crate::args::limit(limit)?;
+        Ok(())
+    })
+}
+
+/// Hung-holder guard: never renew the lease past this total age, in
+/// seconds from the acquire. The signal then trips with a reason saying
+/// so, before the lease lapses. Unset: no limit. NaN, infinite, <= 0 or
+/// > 1e9 is `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_max_hold(
+    options: *mut mistri_hold_options_builder,
+    max_hold: f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_max_hold", {
+        let options = try_mut_from_ptr!(options);
+        options.max_hold = Some(secs("max_hold", max_hold)?);
+        Ok(())
+    })
+}
+
+/// Hung-holder guard, progress mode: the work calls `mistri_hold_touch` at
+/// least every `progress_timeout` seconds; when no touch came for that
+/// long, renewals stop and the signal trips with a reason saying the work
+/// stalled. Unset: off. NaN, infinite, <= 0 or > 1e9 is
+/// `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `options` is NULL or a live builder used by no other thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_options_set_progress_timeout(
+    options: *mut mistri_hold_options_builder,
+    progress_timeout: f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_options_set_progress_timeout", {
+        let options = try_mut_from_ptr!(options);
+        options.progress_timeout = Some(secs("progress_timeout", progress_timeout)?);
+        Ok(())
+    })
+}
+
 /// How to hold a lease (deprecated: use `mistri_hold_options_new` and
 /// `mistri_hold_start_with`, which can also set a safety margin). Kept
 /// unchanged for one release so that programs built against 0.1 keep

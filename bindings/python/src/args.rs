@@ -1,7 +1,7 @@
 //! Argument conversion: seconds from Python numbers, validated by the core.
 
 use crate::error::IntoPyResult;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 use std::marker::PhantomData;
@@ -38,6 +38,27 @@ impl Argument for SafetyMargin {
 pub(crate) struct Timeout;
 impl Argument for Timeout {
     const NAME: &'static str = "timeout";
+}
+
+/// The `wait` argument of acquires and holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wait;
+impl Argument for Wait {
+    const NAME: &'static str = "wait";
+}
+
+/// The `max_hold` argument of holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MaxHold;
+impl Argument for MaxHold {
+    const NAME: &'static str = "max_hold";
+}
+
+/// The `progress_timeout` argument of holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProgressTimeout;
+impl Argument for ProgressTimeout {
+    const NAME: &'static str = "progress_timeout";
 }
 
 /// Seconds as Python passes them for argument `A`: an `int` or a `float`
@@ -113,6 +134,59 @@ pub(crate) fn wait_timeout(
         None => Ok(None),
         Some(Seconds(secs, _)) => {
             mistri_locks::wait_timeout_from_secs(Timeout::NAME, secs).py_err(py)
+        }
+    }
+}
+
+/// How long an acquire or hold waits for a lease held elsewhere, by the
+/// same rule as a timeout: `None` does not wait (the core's `wait: None`),
+/// `0` tries once, +inf or more than 1e9 seconds wait without limit
+/// (`Duration::MAX`); negative or NaN is a `ValueError` naming `wait`.
+pub(crate) fn wait(py: Python<'_>, wait: Option<Seconds<Wait>>) -> PyResult<Option<Duration>> {
+    match wait {
+        None => Ok(None),
+        Some(Seconds(secs, _)) => Ok(Some(
+            mistri_locks::wait_timeout_from_secs(Wait::NAME, secs)
+                .py_err(py)?
+                .unwrap_or(Duration::MAX),
+        )),
+    }
+}
+
+/// The `limit` of an N-holder lease: an `int` (never a `bool`, a float or a
+/// string: a `TypeError`) from 1 to `mistri_locks::MAX_LIMIT` (else a
+/// `ValueError` with the core's message, checked where the core checks
+/// options).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limit(pub u32);
+
+impl Limit {
+    pub const ONE: Self = Limit(1);
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Limit {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+            return Err(PyTypeError::new_err(format!(
+                "limit must be an int, got {}",
+                type_name(&obj)
+            )));
+        }
+        // In u32's range, the core checks it (with the message every face
+        // gives); out of it, the same message here.
+        match obj
+            .extract::<i64>()
+            .ok()
+            .and_then(|n| u32::try_from(n).ok())
+        {
+            Some(n) => Ok(Limit(n)),
+            None => Err(PyValueError::new_err(format!(
+                "limit must be between 1 and {}, got {}",
+                mistri_locks::MAX_LIMIT,
+                obj.str()?
+            ))),
         }
     }
 }

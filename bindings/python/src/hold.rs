@@ -1,13 +1,15 @@
 //! `mistri_locks.Hold`: a lease renewed by the core's heartbeat engine while
 //! the `with` block (or the caller's work) runs.
 
-use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
+use crate::args::{Heartbeat, Limit, MaxHold, ProgressTimeout, SafetyMargin, Seconds, Ttl, Wait};
 use crate::error::IntoPyResult;
+use crate::locks::PyLocks;
 use crate::signal::{ensure_dispatcher, forwarder, PyAbortSignal};
 use mistri_locks::{HoldOptions, Locks, ReleaseOutcome};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple};
 use pyo3::PyTraverseError;
 
 /// A held lease, renewed in the background until released or lost.
@@ -25,13 +27,33 @@ pub(crate) struct Hold {
     forwarder: Option<PyAbortSignal>,
 }
 
-/// The arguments of `hold(...)`, shared by `Locks.hold` (`source` is that
-/// handle) and `mistri_locks.hold` (`None`: the core's configured slot,
-/// which also validates the arguments when nothing is configured).
+/// `mistri_locks._native._hold`: the one list of `hold`'s arguments.
+/// `mistri_locks.hold`, `Locks.hold` and the asyncio forms pass their
+/// arguments through to it, adding `_locks` (the handle; `None`: the
+/// core's configured slot, which also validates the arguments when nothing
+/// is configured) and `_cancel` (the asyncio layer's signal that ends a
+/// wait when the awaiting task is cancelled). Its Python name is `hold`, so
+/// argument errors read as errors of `hold()`.
+#[pyfunction]
+#[pyo3(name = "hold", signature = (
+    key,
+    ttl = Seconds::<Ttl>::LEASE_TTL,
+    heartbeat = Seconds::<Heartbeat>::HEARTBEAT,
+    stop_key = None,
+    signal = None,
+    safety_margin = None,
+    label = None,
+    wait = None,
+    limit = Limit::ONE,
+    max_hold = None,
+    progress_timeout = None,
+    *,
+    _locks = None,
+    _cancel = None,
+))]
 #[allow(clippy::too_many_arguments)] // one per keyword argument of hold()
-pub(crate) fn start(
+pub(crate) fn hold_args(
     py: Python<'_>,
-    source: Option<Locks>,
     key: String,
     ttl: Seconds<Ttl>,
     heartbeat: Seconds<Heartbeat>,
@@ -39,10 +61,62 @@ pub(crate) fn start(
     signal: Option<Bound<'_, PyAny>>,
     safety_margin: Option<Seconds<SafetyMargin>>,
     label: Option<String>,
+    wait: Option<Seconds<Wait>>,
+    limit: Limit,
+    max_hold: Option<Seconds<MaxHold>>,
+    progress_timeout: Option<Seconds<ProgressTimeout>>,
+    _locks: Option<PyRef<'_, PyLocks>>,
+    _cancel: Option<PyRef<'_, PyAbortSignal>>,
 ) -> PyResult<Option<Hold>> {
-    let ttl = ttl.duration(py)?;
-    let heartbeat = heartbeat.duration(py)?;
-    let safety_margin = safety_margin.map(|m| m.duration(py)).transpose()?;
+    let opts = HoldOptions {
+        ttl: ttl.duration(py)?,
+        heartbeat: heartbeat.duration(py)?,
+        stop_key,
+        safety_margin: safety_margin.map(|m| m.duration(py)).transpose()?,
+        label,
+        wait: crate::args::wait(py, wait)?,
+        limit: limit.0,
+        max_hold: max_hold.map(|m| m.duration(py)).transpose()?,
+        progress_timeout: progress_timeout.map(|p| p.duration(py)).transpose()?,
+        ..HoldOptions::default()
+    };
+    let source = _locks.map(|l| l.locks());
+    start(py, source, key, opts, signal, _cancel.as_deref())
+}
+
+/// `hold(key, *args, **kwargs)` on `locks` (`None`: the configured slot):
+/// calls `_hold` with `_locks=locks` (and `_cancel`, if given).
+pub(crate) fn forward<'py>(
+    py: Python<'py>,
+    locks: Option<&Bound<'py, PyAny>>,
+    key: Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    static HOLD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let hold = HOLD.import(py, "mistri_locks._native", "_hold")?;
+    let all: Vec<_> = std::iter::once(key).chain(args.iter()).collect();
+    let all = PyTuple::new(py, all)?;
+    let kwargs = match kwargs {
+        Some(k) => k.copy()?,
+        None => PyDict::new(py),
+    };
+    if let Some(locks) = locks {
+        kwargs.set_item("_locks", locks)?;
+    }
+    hold.call(all, Some(&kwargs))
+}
+
+/// Starts a hold with `opts` (all but the signal) on `source` (`None`: the
+/// configured slot), waiting as `opts.wait` says.
+fn start(
+    py: Python<'_>,
+    source: Option<Locks>,
+    key: String,
+    mut opts: HoldOptions,
+    signal: Option<Bound<'_, PyAny>>,
+    cancel: Option<&PyAbortSignal>,
+) -> PyResult<Option<Hold>> {
     let (core_signal, signal, forwarder) = match signal {
         None => {
             let fresh = PyAbortSignal::wrap(mistri_locks::AbortSignal::new());
@@ -59,21 +133,22 @@ pub(crate) fn start(
     };
     // Before the hold exists: the engine may trip the signal at once.
     ensure_dispatcher(py)?;
-    let opts = HoldOptions {
-        ttl,
-        heartbeat,
-        stop_key,
-        signal: Some(core_signal),
-        safety_margin,
-        label,
-        ..HoldOptions::default()
-    };
-    let hold = py
-        .detach(|| match source {
+    opts.signal = Some(core_signal.clone());
+    let hold = if opts.wait.is_none() {
+        py.detach(|| match source {
             Some(locks) => locks.hold(&key, opts),
             None => mistri_locks::hold(&key, opts),
         })
-        .py_err(py)?;
+        .py_err(py)?
+    } else {
+        let Some(locks) = source.or_else(mistri_locks::locks) else {
+            // Nothing configured: still tell the caller its arguments are wrong.
+            return mistri_locks::hold(&key, opts).py_err(py).map(|_| None);
+        };
+        let waiting = locks.start_hold(&key, opts).py_err(py)?;
+        let cancel = cancel.map(|c| &c.core);
+        crate::waiting::drive(py, waiting, &[&core_signal], cancel, || None)?
+    };
     Ok(hold.map(|hold| Hold {
         hold: Some(hold),
         signal,
@@ -105,6 +180,13 @@ impl Hold {
     /// cancelled, the release still completes).
     fn release_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         crate::aio::call(slf.py(), "release_hold", (slf,), None)
+    }
+
+    /// Reports progress for `progress_timeout=`: the work is alive. Cheap
+    /// (a clock read and a store; keeps the GIL); a no-op without a
+    /// progress timeout.
+    fn touch(&self) {
+        self.core().touch();
     }
 
     /// The key held.

@@ -16,12 +16,13 @@ mod hold;
 mod info;
 mod locks;
 mod signal;
+mod waiting;
 
-use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
-use crate::hold::{start, Hold};
+use crate::hold::Hold;
 use crate::locks::PyLocks;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 /// The configured Python object, kept only so that `locks()` returns that
 /// very object (it may be a subclass). The core's slot
@@ -48,31 +49,17 @@ fn configured(py: Python<'_>) -> Option<Py<PyLocks>> {
 
 /// Acquires `key` on the configured handle and keeps it renewed on a
 /// heartbeat until released. None when nothing is configured or the
-/// lease is held elsewhere.
+/// lease is held elsewhere (at the end of `wait`, if given). The arguments
+/// are those of `_hold` (`hold.rs`).
 #[pyfunction]
-#[pyo3(name = "hold", signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None, safety_margin = None, label = None))]
-#[allow(clippy::too_many_arguments)] // one per keyword argument of hold()
-fn hold_configured(
-    py: Python<'_>,
-    key: String,
-    ttl: Seconds<Ttl>,
-    heartbeat: Seconds<Heartbeat>,
-    stop_key: Option<String>,
-    signal: Option<Bound<'_, PyAny>>,
-    safety_margin: Option<Seconds<SafetyMargin>>,
-    label: Option<String>,
-) -> PyResult<Option<Hold>> {
-    start(
-        py,
-        None,
-        key,
-        ttl,
-        heartbeat,
-        stop_key,
-        signal,
-        safety_margin,
-        label,
-    )
+#[pyo3(name = "hold", signature = (key, *args, **kwargs))]
+fn hold_configured<'py>(
+    py: Python<'py>,
+    key: Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    hold::forward(py, None, key, args, kwargs)
 }
 
 #[pymodule]
@@ -89,6 +76,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(configure, m)?)?;
     m.add_function(wrap_pyfunction!(configured, m)?)?;
     m.add_function(wrap_pyfunction!(hold_configured, m)?)?;
+    // Named `hold` for its messages, listed as `_hold`.
+    m.add("_hold", wrap_pyfunction!(hold::hold_args, m)?)?;
     m.add_function(wrap_pyfunction!(signal::_deliver_pending, m)?)?;
     m.add_function(wrap_pyfunction!(signal::_stop_dispatch, m)?)?;
     let exc = error::exceptions(py)?;

@@ -10,10 +10,10 @@
 //! it would cost more than the operation.
 
 use crate::aio;
-use crate::args::{Heartbeat, SafetyMargin, Seconds, Ttl};
+use crate::args::{Limit, Seconds, Ttl, Wait};
 use crate::error::IntoPyResult;
-use crate::hold::{start, Hold};
-use mistri_locks::Locks;
+use crate::signal::PyAbortSignal;
+use mistri_locks::{AcquireOptions, Locks};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::PyClass;
@@ -108,9 +108,39 @@ impl PyLocks {
     }
 
     /// Takes the lease on `key` for `ttl` seconds if no live lease exists.
-    fn acquire(&self, py: Python<'_>, key: String, ttl: Seconds<Ttl>) -> PyResult<bool> {
+    ///
+    /// `wait` seconds (None: don't wait; 0: try once; math.inf: no limit):
+    /// when the lease is held elsewhere, wait for its release or expiry;
+    /// False at the end of the wait. GIL-free; Ctrl-C and `signal` (an
+    /// AbortSignal: False once it trips) end the wait. `limit`: take one of
+    /// `limit` slots of an N-holder lease.
+    #[pyo3(signature = (key, ttl, wait = None, limit = Limit::ONE, signal = None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: String,
+        ttl: Seconds<Ttl>,
+        wait: Option<Seconds<Wait>>,
+        limit: Limit,
+        signal: Option<PyRef<'_, PyAbortSignal>>,
+    ) -> PyResult<bool> {
         let ttl = ttl.duration(py)?;
-        self.run(py, |l| l.acquire(&key, ttl))
+        let opts = AcquireOptions {
+            wait: crate::args::wait(py, wait)?,
+            limit: limit.0,
+            signal: signal.as_ref().map(|s| s.core.clone()),
+        };
+        if opts.wait.is_none() {
+            // One attempt: like the other operations (the exclusive lease
+            // by the seed's `acquire`, exactly).
+            return self.run(py, |l| match opts.limit {
+                1 => l.acquire(&key, ttl),
+                _ => l.acquire_with(&key, ttl, &opts),
+            });
+        }
+        let waiting = self.locks.start_acquire(&key, ttl, &opts).py_err(py)?;
+        let signals: Vec<_> = opts.signal.iter().collect();
+        crate::waiting::drive(py, waiting, &signals, None, || false)
     }
 
     /// Extends this adapter's lease on `key` to `ttl` seconds from now.
@@ -171,43 +201,38 @@ impl PyLocks {
     }
 
     /// Acquires `key` and keeps it renewed until the Hold is released.
-    /// None when the lease is held elsewhere.
-    #[pyo3(signature = (key, ttl = Seconds::<Ttl>::LEASE_TTL, heartbeat = Seconds::<Heartbeat>::HEARTBEAT, stop_key = None, signal = None, safety_margin = None, label = None))]
-    #[allow(clippy::too_many_arguments)] // one per keyword argument of hold()
-    fn hold(
-        &self,
-        py: Python<'_>,
-        key: String,
-        ttl: Seconds<Ttl>,
-        heartbeat: Seconds<Heartbeat>,
-        stop_key: Option<String>,
-        signal: Option<Bound<'_, PyAny>>,
-        safety_margin: Option<Seconds<SafetyMargin>>,
-        label: Option<String>,
-    ) -> PyResult<Option<Hold>> {
-        start(
-            py,
-            Some(self.locks()),
-            key,
-            ttl,
-            heartbeat,
-            stop_key,
-            signal,
-            safety_margin,
-            label,
-        )
+    /// None when the lease is held elsewhere (at the end of `wait`, if
+    /// given). The arguments are those of `mistri_locks.hold`.
+    #[pyo3(signature = (key, *args, **kwargs))]
+    fn hold<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::hold::forward(slf.py(), Some(slf.as_any()), key, args, kwargs)
     }
 
     // asyncio (see `aio.rs`): coroutines that run the call off the loop.
 
-    /// `acquire` as a coroutine; a lease taken after the awaiting task was
-    /// cancelled is released again.
+    /// `acquire` as a coroutine (same arguments); a lease taken after the
+    /// awaiting task was cancelled is released again, and a cancelled task
+    /// leaves the line of a waiting acquire at once.
+    #[pyo3(signature = (key, ttl, wait = None, limit = None, signal = None))]
     fn acquire_async<'py>(
         slf: &Bound<'py, Self>,
         key: Bound<'py, PyAny>,
         ttl: Bound<'py, PyAny>,
+        wait: Option<Bound<'py, PyAny>>,
+        limit: Option<Bound<'py, PyAny>>,
+        signal: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        aio::call(slf.py(), "acquire", (slf, key, ttl), None)
+        aio::call(
+            slf.py(),
+            "acquire",
+            (slf, key, ttl, wait, limit, signal),
+            None,
+        )
     }
 
     /// `renew` as a coroutine.
@@ -283,12 +308,7 @@ impl PyLocks {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        aio::call(
-            slf.py(),
-            "hold_context",
-            (slf.getattr("hold")?, args, kwargs),
-            None,
-        )
+        aio::call(slf.py(), "hold_context", (slf, args, kwargs), None)
     }
 }
 

@@ -73,9 +73,25 @@ module MistriLocks
     #
     # +label+: what the lease stores as its holder (shown by info and
     # `mistri-locks status`); default: the handle's label, `host:pid ruby`.
-    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil,
-             label: nil, &block)
-      hold = Hold.start(nil, key, ttl, heartbeat, stop_key, signal, safety_margin, label)
+    #
+    # +wait+: seconds to wait for a lease held elsewhere (nil, the default:
+    # don't wait; 0: try once; Float::INFINITY: no limit), woken by its
+    # release or expiry; nil at the end of the wait. The wait runs without
+    # the GVL; Thread#raise, Timeout.timeout, Ctrl-C and the +signal+
+    # tripping end it (the waiter leaves the line).
+    #
+    # +limit+: up to +limit+ holders at once (an N-holder lease), each with
+    # its own token, fence and renewal; a crashed holder's slot frees itself
+    # at its ttl.
+    #
+    # Hung-holder guard: +max_hold+ seconds: never renew past this age (the
+    # signal trips, saying so, before the lease lapses); +progress_timeout+
+    # seconds: the work calls Hold#touch at least this often, else renewals
+    # stop and the signal trips saying the work stalled.
+    #
+    # The keywords and their defaults are listed once, in Hold.start.
+    def hold(key, **options, &block)
+      hold = Hold.start(nil, key, **options)
       block ? Hold.run(hold, &block) : hold
     end
   end

@@ -93,25 +93,76 @@ pub fn timeout(ruby: &Ruby, v: Option<Value>) -> Result<Option<Duration>, Error>
     wait_timeout_from_secs("timeout", secs).map_err(|e| error::to_ruby(ruby, e))
 }
 
+/// How long an acquire or hold waits for a lease held elsewhere, by the
+/// timeout rule: nil does not wait, zero tries once, +Infinity or more than
+/// 1e9 seconds wait without limit (`Duration::MAX`); negative or NaN is an
+/// ArgumentError naming `wait`.
+pub fn wait(ruby: &Ruby, v: Option<Value>) -> Result<Option<Duration>, Error> {
+    let Some(v) = v else { return Ok(None) };
+    let secs = seconds(ruby, "wait", v)?;
+    let wait = wait_timeout_from_secs("wait", secs).map_err(|e| error::to_ruby(ruby, e))?;
+    Ok(Some(wait.unwrap_or(Duration::MAX)))
+}
+
+/// The `limit` of an N-holder lease: an Integer (anything else is a
+/// TypeError). In u32's range the core checks it (1 to
+/// `mistri_locks::MAX_LIMIT`, the message every face gives); out of it, the
+/// same ArgumentError here.
+pub fn limit(ruby: &Ruby, v: Value) -> Result<u32, Error> {
+    let Some(n) = Integer::from_value(v) else {
+        return Err(Error::new(
+            ruby.exception_type_error(),
+            format!("limit must be an Integer, got {}", class_name(v)),
+        ));
+    };
+    n.to_i64()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            Error::new(
+                ruby.exception_arg_error(),
+                format!(
+                    "limit must be between 1 and {}, got {}",
+                    mistri_locks::MAX_LIMIT,
+                    n
+                ),
+            )
+        })
+}
+
+/// The Ruby values of a hold's options, in `MistriLocks._hold`'s order.
+pub struct HoldArgs {
+    pub ttl: Value,
+    pub heartbeat: Value,
+    pub stop_key: Option<Value>,
+    pub safety_margin: Option<Value>,
+    pub label: Option<Value>,
+    pub wait: Option<Value>,
+    pub limit: Value,
+    pub max_hold: Option<Value>,
+    pub progress_timeout: Option<Value>,
+}
+
 /// Hold options from Ruby values (the signal is already a core signal).
 pub fn hold_options(
     ruby: &Ruby,
-    ttl: Value,
-    heartbeat: Value,
-    stop_key: Option<Value>,
+    v: HoldArgs,
     signal: Option<AbortSignal>,
-    safety_margin: Option<Value>,
-    label: Option<Value>,
 ) -> Result<HoldOptions, Error> {
-    Ok(HoldOptions {
-        ttl: duration(ruby, "ttl", ttl)?,
-        heartbeat: duration(ruby, "heartbeat", heartbeat)?,
-        stop_key: stop_key.map(|k| key(ruby, "stop_key", k)).transpose()?,
-        signal,
-        safety_margin: safety_margin
-            .map(|m| duration(ruby, "safety_margin", m))
-            .transpose()?,
-        label: label.map(|l| key(ruby, "label", l)).transpose()?,
+    let optional = |what: &str, v: Option<Value>| v.map(|v| duration(ruby, what, v)).transpose();
+    // Fields added to the core later keep their defaults.
+    let mut opts = HoldOptions {
+        ttl: duration(ruby, "ttl", v.ttl)?,
+        heartbeat: duration(ruby, "heartbeat", v.heartbeat)?,
+        stop_key: v.stop_key.map(|k| key(ruby, "stop_key", k)).transpose()?,
+        safety_margin: optional("safety_margin", v.safety_margin)?,
+        label: v.label.map(|l| key(ruby, "label", l)).transpose()?,
+        wait: wait(ruby, v.wait)?,
+        limit: limit(ruby, v.limit)?,
+        max_hold: optional("max_hold", v.max_hold)?,
+        progress_timeout: optional("progress_timeout", v.progress_timeout)?,
         ..HoldOptions::default()
-    })
+    };
+    opts.signal = signal;
+    Ok(opts)
 }

@@ -12,15 +12,17 @@
 use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
 use crate::signal::Signal;
-use crate::{args, error};
+use crate::{args, error, waiting};
 use magnus::{method, prelude::*, Error, RModule, Ruby, Value};
 use mistri_locks::{Hold, ReleaseOutcome};
 
 /// `MistriLocks._hold(locks, key, ttl, heartbeat, stop_key, signal,
-/// safety_margin, label)` -> Hold or nil: a hold on `locks`, or with nil on the
-/// core's configured slot (which still checks the arguments when nothing
-/// is configured). `signal` is nil or a `MistriLocks::AbortSignal`
-/// (duck-typed signals are the Ruby half's business).
+/// safety_margin, label, wait, limit, max_hold, progress_timeout)` -> Hold
+/// or nil: a hold on `locks`, or with nil on the core's configured slot
+/// (which still checks the arguments when nothing is configured). `signal`
+/// is nil or a `MistriLocks::AbortSignal` (duck-typed signals are the Ruby
+/// half's business). With a `wait`, waits without the GVL, interruptibly
+/// (`waiting.rs`).
 #[allow(clippy::too_many_arguments)] // one per argument of the Ruby method
 pub fn start(
     ruby: &Ruby,
@@ -32,15 +34,47 @@ pub fn start(
     signal: Option<&Signal>,
     safety_margin: Option<Value>,
     label: Option<Value>,
+    wait: Option<Value>,
+    limit: Value,
+    max_hold: Option<Value>,
+    progress_timeout: Option<Value>,
 ) -> Result<Option<RbHold>, Error> {
     let key = args::key(ruby, "key", key)?;
     let signal = signal.map(|s| s.0.clone());
-    let opts = args::hold_options(ruby, ttl, heartbeat, stop_key, signal, safety_margin, label)?;
-    // An acquire may be a round trip: without the GVL.
-    let hold = nogvl(ruby, || match locks {
-        Some(l) => l.locks().hold(&key, opts),
-        None => mistri_locks::hold(&key, opts),
-    })?;
+    let values = args::HoldArgs {
+        ttl,
+        heartbeat,
+        stop_key,
+        safety_margin,
+        label,
+        wait,
+        limit,
+        max_hold,
+        progress_timeout,
+    };
+    let opts = args::hold_options(ruby, values, signal.clone())?;
+    let hold = if opts.wait.is_none() {
+        // An acquire may be a round trip: without the GVL.
+        nogvl(ruby, || match locks {
+            Some(l) => l.locks().hold(&key, opts),
+            None => mistri_locks::hold(&key, opts),
+        })?
+    } else {
+        match locks
+            .map(|l| l.locks().clone())
+            .or_else(mistri_locks::locks)
+        {
+            Some(locks) => {
+                let waiting = locks
+                    .start_hold(&key, opts)
+                    .map_err(|e| error::to_ruby(ruby, e))?;
+                let signals: Vec<_> = signal.iter().collect();
+                waiting::drive(ruby, waiting, &signals).map(Ok)
+            }
+            // Nothing configured: still tell the caller its arguments are wrong.
+            None => Ok(mistri_locks::hold(&key, opts)),
+        }?
+    };
     Ok(hold.map_err(|e| error::to_ruby(ruby, e))?.map(RbHold::new))
 }
 
@@ -64,6 +98,11 @@ impl RbHold {
 
     fn is_lost(&self) -> bool {
         self.hold.is_lost()
+    }
+
+    /// `touch`: progress for `progress_timeout:` (cheap; keeps the GVL).
+    fn touch(&self) {
+        self.hold.touch();
     }
 
     /// `_release` -> true if this call deleted the lease; false if it was
@@ -99,6 +138,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("key", method!(RbHold::key, 0))?;
     class.define_method("fence", method!(RbHold::fence, 0))?;
     class.define_method("lost?", method!(RbHold::is_lost, 0))?;
+    class.define_method("touch", method!(RbHold::touch, 0))?;
     class.define_private_method("_release", method!(RbHold::release, 0))?;
     class.define_private_method("_signal", method!(RbHold::signal, 0))?;
     Ok(())

@@ -2,24 +2,44 @@
 
 use magnus::{prelude::*, Error, RHash, Ruby, Value};
 use mistri_locks::info::unix_millis;
+use mistri_locks::info::HolderInfo;
 use mistri_locks::LeaseInfo;
 
 /// `{key:, time_left:, holder:, fence:, acquired_at:, renewed_at:, ttl:,
-/// heartbeat:}`: seconds as Floats, times as Unix seconds; the holder's
-/// fields are nil when it stored no description.
+/// heartbeat:, limit:, holders:}`: seconds as Floats, times as Unix
+/// seconds; the holder's fields are nil when it stored no description, and
+/// always for an N-holder lease, whose holders are the Array `holders:` (by
+/// fence; each a Hash of `holder:`, `fence:`, `acquired_at:`,
+/// `renewed_at:`, `ttl:`, `heartbeat:`) and whose `limit:` is the newest
+/// holder's.
 pub fn to_hash(ruby: &Ruby, info: &LeaseInfo) -> Result<RHash, Error> {
     let h = ruby.hash_new();
-    let set = |name: &str, v: Value| h.aset(ruby.to_symbol(name), v);
     let none = || ruby.qnil().as_value();
     let float = |f: f64| ruby.float_from_f64(f).as_value();
-    set("key", ruby.str_new(&info.key).as_value())?;
-    set(
-        "time_left",
+    h.aset(ruby.to_symbol("key"), ruby.str_new(&info.key))?;
+    h.aset(
+        ruby.to_symbol("time_left"),
         info.time_left
             .map(|t| float(t.as_secs_f64()))
             .unwrap_or_else(none),
     )?;
-    let d = info.holder.as_ref();
+    describe(ruby, h, info.holder.as_ref())?;
+    h.aset(ruby.to_symbol("limit"), info.limit)?;
+    let holders = ruby.ary_new_capa(info.holders.len());
+    for holder in &info.holders {
+        let one = ruby.hash_new();
+        describe(ruby, one, Some(holder))?;
+        holders.push(one)?;
+    }
+    h.aset(ruby.to_symbol("holders"), holders)?;
+    Ok(h)
+}
+
+/// One holder's fields into `h` (all nil for `None`).
+fn describe(ruby: &Ruby, h: RHash, d: Option<&HolderInfo>) -> Result<(), Error> {
+    let set = |name: &str, v: Value| h.aset(ruby.to_symbol(name), v);
+    let none = || ruby.qnil().as_value();
+    let float = |f: f64| ruby.float_from_f64(f).as_value();
     set(
         "holder",
         d.map(|d| ruby.str_new(&d.label).as_value())
@@ -48,5 +68,5 @@ pub fn to_hash(ruby: &Ruby, info: &LeaseInfo) -> Result<RHash, Error> {
         d.map(|d| float(d.heartbeat.as_secs_f64()))
             .unwrap_or_else(none),
     )?;
-    Ok(h)
+    Ok(())
 }

@@ -25,6 +25,7 @@ mod memory;
 mod nogvl;
 mod redis;
 mod signal;
+mod waiting;
 
 use magnus::{function, prelude::*, Error, Ruby};
 use mistri_locks::{FLAG_TTL, HEARTBEAT, LEASE_TTL};
@@ -44,7 +45,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.const_set("HEARTBEAT", HEARTBEAT.as_secs())?;
     module.const_set("FLAG_TTL", FLAG_TTL.as_secs())?;
     module.define_singleton_method("_configure", function!(configure, 1))?;
-    module.define_singleton_method("_hold", function!(hold::start, 8))?;
+    module.define_singleton_method("_hold", function!(hold::start, 12))?;
     error::init(ruby, module)?;
     delivery::init(ruby, module)?;
     signal::init(ruby, module)?;

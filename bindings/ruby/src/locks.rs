@@ -17,8 +17,10 @@
 use crate::args;
 use crate::error;
 use crate::nogvl::nogvl;
+use crate::signal::Signal;
+use crate::waiting;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RModule, Ruby, Value};
-use mistri_locks::Locks;
+use mistri_locks::{AcquireOptions, Locks};
 
 #[magnus::wrap(class = "MistriLocks::Locks", free_immediately, size)]
 pub struct RbLocks {
@@ -79,6 +81,40 @@ impl RbLocks {
     fn acquire(ruby: &Ruby, rb_self: &Self, key: Value, ttl: Value) -> Result<bool, Error> {
         let ttl = args::duration(ruby, "ttl", ttl)?;
         rb_self.run_keyed(ruby, key, |l, key| l.acquire(key, ttl))
+    }
+
+    /// `_acquire_with(key, ttl, wait, limit, signal)`: `acquire` with a
+    /// wait (without the GVL, interruptibly: `waiting.rs`), an N-holder
+    /// limit or a signal that ends the wait.
+    fn acquire_with(
+        ruby: &Ruby,
+        rb_self: &Self,
+        key: Value,
+        ttl: Value,
+        wait: Option<Value>,
+        limit: Value,
+        signal: Option<&Signal>,
+    ) -> Result<bool, Error> {
+        let key = args::key(ruby, "key", key)?;
+        let ttl = args::duration(ruby, "ttl", ttl)?;
+        let opts = AcquireOptions {
+            wait: args::wait(ruby, wait)?,
+            limit: args::limit(ruby, limit)?,
+            signal: signal.map(|s| s.0.clone()),
+        };
+        if opts.wait.is_none() {
+            // One attempt (the exclusive lease by the seed's `acquire`, exactly).
+            return rb_self.run(ruby, |l| match opts.limit {
+                1 => l.acquire(&key, ttl),
+                _ => l.acquire_with(&key, ttl, &opts),
+            });
+        }
+        let waiting = rb_self
+            .locks()
+            .start_acquire(&key, ttl, &opts)
+            .map_err(|e| error::to_ruby(ruby, e))?;
+        let signals: Vec<_> = opts.signal.iter().collect();
+        waiting::drive(ruby, waiting, &signals)
     }
 
     fn renew(ruby: &Ruby, rb_self: &Self, key: Value, ttl: Value) -> Result<bool, Error> {
@@ -168,6 +204,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("label", method!(RbLocks::label, 0))?;
     class.define_method("label=", method!(RbLocks::set_label, 1))?;
     class.define_private_method("_acquire", method!(RbLocks::acquire, 2))?;
+    class.define_private_method("_acquire_with", method!(RbLocks::acquire_with, 5))?;
     class.define_private_method("_renew", method!(RbLocks::renew, 2))?;
     class.define_private_method("_set_flag", method!(RbLocks::set_flag, 2))?;
     class.define_method("info", method!(RbLocks::info, 1))?;

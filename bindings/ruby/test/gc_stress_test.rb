@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # The binding surface once more under GC.stress (a full GC at every
-# allocation): Memory contract cases and the signal cases. A Ruby object the
+# allocation): Memory contract cases, the signal cases and the waiting
+# cases. A Ruby object the
 # extension failed to keep reachable (a callback block, a duck-typed signal,
 # a hold's signal) would be collected here and its use would crash or
 # misbehave. Redis and subprocess cases are left to the normal run (the same
@@ -10,6 +11,7 @@
 require_relative "test_helper"
 require_relative "contract_test"
 require_relative "signal_test"
+require_relative "waiting_test"
 
 module UnderGCStress
   def setup
@@ -39,4 +41,11 @@ class SignalGCStressTest < Minitest::Test
   include UnderGCStress
   # Counting iterations of another thread under stress is meaningless.
   undef_method :test_a_wait_releases_the_gvl
+end
+
+# Waiting acquires and holds: the wait's wake-up and unblock function, and
+# the hold made at its end.
+Backends.parametrize(WaitingCases, "WaitingGCStressTest",
+                     factories: Backends::FACTORIES.slice("Memory")) do
+  include UnderGCStress
 end

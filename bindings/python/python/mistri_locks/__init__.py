@@ -16,6 +16,12 @@ keeps a lease renewed on a heartbeat, watches a stop flag, and trips an
 (``hold`` returns None when the lease is held elsewhere or nothing is
 configured: check for it before ``with`` in real code.)
 
+Waiting for a busy lease: ``hold(..., wait=30)`` or
+``locks.acquire(key, ttl, wait=math.inf)`` (woken by the release or
+expiry; GIL-free, Ctrl-C interrupts it). ``limit=N`` shares a lease among N
+holders; ``max_hold=`` and ``progress_timeout=`` (with ``Hold.touch()``)
+guard against hung holders.
+
 Names: ``Memory``, ``Redis`` and ``Local`` are ``Locks``: owner handles on
 one backend (``Adapter`` and ``sharing_adapter()`` are the old names of
 ``Locks`` and ``new_owner()``, kept until 0.3).

@@ -19,6 +19,9 @@ Cancellation rules (what a task can rely on):
   its task was cancelled is released, a hold that starts after its task was
   cancelled is released. So a cancelled ``acquire_async``/``hold_async``
   leaves nothing held.
+- A waiting acquire or hold (``wait=``) runs on an executor thread and
+  ends as soon as its task is cancelled (``off_loop_waiting``): it leaves
+  the line and frees the thread.
 - ``async with hold_async(...)`` releases the lease when the block ends,
   also when the task is cancelled inside it (waiting in ``wait_async`` or
   anywhere else).
@@ -34,8 +37,6 @@ import functools
 import inspect
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Generator, Optional, TypeVar, Union
-
-from ._native import HEARTBEAT, LEASE_TTL
 
 if TYPE_CHECKING:
     from ._native import AbortSignal, Hold, Locks
@@ -88,27 +89,47 @@ def _release_quietly(hold: Optional[Hold]) -> None:
         hold.release()
 
 
+async def off_loop_waiting(call: Callable[[AbortSignal], T],
+                           undo: Optional[Callable[[T], object]] = None,
+                           parent: Optional[AbortSignal] = None) -> T:
+    """``off_loop`` for a call that may wait for a lease (``wait=``):
+    ``call(cancel)`` gets a fresh signal that is aborted if the awaiting task
+    is cancelled, which ends the wait on its thread at once (the native wait
+    wakes on it and leaves the line), so a cancelled task frees its
+    executor thread instead of waiting on for nobody. With ``parent``, the
+    signal is derived from it (so the parent's abort ends the wait too)."""
+    from ._native import AbortSignal
+
+    cancel = AbortSignal() if parent is None else parent.derive()
+    try:
+        return await off_loop(functools.partial(call, cancel), undo)
+    except asyncio.CancelledError:
+        cancel.abort("the awaiting task was cancelled")
+        raise
+
+
 class HoldContext:
     """What ``hold_async`` returns: ``await`` it for a ``Hold`` (or None when
     the lease is held elsewhere or nothing is configured), or use it as
     ``async with ... as h`` to release the lease when the block ends (also
-    on an exception or a cancellation of the task)."""
+    on an exception or a cancellation of the task). With ``wait=``, the wait
+    runs on an executor thread; cancelling the task ends it."""
 
     __slots__ = ("_start", "_hold", "_entered")
 
-    def __init__(self, start: Callable[[], Optional[Hold]]) -> None:
+    def __init__(self, start: Callable[[AbortSignal], Optional[Hold]]) -> None:
         self._start = start
         self._hold: Optional[Hold] = None
         self._entered = False
 
     def __await__(self) -> Generator[Any, None, Optional[Hold]]:
-        return off_loop(self._start, _release_quietly).__await__()
+        return off_loop_waiting(self._start, _release_quietly).__await__()
 
     async def __aenter__(self) -> Optional[Hold]:
         if self._entered:
             raise RuntimeError("a hold_async(...) context can be entered once")
         self._entered = True
-        self._hold = await off_loop(self._start, _release_quietly)
+        self._hold = await off_loop_waiting(self._start, _release_quietly)
         return self._hold
 
     async def __aexit__(self, *_exc: object) -> None:
@@ -120,27 +141,29 @@ class HoldContext:
         return f"<mistri_locks.HoldContext hold={self._hold!r}>"
 
 
-def hold_context(hold: Callable[..., Optional[Hold]], args: tuple[Any, ...],
+def _hold_starter(locks: Optional[Locks], args: tuple[Any, ...],
+                  kwargs: Optional[dict[str, Any]]) -> Callable[[AbortSignal], Optional[Hold]]:
+    from ._native import _hold
+
+    kwargs = dict(kwargs or {})
+
+    def start(cancel: AbortSignal) -> Optional[Hold]:
+        return _hold(*args, _locks=locks, _cancel=cancel, **kwargs)
+
+    return start
+
+
+def hold_context(locks: Locks, args: tuple[Any, ...],
                  kwargs: Optional[dict[str, Any]]) -> HoldContext:
     """``Locks.hold_async``: the same arguments as ``Locks.hold``."""
-    return HoldContext(functools.partial(hold, *args, **(kwargs or {})))
+    return HoldContext(_hold_starter(locks, args, kwargs))
 
 
-def hold_async(
-    key: str,
-    ttl: Union[int, float] = LEASE_TTL,
-    heartbeat: Union[int, float] = HEARTBEAT,
-    stop_key: Optional[str] = None,
-    signal: Any = None,
-    safety_margin: Optional[Union[int, float]] = None,
-    label: Optional[str] = None,
-) -> HoldContext:
-    """``mistri_locks.hold`` for asyncio: acquires (off the loop) on the
-    configured handle when awaited or entered. See ``HoldContext``."""
-    from ._native import hold
-
-    return HoldContext(functools.partial(
-        hold, key, ttl, heartbeat, stop_key, signal, safety_margin, label))
+def hold_async(key: str, *args: Any, **kwargs: Any) -> HoldContext:
+    """``mistri_locks.hold`` for asyncio (the same arguments): acquires
+    (off the loop) on the configured handle when awaited or entered. See
+    ``HoldContext``."""
+    return HoldContext(_hold_starter(None, (key, *args), kwargs))
 
 
 async def release_hold(hold: Hold) -> bool:
@@ -154,15 +177,20 @@ async def operation(bound: Callable[..., T], *args: Any) -> T:
     return await off_loop(functools.partial(bound, *args))
 
 
-async def acquire(locks: Locks, key: str, ttl: Union[int, float]) -> bool:
+async def acquire(locks: Locks, key: str, ttl: Union[int, float],
+                  wait: Optional[Union[int, float]] = None, limit: Optional[int] = None,
+                  signal: Optional[AbortSignal] = None) -> bool:
     """``Locks.acquire_async``: a lease taken after the task was cancelled is
-    released again."""
+    released again; a waiting acquire ends when the task is cancelled."""
+
+    def call(cancel: AbortSignal) -> bool:
+        return locks.acquire(key, ttl, wait, 1 if limit is None else limit, cancel)
 
     def undo(taken: bool) -> None:
         if taken:
             locks.release(key)
 
-    return await off_loop(functools.partial(locks.acquire, key, ttl), undo)
+    return await off_loop_waiting(call, undo, signal)
 
 
 def _to_loop(loop: asyncio.AbstractEventLoop, call: Callable[..., object], *args: Any) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "configure",
     "locks",
     "hold",
+    "_hold",
     "_deliver_pending",
     "_stop_dispatch",
     "Error",
@@ -77,6 +78,7 @@ class AbortSignal:
 class Hold:
     def release(self) -> bool: ...
     def release_async(self) -> Coroutine[Any, Any, bool]: ...
+    def touch(self) -> None: ...
     @property
     def key(self) -> str: ...
     @property
@@ -93,7 +95,14 @@ class Hold:
 
 @disjoint_base
 class Locks:
-    def acquire(self, key: str, ttl: _Seconds) -> bool: ...
+    def acquire(
+        self,
+        key: str,
+        ttl: _Seconds,
+        wait: Optional[_Seconds] = None,
+        limit: int = ...,
+        signal: Optional[AbortSignal] = None,
+    ) -> bool: ...
     def renew(self, key: str, ttl: _Seconds) -> bool: ...
     def release(self, key: str) -> bool: ...
     def held(self, key: str) -> bool: ...
@@ -112,8 +121,19 @@ class Locks:
         signal: Union[AbortSignal, _SupportsAbort, None] = None,
         safety_margin: Optional[_Seconds] = None,
         label: Optional[str] = None,
+        wait: Optional[_Seconds] = None,
+        limit: int = ...,
+        max_hold: Optional[_Seconds] = None,
+        progress_timeout: Optional[_Seconds] = None,
     ) -> Optional[Hold]: ...
-    def acquire_async(self, key: str, ttl: _Seconds) -> Coroutine[Any, Any, bool]: ...
+    def acquire_async(
+        self,
+        key: str,
+        ttl: _Seconds,
+        wait: Optional[_Seconds] = None,
+        limit: Optional[int] = None,
+        signal: Optional[AbortSignal] = None,
+    ) -> Coroutine[Any, Any, bool]: ...
     def renew_async(self, key: str, ttl: _Seconds) -> Coroutine[Any, Any, bool]: ...
     def release_async(self, key: str) -> Coroutine[Any, Any, bool]: ...
     def held_async(self, key: str) -> Coroutine[Any, Any, bool]: ...
@@ -129,6 +149,10 @@ class Locks:
         signal: Union[AbortSignal, _SupportsAbort, None] = None,
         safety_margin: Optional[_Seconds] = None,
         label: Optional[str] = None,
+        wait: Optional[_Seconds] = None,
+        limit: int = ...,
+        max_hold: Optional[_Seconds] = None,
+        progress_timeout: Optional[_Seconds] = None,
     ) -> HoldContext: ...
     @property
     def label(self) -> str: ...
@@ -172,6 +196,26 @@ def hold(
     signal: Union[AbortSignal, _SupportsAbort, None] = None,
     safety_margin: Optional[_Seconds] = None,
     label: Optional[str] = None,
+    wait: Optional[_Seconds] = None,
+    limit: int = ...,
+    max_hold: Optional[_Seconds] = None,
+    progress_timeout: Optional[_Seconds] = None,
+) -> Optional[Hold]: ...
+def _hold(
+    key: str,
+    ttl: _Seconds = ...,
+    heartbeat: _Seconds = ...,
+    stop_key: Optional[str] = None,
+    signal: Union[AbortSignal, _SupportsAbort, None] = None,
+    safety_margin: Optional[_Seconds] = None,
+    label: Optional[str] = None,
+    wait: Optional[_Seconds] = None,
+    limit: int = ...,
+    max_hold: Optional[_Seconds] = None,
+    progress_timeout: Optional[_Seconds] = None,
+    *,
+    _locks: Optional[Locks] = None,
+    _cancel: Optional[AbortSignal] = None,
 ) -> Optional[Hold]: ...
 def _deliver_pending(timeout: Optional[_Seconds] = None) -> bool: ...
 def _stop_dispatch() -> None: ...

@@ -7,7 +7,8 @@ module MistriLocks
   # Native methods: key (String), fence (Integer: the fencing number of this
   # acquisition, greater than every earlier one for the key), lost? (the
   # lease was found gone or taken, or renewals failed past its deadline; the
-  # signal is then tripped with a reason saying so).
+  # signal is then tripped with a reason saying so), touch (progress for
+  # progress_timeout:; cheap, a no-op without one).
   #
   # Forked children: a child's copy of its parent's Hold never renews, and
   # its release touches nothing (returns false).
@@ -53,11 +54,14 @@ module MistriLocks
       end
 
       # Acquires through +locks+ (nil: the configured one) and wires the
-      # signal. (Internal.)
-      def start(locks, key, ttl, heartbeat, stop_key, signal, safety_margin = nil, label = nil) # rubocop:disable Metrics/ParameterLists
+      # signal: MistriLocks.hold and Locks#hold, whose keywords (the one
+      # list of them) and defaults are these. (Internal.)
+      def start(locks, key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, # rubocop:disable Metrics/ParameterLists
+                safety_margin: nil, label: nil, wait: nil, limit: 1, max_hold: nil, progress_timeout: nil)
         check_signal(signal)
         native = signal if signal.is_a?(AbortSignal)
-        hold = MistriLocks.__send__(:_hold, locks, key, ttl, heartbeat, stop_key, native, safety_margin, label)
+        hold = MistriLocks.__send__(:_hold, locks, key, ttl, heartbeat, stop_key, native, safety_margin, label,
+                                    wait, limit, max_hold, progress_timeout)
         return nil unless hold
 
         Delivery.ensure_running if native

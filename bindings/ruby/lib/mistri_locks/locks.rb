@@ -31,7 +31,23 @@ module MistriLocks
   class Locks
     # Takes the lease on +key+ for +ttl+ seconds if no live lease exists.
     # Returns true if taken.
-    def acquire(key, ttl:) = _acquire(key, ttl)
+    #
+    # +wait+: seconds to wait for a lease held elsewhere (nil, the default:
+    # don't wait; 0: try once; Float::INFINITY: no limit), woken by its
+    # release or expiry; false at the end of the wait. The wait runs
+    # without the GVL; Thread#raise, Timeout.timeout and Ctrl-C interrupt
+    # it, and so does +signal+ (a MistriLocks::AbortSignal: false once it
+    # trips). +limit+: take one of +limit+ slots of an N-holder lease.
+    # (The extra keywords are optional: this stays the mistri gem's
+    # acquire(key, ttl:).)
+    def acquire(key, ttl:, wait: nil, limit: 1, signal: nil)
+      return _acquire(key, ttl) if wait.nil? && limit == 1 && signal.nil?
+
+      unless signal.nil? || signal.is_a?(AbortSignal)
+        raise TypeError, "signal must be a MistriLocks::AbortSignal, got #{signal.class}"
+      end
+      _acquire_with(key, ttl, wait, limit, signal)
+    end
 
     # Extends this object's lease on +key+ to +ttl+ seconds from now. Returns
     # false if it holds none (never acquired, released, expired or retaken).
@@ -40,10 +56,10 @@ module MistriLocks
     # Raises the flag +key+ for +ttl+ seconds (it needs no owner). Returns true.
     def set_flag(key, ttl: FLAG_TTL) = _set_flag(key, ttl)
 
-    # See MistriLocks.hold (this handle instead of MistriLocks.locks).
-    def hold(key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, safety_margin: nil,
-             label: nil, &block)
-      hold = Hold.start(self, key, ttl, heartbeat, stop_key, signal, safety_margin, label)
+    # See MistriLocks.hold (this handle instead of MistriLocks.locks; the
+    # same keywords, listed once in Hold.start).
+    def hold(key, **options, &block)
+      hold = Hold.start(self, key, **options)
       block ? Hold.run(hold, &block) : hold
     end
   end
