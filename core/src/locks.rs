@@ -230,7 +230,8 @@ impl Locks {
         let (try_key, limit) = (key.to_owned(), opts.limit);
         let who = self.identity();
         let attempt = move || {
-            if try_locks.issued().leases.contains_key(try_key.as_str()) {
+            if limit > 1 && !try_locks.slot_gone(&try_key)? {
+                // One slot per owner and key: this one still holds its own.
                 return Ok(None);
             }
             try_locks
@@ -259,6 +260,25 @@ impl Locks {
             attempt,
             finish,
         ))
+    }
+
+    /// For an N-holder acquire: true unless this object's issued slot on
+    /// `key` is still live (then it may not take a second one). A slot
+    /// that expired or was broken is forgotten here. (An exclusive acquire
+    /// asks no such question: the backend refuses while any lease, this
+    /// object's own included, is live, as [`Locks::acquire`] does.)
+    fn slot_gone(&self, key: &str) -> Result<bool> {
+        let Some(mine) = self.issued().leases.get(key).cloned() else {
+            return Ok(true);
+        };
+        let live = self
+            .adapter()
+            .info(key)?
+            .is_some_and(|info| info.holders.iter().any(|h| h.fence == mine.fence()));
+        if !live {
+            self.forget(&mine);
+        }
+        Ok(!live)
     }
 
     /// The interruptible form of [`Locks::hold`] for faces (see

@@ -125,13 +125,13 @@ impl Default for AcquireOptions {
 }
 
 /// Checks a wait: any duration (zero: try once; `Duration::MAX`: forever).
-pub(crate) fn check_wait(wait: Duration) -> Result<()> {
+pub fn check_wait(wait: Duration) -> Result<()> {
     let _ = wait;
     Ok(())
 }
 
 /// Checks an N-holder limit: 1 ..= [`MAX_LIMIT`].
-pub(crate) fn check_limit(limit: u32) -> Result<()> {
+pub fn check_limit(limit: u32) -> Result<()> {
     if limit == 0 || limit > MAX_LIMIT {
         return Err(Error::InvalidArgument(format!(
             "limit must be between 1 and {MAX_LIMIT}, got {limit}"
@@ -844,6 +844,39 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert!(locks.release("k").unwrap());
         assert!(t.join().unwrap());
+    }
+
+    #[test]
+    fn an_owner_whose_own_lease_lapsed_takes_it_again_with_a_wait() {
+        let locks = Locks::memory();
+        let waiting = |limit| AcquireOptions {
+            wait: Some(Duration::from_millis(300)),
+            limit,
+            ..AcquireOptions::default()
+        };
+        for limit in [1, 2] {
+            let key = format!("k{limit}");
+            let opts = waiting(limit);
+            let short = AcquireOptions {
+                wait: None,
+                ..opts.clone()
+            };
+            assert!(locks
+                .acquire_with(&key, Duration::from_millis(50), &short)
+                .unwrap());
+            let first = locks.fence(&key).unwrap();
+            if limit > 1 {
+                // Still live: one owner takes one slot, not two.
+                assert!(!locks
+                    .acquire_with(&key, Duration::from_secs(5), &short)
+                    .unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(locks
+                .acquire_with(&key, Duration::from_secs(5), &opts)
+                .unwrap());
+            assert!(locks.fence(&key).unwrap() > first);
+        }
     }
 
     #[test]
