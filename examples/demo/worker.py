@@ -1,6 +1,6 @@
 """Demo worker, Python side: holds the lease KEY while it works, watching the
 stop flag STOP; prints HELD <fence>, then STOPPED <monotonic time> <reason>
-when the flag trips its signal, then RELEASED.
+when the flag trips its signal, then RELEASED <monotonic time>.
 
 Usage: worker.py URL KEY STOP   (URL: redis://… or a Local database path)
 """
@@ -23,4 +23,4 @@ while not hold.signal.wait(0.5):   # one "unit of work" per half second
 tripped = time.monotonic()
 print(f"STOPPED {tripped:.6f} after {units} units: {hold.signal.reason}", flush=True)
 hold.release()
-print("RELEASED", flush=True)
+print(f"RELEASED {time.monotonic():.6f}", flush=True)
