@@ -29,12 +29,16 @@
 //!
 //! Timers: the schedule is kept in binary heaps keyed by time, so a wake
 //! costs O(log n) per hold that is due, never a scan of the holds that are
-//! not. Renewals and flag reads each have a *due* heap (when the work must
-//! go: the scheduler's wake time) and a *ready* heap (due minus half an
-//! interval: when it may go early). A batch goes only when some work is
-//! due, and takes all that is ready, so holds taken at different moments
-//! fall into one batch within two intervals and stay there (one round trip
-//! per heartbeat); a hold is renewed at most twice as often as it asks.
+//! not. Renewals and flag reads each have one heap keyed by *due* time
+//! (when the work must go: the scheduler's wake time); an item is *ready*
+//! half an interval before it is due (when it may go early). A batch goes
+//! only when some work is due, and takes from the top of each heap all
+//! that is ready, so holds taken at different moments fall into one batch
+//! within two intervals and stay there (one round trip per heartbeat); a
+//! hold is renewed at most twice as often as it asks. (Holds of one
+//! engine mostly share their intervals; where they differ, an item ready
+//! behind a later-due one waits for the next batch, never past its due
+//! time.)
 //! Invalidation is lazy: a renew/check timer carries a sequence number and
 //! is live while its entry's number matches (and, for reads, the entry
 //! still watches a flag); the deadline heap holds one item per entry and an
@@ -223,15 +227,21 @@ impl Timers {
         None
     }
 
-    /// Pops the earliest live timer that is at or before `now`: its id.
-    fn pop_due(&mut self, now: Instant, live: impl Fn(u64, u64) -> bool) -> Option<u64> {
+    /// Pops the earliest live timer that may go at `now`: its time, less
+    /// its entry's `early` allowance, is at or before `now`. Its id.
+    fn pop_ready(
+        &mut self,
+        now: Instant,
+        live: impl Fn(u64, u64) -> bool,
+        early: impl Fn(u64) -> Duration,
+    ) -> Option<u64> {
         while let Some(Reverse((at, seq, id))) = self.0.peek() {
             let (at, seq, id) = (*at, *seq, *id);
             if !live(id, seq) {
                 self.0.pop();
                 continue;
             }
-            if at > now {
+            if at.checked_sub(early(id)).unwrap_or(at) > now {
                 return None;
             }
             self.0.pop();
@@ -257,6 +267,15 @@ fn renew_live(entries: &HashMap<u64, Entry>) -> impl Fn(u64, u64) -> bool + '_ {
     |id, seq| entries.get(&id).is_some_and(|e| e.renew_seq == seq)
 }
 
+/// How early an entry's timer may go: half its `interval` (module header,
+/// "Timers").
+fn early(
+    entries: &HashMap<u64, Entry>,
+    interval: fn(&Entry) -> Duration,
+) -> impl Fn(u64) -> Duration + '_ {
+    move |id| entries.get(&id).map_or(Duration::ZERO, |e| interval(e) / 2)
+}
+
 fn check_live(entries: &HashMap<u64, Entry>) -> impl Fn(u64, u64) -> bool + '_ {
     |id, seq| {
         entries
@@ -270,9 +289,7 @@ fn check_live(entries: &HashMap<u64, Entry>) -> impl Fn(u64, u64) -> bool + '_ {
 struct Schedule {
     seq: u64,
     renew_due: Timers,
-    renew_ready: Timers,
     check_due: Timers,
-    check_ready: Timers,
     /// One item per entry, `(safe deadline as pushed, 0, id)`.
     deadlines: Timers,
 }
@@ -282,26 +299,14 @@ impl Schedule {
     fn renew(&mut self, id: u64, e: &mut Entry) {
         self.seq += 1;
         e.renew_seq = self.seq;
-        let early = e.renew_every / 2;
         self.renew_due.push(e.next_renew, self.seq, id);
-        self.renew_ready.push(
-            e.next_renew.checked_sub(early).unwrap_or(e.next_renew),
-            self.seq,
-            id,
-        );
     }
 
     /// (Re)arms `e`'s flag read at `e.next_check`.
     fn check(&mut self, id: u64, e: &mut Entry) {
         self.seq += 1;
         e.check_seq = self.seq;
-        let early = e.tick / 2;
         self.check_due.push(e.next_check, self.seq, id);
-        self.check_ready.push(
-            e.next_check.checked_sub(early).unwrap_or(e.next_check),
-            self.seq,
-            id,
-        );
     }
 
     /// The earliest safe deadline of any entry, bringing items whose entry
@@ -326,9 +331,7 @@ impl Schedule {
     fn compact(&mut self, entries: &HashMap<u64, Entry>) {
         let n = entries.len();
         self.renew_due.compact(n, renew_live(entries));
-        self.renew_ready.compact(n, renew_live(entries));
         self.check_due.compact(n, check_live(entries));
-        self.check_ready.compact(n, check_live(entries));
         self.deadlines.compact(n, |id, _| entries.contains_key(&id));
     }
 }
@@ -749,7 +752,11 @@ fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) -> Option<Job
     }
     let mut job = Job::default();
     if due {
-        while let Some(id) = sched.renew_ready.pop_due(now, renew_live(entries)) {
+        while let Some(id) =
+            sched
+                .renew_due
+                .pop_ready(now, renew_live(entries), early(entries, |e| e.renew_every))
+        {
             let Some(e) = entries.get_mut(&id) else {
                 continue;
             };
@@ -774,7 +781,11 @@ fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) -> Option<Job
             job.renewals
                 .push((e.lease.clone(), e.ttl, e.margin.saturating_add(e.rtt)));
         }
-        while let Some(id) = sched.check_ready.pop_due(now, check_live(entries)) {
+        while let Some(id) =
+            sched
+                .check_due
+                .pop_ready(now, check_live(entries), early(entries, |e| e.tick))
+        {
             let Some(e) = entries.get_mut(&id) else {
                 continue;
             };
