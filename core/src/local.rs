@@ -591,6 +591,8 @@ impl Local {
         con.execute_batch(SCHEMA).map_err(|e| self.map_err(e))?;
         con.execute_batch(SLOTS_SCHEMA)
             .map_err(|e| self.map_err(e))?;
+        con.execute_batch(QUEUE_SCHEMA)
+            .map_err(|e| self.map_err(e))?;
         let mut con = con;
         add_info_columns(&mut con).map_err(|e| self.map_err(e))?;
         Ok(Pooled { con, writes: 0 })
@@ -754,6 +756,8 @@ impl Local {
     }
 
     /// The acquire transaction; the fencing number if the lease was free.
+    /// `line`: a waiter's line, queued when refused (`queue` table: the
+    /// same rules as Redis's [`crate::redis::ACQUIRE_LUA`]).
     fn acquire_in(
         &self,
         con: &mut Connection,
@@ -761,14 +765,59 @@ impl Local {
         token: &str,
         ttl: Duration,
         who: &Identity,
+        line: Option<&str>,
     ) -> rusqlite::Result<Option<u64>> {
         let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // Read the clocks after taking the write lock: a wait for the lock
         // must not make us judge expiry with a stale time, nor issue a floor
         // older than a fence another process issued meanwhile.
         let now = now_ns();
-        if self.live_lease(&tx, key, now)?.is_some() || self.slots_live(&tx, key, now)? {
-            return Ok(None);
+        let taken = self.live_lease(&tx, key, now)?.is_some() || self.slots_live(&tx, key, now)?;
+        let refuse = |tx: rusqlite::Transaction<'_>| -> rusqlite::Result<Option<u64>> {
+            let Some(line) = line else {
+                return Ok(None); // rolled back: nothing written
+            };
+            tx.prepare_cached(
+                "DELETE FROM queue WHERE key = ?1 AND line != ?4 AND (expires_ns <= ?2 OR boot != ?3)",
+            )?
+            .execute(params![key, now, self.boot, line])?;
+            // Keeps its place while live (ZADD NX on Redis).
+            tx.prepare_cached(
+                "INSERT INTO queue (key, line, since_ns, expires_ns, boot) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (key, line) DO UPDATE SET
+                   since_ns = CASE WHEN queue.expires_ns > ?3 AND queue.boot = ?5
+                                   THEN queue.since_ns ELSE excluded.since_ns END,
+                   expires_ns = excluded.expires_ns, boot = excluded.boot",
+            )?
+            .execute(params![
+                key,
+                line,
+                now,
+                now.saturating_add(ns(crate::waiting::QUEUE_ENTRY_TTL)),
+                self.boot
+            ])?;
+            tx.commit()?;
+            Ok(None)
+        };
+        if taken {
+            return refuse(tx);
+        }
+        // Free: only for the live line at the head of the queue, if any.
+        let head: Option<String> = tx
+            .prepare_cached(
+                "SELECT line FROM queue WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3 ORDER BY since_ns, line LIMIT 1",
+            )?
+            .query_row(params![key, now, self.boot], |r| r.get(0))
+            .optional()?;
+        if head.is_some_and(|h| Some(h.as_str()) != line) {
+            return refuse(tx);
+        }
+        if let Some(line) = line {
+            // Leaves the queue, and prunes the dead entries.
+            tx.prepare_cached(
+                "DELETE FROM queue WHERE key = ?1 AND (line = ?2 OR expires_ns <= ?3 OR boot != ?4)",
+            )?
+            .execute(params![key, line, now, self.boot])?;
         }
         let floor = i64::try_from(crate::fence::floor_now()).unwrap_or(i64::MAX);
         // max(counter + 1, realtime floor): see crate::fence.
@@ -796,6 +845,28 @@ impl Local {
         Ok(Some(fence as u64))
     }
 
+    /// The exclusive acquire; `line`: a waiter's line ([`Local::acquire_in`]).
+    fn acquire_exclusive(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        self.with_con(true, |con, _| {
+            // A fence must never be issued twice, so this commit reaches the
+            // disk before the fence is returned (the level can't change
+            // inside a transaction). Other writes stay NORMAL: what a power
+            // loss undoes of them belongs to a boot whose rows are void.
+            con.pragma_update(None, "synchronous", "FULL")?;
+            let fence = self.acquire_in(con, key, &token, ttl, who, line);
+            // Failing to lower it again costs speed only, never the lease.
+            let _ = con.pragma_update(None, "synchronous", "NORMAL");
+            Ok(fence?.map(|fence| Lease::new(key, token.clone(), fence)))
+        })
+    }
+
     fn flag_in(&self, con: &Connection, key: &str, now: i64) -> rusqlite::Result<bool> {
         con.prepare_cached(
             "SELECT EXISTS(SELECT 1 FROM flags WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3)",
@@ -818,17 +889,28 @@ impl Adapter for Local {
     }
 
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
-        let token = mint_token()?;
+        self.acquire_exclusive(key, ttl, who, None)
+    }
+
+    fn acquire_queued(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: &str,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_exclusive(key, ttl, who, Some(line));
+        }
+        self.acquire_slot(key, ttl, who, limit)
+    }
+
+    fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
         self.with_con(true, |con, _| {
-            // A fence must never be issued twice, so this commit reaches the
-            // disk before the fence is returned (the level can't change
-            // inside a transaction). Other writes stay NORMAL: what a power
-            // loss undoes of them belongs to a boot whose rows are void.
-            con.pragma_update(None, "synchronous", "FULL")?;
-            let fence = self.acquire_in(con, key, &token, ttl, who);
-            // Failing to lower it again costs speed only, never the lease.
-            let _ = con.pragma_update(None, "synchronous", "NORMAL");
-            Ok(fence?.map(|fence| Lease::new(key, token.clone(), fence)))
+            con.prepare_cached("DELETE FROM queue WHERE key = ?1 AND line = ?2")?
+                .execute(params![key, line])?;
+            Ok(())
         })
     }
 
@@ -1006,6 +1088,18 @@ impl Adapter for Local {
         })
     }
 }
+
+/// The queue of waiting lines per key (`docs/PROTOCOL.md`, "Waiting"):
+/// one row per line ([`crate::waiting`]), in order of `since_ns`; a row
+/// is live while `expires_ns` is ahead (same clock and boot as leases).
+/// Created if missing, so databases made before it gain it on open.
+const QUEUE_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS queue (
+  key TEXT NOT NULL, line TEXT NOT NULL, since_ns INTEGER NOT NULL, expires_ns INTEGER NOT NULL,
+  boot TEXT NOT NULL,
+  PRIMARY KEY (key, line)
+) WITHOUT ROWID;
+";
 
 /// The table of N-holder leases: one row per live slot, its description in
 /// the columns `leases` has (plus `lim`, the limit it was taken with).
