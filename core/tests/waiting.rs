@@ -822,3 +822,39 @@ fn a_waiter_for_a_full_n_holder_lease_gets_a_freed_slot() {
     let cluster = mistri_locks_testkit::RedisCluster::shared().url();
     waiting_for_a_slot("cluster, two adapters", &redis(&cluster), &redis(&cluster));
 }
+
+/// A waiter driven by hand: its first poll tries once (queuing its line);
+/// the holder releases; a plain acquire by another owner is refused (the
+/// free lease is the queued line's), and the waiter's next poll takes it.
+/// On Redis, Redis Cluster and Local (Memory is one process: no queue).
+#[test]
+fn a_plain_acquire_does_not_take_a_free_lease_from_a_queued_waiter() {
+    let server = RedisServer::start();
+    let ns = unique("mistri:wait");
+    let redis = |url: &str| Locks::from_arc(mistri_locks::redis_url::open(url, &ns).unwrap());
+    let cluster = mistri_locks_testkit::RedisCluster::shared().url();
+    let cases = [
+        ("local", Locks::local(Some(&temp_db("hand"))).unwrap()),
+        ("redis", redis(&server.url())),
+        ("cluster", redis(&cluster)),
+    ];
+    for (name, locks) in cases {
+        let key = unique("job");
+        assert!(locks.acquire(&key, secs(30.0)).unwrap(), "{name}");
+        let waiter = locks.new_owner();
+        let mut waiting = waiter
+            .start_acquire(&key, secs(30.0), &waiting(20.0))
+            .unwrap();
+        let first = waiting
+            .poll(waiting.wake_token(), Some(Duration::from_millis(20)))
+            .unwrap();
+        assert!(matches!(first, Poll::Pending), "{name}");
+        assert!(locks.release(&key).unwrap(), "{name}");
+        let barger = locks.new_owner();
+        assert!(!barger.acquire(&key, secs(30.0)).unwrap(), "{name}");
+        assert!(waiting.wait().unwrap(), "{name}");
+        assert!(waiter.release(&key).unwrap(), "{name}");
+        // Nobody queued any more: a plain acquire is not refused.
+        assert!(barger.acquire(&key, secs(30.0)).unwrap(), "{name}");
+    }
+}
