@@ -1025,7 +1025,7 @@ impl Adapter for Redis {
         if limit <= 1 {
             return self.acquire_exclusive(key, ttl, who, Some(line));
         }
-        self.acquire_slot(key, ttl, who, limit)
+        self.acquire_slot(key, ttl, who, limit, Some(line))
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
@@ -1095,7 +1095,7 @@ impl Adapter for Redis {
         if limit <= 1 {
             return self.acquire_as(key, ttl, who);
         }
-        self.acquire_slot(key, ttl, who, limit)
+        self.acquire_slot(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {

@@ -955,6 +955,43 @@ fn unexpected(what: &str, value: &Value) -> Error {
 impl RedisCluster {
     /// The exclusive acquire; `line`: a waiter's line ([`ACQUIRE_LUA`]'s
     /// queue).
+    /// One slot of an N-holder lease; `line`: a waiter's line (the
+    /// queue of [`slot::SLOT_ACQUIRE_LUA`]).
+    fn acquire_slot(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        let op = self.slot_op(
+            &SLOT_SCRIPTS.acquire,
+            slot::SLOT_ACQUIRE_LUA,
+            slot::acquire_call(&self.namespace, key, &token, ttl, who, limit, line),
+            true,
+        );
+        let (value, acked) = self.one(op)?;
+        let fence = slot::fence_from(&value, "Redis Cluster")?;
+        if fence == 0 {
+            return Ok(None);
+        }
+        let lease = Lease::slot(key, token, fence, limit);
+        if !acked {
+            let undone = match self.release(&lease) {
+                Ok(true) => "released it",
+                Ok(false) => "it is gone already",
+                Err(_) => "could not release it (it expires with its ttl)",
+            };
+            return Err(Error::Backend(format!(
+                "{}; {undone}",
+                self.not_replicated(&format!("acquire of a slot of {key:?}"))
+            )));
+        }
+        Ok(Some(lease))
+    }
+
     fn acquire_exclusive(
         &self,
         key: &str,
@@ -1038,7 +1075,7 @@ impl Adapter for RedisCluster {
         if limit <= 1 {
             return self.acquire_exclusive(key, ttl, who, Some(line));
         }
-        self.acquire_limited(key, ttl, who, limit)
+        self.acquire_slot(key, ttl, who, limit, Some(line))
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
@@ -1111,31 +1148,7 @@ impl Adapter for RedisCluster {
         if limit <= 1 {
             return self.acquire_as(key, ttl, who);
         }
-        let token = mint_token()?;
-        let op = self.slot_op(
-            &SLOT_SCRIPTS.acquire,
-            slot::SLOT_ACQUIRE_LUA,
-            slot::acquire_call(&self.namespace, key, &token, ttl, who, limit),
-            true,
-        );
-        let (value, acked) = self.one(op)?;
-        let fence = slot::fence_from(&value, "Redis Cluster")?;
-        if fence == 0 {
-            return Ok(None);
-        }
-        let lease = Lease::slot(key, token, fence, limit);
-        if !acked {
-            let undone = match self.release(&lease) {
-                Ok(true) => "released it",
-                Ok(false) => "it is gone already",
-                Err(_) => "could not release it (it expires with its ttl)",
-            };
-            return Err(Error::Backend(format!(
-                "{}; {undone}",
-                self.not_replicated(&format!("acquire of a slot of {key:?}"))
-            )));
-        }
-        Ok(Some(lease))
+        self.acquire_slot(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {

@@ -67,8 +67,9 @@
 //! forget it ([`Adapter::leave_queue`], best effort). While another line
 //! heads the queue the lease may be free: a head refused then backs off
 //! (5 ms doubling up to [`SAFETY_POLL`]) and is rung by that line's
-//! release. N-holder waiters do not queue (the first try wins a free
-//! slot). See `docs/PROTOCOL.md`, "Waiting".
+//! release. N-holder leases queue the same way: a free slot goes to the
+//! first `free` live lines (`free` = limit minus live slots). See
+//! `docs/PROTOCOL.md`, "Waiting".
 //!
 //! # Interruption
 //!

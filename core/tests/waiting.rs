@@ -824,9 +824,10 @@ fn a_waiter_for_a_full_n_holder_lease_gets_a_freed_slot() {
 }
 
 /// A waiter driven by hand: its first poll tries once (queuing its line);
-/// the holder releases; a plain acquire by another owner is refused (the
-/// free lease is the queued line's), and the waiter's next poll takes it.
-/// On Redis, Redis Cluster and Local (Memory is one process: no queue).
+/// a holder releases; a plain acquire by another owner is refused (the
+/// free lease or slot is the queued line's), and the waiter's next poll
+/// takes it. Exclusive and limit 2, on Redis, Redis Cluster and Local
+/// (Memory is one process: no queue).
 #[test]
 fn a_plain_acquire_does_not_take_a_free_lease_from_a_queued_waiter() {
     let server = RedisServer::start();
@@ -839,22 +840,35 @@ fn a_plain_acquire_does_not_take_a_free_lease_from_a_queued_waiter() {
         ("cluster", redis(&cluster)),
     ];
     for (name, locks) in cases {
-        let key = unique("job");
-        assert!(locks.acquire(&key, secs(30.0)).unwrap(), "{name}");
-        let waiter = locks.new_owner();
-        let mut waiting = waiter
-            .start_acquire(&key, secs(30.0), &waiting(20.0))
-            .unwrap();
-        let first = waiting
-            .poll(waiting.wake_token(), Some(Duration::from_millis(20)))
-            .unwrap();
-        assert!(matches!(first, Poll::Pending), "{name}");
-        assert!(locks.release(&key).unwrap(), "{name}");
-        let barger = locks.new_owner();
-        assert!(!barger.acquire(&key, secs(30.0)).unwrap(), "{name}");
-        assert!(waiting.wait().unwrap(), "{name}");
-        assert!(waiter.release(&key).unwrap(), "{name}");
-        // Nobody queued any more: a plain acquire is not refused.
-        assert!(barger.acquire(&key, secs(30.0)).unwrap(), "{name}");
+        for limit in [1, 2] {
+            let key = unique("job");
+            let opts = |wait: Option<f64>| AcquireOptions {
+                wait: wait.map(secs),
+                limit,
+                ..AcquireOptions::default()
+            };
+            let ttl = secs(30.0);
+            let holders: Vec<Locks> = (0..limit).map(|_| locks.new_owner()).collect();
+            for h in &holders {
+                assert!(h.acquire_with(&key, ttl, &opts(None)).unwrap(), "{name}");
+            }
+            let waiter = locks.new_owner();
+            let mut waiting = waiter.start_acquire(&key, ttl, &opts(Some(20.0))).unwrap();
+            let first = waiting
+                .poll(waiting.wake_token(), Some(Duration::from_millis(20)))
+                .unwrap();
+            assert!(matches!(first, Poll::Pending), "{name}");
+            assert!(holders[0].release(&key).unwrap(), "{name}");
+            let barger = locks.new_owner();
+            let barged = barger.acquire_with(&key, ttl, &opts(None)).unwrap();
+            assert!(!barged, "{name}, limit {limit}: a plain acquire barged in");
+            assert!(waiting.wait().unwrap(), "{name}, limit {limit}");
+            assert!(waiter.release(&key).unwrap(), "{name}");
+            // Nobody queued any more: a plain acquire is not refused.
+            assert!(
+                barger.acquire_with(&key, ttl, &opts(None)).unwrap(),
+                "{name}"
+            );
+        }
     }
 }
