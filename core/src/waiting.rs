@@ -105,7 +105,7 @@ pub const SAFETY_POLL: Duration = Duration::from_secs(2);
 /// try refreshing it ([`Adapter::acquire_queued`]): a head tries at least
 /// every [`SAFETY_POLL`], so a crashed process's line blocks the key at
 /// most this long after its last try.
-pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(6);
+pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3 * SAFETY_POLL.as_secs());
 
 /// Added to a lease's remaining life before the head retries (the
 /// backend's clock rounds to milliseconds).
