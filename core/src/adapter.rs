@@ -191,6 +191,39 @@ pub trait Adapter: Send + Sync + 'static {
         )))
     }
 
+    /// [`Adapter::acquire_limited`] for a waiter: `line` names this
+    /// process's line of waiters on `key` ([`crate::waiting`]), which keeps
+    /// a place in the backend's queue of lines for the key. A refused try
+    /// queues the line (or refreshes its place, keeping it); a free lease
+    /// goes to the line at the head of the queue, and a plain acquire is
+    /// refused while a live line is queued. The default ignores `line` (no
+    /// queue: across processes the first try to arrive wins).
+    ///
+    /// # Errors
+    /// As [`Adapter::acquire_limited`].
+    fn acquire_queued(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: &str,
+    ) -> Result<Option<Lease>> {
+        let _ = line;
+        self.acquire_limited(key, ttl, who, limit)
+    }
+
+    /// Takes `line` out of the backend's queue for `key` (its last waiter
+    /// left without the lease). Best effort, one bounded round trip; the
+    /// default does nothing.
+    ///
+    /// # Errors
+    /// The backend's errors (the entry then lapses on its own).
+    fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
+        let _ = (key, line);
+        Ok(())
+    }
+
     /// How long until the lease on `key` could lapse (the longest-lived
     /// slot's expiry for an N-holder lease: the soonest one), as the backend
     /// sees it; `Ok(None)` when no live lease is there or the adapter can't

@@ -240,7 +240,7 @@ impl Hold {
             return crate::waiting::hold_waiting(engine, key, opts)?.wait();
         }
         let sent = Instant::now();
-        let Some(lease) = Hold::try_acquire(engine, key, &opts)? else {
+        let Some(lease) = Hold::try_acquire(engine, key, &opts, None)? else {
             Hold::refused(engine, key);
             return Ok(None);
         };
@@ -255,16 +255,20 @@ impl Hold {
         }
     }
 
-    /// One acquire attempt for a hold with (validated) `opts`.
+    /// One acquire attempt for a hold with (validated) `opts`; `line`: the
+    /// waiting line's id ([`crate::Adapter::acquire_queued`]).
     pub(crate) fn try_acquire(
         engine: &Engine,
         key: &str,
         opts: &HoldOptions,
+        line: Option<&str>,
     ) -> Result<Option<Lease>> {
         let who = Hold::identity(opts);
-        engine
-            .adapter()
-            .acquire_limited(key, opts.ttl, &who, opts.limit)
+        let adapter = engine.adapter();
+        match line {
+            Some(line) => adapter.acquire_queued(key, opts.ttl, &who, opts.limit, line),
+            None => adapter.acquire_limited(key, opts.ttl, &who, opts.limit),
+        }
     }
 
     /// Counts a refused hold.

@@ -591,6 +591,8 @@ impl Local {
         con.execute_batch(SCHEMA).map_err(|e| self.map_err(e))?;
         con.execute_batch(SLOTS_SCHEMA)
             .map_err(|e| self.map_err(e))?;
+        con.execute_batch(QUEUE_SCHEMA)
+            .map_err(|e| self.map_err(e))?;
         let mut con = con;
         add_info_columns(&mut con).map_err(|e| self.map_err(e))?;
         Ok(Pooled { con, writes: 0 })
@@ -753,7 +755,75 @@ impl Local {
         })
     }
 
+    /// A refused acquire: a waiter (`line`) joins `key`'s queue or keeps
+    /// its place there (its deadline refreshed) and the dead entries are
+    /// pruned, committed; a plain acquire writes nothing.
+    fn refuse_queued(
+        &self,
+        tx: rusqlite::Transaction<'_>,
+        key: &str,
+        line: Option<&str>,
+        now: i64,
+    ) -> rusqlite::Result<Option<u64>> {
+        let Some(line) = line else {
+            return Ok(None); // rolled back: nothing written
+        };
+        tx.prepare_cached(
+            "DELETE FROM queue WHERE key = ?1 AND line != ?4 AND (expires_ns <= ?2 OR boot != ?3)",
+        )?
+        .execute(params![key, now, self.boot, line])?;
+        // Keeps its place while live (ZADD NX on Redis).
+        tx.prepare_cached(
+            "INSERT INTO queue (key, line, since_ns, expires_ns, boot) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (key, line) DO UPDATE SET
+               since_ns = CASE WHEN queue.expires_ns > ?3 AND queue.boot = ?5
+                               THEN queue.since_ns ELSE excluded.since_ns END,
+               expires_ns = excluded.expires_ns, boot = excluded.boot",
+        )?
+        .execute(params![
+            key,
+            line,
+            now,
+            now.saturating_add(ns(crate::waiting::QUEUE_ENTRY_TTL)),
+            self.boot
+        ])?;
+        tx.commit()?;
+        Ok(None)
+    }
+
+    /// The first `n` live lines queued for `key`, in queue order.
+    fn queue_head(
+        &self,
+        tx: &Connection,
+        key: &str,
+        now: i64,
+        n: u32,
+    ) -> rusqlite::Result<Vec<String>> {
+        tx.prepare_cached(
+            "SELECT line FROM queue WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3 ORDER BY since_ns, line LIMIT ?4",
+        )?
+        .query_map(params![key, now, self.boot, i64::from(n)], |r| r.get(0))?
+        .collect()
+    }
+
+    /// A granted waiter leaves `key`'s queue; the dead entries are pruned.
+    fn leave_queued(
+        &self,
+        tx: &Connection,
+        key: &str,
+        line: &str,
+        now: i64,
+    ) -> rusqlite::Result<()> {
+        tx.prepare_cached(
+            "DELETE FROM queue WHERE key = ?1 AND (line = ?2 OR expires_ns <= ?3 OR boot != ?4)",
+        )?
+        .execute(params![key, line, now, self.boot])
+        .map(drop)
+    }
+
     /// The acquire transaction; the fencing number if the lease was free.
+    /// `line`: a waiter's line, queued when refused (`queue` table: the
+    /// same rules as Redis's [`crate::redis::ACQUIRE_LUA`]).
     fn acquire_in(
         &self,
         con: &mut Connection,
@@ -761,14 +831,25 @@ impl Local {
         token: &str,
         ttl: Duration,
         who: &Identity,
+        line: Option<&str>,
     ) -> rusqlite::Result<Option<u64>> {
         let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // Read the clocks after taking the write lock: a wait for the lock
         // must not make us judge expiry with a stale time, nor issue a floor
         // older than a fence another process issued meanwhile.
         let now = now_ns();
-        if self.live_lease(&tx, key, now)?.is_some() || self.slots_live(&tx, key, now)? {
-            return Ok(None);
+        let taken = self.live_lease(&tx, key, now)?.is_some() || self.slots_live(&tx, key, now)?;
+        let refuse = |tx| self.refuse_queued(tx, key, line, now);
+        if taken {
+            return refuse(tx);
+        }
+        // Free: only for the live line at the head of the queue, if any.
+        let head = self.queue_head(&tx, key, now, 1)?;
+        if head.first().is_some_and(|h| Some(h.as_str()) != line) {
+            return refuse(tx);
+        }
+        if let Some(line) = line {
+            self.leave_queued(&tx, key, line, now)?;
         }
         let floor = i64::try_from(crate::fence::floor_now()).unwrap_or(i64::MAX);
         // max(counter + 1, realtime floor): see crate::fence.
@@ -796,6 +877,28 @@ impl Local {
         Ok(Some(fence as u64))
     }
 
+    /// The exclusive acquire; `line`: a waiter's line ([`Local::acquire_in`]).
+    fn acquire_exclusive(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        self.with_con(true, |con, _| {
+            // A fence must never be issued twice, so this commit reaches the
+            // disk before the fence is returned (the level can't change
+            // inside a transaction). Other writes stay NORMAL: what a power
+            // loss undoes of them belongs to a boot whose rows are void.
+            con.pragma_update(None, "synchronous", "FULL")?;
+            let fence = self.acquire_in(con, key, &token, ttl, who, line);
+            // Failing to lower it again costs speed only, never the lease.
+            let _ = con.pragma_update(None, "synchronous", "NORMAL");
+            Ok(fence?.map(|fence| Lease::new(key, token.clone(), fence)))
+        })
+    }
+
     fn flag_in(&self, con: &Connection, key: &str, now: i64) -> rusqlite::Result<bool> {
         con.prepare_cached(
             "SELECT EXISTS(SELECT 1 FROM flags WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3)",
@@ -818,17 +921,28 @@ impl Adapter for Local {
     }
 
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
-        let token = mint_token()?;
+        self.acquire_exclusive(key, ttl, who, None)
+    }
+
+    fn acquire_queued(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: &str,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_exclusive(key, ttl, who, Some(line));
+        }
+        self.acquire_slot(key, ttl, who, limit, Some(line))
+    }
+
+    fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
         self.with_con(true, |con, _| {
-            // A fence must never be issued twice, so this commit reaches the
-            // disk before the fence is returned (the level can't change
-            // inside a transaction). Other writes stay NORMAL: what a power
-            // loss undoes of them belongs to a boot whose rows are void.
-            con.pragma_update(None, "synchronous", "FULL")?;
-            let fence = self.acquire_in(con, key, &token, ttl, who);
-            // Failing to lower it again costs speed only, never the lease.
-            let _ = con.pragma_update(None, "synchronous", "NORMAL");
-            Ok(fence?.map(|fence| Lease::new(key, token.clone(), fence)))
+            con.prepare_cached("DELETE FROM queue WHERE key = ?1 AND line = ?2")?
+                .execute(params![key, line])?;
+            Ok(())
         })
     }
 
@@ -932,7 +1046,7 @@ impl Adapter for Local {
         if limit <= 1 {
             return self.acquire_as(key, ttl, who);
         }
-        self.acquire_slot(key, ttl, who, limit)
+        self.acquire_slot(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
@@ -1007,6 +1121,18 @@ impl Adapter for Local {
     }
 }
 
+/// The queue of waiting lines per key (`docs/PROTOCOL.md`, "Waiting"):
+/// one row per line ([`crate::waiting`]), in order of `since_ns`; a row
+/// is live while `expires_ns` is ahead (same clock and boot as leases).
+/// Created if missing, so databases made before it gain it on open.
+const QUEUE_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS queue (
+  key TEXT NOT NULL, line TEXT NOT NULL, since_ns INTEGER NOT NULL, expires_ns INTEGER NOT NULL,
+  boot TEXT NOT NULL,
+  PRIMARY KEY (key, line)
+) WITHOUT ROWID;
+";
+
 /// The table of N-holder leases: one row per live slot, its description in
 /// the columns `leases` has (plus `lim`, the limit it was taken with).
 /// Created if missing, so databases made before it gain it on open.
@@ -1038,17 +1164,19 @@ impl Local {
         ttl: Duration,
         who: &Identity,
         limit: u32,
+        line: Option<&str>,
     ) -> Result<Option<Lease>> {
         let token = mint_token()?;
         self.with_con(true, |con, _| {
             // As for an exclusive acquire: the fence reaches the disk first.
             con.pragma_update(None, "synchronous", "FULL")?;
-            let fence = self.acquire_slot_in(con, key, &token, ttl, who, limit);
+            let fence = self.acquire_slot_in(con, key, &token, ttl, who, limit, line);
             let _ = con.pragma_update(None, "synchronous", "NORMAL");
             Ok(fence?.map(|fence| Lease::slot(key, token.clone(), fence, limit)))
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn acquire_slot_in(
         &self,
         con: &mut Connection,
@@ -1057,11 +1185,12 @@ impl Local {
         ttl: Duration,
         who: &Identity,
         limit: u32,
+        line: Option<&str>,
     ) -> rusqlite::Result<Option<u64>> {
         let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = now_ns();
         if self.live_lease(&tx, key, now)?.is_some() {
-            return Ok(None);
+            return self.refuse_queued(tx, key, line, now);
         }
         tx.prepare_cached("DELETE FROM slots WHERE key = ?1 AND (expires_ns <= ?2 OR boot <> ?3)")?
             .execute(params![key, now, self.boot])?;
@@ -1069,7 +1198,18 @@ impl Local {
             .prepare_cached("SELECT COUNT(*) FROM slots WHERE key = ?1")?
             .query_row(params![key], |r| r.get(0))?;
         if live >= i64::from(limit) {
-            return Ok(None);
+            return self.refuse_queued(tx, key, line, now);
+        }
+        // Free slots go to the first `free` live lines queued (a line
+        // further back, or a plain acquire, gets one only if fewer wait).
+        let free = u32::try_from(i64::from(limit) - live).unwrap_or(0);
+        let ahead = self.queue_head(&tx, key, now, free)?;
+        let mine = line.is_some_and(|l| ahead.iter().any(|a| a == l));
+        if !mine && ahead.len() >= free as usize {
+            return self.refuse_queued(tx, key, line, now);
+        }
+        if let Some(line) = line {
+            self.leave_queued(&tx, key, line, now)?;
         }
         let floor = i64::try_from(crate::fence::floor_now()).unwrap_or(i64::MAX);
         let fence: i64 = tx

@@ -229,14 +229,16 @@ impl Locks {
         let (try_locks, done_locks) = (self.clone(), self.clone());
         let (try_key, limit) = (key.to_owned(), opts.limit);
         let who = self.identity();
-        let attempt = move || {
+        let attempt = move |line: Option<&str>| {
             if limit > 1 && !try_locks.slot_gone(&try_key)? {
                 // One slot per owner and key: this one still holds its own.
                 return Ok(None);
             }
-            try_locks
-                .adapter()
-                .acquire_limited(&try_key, ttl, &who, limit)
+            let adapter = try_locks.adapter();
+            match line {
+                Some(line) => adapter.acquire_queued(&try_key, ttl, &who, limit, line),
+                None => adapter.acquire_limited(&try_key, ttl, &who, limit),
+            }
         };
         let finish = move |got: Option<Lease>| {
             Ok(match got {

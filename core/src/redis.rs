@@ -74,9 +74,12 @@ const MAX_IDLE: usize = 16;
 const MIN_IO: Duration = Duration::from_millis(1);
 
 /// `KEYS[1]` lease, `KEYS[2]` fence counter, `KEYS[3]` (optional) N-holder
-/// slots; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` (optional) holder label, `ARGV[4]` heartbeat in ms.
-/// Returns the new fencing number, or 0 when the lease is taken (and then
-/// writes nothing).
+/// slots, `KEYS[4]` and `KEYS[5]` (optional) the queue of waiting lines
+/// `{ns}:queue:{KEY}` and their deadlines `{ns}:queued:{KEY}`; `ARGV[1]`
+/// token, `ARGV[2]` ttl in ms, `ARGV[3]` (optional) holder label, `ARGV[4]`
+/// heartbeat in ms, `ARGV[5]` and `ARGV[6]` (optional, a waiter's) line id
+/// and queue entry ttl in ms. Returns the new fencing number, or 0 when the
+/// lease is taken (and then writes nothing but the waiter's queue entry).
 ///
 /// The fence is `max(counter + 1, server TIME in µs)`, and the counter is
 /// set to it ([`crate::fence`]): a counter lost with the data (restart
@@ -93,12 +96,48 @@ const MIN_IO: Duration = Duration::from_millis(1);
 ///
 /// With `KEYS[3]`, the N-holder lease key `{ns}:slots:{KEY}`: refused (0)
 /// while it exists, i.e. while a slot is live ([`slots`]).
+///
+/// With `KEYS[4]`, the queue (`docs/PROTOCOL.md`, "Waiting"): a sorted set,
+/// member = line id, score = enqueue time (ms, server clock), beside a hash
+/// line id -> liveness deadline (ms). Dead entries (deadline passed) are
+/// pruned from the head; while a live entry other than the caller's line
+/// heads the queue the acquire is refused, even of a free lease. A refused
+/// waiter (`ARGV[5]`) is added (`ZADD NX`: it keeps its place) and its
+/// deadline refreshed; one that acquires leaves the queue. Both keys expire
+/// `ARGV[6]` ms after the last refresh. Without waiters the cost is one
+/// `EXISTS` of a missing key.
 pub const ACQUIRE_LUA: &str = "\
-if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
-  return 0
-end
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local line = ARGV[5]
+local function refuse()
+  if line then
+    local ms = math.floor(floor / 1000)
+    redis.call('ZADD', KEYS[4], 'NX', string.format('%.0f', ms), line)
+    redis.call('HSET', KEYS[5], line, string.format('%.0f', ms + tonumber(ARGV[6])))
+    redis.call('PEXPIRE', KEYS[4], ARGV[6])
+    redis.call('PEXPIRE', KEYS[5], ARGV[6])
+  end
+  return 0
+end
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
+  return refuse()
+end
+if KEYS[4] and (line or redis.call('EXISTS', KEYS[4]) == 1) then
+  local ms = math.floor(floor / 1000)
+  while true do
+    local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+    if not head or head == line then
+      break
+    end
+    local d = tonumber(redis.call('HGET', KEYS[5], head))
+    if d and d > ms then
+      return refuse()
+    end
+    redis.call('ZREM', KEYS[4], head)
+    redis.call('HDEL', KEYS[5], head)
+  end
+end
 local fence = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
 if floor > fence then
   fence = floor
@@ -110,10 +149,31 @@ if ARGV[3] then
     ARGV[4] or '0', ARGV[3]}, ' ')
 end
 if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-  return 0
+  return refuse()
 end
 redis.call('SET', KEYS[2], fence)
+if line then
+  redis.call('ZREM', KEYS[4], line)
+  redis.call('HDEL', KEYS[5], line)
+end
 return tonumber(fence)";
+
+/// `KEYS[1]` queue, `KEYS[2]` queue deadlines (see [`ACQUIRE_LUA`]);
+/// `ARGV[1]` line id: takes the line out of the queue. Returns 0.
+pub const LEAVE_QUEUE_LUA: &str = "\
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 0";
+
+/// [`LEAVE_QUEUE_LUA`] (a script: on Redis Cluster it runs as one
+/// operation on the key's slot like the others).
+pub(crate) static LEAVE_QUEUE: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(LEAVE_QUEUE_LUA));
+
+/// The queue entry ttl in ms ([`crate::waiting::QUEUE_ENTRY_TTL`]).
+pub(crate) fn queue_ttl_ms() -> u64 {
+    millis_ceil(crate::waiting::QUEUE_ENTRY_TTL)
+}
 
 /// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]`
 /// (optional) the least life in ms the lease must have left. 1 if renewed,
@@ -897,6 +957,46 @@ pub(crate) fn redact(message: &str, url: &str) -> String {
     }
 }
 
+impl Redis {
+    /// The exclusive acquire; `line`: a waiter's line ([`ACQUIRE_LUA`]'s
+    /// queue).
+    fn acquire_exclusive(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        let argc = if line.is_some() { 6 } else { 4 };
+        let (fence, acked): (u64, bool) = self.with_con(|con, deadline| {
+            let reply =
+                self.eval_with(con, deadline, &self.acquire, ACQUIRE_LUA, (5, argc), |w| {
+                    w.key(&self.namespace, "lease", key)
+                        .key(&self.namespace, "fence", key)
+                        .key(&self.namespace, "slots", key)
+                        .key(&self.namespace, "queue", key)
+                        .key(&self.namespace, "queued", key)
+                        .bulk(token.as_bytes())
+                        .int(millis_ceil(ttl))
+                        .bulk(who.label.as_bytes())
+                        .int(min_left_ms(who.heartbeat));
+                    if let Some(line) = line {
+                        w.bulk(line.as_bytes()).int(queue_ttl_ms());
+                    }
+                })?;
+            let fence: u64 = ::redis::from_redis_value(reply)?;
+            let acked = self.wait_replicas(con, deadline, fence > 0)?;
+            Ok((fence, acked))
+        })?;
+        let lease = (fence > 0).then(|| Lease::new(key, token, fence));
+        match lease {
+            Some(lease) if !acked => Err(self.unreplicated_acquire(&lease)),
+            lease => Ok(lease),
+        }
+    }
+}
+
 impl Adapter for Redis {
     fn name(&self) -> &'static str {
         "redis"
@@ -911,26 +1011,32 @@ impl Adapter for Redis {
     }
 
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
-        let token = mint_token()?;
-        let (fence, acked): (u64, bool) = self.with_con(|con, deadline| {
-            let reply = self.eval_with(con, deadline, &self.acquire, ACQUIRE_LUA, (3, 4), |w| {
-                w.key(&self.namespace, "lease", key)
-                    .key(&self.namespace, "fence", key)
-                    .key(&self.namespace, "slots", key)
-                    .bulk(token.as_bytes())
-                    .int(millis_ceil(ttl))
-                    .bulk(who.label.as_bytes())
-                    .int(min_left_ms(who.heartbeat));
-            })?;
-            let fence: u64 = ::redis::from_redis_value(reply)?;
-            let acked = self.wait_replicas(con, deadline, fence > 0)?;
-            Ok((fence, acked))
-        })?;
-        let lease = (fence > 0).then(|| Lease::new(key, token, fence));
-        match lease {
-            Some(lease) if !acked => Err(self.unreplicated_acquire(&lease)),
-            lease => Ok(lease),
+        self.acquire_exclusive(key, ttl, who, None)
+    }
+
+    fn acquire_queued(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: &str,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_exclusive(key, ttl, who, Some(line));
         }
+        self.acquire_slot(key, ttl, who, limit, Some(line))
+    }
+
+    fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
+        self.with_con(|con, deadline| {
+            self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (2, 1), |w| {
+                w.key(&self.namespace, "queue", key)
+                    .key(&self.namespace, "queued", key)
+                    .bulk(line.as_bytes());
+            })
+        })
+        .map(drop)
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
@@ -989,7 +1095,7 @@ impl Adapter for Redis {
         if limit <= 1 {
             return self.acquire_as(key, ttl, who);
         }
-        self.acquire_slot(key, ttl, who, limit)
+        self.acquire_slot(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {

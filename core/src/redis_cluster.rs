@@ -50,8 +50,8 @@ use crate::info::{FlagInfo, Identity, LeaseInfo, Listing};
 use crate::push::{FlagWatch, FlagWatcher, Registry};
 use crate::redis::slots::{self as slot, SCRIPTS as SLOT_SCRIPTS};
 use crate::redis::{
-    flag_from, holder_from, min_left_ms, renewed_from, ListenAt, Listener, ACQUIRE_LUA,
-    DEFAULT_TIMEOUT, RELEASE_LUA, RENEW_LUA,
+    flag_from, holder_from, min_left_ms, queue_ttl_ms, renewed_from, ListenAt, Listener,
+    ACQUIRE_LUA, DEFAULT_TIMEOUT, LEAVE_QUEUE, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA,
 };
 use crate::redis_url::{ReplicaAck, UrlParts};
 use ::redis::{
@@ -952,21 +952,64 @@ fn unexpected(what: &str, value: &Value) -> Error {
     }
 }
 
-impl Adapter for RedisCluster {
-    fn name(&self) -> &'static str {
-        "redis-cluster"
-    }
-
-    fn io_timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        self.acquire_as(key, ttl, &Identity::of_process())
-    }
-
-    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
+impl RedisCluster {
+    /// The exclusive acquire; `line`: a waiter's line ([`ACQUIRE_LUA`]'s
+    /// queue).
+    /// One slot of an N-holder lease; `line`: a waiter's line (the
+    /// queue of [`slot::SLOT_ACQUIRE_LUA`]).
+    fn acquire_slot(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
         let token = mint_token()?;
+        let op = self.slot_op(
+            &SLOT_SCRIPTS.acquire,
+            slot::SLOT_ACQUIRE_LUA,
+            slot::acquire_call(&self.namespace, key, &token, ttl, who, limit, line),
+            true,
+        );
+        let (value, acked) = self.one(op)?;
+        let fence = slot::fence_from(&value, "Redis Cluster")?;
+        if fence == 0 {
+            return Ok(None);
+        }
+        let lease = Lease::slot(key, token, fence, limit);
+        if !acked {
+            let undone = match self.release(&lease) {
+                Ok(true) => "released it",
+                Ok(false) => "it is gone already",
+                Err(_) => "could not release it (it expires with its ttl)",
+            };
+            return Err(Error::Backend(format!(
+                "{}; {undone}",
+                self.not_replicated(&format!("acquire of a slot of {key:?}"))
+            )));
+        }
+        Ok(Some(lease))
+    }
+
+    fn acquire_exclusive(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        let mut args = vec![
+            token.clone(),
+            millis_ceil(ttl).to_string(),
+            who.label.clone(),
+            min_left_ms(who.heartbeat).to_string(),
+        ];
+        if let Some(line) = line {
+            args.push(line.to_owned());
+            args.push(queue_ttl_ms().to_string());
+        }
         let mut op = self.script_op(
             &self.acquire,
             ACQUIRE_LUA,
@@ -974,13 +1017,10 @@ impl Adapter for RedisCluster {
                 self.key("lease", key),
                 self.key("fence", key),
                 self.key("slots", key),
+                self.key("queue", key),
+                self.key("queued", key),
             ],
-            &[
-                token.clone(),
-                millis_ceil(ttl).to_string(),
-                who.label.clone(),
-                min_left_ms(who.heartbeat).to_string(),
-            ],
+            &args,
         );
         op.write = true;
         let (value, acked) = self.one(op)?;
@@ -1004,6 +1044,49 @@ impl Adapter for RedisCluster {
             )));
         }
         Ok(Some(lease))
+    }
+}
+
+impl Adapter for RedisCluster {
+    fn name(&self) -> &'static str {
+        "redis-cluster"
+    }
+
+    fn io_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        self.acquire_as(key, ttl, &Identity::of_process())
+    }
+
+    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
+        self.acquire_exclusive(key, ttl, who, None)
+    }
+
+    fn acquire_queued(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: &str,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_exclusive(key, ttl, who, Some(line));
+        }
+        self.acquire_slot(key, ttl, who, limit, Some(line))
+    }
+
+    fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
+        let mut op = self.script_op(
+            &LEAVE_QUEUE,
+            LEAVE_QUEUE_LUA,
+            &[self.key("queue", key), self.key("queued", key)],
+            &[line.to_owned()],
+        );
+        op.write = true;
+        self.query(op).map(drop)
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
@@ -1065,31 +1148,7 @@ impl Adapter for RedisCluster {
         if limit <= 1 {
             return self.acquire_as(key, ttl, who);
         }
-        let token = mint_token()?;
-        let op = self.slot_op(
-            &SLOT_SCRIPTS.acquire,
-            slot::SLOT_ACQUIRE_LUA,
-            slot::acquire_call(&self.namespace, key, &token, ttl, who, limit),
-            true,
-        );
-        let (value, acked) = self.one(op)?;
-        let fence = slot::fence_from(&value, "Redis Cluster")?;
-        if fence == 0 {
-            return Ok(None);
-        }
-        let lease = Lease::slot(key, token, fence, limit);
-        if !acked {
-            let undone = match self.release(&lease) {
-                Ok(true) => "released it",
-                Ok(false) => "it is gone already",
-                Err(_) => "could not release it (it expires with its ttl)",
-            };
-            return Err(Error::Backend(format!(
-                "{}; {undone}",
-                self.not_replicated(&format!("acquire of a slot of {key:?}"))
-            )));
-        }
-        Ok(Some(lease))
+        self.acquire_slot(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {

@@ -15,8 +15,11 @@
 //!   means "a live slot is there".
 //! - Exclusion both ways: a slot acquire refuses while `{ns}:lease:{KEY}`
 //!   exists; the exclusive acquire script ([`crate::redis::ACQUIRE_LUA`])
-//!   refuses while the slots key exists (its optional `KEYS[4]`: one
+//!   refuses while the slots key exists (its optional `KEYS[3]`: one
 //!   `EXISTS` inside the script, no extra round trip).
+//! - Waiters queue as for exclusive leases (`{ns}:queue:{KEY}`,
+//!   `{ns}:queued:{KEY}`, [`SLOT_ACQUIRE_LUA`]): free slots go to the
+//!   first live lines of the queue.
 //! - Fences come from the exclusive lease's counter `{ns}:fence:{KEY}` with
 //!   the same clock floor, so they increase across slots and exclusive
 //!   leases of one key.
@@ -67,22 +70,65 @@ end
 }
 
 /// `KEYS[1]` lease, `KEYS[2]` fence counter, `KEYS[3]` slots, `KEYS[4]`
-/// holders; `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` limit,
-/// `ARGV[4]` holder label, `ARGV[5]` heartbeat in ms. The new slot's
-/// fencing number, or 0 when refused (an exclusive lease is there, or
-/// `limit` slots are live).
+/// holders, `KEYS[5]` and `KEYS[6]` (optional) the waiters' queue and its
+/// deadlines (as in [`crate::redis::ACQUIRE_LUA`]); `ARGV[1]` token,
+/// `ARGV[2]` ttl in ms, `ARGV[3]` limit, `ARGV[4]` holder label, `ARGV[5]`
+/// heartbeat in ms, `ARGV[6]` and `ARGV[7]` (optional, a waiter's) line id
+/// and queue entry ttl in ms. The new slot's fencing number, or 0 when
+/// refused (an exclusive lease is there, `limit` slots are live, or the
+/// free slots belong to live lines queued before the caller's: the first
+/// `free` live lines of the queue may take them, a line further back or a
+/// plain acquire only if fewer wait). A refused waiter is queued (or keeps
+/// its place); a granted one leaves the queue.
 pub const SLOT_ACQUIRE_LUA: &str = concat!(
     prelude!(),
     "\
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
-end
 local t = redis.call('TIME')
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(us / 1000)
-prune(KEYS[3], KEYS[4], now)
-if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then
+local line = ARGV[6]
+local function refuse()
+  if line then
+    redis.call('ZADD', KEYS[5], 'NX', string.format('%.0f', now), line)
+    redis.call('HSET', KEYS[6], line, string.format('%.0f', now + tonumber(ARGV[7])))
+    redis.call('PEXPIRE', KEYS[5], ARGV[7])
+    redis.call('PEXPIRE', KEYS[6], ARGV[7])
+  end
   return 0
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return refuse()
+end
+prune(KEYS[3], KEYS[4], now)
+local free = tonumber(ARGV[3]) - redis.call('ZCARD', KEYS[3])
+if free <= 0 then
+  return refuse()
+end
+if KEYS[5] and (line or redis.call('EXISTS', KEYS[5]) == 1) then
+  local ahead, mine = {}, false
+  repeat
+    local dead = nil
+    ahead = redis.call('ZRANGE', KEYS[5], 0, free - 1)
+    mine = false
+    for _, e in ipairs(ahead) do
+      if e == line then
+        mine = true
+        break
+      end
+      local d = tonumber(redis.call('HGET', KEYS[6], e))
+      if not d or d <= now then
+        dead = e
+        break
+      end
+    end
+    if dead then
+      redis.call('ZREM', KEYS[5], dead)
+      redis.call('HDEL', KEYS[6], dead)
+    end
+  until not dead
+  if not mine and #ahead >= free then
+    return refuse()
+  end
 end
 local fence = redis.call('INCR', KEYS[2])
 if us > fence then
@@ -94,6 +140,10 @@ redis.call('ZADD', KEYS[3], string.format('%.0f', now + tonumber(ARGV[2])), ARGV
 redis.call('HSET', KEYS[4], ARGV[1], table.concat({string.format('%.0f', fence), ms, ms,
   ARGV[2], ARGV[5], ARGV[3], ARGV[4]}, ':'))
 expire_with_last(KEYS[3], KEYS[4])
+if line then
+  redis.call('ZREM', KEYS[5], line)
+  redis.call('HDEL', KEYS[6], line)
+end
 return fence"
 );
 
@@ -209,21 +259,29 @@ pub(crate) fn acquire_call(
     ttl: Duration,
     who: &Identity,
     limit: u32,
+    line: Option<&str>,
 ) -> Call {
+    let mut args = vec![
+        token.to_owned(),
+        millis_ceil(ttl).to_string(),
+        limit.to_string(),
+        who.label.clone(),
+        min_left_ms(who.heartbeat).to_string(),
+    ];
+    if let Some(line) = line {
+        args.push(line.to_owned());
+        args.push(super::queue_ttl_ms().to_string());
+    }
     (
         vec![
             key_of(ns, "lease", key),
             key_of(ns, "fence", key),
             key_of(ns, "slots", key),
             key_of(ns, "holders", key),
+            key_of(ns, "queue", key),
+            key_of(ns, "queued", key),
         ],
-        vec![
-            token.to_owned(),
-            millis_ceil(ttl).to_string(),
-            limit.to_string(),
-            who.label.clone(),
-            min_left_ms(who.heartbeat).to_string(),
-        ],
+        args,
     )
 }
 
@@ -363,9 +421,10 @@ impl Redis {
         ttl: Duration,
         who: &Identity,
         limit: u32,
+        line: Option<&str>,
     ) -> Result<Option<Lease>> {
         let token = mint_token()?;
-        let call = acquire_call(self.namespace(), key, &token, ttl, who, limit);
+        let call = acquire_call(self.namespace(), key, &token, ttl, who, limit, line);
         let (value, acked): (Value, bool) = self.with_con(|con, deadline| {
             let value: Value = self.eval(
                 con,

@@ -48,17 +48,28 @@
 //! # Fairness
 //!
 //! Within a process, waiters on one key are served first come, first
-//! served: only the head tries, and it is rung before anyone else. Plain
-//! (non-waiting) acquires do not queue and may take a free lease first.
-//! Across processes there is no queue: every process's head is rung by
-//! every release and retries at once, and the first retry to reach the
-//! backend wins. Nothing orders that race: a process whose retries tend to
-//! arrive later (scheduling, a slower path to the server, a thread that
-//! releases and at once waits again on the releasing side) can lose most
-//! rounds. Measured with two processes of two waiters each cycling one
-//! key for 3 s, shares ranged from 1:12 to even between runs; neither was
-//! ever shut out, but that is not a guarantee. See `docs/PROTOCOL.md`,
-//! "Waiting".
+//! served: only the head tries, and it is rung before anyone else.
+//!
+//! Across processes the backend keeps a queue of lines per key
+//! ([`Adapter::acquire_queued`]; Redis, its Sentinel and Cluster modes, and
+//! Local; Memory is one process). Each line has a random id, kept while the
+//! line exists; the head's tries carry it. A refused try queues the line
+//! (or keeps its place); a free lease goes only to the live line at the
+//! head of the queue, and a plain (non-waiting) acquire is refused while a
+//! live line is queued. When a head acquires, its line leaves the queue;
+//! the next waiter of the process becomes head and its next try queues the
+//! line again, at the back: processes take turns (measured with two
+//! processes of two waiters each cycling one key for 3 s: 270 vs 269
+//! turns; without the queue shares ran from 1:12 to even). An entry lives
+//! [`QUEUE_ENTRY_TTL`] (3 x [`SAFETY_POLL`]) after its line's last try, so
+//! a crashed process's line holds a free lease back at most that long. A
+//! line whose last waiter leaves without the lease asks the backend to
+//! forget it ([`Adapter::leave_queue`], best effort). While another line
+//! heads the queue the lease may be free: a head refused then backs off
+//! (5 ms doubling up to [`SAFETY_POLL`]) and is rung by that line's
+//! release. N-holder leases queue the same way: a free slot goes to the
+//! first `free` live lines (`free` = limit minus live slots). See
+//! `docs/PROTOCOL.md`, "Waiting".
 //!
 //! # Interruption
 //!
@@ -89,6 +100,12 @@ pub const MAX_LIMIT: u32 = 1_000_000;
 /// The slowest a line's head retries: the safety net for lost release
 /// messages and for adapters that can't say when a lease lapses.
 pub const SAFETY_POLL: Duration = Duration::from_secs(2);
+
+/// How long a line's entry in the backend's queue stays live without a
+/// try refreshing it ([`Adapter::acquire_queued`]): a head tries at least
+/// every [`SAFETY_POLL`], so a crashed process's line blocks the key at
+/// most this long after its last try.
+pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3 * SAFETY_POLL.as_secs());
 
 /// Added to a lease's remaining life before the head retries (the
 /// backend's clock rounds to milliseconds).
@@ -219,8 +236,13 @@ fn adapter_id(adapter: &Arc<dyn Adapter>) -> usize {
     Arc::as_ptr(adapter).cast::<()>() as usize
 }
 
-#[derive(Default)]
 struct Line {
+    /// This line's name in the backend's queue of lines for the key
+    /// ([`Adapter::acquire_queued`]): random, kept while the line exists.
+    id: Arc<str>,
+    /// A waiter tried with `id` since the line last acquired: the backend
+    /// may have it queued.
+    asked: bool,
     /// Waiters in arrival order; the front one is the head.
     queue: VecDeque<(u64, Arc<Bell>)>,
     /// Releases rung for lately (by fence), whether by this process's
@@ -229,7 +251,27 @@ struct Line {
     rung_for: Vec<(u64, Instant)>,
 }
 
+/// A fresh line id: 16 random hex digits.
+fn line_id() -> Arc<str> {
+    let token = crate::args::mint_token().unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        format!("{:08x}{nanos:08x}", std::process::id())
+    });
+    Arc::from(&token[..16])
+}
+
 impl Line {
+    fn new() -> Self {
+        Line {
+            id: line_id(),
+            asked: false,
+            queue: VecDeque::new(),
+            rung_for: Vec::new(),
+        }
+    }
+
     fn ring_head(&self) {
         if let Some((_, bell)) = self.queue.front() {
             bell.ring();
@@ -369,6 +411,8 @@ impl FlagWatcher for WaitWatcher {
 struct Place {
     adapter: usize,
     id: u64,
+    /// The line's id ([`Line::id`]).
+    line: Arc<str>,
     /// The fork generation it was taken in (a child's registry is new).
     generation: u64,
 }
@@ -378,7 +422,7 @@ struct Place {
 fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
     let lines = lines();
     let aid = adapter_id(adapter);
-    let (id, must_watch) = {
+    let (id, line_id, must_watch) = {
         let mut state = lines.state.lock();
         state.next_id += 1;
         let id = state.next_id;
@@ -390,7 +434,8 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
             watching: false,
         });
         a.waiters += 1;
-        let line = a.lines.entry(key.clone()).or_default();
+        let line = a.lines.entry(key.clone()).or_insert_with(Line::new);
+        let line_id = line.id.clone();
         line.queue.push_back((id, bell.clone()));
         if line.queue.len() == 1 {
             bell.promote(None, false);
@@ -400,7 +445,7 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
             a.watching = true;
             a.watcher.clone()
         });
-        (id, must_watch)
+        (id, line_id, must_watch)
     };
     if let Some(watcher) = must_watch {
         // Outside the lock: this may start the listener thread.
@@ -422,6 +467,7 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
     Place {
         adapter: aid,
         id,
+        line: line_id,
         generation: crate::fork::generation(),
     }
 }
@@ -432,24 +478,35 @@ struct Handoff {
     ring: bool,
     /// Else it tries after this long at most ([`BellState::lapse`]).
     lapse: Option<Duration>,
+    /// The leaver acquired (the backend took the line out of its queue).
+    acquired: bool,
+    /// The leaver tried with the line's id.
+    tried: bool,
 }
 
 /// Leaves the line; a head hands over to the next waiter (module header).
-fn leave(place: &Place, key: &str, handoff: Handoff) {
+/// True when the line is gone and the backend may still have it queued
+/// (the caller then asks it to forget the line).
+fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
     if place.generation != crate::fork::generation() {
-        return; // taken in the parent's registry, which is not ours
+        return false; // taken in the parent's registry, which is not ours
     }
     let lines = lines();
     let mut state = lines.state.lock();
     let Some(a) = state.adapters.get_mut(&place.adapter) else {
-        return;
+        return false;
     };
     let Some(line) = a.lines.get_mut(key) else {
-        return;
+        return false;
     };
     let Some(at) = line.queue.iter().position(|(id, _)| *id == place.id) else {
-        return;
+        return false;
     };
+    if handoff.acquired {
+        line.asked = false;
+    } else if handoff.tried {
+        line.asked = true;
+    }
     line.queue.remove(at);
     a.waiters -= 1;
     lines.waiters.fetch_sub(1, Ordering::SeqCst);
@@ -458,7 +515,9 @@ fn leave(place: &Place, key: &str, handoff: Handoff) {
             next.promote(handoff.lapse, handoff.ring);
         }
     }
+    let mut forget = false;
     if line.queue.is_empty() {
+        forget = line.asked;
         a.lines.remove(key);
     }
     let gone = (a.waiters == 0)
@@ -467,11 +526,14 @@ fn leave(place: &Place, key: &str, handoff: Handoff) {
     drop(state);
     // Unregisters from the listener outside the lock.
     drop(gone);
+    forget
 }
 
 // ---------------------------------------------------------------------------
 
-type Attempt = Box<dyn FnMut() -> Result<Option<(Lease, Instant)>> + Send>;
+/// One try; the argument is the line's id when the try is made from a
+/// line ([`Adapter::acquire_queued`]).
+type Attempt = Box<dyn FnMut(Option<&str>) -> Result<Option<(Lease, Instant)>> + Send>;
 type Finish<T> = Box<dyn FnMut(Option<(Lease, Instant)>) -> Result<T> + Send>;
 
 /// A place in line for a lease (module header).
@@ -499,6 +561,11 @@ pub struct Waiting<T> {
     retry_at: Option<Instant>,
     /// The adapter has told a lease's remaining life at least once.
     knows_expiry: bool,
+    /// Quick retries in a row since the adapter last told a lease's life
+    /// (the lease was free but another process's line was ahead).
+    quick: u32,
+    /// This waiter tried with its line's id.
+    tried_in_line: bool,
     finished: bool,
 }
 
@@ -557,6 +624,8 @@ impl<T> Waiting<T> {
             was_head: false,
             retry_at: None,
             knows_expiry: false,
+            quick: 0,
+            tried_in_line: false,
             finished: false,
         }
     }
@@ -629,7 +698,9 @@ impl<T> Waiting<T> {
             if due {
                 self.started = true;
                 self.seen_rings = rings;
-                if let Some(got) = (self.attempt)()? {
+                let line = self.place.as_ref().map(|p| p.line.clone());
+                self.tried_in_line |= line.is_some();
+                if let Some(got) = (self.attempt)(line.as_deref())? {
                     return self.end(Some(got));
                 }
                 if self.deadline.is_some_and(|d| Instant::now() >= d) || !self.waits {
@@ -684,10 +755,18 @@ impl<T> Waiting<T> {
         match self.adapter.expires_in(&self.key) {
             Ok(Some(left)) => {
                 self.knows_expiry = true;
+                self.quick = 0;
                 (left + EXPIRY_SLACK).min(SAFETY_POLL)
             }
-            // Gone since the try: it lapsed or was released in between.
-            Ok(None) if self.knows_expiry => QUICK_RETRY,
+            // Gone since the try: it lapsed or was released in between, or
+            // it is free and another process's line is ahead in the
+            // backend's queue (that one's release rings this head; the
+            // retries back off).
+            Ok(None) if self.knows_expiry => {
+                let wait = QUICK_RETRY.saturating_mul(1 << self.quick.min(10));
+                self.quick += 1;
+                wait.min(SAFETY_POLL)
+            }
             _ => SAFETY_POLL,
         }
     }
@@ -708,6 +787,8 @@ impl<T> Waiting<T> {
                 Handoff {
                     ring: self.limit > 1,
                     lapse: Some(self.ttl),
+                    acquired: true,
+                    tried: true,
                 }
             } else {
                 // Without the lease (timeout, abort, dropped): the next
@@ -718,9 +799,15 @@ impl<T> Waiting<T> {
                 Handoff {
                     ring: !self.started || rings != self.seen_rings,
                     lapse: self.retry_at.map(|t| t.saturating_duration_since(now)),
+                    acquired: false,
+                    tried: self.tried_in_line,
                 }
             };
-            leave(&place, &self.key, handoff);
+            if leave(&place, &self.key, handoff) {
+                // Best effort, one bounded round trip: an entry left
+                // behind lapses on its own (docs/PROTOCOL.md, "Waiting").
+                let _ = self.adapter.leave_queue(&self.key, &place.line);
+            }
         }
         if let (Some(signal), Some(handle)) = (&self.signal, self.on_abort.take()) {
             signal.remove_callback(handle);
@@ -767,9 +854,9 @@ pub(crate) fn hold_waiting(
         let engine = engine.clone();
         let key = key.to_owned();
         let opts = opts.clone();
-        Box::new(move || {
+        Box::new(move |line: Option<&str>| {
             let sent = Instant::now();
-            Ok(Hold::try_acquire(&engine, &key, &opts)?.map(|lease| (lease, sent)))
+            Ok(Hold::try_acquire(&engine, &key, &opts, line)?.map(|lease| (lease, sent)))
         })
     };
     let finish = {
@@ -802,7 +889,7 @@ pub(crate) fn acquire_waiting(
     limit: u32,
     wait: Duration,
     signal: Option<AbortSignal>,
-    attempt: impl FnMut() -> Result<Option<Lease>> + Send + 'static,
+    attempt: impl FnMut(Option<&str>) -> Result<Option<Lease>> + Send + 'static,
     finish: impl FnMut(Option<Lease>) -> Result<bool> + Send + 'static,
 ) -> Waiting<bool> {
     let mut attempt = attempt;
@@ -817,7 +904,7 @@ pub(crate) fn acquire_waiting(
         target,
         wait,
         signal,
-        Box::new(move || Ok(attempt()?.map(|lease| (lease, Instant::now())))),
+        Box::new(move |line: Option<&str>| Ok(attempt(line)?.map(|lease| (lease, Instant::now())))),
         Box::new(move |got| finish(got.map(|(lease, _)| lease))),
     )
 }
