@@ -726,28 +726,37 @@ impl Local {
         renewal: &Renewal<'_>,
         now: i64,
     ) -> rusqlite::Result<Renewed> {
-        if renewal.lease.slotted() {
-            return self.renew_slot_in(con, renewal, now);
-        }
-        let lease = renewal.lease;
-        let n = con
-            .prepare_cached(
+        // The same rules for a lease and for a slot, each in its table.
+        let (extend, owned) = if renewal.lease.slotted() {
+            (
+                "UPDATE slots SET expires_ns = ?1, renewed_ms = ?6, ttl_ms = ?7 WHERE key = ?2 AND token = ?3 AND expires_ns > ?4 AND boot = ?5",
+                "SELECT EXISTS(SELECT 1 FROM slots WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4)",
+            )
+        } else {
+            (
                 "UPDATE leases SET expires_ns = ?1, renewed_ms = ?6, ttl_ms = ?7 WHERE key = ?2 AND token = ?3 AND expires_ns > ?4 AND boot = ?5",
-            )?
-            .execute(params![
-                now.saturating_add(ns(renewal.ttl)),
-                lease.key(),
-                lease.token(),
-                now.saturating_add(ns(renewal.min_left)),
-                self.boot,
-                wall_ms(),
-                ms(renewal.ttl)
-            ])?;
+                "SELECT EXISTS(SELECT 1 FROM leases WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4)",
+            )
+        };
+        let lease = renewal.lease;
+        let n = con.prepare_cached(extend)?.execute(params![
+            now.saturating_add(ns(renewal.ttl)),
+            lease.key(),
+            lease.token(),
+            now.saturating_add(ns(renewal.min_left)),
+            self.boot,
+            wall_ms(),
+            ms(renewal.ttl)
+        ])?;
         if n == 1 {
             return Ok(Renewed::Yes);
         }
         // Not extended: still ours but too close to expiry, or not ours.
-        let ours = self.live_lease(con, lease.key(), now)?.as_deref() == Some(lease.token());
+        let ours: bool = con
+            .prepare_cached(owned)?
+            .query_row(params![lease.key(), lease.token(), now, self.boot], |r| {
+                r.get(0)
+            })?;
         Ok(if ours && !renewal.min_left.is_zero() {
             Renewed::TooLate
         } else {
@@ -877,6 +886,22 @@ impl Local {
         Ok(Some(fence as u64))
     }
 
+    /// The exclusive lease (`limit` 1) or one of `limit` slots; in `line`
+    /// of the key's wait queue when given ([`crate::waiting`]).
+    fn acquire_one(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_exclusive(key, ttl, who, line);
+        }
+        self.acquire_slot(key, ttl, who, limit, line)
+    }
+
     /// The exclusive acquire; `line`: a waiter's line ([`Local::acquire_in`]).
     fn acquire_exclusive(
         &self,
@@ -932,10 +957,7 @@ impl Adapter for Local {
         limit: u32,
         line: &str,
     ) -> Result<Option<Lease>> {
-        if limit <= 1 {
-            return self.acquire_exclusive(key, ttl, who, Some(line));
-        }
-        self.acquire_slot(key, ttl, who, limit, Some(line))
+        self.acquire_one(key, ttl, who, limit, Some(line))
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
@@ -1043,10 +1065,7 @@ impl Adapter for Local {
         who: &Identity,
         limit: u32,
     ) -> Result<Option<Lease>> {
-        if limit <= 1 {
-            return self.acquire_as(key, ttl, who);
-        }
-        self.acquire_slot(key, ttl, who, limit, None)
+        self.acquire_one(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
@@ -1234,43 +1253,6 @@ impl Local {
         ])?;
         tx.commit()?;
         Ok(Some(fence as u64))
-    }
-
-    fn renew_slot_in(
-        &self,
-        con: &Connection,
-        renewal: &Renewal<'_>,
-        now: i64,
-    ) -> rusqlite::Result<Renewed> {
-        let lease = renewal.lease;
-        let n = con
-            .prepare_cached(
-                "UPDATE slots SET expires_ns = ?1, renewed_ms = ?6, ttl_ms = ?7 WHERE key = ?2 AND token = ?3 AND expires_ns > ?4 AND boot = ?5",
-            )?
-            .execute(params![
-                now.saturating_add(ns(renewal.ttl)),
-                lease.key(),
-                lease.token(),
-                now.saturating_add(ns(renewal.min_left)),
-                self.boot,
-                wall_ms(),
-                ms(renewal.ttl)
-            ])?;
-        if n == 1 {
-            return Ok(Renewed::Yes);
-        }
-        let ours: bool = con
-            .prepare_cached(
-                "SELECT EXISTS(SELECT 1 FROM slots WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4)",
-            )?
-            .query_row(params![lease.key(), lease.token(), now, self.boot], |r| {
-                r.get(0)
-            })?;
-        Ok(if ours && !renewal.min_left.is_zero() {
-            Renewed::TooLate
-        } else {
-            Renewed::NotHeld
-        })
     }
 
     fn release_slot(&self, lease: &Lease) -> Result<bool> {

@@ -958,6 +958,22 @@ pub(crate) fn redact(message: &str, url: &str) -> String {
 }
 
 impl Redis {
+    /// The exclusive lease (`limit` 1) or one of `limit` slots; in `line`
+    /// of the key's wait queue when given ([`crate::waiting`]).
+    fn acquire_one(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_exclusive(key, ttl, who, line);
+        }
+        self.acquire_slot(key, ttl, who, limit, line)
+    }
+
     /// The exclusive acquire; `line`: a waiter's line ([`ACQUIRE_LUA`]'s
     /// queue).
     fn acquire_exclusive(
@@ -1022,10 +1038,7 @@ impl Adapter for Redis {
         limit: u32,
         line: &str,
     ) -> Result<Option<Lease>> {
-        if limit <= 1 {
-            return self.acquire_exclusive(key, ttl, who, Some(line));
-        }
-        self.acquire_slot(key, ttl, who, limit, Some(line))
+        self.acquire_one(key, ttl, who, limit, Some(line))
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
@@ -1092,10 +1105,7 @@ impl Adapter for Redis {
         who: &Identity,
         limit: u32,
     ) -> Result<Option<Lease>> {
-        if limit <= 1 {
-            return self.acquire_as(key, ttl, who);
-        }
-        self.acquire_slot(key, ttl, who, limit, None)
+        self.acquire_one(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {

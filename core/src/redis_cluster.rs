@@ -992,6 +992,22 @@ impl RedisCluster {
         Ok(Some(lease))
     }
 
+    /// The exclusive lease (`limit` 1) or one of `limit` slots; in `line`
+    /// of the key's wait queue when given ([`crate::waiting`]).
+    fn acquire_one(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_exclusive(key, ttl, who, line);
+        }
+        self.acquire_slot(key, ttl, who, limit, line)
+    }
+
     fn acquire_exclusive(
         &self,
         key: &str,
@@ -1072,10 +1088,7 @@ impl Adapter for RedisCluster {
         limit: u32,
         line: &str,
     ) -> Result<Option<Lease>> {
-        if limit <= 1 {
-            return self.acquire_exclusive(key, ttl, who, Some(line));
-        }
-        self.acquire_slot(key, ttl, who, limit, Some(line))
+        self.acquire_one(key, ttl, who, limit, Some(line))
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
@@ -1145,10 +1158,7 @@ impl Adapter for RedisCluster {
         who: &Identity,
         limit: u32,
     ) -> Result<Option<Lease>> {
-        if limit <= 1 {
-            return self.acquire_as(key, ttl, who);
-        }
-        self.acquire_slot(key, ttl, who, limit, None)
+        self.acquire_one(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
