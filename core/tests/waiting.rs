@@ -305,6 +305,18 @@ enum Queue {
     Local(PathBuf),
 }
 
+/// Redis and Local, each with a view of its queue (Memory has none).
+fn queued_backends(server: &RedisServer, name: &str) -> [(Locks, Queue); 2] {
+    let path = temp_db(name);
+    [
+        (
+            Locks::redis(&server.url(), "mistri:wait").unwrap(),
+            Queue::Redis(server.url()),
+        ),
+        (Locks::local(Some(&path)).unwrap(), Queue::Local(path)),
+    ]
+}
+
 impl Queue {
     /// How many lines are queued for `key` (live or not yet pruned).
     fn len(&self, key: &str) -> i64 {
@@ -411,18 +423,7 @@ fn a_crashed_waiter_blocks_only_until_its_entry_lapses_local() {
 #[test]
 fn a_waiter_that_gives_up_leaves_the_queue() {
     let server = RedisServer::start();
-    let path = temp_db("leave");
-    let cases = [
-        (
-            Locks::redis(&server.url(), "mistri:wait").unwrap(),
-            Queue::Redis(server.url()),
-        ),
-        (
-            Locks::local(Some(&path)).unwrap(),
-            Queue::Local(path.clone()),
-        ),
-    ];
-    for (locks, queue) in cases {
+    for (locks, queue) in queued_backends(&server, "leave") {
         let key = unique("job");
         assert!(locks.acquire(&key, secs(30.0)).unwrap());
         let other = locks.new_owner();
@@ -438,18 +439,7 @@ fn a_waiter_that_gives_up_leaves_the_queue() {
 #[test]
 fn a_queued_line_gets_the_lease_before_a_plain_acquire() {
     let server = RedisServer::start();
-    let path = temp_db("barge");
-    let cases = [
-        (
-            Locks::redis(&server.url(), "mistri:wait").unwrap(),
-            Queue::Redis(server.url()),
-        ),
-        (
-            Locks::local(Some(&path)).unwrap(),
-            Queue::Local(path.clone()),
-        ),
-    ];
-    for (locks, queue) in cases {
+    for (locks, queue) in queued_backends(&server, "barge") {
         let key = unique("job");
         assert!(locks.acquire(&key, secs(30.0)).unwrap());
         let waiter = locks.new_owner();
