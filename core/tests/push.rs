@@ -17,17 +17,6 @@ use std::time::{Duration, Instant};
 /// A stop must arrive within this, whatever the (5 s) heartbeat says.
 const PUSHED: Duration = Duration::from_millis(500);
 
-/// `CLOCK_MONOTONIC` in ns: one clock for every process of the host.
-fn mono_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
 /// The raising process's entry point.
 #[test]
 fn child() {

@@ -52,17 +52,6 @@ fn backends(server: &RedisServer) -> Vec<(&'static str, Locks)> {
     ]
 }
 
-/// `CLOCK_MONOTONIC` in ns: one clock for every process of the host.
-fn mono_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
 /// The waiting process's entry point (does nothing unless re-executed).
 #[test]
 fn child() {

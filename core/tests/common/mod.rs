@@ -5,6 +5,17 @@
 use mistri_locks::{Adapter, Beat, HoldOptions, Lease, Memory, Renewal, Renewed, Result};
 use std::time::{Duration, Instant};
 
+/// `CLOCK_MONOTONIC` in ns: one clock for every process of the host.
+pub fn mono_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
 /// Seconds as a `Duration`.
 pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
