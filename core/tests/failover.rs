@@ -407,7 +407,19 @@ fn cluster_failover_holders_keep_or_are_told() {
     cluster.kill(b);
     let recovered2 = time_to_recover(&probe, &probes, started);
     let b_slot = slot_of(&format!("{ns}:lease:{{{}}}", probes[0]));
-    let b_replica = cluster.owner_of(b_slot).expect("a new owner");
+    // Whichever replica won the election, once the nodes' view shows it.
+    let b_replica = loop {
+        match cluster.owner_of(b_slot) {
+            Some(p) if p != b => break p,
+            _ => {
+                assert!(
+                    started.elapsed() < secs(30.0),
+                    "no new owner of {b}'s slots"
+                );
+                std::thread::sleep(secs(0.05));
+            }
+        }
+    };
     cluster.wait_promoted(b_replica, secs(20.0));
     let live: Vec<u16> = cluster.ports().into_iter().filter(|p| *p != b).collect();
     let moved_to = subscribed_on(&live, secs(20.0));
