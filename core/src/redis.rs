@@ -69,6 +69,9 @@ pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
 /// Connect, read and write timeout of every connection.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_IDLE: usize = 16;
+/// About how many bytes of a heartbeat batch are built before they are
+/// sent (see `beat_on`).
+const BEAT_CHUNK: usize = 64 * 1024;
 /// The shortest socket timeout set (a zero timeout means "block forever"
 /// to the OS, and redis-rs refuses it).
 const MIN_IO: Duration = Duration::from_millis(1);
@@ -583,15 +586,35 @@ impl Redis {
         flags: &[&str],
         deadline: Instant,
     ) -> Result<Vec<Value>> {
+        // The batch is written in pieces of about BEAT_CHUNK bytes, each
+        // sent before the next is built: the buffer stays small however
+        // many holds there are (100,000 renewals would be ~20 MB), and the
+        // server starts on the first renewals while the rest are built.
+        // The replies are read once everything is sent (Redis queues them
+        // meanwhile; it never waits for its client to read).
         con.buf.clear();
-        // About the size of the batch (each renewal ~150 bytes + its key):
-        // one allocation, not a doubling series of copies.
-        let ns = self.namespace.len();
-        con.buf
-            .reserve(renewals.len() * (150 + ns) + flags.len() * (40 + ns));
-        let mut w = Resp::new(&mut con.buf);
+        if con.buf.capacity() > 2 * BEAT_CHUNK {
+            con.buf = Vec::with_capacity(BEAT_CHUNK + 1024);
+        }
         let sha = self.renew.get_hash();
+        let mut aimed_at = Instant::now();
+        self.aim(con, deadline)?;
+        let mut flush = |con: &mut Con, last: bool| -> Result<()> {
+            if con.buf.len() < BEAT_CHUNK && !(last && !con.buf.is_empty()) {
+                return Ok(());
+            }
+            if aimed_at.elapsed() >= MIN_IO {
+                self.aim(con, deadline)?;
+                aimed_at = Instant::now();
+            }
+            con.con
+                .send_packed_command(&con.buf)
+                .map_err(|e| self.map_err(e))?;
+            con.buf.clear();
+            Ok(())
+        };
         for r in renewals {
+            let mut w = Resp::new(&mut con.buf);
             if r.lease.slotted() {
                 let (keys, args) = slots::renew_call(&self.namespace, r);
                 w.eval(
@@ -603,26 +626,25 @@ impl Redis {
                 for k in keys.iter().chain(&args) {
                     w.bulk(k.as_bytes());
                 }
-                continue;
+            } else {
+                w.eval(sha, None, 1, 3)
+                    .key(&self.namespace, "lease", r.lease.key())
+                    .bulk(r.lease.token().as_bytes())
+                    .int(millis_ceil(r.ttl))
+                    .int(min_left_ms(r.min_left));
             }
-            w.eval(sha, None, 1, 3)
-                .key(&self.namespace, "lease", r.lease.key())
-                .bulk(r.lease.token().as_bytes())
-                .int(millis_ceil(r.ttl))
-                .int(min_left_ms(r.min_left));
+            flush(con, false)?;
         }
         for key in flags {
-            w.command(2)
+            Resp::new(&mut con.buf)
+                .command(2)
                 .bulk(b"EXISTS")
                 .key(&self.namespace, "flag", key);
+            flush(con, false)?;
         }
-        self.aim(con, deadline)?;
-        con.con
-            .send_packed_command(&con.buf)
-            .map_err(|e| self.map_err(e))?;
+        flush(con, true)?;
         let count = renewals.len() + flags.len();
         let mut replies = Vec::with_capacity(count);
-        let mut aimed_at = Instant::now();
         for _ in 0..count {
             // Re-aim the read timeout whenever a millisecond has passed,
             // so no read can run past the deadline by more than that.
