@@ -100,8 +100,7 @@ use crate::push::{FlagWatch, FlagWatcher};
 use crate::signal::AbortSignal;
 use crate::stats::{bump, Event, EventKind, LostCause, Stats};
 use crate::sync::{Condvar, Mutex};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -130,21 +129,60 @@ fn intervals(ttl: Duration, heartbeat: Duration) -> (Duration, Duration) {
     (renew_every, tick)
 }
 
-/// What the engine and the [`crate::Hold`] share about one hold.
-#[derive(Debug, Default)]
+/// What the engine and the [`crate::Hold`] share about one hold: the lease
+/// (batches borrow it; no copy per renewal) and its status.
+#[derive(Debug)]
 pub(crate) struct HoldStatus {
+    pub(crate) lease: Lease,
     pub(crate) lost: AtomicBool,
     /// When the work last called `touch` (nanoseconds since [`epoch`]).
     touched: AtomicU64,
 }
 
-/// A process-wide base for instants stored in atomics.
+/// A process-wide base for instants stored as numbers (an hour before its
+/// first use, so no instant of this process's holds comes before it).
 fn epoch() -> Instant {
     static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+    *EPOCH.get_or_init(|| {
+        let now = Instant::now();
+        now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
+    })
+}
+
+/// The schedule's clock: whole milliseconds since [`epoch`].
+type Ms = u64;
+
+/// `t` in schedule milliseconds, rounded down (a due time or deadline
+/// rounded down comes early, never late).
+fn ms(t: Instant) -> Ms {
+    u64::try_from(t.saturating_duration_since(epoch()).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The instant of schedule millisecond `m`.
+fn instant(m: Ms) -> Instant {
+    epoch() + Duration::from_millis(m)
+}
+
+/// `d` in nanoseconds (durations are kept as numbers: 8 bytes, not 16).
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn dur(n: u64) -> Duration {
+    Duration::from_nanos(n)
 }
 
 impl HoldStatus {
+    pub(crate) fn new(lease: Lease) -> Self {
+        let status = HoldStatus {
+            lease,
+            lost: AtomicBool::new(false),
+            touched: AtomicU64::new(0),
+        };
+        status.touch();
+        status
+    }
+
     /// Records progress now.
     pub(crate) fn touch(&self) {
         let nanos = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -158,13 +196,13 @@ impl HoldStatus {
 }
 
 pub(crate) struct Registration {
-    pub lease: Lease,
+    /// The lease and the status the hold shares with the engine.
+    pub status: Arc<HoldStatus>,
     pub ttl: Duration,
     pub heartbeat: Duration,
     pub margin: Duration,
     pub stop_key: Option<String>,
     pub signal: AbortSignal,
-    pub status: Arc<HoldStatus>,
     /// When the acquire was sent, and when its answer came.
     pub sent: Instant,
     pub confirmed: Instant,
@@ -174,165 +212,271 @@ pub(crate) struct Registration {
     pub progress_timeout: Option<Duration>,
 }
 
+/// Not in a timer queue.
+const NOWHERE: u32 = u32::MAX;
+
+/// One hold in the engine. Kept small (about 140 bytes): an engine may
+/// renew 100,000 of them. Times are schedule milliseconds, durations
+/// nanoseconds.
 struct Entry {
-    /// Shared with the batches that renew it (no token copy per renewal).
-    lease: Arc<Lease>,
-    ttl: Duration,
-    margin: Duration,
-    renew_every: Duration,
-    tick: Duration,
-    next_renew: Instant,
-    safe_deadline: Instant,
+    /// The lease (shared with the batches that renew it) and its status.
+    status: Arc<HoldStatus>,
+    signal: AbortSignal,
+    /// Shared with the stop-key index.
+    stop_key: Option<Arc<str>>,
+    last_error: Option<Box<str>>,
+    /// The hung-holder guard, for the holds that asked for one.
+    guard: Option<Box<Guard>>,
+    ttl: u64,
+    margin: u64,
+    renew_every: u64,
+    tick: u64,
     /// Round trip of the last confirmed renewal (or the acquire).
-    rtt: Duration,
-    last_error: Option<String>,
-    stop_key: Option<String>,
-    next_check: Instant,
+    rtt: u64,
+    next_renew: Ms,
+    safe_deadline: Ms,
+    next_check: Ms,
+    /// Positions in the renew, check and deadline queues ([`NOWHERE`]: not
+    /// queued; a hold whose renewals the guard stopped has no renew timer,
+    /// one without a stop key no check timer).
+    renew_pos: u32,
+    check_pos: u32,
+    deadline_pos: u32,
     /// Asked to read the stop flag again (push) while a read of it may be
     /// in flight: that read's answer must not push the next one a tick away.
     recheck: bool,
-    signal: AbortSignal,
-    status: Arc<HoldStatus>,
-    /// The sequence numbers of this entry's live renew and check timers.
-    renew_seq: u64,
-    check_seq: u64,
-    /// Hung-holder guard: no renewal may make the lease outlive this.
+    /// A renewal of it is with the I/O thread.
+    in_flight: bool,
+}
+
+/// The hung-holder guard of one hold.
+struct Guard {
+    /// No renewal may make the lease outlive this.
     renew_until: Option<Instant>,
-    /// Hung-holder guard, progress mode: the longest time without a touch.
+    /// The longest time without a touch.
     progress_timeout: Option<Duration>,
     /// Renewals stopped by the guard (the hold waits for its safe deadline).
-    guard: Option<LostCause>,
+    stopped: Option<LostCause>,
     /// When the acquire was sent.
     acquired: Instant,
 }
 
-/// One timer queue: `(at, seq, id)`, earliest first; stale items are
-/// dropped when they reach the top (see the module header).
+impl Entry {
+    fn lease(&self) -> &Lease {
+        &self.status.lease
+    }
+}
+
+/// The engine's holds: a slab. An id is `generation << 32 | slot`, so an id
+/// kept after its hold left never finds the hold that reuses the slot.
 #[derive(Default)]
-struct Timers(BinaryHeap<Reverse<(Instant, u64, u64)>>);
+struct Slab {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
+
+fn slot_of(id: u64) -> u32 {
+    id as u32
+}
+
+impl Slab {
+    fn insert(&mut self, entry: Entry) -> u64 {
+        self.len += 1;
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    entry: None,
+                });
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 holds")
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.entry = Some(entry);
+        (u64::from(slot.generation) << 32) | u64::from(index)
+    }
+
+    fn get(&self, id: u64) -> Option<&Entry> {
+        let slot = self.slots.get(slot_of(id) as usize)?;
+        (u64::from(slot.generation) == id >> 32)
+            .then_some(slot.entry.as_ref())
+            .flatten()
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut Entry> {
+        let slot = self.slots.get_mut(slot_of(id) as usize)?;
+        (u64::from(slot.generation) == id >> 32)
+            .then_some(slot.entry.as_mut())
+            .flatten()
+    }
+
+    /// The entry in slot `index` (timers name slots: their entries are
+    /// always live, see [`Schedule`]).
+    fn at(&mut self, index: u32) -> &mut Entry {
+        self.slots[index as usize]
+            .entry
+            .as_mut()
+            .expect("a timer names a live entry")
+    }
+
+    fn id_of(&self, index: u32) -> u64 {
+        (u64::from(self.slots[index as usize].generation) << 32) | u64::from(index)
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Entry> {
+        let index = slot_of(id);
+        let slot = self.slots.get_mut(index as usize)?;
+        if u64::from(slot.generation) != id >> 32 {
+            return None;
+        }
+        let entry = slot.entry.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index);
+        self.len -= 1;
+        Some(entry)
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Entry)> {
+        self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
+            let id = (u64::from(s.generation) << 32) | i as u64;
+            s.entry.as_mut().map(|e| (id, e))
+        })
+    }
+}
+
+/// Which of an entry's timers a [`Timers`] queue holds.
+#[derive(Clone, Copy)]
+enum Kind {
+    Renew,
+    Check,
+    Deadline,
+}
+
+impl Kind {
+    fn pos(self, e: &mut Entry) -> &mut u32 {
+        match self {
+            Kind::Renew => &mut e.renew_pos,
+            Kind::Check => &mut e.check_pos,
+            Kind::Deadline => &mut e.deadline_pos,
+        }
+    }
+
+    fn at(self, e: &Entry) -> Ms {
+        match self {
+            Kind::Renew => e.next_renew,
+            Kind::Check => e.next_check,
+            Kind::Deadline => e.safe_deadline,
+        }
+    }
+}
+
+/// One timer queue: the slots due at each millisecond, earliest first
+/// (module header, "Timers"). Holds renewed by one batch share their next
+/// due time, so the map has a few keys however many holds there are, and
+/// (re)arming a timer is a push onto a list, not a heap operation.
+struct Timers {
+    kind: Kind,
+    due: BTreeMap<Ms, Vec<u32>>,
+}
 
 impl Timers {
-    fn push(&mut self, at: Instant, seq: u64, id: u64) {
-        self.0.push(Reverse((at, seq, id)));
-    }
-
-    /// The earliest live timer's time.
-    fn peek(&mut self, live: impl Fn(u64, u64) -> bool) -> Option<Instant> {
-        while let Some(Reverse((at, seq, id))) = self.0.peek() {
-            if live(*id, *seq) {
-                return Some(*at);
-            }
-            self.0.pop();
-        }
-        None
-    }
-
-    /// Pops the earliest live timer that may go at `now`: its time, less
-    /// its entry's `early` allowance, is at or before `now`. Its id.
-    fn pop_ready(
-        &mut self,
-        now: Instant,
-        live: impl Fn(u64, u64) -> bool,
-        early: impl Fn(u64) -> Duration,
-    ) -> Option<u64> {
-        while let Some(Reverse((at, seq, id))) = self.0.peek() {
-            let (at, seq, id) = (*at, *seq, *id);
-            if !live(id, seq) {
-                self.0.pop();
-                continue;
-            }
-            if at.checked_sub(early(id)).unwrap_or(at) > now {
-                return None;
-            }
-            self.0.pop();
-            return Some(id);
-        }
-        None
-    }
-
-    /// Drops every stale item once the heap holds more than twice as many
-    /// items as there are entries (amortized O(1) per push).
-    fn compact(&mut self, entries: usize, live: impl Fn(u64, u64) -> bool) {
-        if self.0.len() > 2 * entries + 1024 {
-            let items = std::mem::take(&mut self.0).into_vec();
-            self.0 = items
-                .into_iter()
-                .filter(|Reverse((_, seq, id))| live(*id, *seq))
-                .collect();
+    fn new(kind: Kind) -> Self {
+        Timers {
+            kind,
+            due: BTreeMap::new(),
         }
     }
-}
 
-fn renew_live(entries: &HashMap<u64, Entry>) -> impl Fn(u64, u64) -> bool + '_ {
-    |id, seq| entries.get(&id).is_some_and(|e| e.renew_seq == seq)
-}
+    /// Queues slot `index` at its entry's time for this kind (taking it
+    /// out of where it was first).
+    fn arm(&mut self, slab: &mut Slab, index: u32) {
+        self.disarm(slab, index);
+        let e = slab.at(index);
+        let list = self.due.entry(self.kind.at(e)).or_default();
+        list.push(index);
+        *self.kind.pos(e) = u32::try_from(list.len() - 1).expect("fewer than 2^32 holds");
+    }
 
-/// How early an entry's timer may go: half its `interval` (module header,
-/// "Timers").
-fn early(
-    entries: &HashMap<u64, Entry>,
-    interval: fn(&Entry) -> Duration,
-) -> impl Fn(u64) -> Duration + '_ {
-    move |id| entries.get(&id).map_or(Duration::ZERO, |e| interval(e) / 2)
-}
+    /// Takes slot `index` out of this queue (if it is in it).
+    fn disarm(&mut self, slab: &mut Slab, index: u32) {
+        let e = slab.at(index);
+        let pos = std::mem::replace(self.kind.pos(e), NOWHERE);
+        if pos == NOWHERE {
+            return;
+        }
+        let at = self.kind.at(e);
+        let Some(list) = self.due.get_mut(&at) else {
+            return;
+        };
+        list.swap_remove(pos as usize);
+        if let Some(&moved) = list.get(pos as usize) {
+            *self.kind.pos(slab.at(moved)) = pos;
+        } else if list.is_empty() {
+            self.due.remove(&at);
+        }
+    }
 
-fn check_live(entries: &HashMap<u64, Entry>) -> impl Fn(u64, u64) -> bool + '_ {
-    |id, seq| {
-        entries
-            .get(&id)
-            .is_some_and(|e| e.check_seq == seq && e.stop_key.is_some())
+    /// The earliest due time.
+    fn first(&self) -> Option<Ms> {
+        self.due.keys().next().copied()
+    }
+
+    /// Takes out every slot that may go at `now`: its due time, less its
+    /// entry's `early` allowance (ms), is at or before `now`; stops at the
+    /// first due time that still has a slot that may not.
+    fn take_ready(&mut self, slab: &mut Slab, now: Ms, early: fn(&Entry) -> Ms) -> Vec<u32> {
+        let mut ready = Vec::new();
+        while let Some(mut entry) = self.due.first_entry() {
+            let at = *entry.key();
+            let list = entry.get_mut();
+            let mut i = 0;
+            while i < list.len() {
+                let index = list[i];
+                let e = slab.at(index);
+                if at.saturating_sub(early(e)) <= now {
+                    list.swap_remove(i);
+                    *self.kind.pos(e) = NOWHERE;
+                    if let Some(&moved) = list.get(i) {
+                        *self.kind.pos(slab.at(moved)) = u32::try_from(i).unwrap_or(NOWHERE);
+                    }
+                    ready.push(index);
+                } else {
+                    i += 1;
+                }
+            }
+            if !list.is_empty() {
+                break;
+            }
+            entry.remove();
+        }
+        ready
     }
 }
 
-/// The schedule of one engine's entries (module header, "Timers").
-#[derive(Default)]
+/// The schedule of one engine's entries (module header, "Timers"): every
+/// live entry is in the deadline queue; in the renew queue unless the
+/// guard stopped its renewals or a renewal of it is in flight; in the
+/// check queue while it watches a stop key and no read of it is in flight.
 struct Schedule {
-    seq: u64,
     renew_due: Timers,
     check_due: Timers,
-    /// One item per entry, `(safe deadline as pushed, 0, id)`.
     deadlines: Timers,
 }
 
-impl Schedule {
-    /// (Re)arms `e`'s renewal at `e.next_renew`.
-    fn renew(&mut self, id: u64, e: &mut Entry) {
-        self.seq += 1;
-        e.renew_seq = self.seq;
-        self.renew_due.push(e.next_renew, self.seq, id);
-    }
-
-    /// (Re)arms `e`'s flag read at `e.next_check`.
-    fn check(&mut self, id: u64, e: &mut Entry) {
-        self.seq += 1;
-        e.check_seq = self.seq;
-        self.check_due.push(e.next_check, self.seq, id);
-    }
-
-    /// The earliest safe deadline of any entry, bringing items whose entry
-    /// has since renewed up to date on the way.
-    fn earliest_deadline(&mut self, entries: &HashMap<u64, Entry>) -> Option<Instant> {
-        while let Some(Reverse((at, _, id))) = self.deadlines.0.peek() {
-            let (at, id) = (*at, *id);
-            match entries.get(&id) {
-                None => {
-                    self.deadlines.0.pop();
-                }
-                Some(e) if e.safe_deadline > at => {
-                    self.deadlines.0.pop();
-                    self.deadlines.push(e.safe_deadline, 0, id);
-                }
-                Some(_) => return Some(at),
-            }
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule {
+            renew_due: Timers::new(Kind::Renew),
+            check_due: Timers::new(Kind::Check),
+            deadlines: Timers::new(Kind::Deadline),
         }
-        None
-    }
-
-    fn compact(&mut self, entries: &HashMap<u64, Entry>) {
-        let n = entries.len();
-        self.renew_due.compact(n, renew_live(entries));
-        self.check_due.compact(n, check_live(entries));
-        self.deadlines.compact(n, |id, _| entries.contains_key(&id));
     }
 }
 
@@ -340,25 +484,23 @@ impl Schedule {
 #[derive(Default)]
 struct Job {
     renew_ids: Vec<u64>,
-    renewals: Vec<(Arc<Lease>, Duration, Duration)>,
+    renewals: Vec<(Arc<HoldStatus>, Duration, Duration)>,
     check_ids: Vec<u64>,
-    checks: Vec<String>,
+    checks: Vec<Arc<str>>,
     deletes: Vec<Lease>,
     deadline: Option<Instant>,
 }
 
 #[derive(Default)]
 struct State {
-    entries: HashMap<u64, Entry>,
-    next_id: u64,
+    entries: Slab,
     scheduler_running: bool,
     io_running: bool,
     /// A job is with the I/O thread (waiting or running).
     io_busy: bool,
     job: Option<Job>,
     /// Entries lost by deadline while a renewal of theirs was in flight.
-    orphans: HashSet<u64>,
-    in_flight: HashSet<u64>,
+    orphans: rustc_hash::FxHashSet<u64>,
     /// Leases to delete in the background (holds dropped without release).
     deletes: Vec<Lease>,
     /// This engine's registration with the adapter's flag listener.
@@ -369,7 +511,7 @@ struct State {
     sched: Schedule,
     /// The entries watching each stop key (so a push finds them without a
     /// scan of every hold).
-    watching: HashMap<String, rustc_hash::FxHashSet<u64>>,
+    watching: HashMap<Arc<str>, rustc_hash::FxHashSet<u64>>,
 }
 
 impl State {
@@ -383,9 +525,48 @@ impl State {
         }
     }
 
-    /// Removes entry `id` (and its stop-key watch).
+    /// (Re)arms timer `kind` of entry `id` at its entry's time.
+    fn arm(&mut self, kind: Kind, id: u64) {
+        let index = slot_of(id);
+        let timers = match kind {
+            Kind::Renew => &mut self.sched.renew_due,
+            Kind::Check => &mut self.sched.check_due,
+            Kind::Deadline => &mut self.sched.deadlines,
+        };
+        timers.arm(&mut self.entries, index);
+    }
+
+    /// Moves timer `kind` of entry `id` to `at` (out of the queue at its
+    /// old time first: a queue finds an entry by its time).
+    fn schedule(&mut self, kind: Kind, id: u64, at: Ms) {
+        self.disarm(kind, id);
+        if let Some(e) = self.entries.get_mut(id) {
+            match kind {
+                Kind::Renew => e.next_renew = at,
+                Kind::Check => e.next_check = at,
+                Kind::Deadline => e.safe_deadline = at,
+            }
+            self.arm(kind, id);
+        }
+    }
+
+    fn disarm(&mut self, kind: Kind, id: u64) {
+        let index = slot_of(id);
+        let timers = match kind {
+            Kind::Renew => &mut self.sched.renew_due,
+            Kind::Check => &mut self.sched.check_due,
+            Kind::Deadline => &mut self.sched.deadlines,
+        };
+        timers.disarm(&mut self.entries, index);
+    }
+
+    /// Removes entry `id` (its timers and its stop-key watch).
     fn remove_entry(&mut self, id: u64) -> Option<Entry> {
-        let e = self.entries.remove(&id)?;
+        self.entries.get(id)?;
+        for kind in [Kind::Renew, Kind::Check, Kind::Deadline] {
+            self.disarm(kind, id);
+        }
+        let e = self.entries.remove(id)?;
         if let Some(key) = &e.stop_key {
             self.unwatch(key, id);
         }
@@ -426,7 +607,7 @@ impl FlagWatcher for Shared {
             let mut state = self.state.lock();
             let ids = state.watching.remove(key).unwrap_or_default();
             for id in ids {
-                let Some(e) = state.entries.get_mut(&id) else {
+                let Some(e) = state.entries.get_mut(id) else {
                     continue;
                 };
                 if e.stop_key.as_deref() == Some(key) {
@@ -434,6 +615,7 @@ impl FlagWatcher for Shared {
                     let reason = format!("stop flag {key:?} raised");
                     stopped(&self.stats, e, &reason);
                     trips.push((e.signal.clone(), reason));
+                    state.disarm(Kind::Check, id);
                 }
             }
         }
@@ -443,16 +625,17 @@ impl FlagWatcher for Shared {
 
     fn poll_now(&self) {
         let mut state = self.state.lock();
-        let now = Instant::now();
-        let mut any = false;
-        let state = &mut *state;
+        let now = ms(Instant::now());
+        let mut watching = Vec::new();
         for (id, e) in state.entries.iter_mut() {
             if e.stop_key.is_some() {
-                e.next_check = now;
                 e.recheck = true;
-                state.sched.check(*id, e);
-                any = true;
+                watching.push(id);
             }
+        }
+        let any = !watching.is_empty();
+        for id in watching {
+            state.schedule(Kind::Check, id, now);
         }
         if any {
             self.wake.notify_one();
@@ -473,7 +656,7 @@ fn stopped(stats: &Stats, e: &Entry, reason: &str) {
     bump(&stats.stop_flags_seen, 1);
     stats.emit(|| Event {
         reason: Some(reason.to_owned()),
-        ..Event::new(EventKind::Stopped, e.lease.key(), e.lease.fence())
+        ..Event::new(EventKind::Stopped, e.lease().key(), e.lease().fence())
     });
 }
 
@@ -483,7 +666,7 @@ fn lost_hold(stats: &Stats, e: &Entry, cause: LostCause, reason: &str) {
     stats.emit(|| Event {
         reason: Some(reason.to_owned()),
         cause: Some(cause),
-        ..Event::new(EventKind::Lost, e.lease.key(), e.lease.fence())
+        ..Event::new(EventKind::Lost, e.lease().key(), e.lease().fence())
     });
 }
 
@@ -494,7 +677,7 @@ fn renewal_failed(stats: &Stats, e: &Entry, error: &str) {
     if e.last_error.is_none() {
         stats.emit(|| Event {
             reason: Some(error.to_owned()),
-            ..Event::new(EventKind::AtRisk, e.lease.key(), e.lease.fence())
+            ..Event::new(EventKind::AtRisk, e.lease().key(), e.lease().fence())
         });
     }
 }
@@ -545,35 +728,40 @@ impl Engine {
     /// [`Error::System`] if a thread cannot be started.
     pub(crate) fn register(&self, reg: Registration) -> Result<u64> {
         let (renew_every, tick) = intervals(reg.ttl, reg.heartbeat);
-        let entry = Entry {
-            next_renew: reg.sent + renew_every,
-            safe_deadline: (reg.sent + reg.ttl)
+        let guard = (reg.max_hold.is_some() || reg.progress_timeout.is_some()).then(|| {
+            Box::new(Guard {
+                renew_until: reg.max_hold.and_then(|m| reg.sent.checked_add(m)),
+                progress_timeout: reg.progress_timeout,
+                stopped: None,
+                acquired: reg.sent,
+            })
+        });
+        let mut entry = Entry {
+            next_renew: ms(reg.sent + renew_every),
+            safe_deadline: ms((reg.sent + reg.ttl)
                 .checked_sub(reg.margin)
-                .unwrap_or(reg.sent),
-            rtt: reg.confirmed.saturating_duration_since(reg.sent),
+                .unwrap_or(reg.sent)),
+            rtt: ns(reg.confirmed.saturating_duration_since(reg.sent)),
             last_error: None,
             // Read the stop flag right away: it may be up already.
-            next_check: reg.confirmed,
+            next_check: ms(reg.confirmed),
             recheck: false,
-            lease: Arc::new(reg.lease),
-            ttl: reg.ttl,
-            margin: reg.margin,
-            renew_every,
-            tick,
-            stop_key: reg.stop_key,
-            signal: reg.signal,
+            in_flight: false,
             status: reg.status,
-            renew_seq: 0,
-            check_seq: 0,
-            renew_until: reg.max_hold.and_then(|m| reg.sent.checked_add(m)),
-            progress_timeout: reg.progress_timeout,
-            guard: None,
-            acquired: reg.sent,
+            ttl: ns(reg.ttl),
+            margin: ns(reg.margin),
+            renew_every: ns(renew_every),
+            tick: ns(tick),
+            stop_key: None,
+            signal: reg.signal,
+            guard,
+            renew_pos: NOWHERE,
+            check_pos: NOWHERE,
+            deadline_pos: NOWHERE,
         };
-        let mut entry = entry;
         let shared = self.shared();
         let mut state = shared.state.lock();
-        if entry.stop_key.is_some() && state.watch.is_none() {
+        if reg.stop_key.is_some() && state.watch.is_none() {
             // Register for push before the entry exists (module header of
             // crate::push); the listener starts without I/O on this thread.
             drop(state);
@@ -586,19 +774,22 @@ impl Engine {
             }
         }
         ensure_threads(shared, &mut state)?;
-        state.next_id += 1;
-        let id = state.next_id;
         let state = &mut *state;
-        state.sched.renew(id, &mut entry);
-        if entry.stop_key.is_some() {
-            state.sched.check(id, &mut entry);
+        // One allocation per stop key, shared by the holds watching it.
+        entry.stop_key = reg
+            .stop_key
+            .map(|key| match state.watching.get_key_value(key.as_str()) {
+                Some((shared_key, _)) => shared_key.clone(),
+                None => Arc::from(key),
+            });
+        let watches = entry.stop_key.clone();
+        let id = state.entries.insert(entry);
+        state.arm(Kind::Renew, id);
+        state.arm(Kind::Deadline, id);
+        if let Some(key) = watches {
+            state.arm(Kind::Check, id);
+            state.watching.entry(key).or_default().insert(id);
         }
-        state.sched.deadlines.push(entry.safe_deadline, 0, id);
-        if let Some(key) = &entry.stop_key {
-            state.watching.entry(key.clone()).or_default().insert(id);
-        }
-        state.entries.insert(id, entry);
-        state.sched.compact(&state.entries);
         shared.wake.notify_one();
         Ok(id)
     }
@@ -636,7 +827,7 @@ impl Engine {
 
     /// How many holds are renewing (for tests and inspection).
     pub(crate) fn len(&self) -> usize {
-        self.shared().state.lock().entries.len()
+        self.shared().state.lock().entries.len
     }
 }
 
@@ -660,39 +851,45 @@ fn ensure_threads(shared: &Arc<Shared>, state: &mut State) -> Result<()> {
 }
 
 /// Removes the entries whose safe deadline has passed; their trips.
-fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
-    while state
-        .sched
-        .earliest_deadline(&state.entries)
-        .is_some_and(|at| at <= now)
-    {
-        let Some(Reverse((_, _, id))) = state.sched.deadlines.0.pop() else {
+fn expire(state: &mut State, now: Ms, trips: &mut Trips) {
+    while state.sched.deadlines.first().is_some_and(|at| at <= now) {
+        let Some((_, list)) = state.sched.deadlines.due.first_key_value() else {
             break;
         };
+        let index = list[0];
+        let id = state.entries.id_of(index);
         let Some(e) = state.remove_entry(id) else {
-            continue;
+            break;
         };
-        if state.in_flight.contains(&id) {
+        if e.in_flight {
             state.orphans.insert(id);
         }
-        match e.guard {
+        match e.guard.as_deref() {
             // Told (and counted) when the work was found stalled.
-            Some(LostCause::Stalled) => continue,
-            Some(cause) => {
+            Some(Guard {
+                stopped: Some(LostCause::Stalled),
+                ..
+            }) => continue,
+            Some(
+                g @ Guard {
+                    stopped: Some(cause),
+                    ..
+                },
+            ) => {
                 let reason = format!(
                     "lease lost: max_hold reached: the hold of {:?} is not renewed past {:.3} s \
                      after its acquire; it may expire within {:.3} s",
-                    e.lease.key(),
-                    e.renew_until
-                        .map_or(0.0, |u| (u - e.acquired).as_secs_f64()),
-                    e.margin.as_secs_f64(),
+                    e.lease().key(),
+                    g.renew_until
+                        .map_or(0.0, |u| (u - g.acquired).as_secs_f64()),
+                    dur(e.margin).as_secs_f64(),
                 );
                 e.status.lost.store(true, Ordering::SeqCst);
-                lost_hold(&state.stats, &e, cause, &reason);
+                lost_hold(&state.stats, &e, *cause, &reason);
                 trips.push((e.signal, reason));
                 continue;
             }
-            None => {}
+            _ => {}
         }
         let why = match &e.last_error {
             Some(err) => format!("; last error: {err}"),
@@ -701,10 +898,10 @@ fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
         let reason = format!(
             "lease lost: no renewal of {:?} was confirmed before its safe deadline (ttl {:.3} s, \
              safety margin {:.3} s); it may expire within {:.3} s{why}",
-            e.lease.key(),
-            e.ttl.as_secs_f64(),
-            e.margin.as_secs_f64(),
-            e.margin.as_secs_f64(),
+            e.lease().key(),
+            dur(e.ttl).as_secs_f64(),
+            dur(e.margin).as_secs_f64(),
+            dur(e.margin).as_secs_f64(),
         );
         e.status.lost.store(true, Ordering::SeqCst);
         lost_hold(&state.stats, &e, LostCause::Deadline, &reason);
@@ -716,79 +913,84 @@ fn expire(state: &mut State, now: Instant, trips: &mut Trips) {
 /// stopped calling `touch` ([`LostCause::Stalled`]), or the renewed lease
 /// would outlive `max_hold` ([`LostCause::MaxHold`]).
 fn guard_stops(e: &Entry, now: Instant) -> Option<LostCause> {
-    if let Some(timeout) = e.progress_timeout {
+    let g = e.guard.as_deref()?;
+    if let Some(timeout) = g.progress_timeout {
         if now.saturating_duration_since(e.status.touched()) >= timeout {
             return Some(LostCause::Stalled);
         }
     }
-    match e.renew_until {
-        Some(until) if now.checked_add(e.ttl).is_none_or(|end| end > until) => {
+    match g.renew_until {
+        Some(until) if now.checked_add(dur(e.ttl)).is_none_or(|end| end > until) => {
             Some(LostCause::MaxHold)
         }
         _ => None,
     }
 }
 
+/// How early a renewal may go: half its interval (module header, "Timers").
+fn renew_early(e: &Entry) -> Ms {
+    e.renew_every / 2 / 1_000_000
+}
+
+/// How early a flag read may go: half its tick.
+fn check_early(e: &Entry) -> Ms {
+    e.tick / 2 / 1_000_000
+}
+
 /// The due work, as a job bounded by the earliest safe deadline: nothing
 /// unless some renewal or read is due (or a delete is queued), then all
 /// that is ready (module header, "Timers").
 fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) -> Option<Job> {
-    let State {
-        entries,
-        sched,
-        deletes,
-        ..
-    } = state;
-    let due = sched
-        .renew_due
-        .peek(renew_live(entries))
-        .is_some_and(|at| at <= now)
-        || sched
-            .check_due
-            .peek(check_live(entries))
-            .is_some_and(|at| at <= now);
-    if !due && deletes.is_empty() {
+    let now_ms = ms(now);
+    let due = state.sched.renew_due.first().is_some_and(|at| at <= now_ms)
+        || state.sched.check_due.first().is_some_and(|at| at <= now_ms);
+    if !due && state.deletes.is_empty() {
         return None;
     }
     let mut job = Job::default();
     if due {
-        while let Some(id) =
-            sched
-                .renew_due
-                .pop_ready(now, renew_live(entries), early(entries, |e| e.renew_every))
-        {
-            let Some(e) = entries.get_mut(&id) else {
-                continue;
-            };
+        let State {
+            entries,
+            sched,
+            stats,
+            ..
+        } = state;
+        for index in sched.renew_due.take_ready(entries, now_ms, renew_early) {
+            let id = entries.id_of(index);
+            let e = entries.at(index);
             if let Some(cause) = guard_stops(e, now) {
-                // No renewal from now on (a sequence number no timer has).
-                e.renew_seq = u64::MAX;
-                e.guard = Some(cause);
+                // No renewal from now on: the renew timer is not armed again.
+                if let Some(g) = e.guard.as_deref_mut() {
+                    g.stopped = Some(cause);
+                }
                 if cause == LostCause::Stalled {
                     let reason = format!(
                         "work stalled: no touch() on the hold of {:?} for {:.3} s \
                          (progress_timeout); renewals stopped, the lease lapses within its ttl",
-                        e.lease.key(),
-                        e.progress_timeout.unwrap_or_default().as_secs_f64(),
+                        e.lease().key(),
+                        e.guard
+                            .as_deref()
+                            .and_then(|g| g.progress_timeout)
+                            .unwrap_or_default()
+                            .as_secs_f64(),
                     );
                     e.status.lost.store(true, Ordering::SeqCst);
-                    lost_hold(&state.stats, e, cause, &reason);
+                    lost_hold(stats, e, cause, &reason);
                     trips.push((e.signal.clone(), reason));
                 }
                 continue;
             }
+            e.in_flight = true;
             job.renew_ids.push(id);
-            job.renewals
-                .push((e.lease.clone(), e.ttl, e.margin.saturating_add(e.rtt)));
+            job.renewals.push((
+                e.status.clone(),
+                dur(e.ttl),
+                dur(e.margin.saturating_add(e.rtt)),
+            ));
         }
-        while let Some(id) =
-            sched
-                .check_due
-                .pop_ready(now, check_live(entries), early(entries, |e| e.tick))
-        {
-            let Some(e) = entries.get_mut(&id) else {
-                continue;
-            };
+        for index in sched.check_due.take_ready(entries, now_ms, check_early) {
+            let id = entries.id_of(index);
+            let e = entries.at(index);
             let Some(stop_key) = &e.stop_key else {
                 continue;
             };
@@ -797,12 +999,11 @@ fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) -> Option<Job
             e.recheck = false;
         }
     }
-    job.deletes = std::mem::take(deletes);
+    job.deletes = std::mem::take(&mut state.deletes);
     if job.renew_ids.is_empty() && job.check_ids.is_empty() && job.deletes.is_empty() {
         return None;
     }
-    job.deadline = sched.earliest_deadline(entries);
-    state.in_flight = job.renew_ids.iter().copied().collect();
+    job.deadline = state.sched.deadlines.first().map(instant);
     Some(job)
 }
 
@@ -812,7 +1013,7 @@ fn run_scheduler(shared: Arc<Shared>) {
     loop {
         let now = Instant::now();
         let mut trips = Trips::new();
-        expire(&mut state, now, &mut trips);
+        expire(&mut state, ms(now), &mut trips);
         if trips.is_empty() && !state.io_busy {
             if let Some(job) = collect_due(&mut state, now, &mut trips) {
                 state.job = Some(job);
@@ -827,15 +1028,15 @@ fn run_scheduler(shared: Arc<Shared>) {
             state = shared.state.lock();
             continue;
         }
-        let idle = state.entries.is_empty() && !state.io_busy && state.deletes.is_empty();
-        let st = &mut *state;
-        let mut wake_at = st.sched.earliest_deadline(&st.entries);
-        if !st.io_busy {
-            let State { entries, sched, .. } = st;
-            let renew = sched.renew_due.peek(renew_live(entries));
-            let check = sched.check_due.peek(check_live(entries));
+        let idle = state.entries.len == 0 && !state.io_busy && state.deletes.is_empty();
+        let sched = &state.sched;
+        let mut wake_at = sched.deadlines.first();
+        if !state.io_busy {
+            let renew = sched.renew_due.first();
+            let check = sched.check_due.first();
             wake_at = [wake_at, renew, check].into_iter().flatten().min();
         }
+        let mut wake_at = wake_at.map(instant);
         if idle {
             let since = *idle_since.get_or_insert(now);
             if now >= since + IDLE_EXIT {
@@ -882,13 +1083,13 @@ fn run_io(shared: Arc<Shared>) {
         let renewals: Vec<Renewal<'_>> = job
             .renewals
             .iter()
-            .map(|(lease, ttl, min_left)| Renewal {
-                lease,
+            .map(|(status, ttl, min_left)| Renewal {
+                lease: &status.lease,
                 ttl: *ttl,
                 min_left: *min_left,
             })
             .collect();
-        let checks: Vec<&str> = job.checks.iter().map(String::as_str).collect();
+        let checks: Vec<&str> = job.checks.iter().map(|k| &**k).collect();
         let sent = Instant::now();
         let beating = !(renewals.is_empty() && checks.is_empty());
         let result = if !beating {
@@ -916,7 +1117,6 @@ fn run_io(shared: Arc<Shared>) {
                 &mut trips,
                 &mut deletes,
             );
-            state.in_flight.clear();
             state.orphans.clear();
             state.io_busy = false;
             shared.wake.notify_one();
@@ -946,25 +1146,28 @@ fn apply(
     let beat = match result {
         Ok(beat) => beat,
         Err(err) => {
-            let text = err.to_string();
-            for id in &job.renew_ids {
+            let text: Box<str> = err.to_string().into();
+            for &id in &job.renew_ids {
                 if let Some(e) = state.entries.get_mut(id) {
                     renewal_failed(&state.stats, e, &text);
-                    e.next_renew = done + e.tick;
+                    e.in_flight = false;
                     e.last_error = Some(text.clone());
-                    state.sched.renew(*id, e);
+                    let at = ms(done + dur(e.tick));
+                    state.schedule(Kind::Renew, id, at);
                 }
             }
-            for id in &job.check_ids {
+            for &id in &job.check_ids {
                 if let Some(e) = state.entries.get_mut(id) {
-                    e.next_check = if e.recheck { done } else { done + e.tick };
-                    state.sched.check(*id, e);
+                    if e.stop_key.is_some() {
+                        let at = ms(if e.recheck { done } else { done + dur(e.tick) });
+                        state.schedule(Kind::Check, id, at);
+                    }
                 }
             }
             return;
         }
     };
-    for (i, id) in job.renew_ids.iter().enumerate() {
+    for (i, &id) in job.renew_ids.iter().enumerate() {
         let answer = beat.renewals.get(i).map_or_else(
             || {
                 Err(Error::Backend(
@@ -979,11 +1182,12 @@ fn apply(
         let Some(e) = state.entries.get_mut(id) else {
             // Released (its holder deletes it) or lost by deadline while
             // this renewal was in flight: if the renewal took, undo it.
-            if answer.as_ref().is_ok_and(|r| *r == Renewed::Yes) && state.orphans.contains(id) {
-                deletes.push(Lease::clone(&job.renewals[i].0));
+            if answer.as_ref().is_ok_and(|r| *r == Renewed::Yes) && state.orphans.contains(&id) {
+                deletes.push(job.renewals[i].0.lease.clone());
             }
             continue;
         };
+        e.in_flight = false;
         let answer_kind = answer.as_ref().ok().copied();
         let lost = match answer {
             Ok(Renewed::Yes) => {
@@ -991,36 +1195,40 @@ fn apply(
                 if e.last_error.is_some() {
                     bump(&state.stats.renewals_late, 1);
                     state.stats.emit(|| {
-                        Event::new(EventKind::RenewedLate, e.lease.key(), e.lease.fence())
+                        Event::new(EventKind::RenewedLate, e.lease().key(), e.lease().fence())
                     });
                 }
-                e.safe_deadline = (sent + e.ttl).checked_sub(e.margin).unwrap_or(sent);
-                e.rtt = done.saturating_duration_since(sent);
-                e.next_renew = sent + e.renew_every;
+                let ttl = dur(e.ttl);
+                let deadline = ms((sent + ttl).checked_sub(dur(e.margin)).unwrap_or(sent));
+                e.rtt = ns(done.saturating_duration_since(sent));
                 e.last_error = None;
-                state.sched.renew(*id, e);
+                let next = ms(sent + dur(e.renew_every));
+                if deadline > e.safe_deadline {
+                    state.schedule(Kind::Deadline, id, deadline);
+                }
+                state.schedule(Kind::Renew, id, next);
                 None
             }
             Ok(Renewed::NotHeld) => Some(format!(
                 "lease lost: {:?} is no longer held by this holder (it expired, was taken or was broken)",
-                e.lease.key()
+                e.lease().key()
             )),
             Ok(Renewed::TooLate) => Some(format!(
                 "lease lost: the renewal of {:?} reached the backend with less than the safety margin \
                  of its life left, and was refused",
-                e.lease.key()
+                e.lease().key()
             )),
             Err(err) => {
                 let text = err.to_string();
                 renewal_failed(&state.stats, e, &text);
-                e.next_renew = done + e.tick;
-                e.last_error = Some(text);
-                state.sched.renew(*id, e);
+                e.last_error = Some(text.into());
+                let at = ms(done + dur(e.tick));
+                state.schedule(Kind::Renew, id, at);
                 None
             }
         };
         if let Some(reason) = lost {
-            if let Some(e) = state.remove_entry(*id) {
+            if let Some(e) = state.remove_entry(id) {
                 let cause = match answer_kind {
                     Some(Renewed::TooLate) => LostCause::TooLate,
                     _ => LostCause::NotHeld,
@@ -1031,7 +1239,7 @@ fn apply(
             }
         }
     }
-    for (i, id) in job.check_ids.iter().enumerate() {
+    for (i, &id) in job.check_ids.iter().enumerate() {
         let Some(e) = state.entries.get_mut(id) else {
             continue;
         };
@@ -1044,14 +1252,20 @@ fn apply(
                 let reason = format!("stop flag {key:?} raised");
                 stopped(&state.stats, e, &reason);
                 trips.push((e.signal.clone(), reason));
-                state.unwatch(&key, *id);
+                state.unwatch(&key, id);
+                state.disarm(Kind::Check, id);
                 continue;
             }
-            Some(Ok(false)) if e.recheck => e.next_check = done,
-            Some(Ok(false)) => e.next_check = sent + e.tick,
-            _ if e.recheck => e.next_check = done,
-            _ => e.next_check = done + e.tick,
+            _ if e.stop_key.is_none() => continue,
+            Some(Ok(false)) if !e.recheck => {
+                let at = ms(sent + dur(e.tick));
+                state.schedule(Kind::Check, id, at);
+            }
+            _ if e.recheck => state.schedule(Kind::Check, id, ms(done)),
+            _ => {
+                let at = ms(done + dur(e.tick));
+                state.schedule(Kind::Check, id, at);
+            }
         }
-        state.sched.check(*id, e);
     }
 }

@@ -200,10 +200,10 @@ pub enum ReleaseOutcome {
 /// # Ok::<(), mistri_locks::Error>(())
 /// ```
 pub struct Hold {
-    lease: Lease,
     engine: Engine,
     id: u64,
     signal: AbortSignal,
+    /// The lease (shared with the engine) and whether it is lost.
     status: Arc<HoldStatus>,
     generation: u64,
     release: Mutex<Releasing>,
@@ -223,8 +223,8 @@ enum Releasing {
 impl std::fmt::Debug for Hold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hold")
-            .field("key", &self.lease.key())
-            .field("fence", &self.lease.fence())
+            .field("key", &self.status.lease.key())
+            .field("fence", &self.status.lease.fence())
             .field("lost", &self.is_lost())
             .finish()
     }
@@ -292,10 +292,8 @@ impl Hold {
         let margin = opts.margin_for(adapter.as_ref());
         let key = lease.key().to_owned();
         let signal = opts.signal.unwrap_or_default();
-        let status = Arc::new(HoldStatus::default());
-        status.touch();
+        let status = Arc::new(HoldStatus::new(lease));
         let reg = Registration {
-            lease: lease.clone(),
             ttl: opts.ttl,
             heartbeat: opts.heartbeat,
             margin,
@@ -310,16 +308,15 @@ impl Hold {
         let id = match engine.register(reg) {
             Ok(id) => id,
             Err(e) => {
-                let _ = adapter.release(&lease);
+                let _ = adapter.release(&status.lease);
                 return Err(e);
             }
         };
         crate::stats::bump(&engine.stats().holds_acquired, 1);
         engine
             .stats()
-            .emit_now(|| Event::new(EventKind::Acquired, &key, lease.fence()));
+            .emit_now(|| Event::new(EventKind::Acquired, &key, status.lease.fence()));
         Ok(Hold {
-            lease,
             engine: engine.clone(),
             id,
             signal,
@@ -331,17 +328,17 @@ impl Hold {
 
     /// The key held.
     pub fn key(&self) -> &str {
-        self.lease.key()
+        self.status.lease.key()
     }
 
     /// The fencing number of this acquisition.
     pub fn fence(&self) -> u64 {
-        self.lease.fence()
+        self.status.lease.fence()
     }
 
     /// The lease itself (key, token, fence).
     pub fn lease(&self) -> &Lease {
-        &self.lease
+        &self.status.lease
     }
 
     /// Has the lease been lost (its signal is tripped, with a reason saying
@@ -392,11 +389,11 @@ impl Hold {
             }
             Releasing::Deleting => {}
         }
-        let deleted = self.engine.adapter().release(&self.lease)?;
+        let deleted = self.engine.adapter().release(&self.status.lease)?;
         *state = Releasing::Done;
         if deleted {
             // This process's waiters on the key: the head tries now.
-            crate::waiting::released(self.engine.adapter(), &self.lease);
+            crate::waiting::released(self.engine.adapter(), &self.status.lease);
         }
         Ok(if deleted {
             ReleaseOutcome::Released
@@ -424,7 +421,7 @@ impl Hold {
             if was == Releasing::Holding {
                 self.released();
             }
-            self.engine.delete_later(self.lease.clone());
+            self.engine.delete_later(self.status.lease.clone());
         }
     }
 
@@ -432,7 +429,13 @@ impl Hold {
     fn released(&self) {
         let stats = self.engine.stats();
         crate::stats::bump(&stats.holds_released, 1);
-        stats.emit_now(|| Event::new(EventKind::Released, self.lease.key(), self.lease.fence()));
+        stats.emit_now(|| {
+            Event::new(
+                EventKind::Released,
+                self.status.lease.key(),
+                self.status.lease.fence(),
+            )
+        });
     }
 }
 

@@ -600,7 +600,8 @@ impl Redis {
         let mut aimed_at = Instant::now();
         self.aim(con, deadline)?;
         let mut flush = |con: &mut Con, last: bool| -> Result<()> {
-            if con.buf.len() < BEAT_CHUNK && !(last && !con.buf.is_empty()) {
+            let full = con.buf.len() >= BEAT_CHUNK;
+            if con.buf.is_empty() || !(full || last) {
                 return Ok(());
             }
             if aimed_at.elapsed() >= MIN_IO {
