@@ -2,19 +2,21 @@
 
 # Benchmark (not a test): acquire+release pairs per second.
 #
-#   bindings/ruby/build.sh --release && ruby -I bindings/ruby/lib bindings/ruby/bench.rb
+#   bindings/ruby/build.sh --release && taskset -c 0 ruby -I bindings/ruby/lib bindings/ruby/bench.rb
 #
 # - Memory: MistriLocks::Memory next to a plain-Ruby adapter written the way
 #   the seed's is (a Monitor around a Hash of monotonic deadlines). The ratio
 #   says how thin the binding is.
 # - Redis: MistriLocks::Redis next to raw SET NX PX + a Lua compare-and-
 #   delete through the redis gem (Debian: apt-get install ruby-redis), on
-#   a redis-server this script starts on a free loopback port.
+#   a redis-server this script starts on a free loopback port (pinned to
+#   the last core).
 #
 # Env: BENCH_SECONDS (per measurement, default 2); BENCH_REDIS_PORT (use
 # that loopback redis-server instead of starting one); BENCH_KV=1 (also
 # print key=value lines, for scripts/bench).
 
+require "etc"
 require "mistri_locks"
 require "monitor"
 require "securerandom"
@@ -113,7 +115,12 @@ else
   probe = TCPServer.new("127.0.0.1", 0)
   port = probe.addr[1]
   probe.close
-  server = spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
+  # On the last core, as scripts/bench does: a client pinned with
+  # `taskset -c 0` would otherwise pass its core on to the server.
+  # (Etc.nprocessors counts only the cores this process may use.)
+  cores = Etc.sysconf(Etc::SC_NPROCESSORS_ONLN)
+  pin = cores > 1 && system("taskset -V", out: File::NULL, err: File::NULL) ? ["taskset", "-c", (cores - 1).to_s] : []
+  server = spawn(*pin, "redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", out: File::NULL, err: File::NULL)
 end
 begin

@@ -7,6 +7,12 @@
 //! renew or release someone else's lease. The remembered leases are dropped
 //! in a forked child, which therefore can't renew or release its parent's
 //! leases either.
+//!
+//! On [`Memory`] the plain acquire, renew, release and fence skip the
+//! issued-lease map: the store's entry records its owner (this object in
+//! this fork generation; see `memory.rs`, "Owned entries"), so a pair costs
+//! one lock and one lookup per call. Leases from the other paths (a waiting
+//! or N-holder acquire) are kept in the map on every backend.
 
 use crate::adapter::{Adapter, Lease};
 use crate::args::{check_duration, check_key};
@@ -16,10 +22,11 @@ use crate::fork::ForkLocal;
 use crate::hold::{Hold, HoldOptions};
 use crate::info::{default_label, Identity, LeaseInfo, Listing};
 use crate::local::Local;
-use crate::memory::Memory;
+use crate::memory::{Memory, Owner};
 use crate::waiting::{AcquireOptions, Waiting};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +34,15 @@ use std::time::Duration;
 struct Issued {
     // Keyed by the lease's own shared key: no second allocation per key.
     leases: HashMap<Arc<str>, Lease>,
+}
+
+/// The issued leases of one fork generation.
+#[derive(Default)]
+struct IssuedCell {
+    /// Was a lease ever put in the map? Until then Memory's owned calls
+    /// (which keep their leases in the store) skip the map's lock.
+    any: AtomicBool,
+    map: Mutex<Issued>,
 }
 
 #[derive(Default)]
@@ -39,12 +55,25 @@ struct Label {
     identity: Option<(u64, Arc<Identity>)>,
 }
 
+/// The typed Memory backend of a `Locks` on one (`memory.rs`, "Owned
+/// entries").
+struct Owned {
+    memory: Arc<Memory>,
+    /// This object's owner id ([`Owner`]).
+    id: u64,
+    /// The stamp of the current label ([`Owner::new_stamp`]): changed
+    /// (under the label's lock, after the label) by every `set_label`.
+    stamp: AtomicU64,
+}
+
 struct Inner {
     engine: Engine,
+    /// Set when the backend is a [`Memory`].
+    owned: Option<Owned>,
     label: Mutex<Label>,
     // A forked child starts with none (the parent's leases are not its
     // own), without touching the parent's lock.
-    issued: ForkLocal<Mutex<Issued>>,
+    issued: ForkLocal<IssuedCell>,
 }
 
 /// An adapter with the seven operations of the seed's contract, and holds.
@@ -79,16 +108,28 @@ impl std::fmt::Debug for Locks {
 impl Locks {
     /// Wraps an adapter.
     pub fn new(adapter: impl Adapter) -> Self {
-        Self::from_arc(Arc::new(adapter))
+        let adapter = Arc::new(adapter);
+        let any: Arc<dyn std::any::Any + Send + Sync> = adapter.clone();
+        Self::build(adapter, any.downcast::<Memory>().ok())
     }
 
     /// Wraps a shared adapter.
     pub fn from_arc(adapter: Arc<dyn Adapter>) -> Self {
+        Self::build(adapter, None)
+    }
+
+    /// `memory`: the same object as `adapter`, typed, when it is a Memory.
+    fn build(adapter: Arc<dyn Adapter>, memory: Option<Arc<Memory>>) -> Self {
         Locks {
             inner: Arc::new(Inner {
                 engine: Engine::new(adapter),
+                owned: memory.map(|memory| Owned {
+                    memory,
+                    id: Owner::new_id(),
+                    stamp: AtomicU64::new(Owner::new_stamp()),
+                }),
                 label: Mutex::default(),
-                issued: ForkLocal::new(Mutex::default(), |_| Mutex::default()),
+                issued: ForkLocal::new(IssuedCell::default(), |_| IssuedCell::default()),
             }),
         }
     }
@@ -120,7 +161,8 @@ impl Locks {
     /// Another owner on the same backend: its own issued leases and its own
     /// heartbeat engine. Two of these behave like two processes.
     pub fn new_owner(&self) -> Self {
-        Self::from_arc(self.adapter().clone())
+        let memory = self.inner.owned.as_ref().map(|o| o.memory.clone());
+        Self::build(self.adapter().clone(), memory)
     }
 
     /// The old name of [`Locks::new_owner`], kept until 0.3.
@@ -138,10 +180,31 @@ impl Locks {
     /// object's leases and holds describe their holder with
     /// ([`crate::info`]). A hold's own [`HoldOptions::label`] wins over it.
     pub fn set_label(&self, label: Option<&str>) {
-        *self.inner.label.lock() = Label {
+        let mut guard = self.inner.label.lock();
+        *guard = Label {
             set: label.map(Arc::from),
             identity: None,
         };
+        if let Some(owned) = &self.inner.owned {
+            owned.stamp.store(Owner::new_stamp(), Ordering::SeqCst);
+        }
+    }
+
+    /// The current label stamp and the identity of a plain acquire, read
+    /// together (for [`Memory::acquire_owned`]).
+    fn stamped_identity(&self, owned: &Owned) -> (u64, Arc<Identity>) {
+        let guard = self.inner.label.lock();
+        let stamp = owned.stamp.load(Ordering::SeqCst);
+        drop(guard);
+        // `set_label` changes the stamp under the lock, after the label:
+        // an identity read after the stamp is that label's or a newer one.
+        (stamp, self.identity())
+    }
+
+    /// The typed Memory backend and this object's owner there, now.
+    fn owned(&self) -> Option<(&Owned, Owner)> {
+        let owned = self.inner.owned.as_ref()?;
+        Some((owned, Owner::now(owned.id)))
     }
 
     /// The identity of a plain acquire (label, no heartbeat), cached.
@@ -173,7 +236,32 @@ impl Locks {
     }
 
     fn issued(&self) -> parking_lot::MutexGuard<'_, Issued> {
-        self.inner.issued.get().lock()
+        self.inner.issued.get().map.lock()
+    }
+
+    /// The issued leases, unless none was ever issued (then `None`, without
+    /// taking the lock).
+    fn issued_if_any(&self) -> Option<parking_lot::MutexGuard<'_, Issued>> {
+        let cell = self.inner.issued.get();
+        cell.any.load(Ordering::Acquire).then(|| cell.map.lock())
+    }
+
+    /// Remembers `lease` as this object's lease on its key (replacing an
+    /// older one), or with `keep_older`, only if none is there.
+    fn remember(&self, lease: Lease, keep_older: bool) {
+        let cell = self.inner.issued.get();
+        let mut issued = cell.map.lock();
+        cell.any.store(true, Ordering::Release);
+        let entry = issued.leases.entry(lease.shared_key().clone());
+        match entry {
+            std::collections::hash_map::Entry::Occupied(_) if keep_older => {}
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                e.insert(lease);
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(lease);
+            }
+        }
     }
 
     /// Takes the lease on `key` for `ttl` if no live lease exists.
@@ -183,12 +271,23 @@ impl Locks {
     pub fn acquire(&self, key: &str, ttl: Duration) -> Result<bool> {
         check_key("key", key)?;
         check_duration("ttl", ttl)?;
+        if let Some((owned, owner)) = self.owned() {
+            let stamp = owned.stamp.load(Ordering::SeqCst);
+            let who = || self.stamped_identity(owned);
+            let taken = owned.memory.acquire_owned(key, ttl, owner, stamp, &who);
+            if taken.is_some() {
+                // A lease an earlier waiting acquire left in the map is
+                // stale now (this one replaces it, as below).
+                if let Some(mut issued) = self.issued_if_any() {
+                    issued.leases.remove(key);
+                }
+            }
+            return Ok(taken.is_some());
+        }
         let who = self.identity();
         match self.adapter().acquire_as(key, ttl, &who)? {
             Some(lease) => {
-                self.issued()
-                    .leases
-                    .insert(lease.shared_key().clone(), lease);
+                self.remember(lease, false);
                 Ok(true)
             }
             None => Ok(false),
@@ -243,10 +342,7 @@ impl Locks {
         let finish = move |got: Option<Lease>| {
             Ok(match got {
                 Some(lease) => {
-                    done_locks
-                        .issued()
-                        .leases
-                        .insert(lease.shared_key().clone(), lease);
+                    done_locks.remember(lease, false);
                     true
                 }
                 None => false,
@@ -309,7 +405,15 @@ impl Locks {
     pub fn renew(&self, key: &str, ttl: Duration) -> Result<bool> {
         check_key("key", key)?;
         check_duration("ttl", ttl)?;
-        let Some(lease) = self.issued().leases.get(key).cloned() else {
+        if let Some((owned, owner)) = self.owned() {
+            if owned.memory.renew_owned(key, ttl, owner) {
+                return Ok(true);
+            }
+        }
+        let lease = self
+            .issued_if_any()
+            .and_then(|issued| issued.leases.get(key).cloned());
+        let Some(lease) = lease else {
             return Ok(false);
         };
         let renewed = self.adapter().renew(&lease, ttl)?;
@@ -326,15 +430,22 @@ impl Locks {
     /// release can be retried).
     pub fn release(&self, key: &str) -> Result<bool> {
         check_key("key", key)?;
-        let Some(lease) = self.issued().leases.remove(key) else {
+        if let Some((owned, owner)) = self.owned() {
+            if let Some(fence) = owned.memory.release_owned(key, owner) {
+                // This process's waiters on the key: the head tries now.
+                crate::waiting::released_fence(self.adapter(), key, fence);
+                return Ok(true);
+            }
+        }
+        let lease = self
+            .issued_if_any()
+            .and_then(|mut issued| issued.leases.remove(key));
+        let Some(lease) = lease else {
             return Ok(false);
         };
         let released = self.adapter().release(&lease).inspect_err(|_| {
             // Keep it, so the release can be retried.
-            self.issued()
-                .leases
-                .entry(lease.shared_key().clone())
-                .or_insert(lease.clone());
+            self.remember(lease.clone(), true);
         })?;
         if released {
             // This process's waiters on the key: the head tries now.
@@ -352,7 +463,15 @@ impl Locks {
 
     /// The fencing number of this object's lease on `key`, if it has one.
     pub fn fence(&self, key: &str) -> Option<u64> {
-        self.issued().leases.get(key).map(Lease::fence)
+        let owned = self
+            .owned()
+            .and_then(|(owned, owner)| owned.memory.fence_owned(key, owner));
+        let issued = self
+            .issued_if_any()
+            .and_then(|issued| issued.leases.get(key).map(Lease::fence));
+        // An owned acquire drops the map's lease on its key, and a lease
+        // put in the map replaces the store's owned entry: at most one.
+        owned.max(issued)
     }
 
     /// Is a live lease on `key` (anyone's)?
@@ -463,5 +582,130 @@ impl Locks {
     /// How many holds this object's engine is renewing.
     pub fn active_holds(&self) -> usize {
         self.inner.engine.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::thread::sleep;
+
+    const LONG: Duration = Duration::from_secs(30);
+    const SHORT: Duration = Duration::from_millis(20);
+    const PAST_SHORT: Duration = Duration::from_millis(80);
+
+    #[test]
+    fn memory_plain_leases_answer_for_their_owner_only() {
+        let a = Locks::memory();
+        let b = a.new_owner();
+        assert!(a.acquire("k", LONG).unwrap());
+        assert!(!b.release("k").unwrap());
+        assert!(!b.renew("k", LONG).unwrap());
+        assert_eq!(b.fence("k"), None);
+        let first = a.fence("k").unwrap();
+        assert!(a.renew("k", LONG).unwrap());
+        assert_eq!(a.fence("k"), Some(first));
+        assert!(a.release("k").unwrap());
+        assert!(!a.release("k").unwrap());
+        assert!(!a.renew("k", LONG).unwrap());
+        assert_eq!(a.fence("k"), None);
+
+        // Expired and taken over: the old owner can neither release nor
+        // renew, and no longer has a fence there.
+        assert!(a.acquire("k", SHORT).unwrap());
+        sleep(PAST_SHORT);
+        assert!(b.acquire("k", LONG).unwrap());
+        assert!(!a.release("k").unwrap());
+        assert!(!a.renew("k", LONG).unwrap());
+        assert_eq!(a.fence("k"), None);
+        assert!(b.fence("k").unwrap() > first);
+        assert!(b.held("k").unwrap());
+
+        // Expired, nobody took it: the fence stays until a release or
+        // renewal finds it gone (as with the issued-lease map).
+        assert!(a.acquire("x", SHORT).unwrap());
+        sleep(PAST_SHORT);
+        assert!(a.fence("x").is_some());
+        assert!(!a.release("x").unwrap());
+        assert_eq!(a.fence("x"), None);
+        assert!(a.acquire("y", SHORT).unwrap());
+        sleep(PAST_SHORT);
+        assert!(!a.renew("y", LONG).unwrap());
+        assert_eq!(a.fence("y"), None);
+    }
+
+    #[test]
+    fn memory_plain_and_token_leases_of_one_owner_do_not_mix() {
+        let a = Locks::memory();
+        // A hold's lease (a token lease the engine renews) is not a plain
+        // lease of its Locks.
+        let opts = HoldOptions {
+            ttl: LONG,
+            heartbeat: Duration::from_secs(1),
+            ..HoldOptions::default()
+        };
+        let hold = a.hold("h", opts).unwrap().expect("free");
+        assert!(!a.release("h").unwrap());
+        assert!(!a.renew("h", LONG).unwrap());
+        assert!(a.held("h").unwrap());
+        drop(hold);
+
+        // A waiting acquire keeps its lease in the issued map; a plain
+        // acquire after it expired replaces it.
+        let waiting = AcquireOptions {
+            wait: Some(Duration::from_millis(10)),
+            ..AcquireOptions::default()
+        };
+        assert!(a.acquire_with("w", SHORT, &waiting).unwrap());
+        let first = a.fence("w").unwrap();
+        sleep(PAST_SHORT);
+        assert!(a.acquire("w", LONG).unwrap());
+        assert!(a.fence("w").unwrap() > first);
+        assert!(a.release("w").unwrap());
+        assert_eq!(a.fence("w"), None);
+        assert!(!a.release("w").unwrap());
+
+        // And the other way round.
+        assert!(a.acquire("v", SHORT).unwrap());
+        let first = a.fence("v").unwrap();
+        sleep(PAST_SHORT);
+        assert!(a.acquire_with("v", LONG, &waiting).unwrap());
+        assert!(a.fence("v").unwrap() > first);
+        assert!(a.renew("v", LONG).unwrap());
+        assert!(a.release("v").unwrap());
+        assert_eq!(a.fence("v"), None);
+        assert!(!a.held("v").unwrap());
+    }
+
+    fn label_of(locks: &Locks, key: &str) -> String {
+        let info = locks.info(key).unwrap().expect("held");
+        info.holder.expect("described").label
+    }
+
+    #[test]
+    fn memory_plain_leases_carry_the_current_label() {
+        let a = Locks::memory();
+        let b = a.new_owner();
+        a.set_label(Some("first"));
+        assert!(a.acquire("k", LONG).unwrap());
+        assert_eq!(label_of(&a, "k"), "first");
+        assert!(a.release("k").unwrap());
+        a.set_label(Some("second"));
+        assert!(a.acquire("k", LONG).unwrap()); // the entry is reused
+        assert_eq!(label_of(&a, "k"), "second");
+        assert!(a.release("k").unwrap());
+        b.set_label(Some("other"));
+        assert!(b.acquire("k", LONG).unwrap());
+        assert_eq!(label_of(&a, "k"), "other");
+        assert!(b.release("k").unwrap());
+        assert!(a.acquire("k", LONG).unwrap());
+        assert_eq!(label_of(&a, "k"), "second");
+        assert!(a.release("k").unwrap());
+        a.set_label(None);
+        assert!(a.acquire("k", LONG).unwrap());
+        assert_eq!(label_of(&a, "k"), default_label());
+        // A held entry's label is what it was acquired with.
+        a.set_label(Some("later"));
+        assert_eq!(label_of(&a, "k"), default_label());
     }
 }

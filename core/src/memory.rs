@@ -17,6 +17,17 @@
 //! Owner tokens: Memory's never leave the process, so they need not be
 //! unguessable, only unique: a process-wide counter in 16 hex characters
 //! ([`memory_token`]), no OS randomness per acquire.
+//!
+//! Owned entries: [`crate::Locks`]' plain acquire, renew, release and fence
+//! (the seed's surface, the hot path of every face) skip the token and the
+//! `Locks`' own issued-lease map: the entry itself records which owner
+//! (a [`Owner`]: the `Locks` object and the fork generation) took it, so a
+//! pair is one lock and one lookup per call, no allocation, no token.
+//! An owned entry has an empty token, which no [`Lease`] presents, so the
+//! trait's token-based renew and release never match it; a token lease has
+//! no owner, so the owned calls never match it. Either way ownership is
+//! judged under the store's lock with the expiry, exactly as with tokens: a
+//! lease that expired or was taken over is not released or renewed.
 //! N-holder leases (`acquire_limited` with a limit over 1) keep their slots
 //! in the same store, beside the exclusive entries (`Slots`); the exclusive
 //! acquire's only extra work is a check of an empty map when no N-holder
@@ -36,6 +47,7 @@ use crate::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const MIN_PRUNE_AT: usize = 64;
@@ -45,8 +57,16 @@ const WALL_REBASE: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 struct Entry {
-    /// The owner token's bytes; tokens minted here are 32 ASCII bytes.
+    /// The owner token's bytes (16 ASCII bytes); empty for an owned entry.
     token: Vec<u8>,
+    /// Who took it through the owned calls, while it still counts it as
+    /// its lease (cleared by its release or failed renewal); `None` for a
+    /// token lease.
+    owner: Option<Owner>,
+    /// The label stamp ([`Owner::stamp`]) `holder.label` was written
+    /// with, and in which fork generation: an owned acquire by the same
+    /// owner with the same stamp needs no new label. 0: unknown.
+    stamp: (u64, u64),
     expires: Instant,
     /// What the holder said about itself, and when it last renewed.
     holder: HolderInfo,
@@ -54,7 +74,41 @@ struct Entry {
 
 impl Entry {
     fn owned_by(&self, lease: &Lease) -> bool {
-        self.token == lease.token().as_bytes()
+        self.owner.is_none() && self.token == lease.token().as_bytes()
+    }
+}
+
+/// An owner of Memory leases taken without a token (module header, "Owned
+/// entries"): one [`crate::Locks`] object in one fork generation.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Owner {
+    /// Unique in the process, for the life of the process.
+    id: u64,
+    /// The fork generation: a forked child's copy of the store keeps its
+    /// parent's entries, which its own `Locks` (same id) must not own.
+    generation: u64,
+}
+
+impl Owner {
+    /// A process-unique owner id, for a new `Locks` object.
+    pub(crate) fn new_id() -> u64 {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The owner `id` in this fork generation.
+    pub(crate) fn now(id: u64) -> Self {
+        Owner {
+            id,
+            generation: crate::fork::generation(),
+        }
+    }
+
+    /// A new label stamp: process-unique, never 0. An owner's label is
+    /// identified by its current stamp, so an entry written with it keeps
+    /// its label while the stamp stays the same.
+    pub(crate) fn new_stamp() -> u64 {
+        Self::new_id()
     }
 }
 
@@ -104,6 +158,180 @@ impl Memory {
     fn state(&self) -> &Mutex<State> {
         self.state.get()
     }
+
+    /// Takes the exclusive lease on `key` if no live lease or slot is
+    /// there: its fence.
+    fn take(&self, key: &str, ttl: Duration, by: By<'_>) -> Option<u64> {
+        // The one clock read of an acquire (module header, "Clocks").
+        let now = Instant::now();
+        let mut state = self.state().lock();
+        if state.slots.live(key, now) {
+            return None;
+        }
+        let (wall, floor) = state.wall(now);
+        let State {
+            leases,
+            fence: counter,
+            ..
+        } = &mut *state;
+        let expires = deadline(now, ttl);
+        match leases.get_mut(key) {
+            Some(e) if e.expires > now => None,
+            // An expired or released entry: reuse its allocations (the
+            // label's too, when it is the same holder's).
+            Some(e) => {
+                *counter = crate::fence::next(*counter, floor);
+                e.expires = expires;
+                let h = &mut e.holder;
+                match by {
+                    By::Token(token, who) => {
+                        e.token.clear();
+                        e.token.extend_from_slice(token.as_bytes());
+                        e.owner = None;
+                        e.stamp = (0, 0);
+                        if h.label != who.label {
+                            h.label.clone_from(&who.label);
+                        }
+                        h.heartbeat = who.heartbeat;
+                    }
+                    By::Owner(owner, stamp, who) => {
+                        e.token.clear();
+                        e.owner = Some(owner);
+                        if e.stamp != (stamp, owner.generation) {
+                            let (stamp, who) = who();
+                            if h.label != who.label {
+                                h.label.clone_from(&who.label);
+                            }
+                            e.stamp = (stamp, owner.generation);
+                        }
+                        h.heartbeat = Duration::ZERO;
+                    }
+                }
+                h.fence = *counter;
+                h.acquired_at = wall;
+                h.renewed_at = wall;
+                h.ttl = ttl;
+                Some(*counter)
+            }
+            None => {
+                *counter = crate::fence::next(*counter, floor);
+                let fence = *counter;
+                let (token, owner, stamp, label, heartbeat) = match by {
+                    By::Token(token, who) => (
+                        token.as_bytes().to_vec(),
+                        None,
+                        (0, 0),
+                        who.label.clone(),
+                        who.heartbeat,
+                    ),
+                    By::Owner(owner, _, who) => {
+                        let (stamp, who) = who();
+                        let stamp = (stamp, owner.generation);
+                        (
+                            Vec::new(),
+                            Some(owner),
+                            stamp,
+                            who.label.clone(),
+                            Duration::ZERO,
+                        )
+                    }
+                };
+                let entry = Entry {
+                    token,
+                    owner,
+                    stamp,
+                    expires,
+                    holder: HolderInfo {
+                        label,
+                        fence,
+                        acquired_at: wall,
+                        renewed_at: wall,
+                        ttl,
+                        heartbeat,
+                    },
+                };
+                state.prune(now);
+                state.leases.insert(key.to_owned(), entry);
+                Some(fence)
+            }
+        }
+    }
+
+    /// The plain acquire of [`crate::Locks`] (module header, "Owned
+    /// entries"): takes the exclusive lease on `key` for `owner` if no live
+    /// lease or slot is there; its fence. `stamp` is the owner's label
+    /// stamp; `who` (its stamp and identity, read together) is called only
+    /// when the entry's label was not written with that stamp, under the
+    /// store's lock.
+    pub(crate) fn acquire_owned(
+        &self,
+        key: &str,
+        ttl: Duration,
+        owner: Owner,
+        stamp: u64,
+        who: &dyn Fn() -> (u64, Arc<Identity>),
+    ) -> Option<u64> {
+        self.take(key, ttl, By::Owner(owner, stamp, who))
+    }
+
+    /// Releases `owner`'s lease on `key` (one taken by
+    /// [`Memory::acquire_owned`]) if it is still live: its fence.
+    /// `None` when `owner` has no live lease there; it then no longer
+    /// counts an expired one as its own either.
+    pub(crate) fn release_owned(&self, key: &str, owner: Owner) -> Option<u64> {
+        let mut state = self.state().lock();
+        let e = state.leases.get_mut(key)?;
+        if e.owner != Some(owner) {
+            return None;
+        }
+        let now = Instant::now();
+        e.owner = None;
+        // Expire it in place; the next acquire of this key reuses the
+        // entry, and pruning removes it if none comes.
+        (e.expires > now).then(|| {
+            e.expires = now;
+            e.holder.fence
+        })
+    }
+
+    /// Extends `owner`'s live lease on `key` to `ttl` from now: whether it
+    /// had one. An expired one stops counting as `owner`'s.
+    pub(crate) fn renew_owned(&self, key: &str, ttl: Duration, owner: Owner) -> bool {
+        let mut state = self.state().lock();
+        let Some(e) = state.leases.get_mut(key) else {
+            return false;
+        };
+        if e.owner != Some(owner) {
+            return false;
+        }
+        let now = Instant::now();
+        if e.expires <= now {
+            e.owner = None;
+            return false;
+        }
+        e.expires = deadline(now, ttl);
+        e.holder.renewed_at = SystemTime::now();
+        e.holder.ttl = ttl;
+        true
+    }
+
+    /// Does `owner` still count a lease on `key` as its own (taken, not
+    /// released, not found expired by its renew or release, not taken
+    /// over)? Its fence.
+    pub(crate) fn fence_owned(&self, key: &str, owner: Owner) -> Option<u64> {
+        let state = self.state().lock();
+        let e = state.leases.get(key)?;
+        (e.owner == Some(owner)).then_some(e.holder.fence)
+    }
+}
+
+/// Who takes a lease in [`Memory::take`].
+enum By<'a> {
+    /// A token lease (the trait's acquire).
+    Token(&'a str, &'a Identity),
+    /// An owned entry: the owner, its label stamp, and its stamp and
+    /// identity read together (called only if the label must be written).
+    Owner(Owner, u64, &'a dyn Fn() -> (u64, Arc<Identity>)),
 }
 
 impl Default for State {
@@ -209,60 +437,8 @@ impl Adapter for Memory {
 
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
         let token = memory_token();
-        // The one clock read of an acquire (module header, "Clocks").
-        let now = Instant::now();
-        let mut state = self.state().lock();
-        let (wall, floor) = state.wall(now);
-        if state.slots.live(key, now) {
-            return Ok(None);
-        }
-        let State {
-            leases,
-            fence: counter,
-            ..
-        } = &mut *state;
-        let expires = deadline(now, ttl);
-        let fence = match leases.get_mut(key) {
-            Some(e) if e.expires > now => return Ok(None),
-            // An expired or released entry: reuse its allocations (the
-            // label's too, when it is the same holder's).
-            Some(e) => {
-                *counter = crate::fence::next(*counter, floor);
-                e.token.clear();
-                e.token.extend_from_slice(token.as_bytes());
-                e.expires = expires;
-                let h = &mut e.holder;
-                if h.label != who.label {
-                    h.label.clone_from(&who.label);
-                }
-                h.fence = *counter;
-                h.acquired_at = wall;
-                h.renewed_at = wall;
-                h.ttl = ttl;
-                h.heartbeat = who.heartbeat;
-                *counter
-            }
-            None => {
-                *counter = crate::fence::next(*counter, floor);
-                let fence = *counter;
-                let entry = Entry {
-                    token: token.as_bytes().to_vec(),
-                    expires,
-                    holder: HolderInfo {
-                        label: who.label.clone(),
-                        fence,
-                        acquired_at: wall,
-                        renewed_at: wall,
-                        ttl,
-                        heartbeat: who.heartbeat,
-                    },
-                };
-                state.prune(now);
-                state.leases.insert(key.to_owned(), entry);
-                fence
-            }
-        };
-        Ok(Some(Lease::new(key, token, fence)))
+        let taken = self.take(key, ttl, By::Token(&token, who));
+        Ok(taken.map(|fence| Lease::new(key, token, fence)))
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {

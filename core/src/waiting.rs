@@ -340,6 +340,11 @@ fn lines_in_use() -> Option<&'static Lines> {
 /// every release path: [`crate::Locks::release`], [`Hold::release`] and the
 /// engine's background delete.
 pub(crate) fn released(adapter: &Arc<dyn Adapter>, lease: &Lease) {
+    released_fence(adapter, lease.key(), lease.fence());
+}
+
+/// [`released`] for the lease on `key` with fencing number `fence`.
+pub(crate) fn released_fence(adapter: &Arc<dyn Adapter>, key: &str, fence: u64) {
     let Some(lines) = lines_in_use() else {
         return;
     };
@@ -347,9 +352,9 @@ pub(crate) fn released(adapter: &Arc<dyn Adapter>, lease: &Lease) {
     let line = state
         .adapters
         .get_mut(&adapter_id(adapter))
-        .and_then(|a| a.lines.get_mut(lease.key()));
+        .and_then(|a| a.lines.get_mut(key));
     if let Some(line) = line {
-        line.ring_for(lease.fence());
+        line.ring_for(fence);
     }
 }
 

@@ -19,8 +19,42 @@ use crate::error;
 use crate::nogvl::nogvl;
 use crate::signal::Signal;
 use crate::waiting;
-use magnus::{method, prelude::*, typed_data::Obj, Error, RModule, Ruby, Value};
+use magnus::rb_sys::AsRawValue;
+use magnus::{method, prelude::*, typed_data::Obj, Error, RModule, Ruby, TypedData, Value};
 use mistri_locks::{AcquireOptions, Locks};
+use rb_sys::StableApiDefinition;
+
+/// The receiver of the hot methods (`_acquire`, `release`, `_renew`,
+/// `held?`, `flag?`). The common case, an object this extension wrapped
+/// (any subclass: they share one data type), is a check of the object's
+/// data-type pointer; anything else goes through magnus's checked
+/// conversion (an `rb_protect` per call, a third of a Memory release),
+/// which also makes the TypeError.
+fn this(v: &Value) -> Result<&RbLocks, Error> {
+    let raw = v.as_raw();
+    let api = rb_sys::stable_api::get_default();
+    let ours: *const rb_sys::rb_data_type_t =
+        (RbLocks::data_type() as *const magnus::DataType).cast();
+    // SAFETY: `raw` is a live object (the method's receiver, on Ruby's
+    // stack while we run, with the GVL held). Its header is read only
+    // after the special-constant check, its typed-data fields only once
+    // its type is T_DATA and typed; a data-type pointer equal to ours
+    // means magnus stored an `RbLocks` there (`DataType` is
+    // `repr(transparent)` over `rb_data_type_t`). A freed-but-not-collected
+    // object has a null data pointer, which goes to the checked path.
+    unsafe {
+        if !api.special_const_p(raw)
+            && api.builtin_type(raw) == rb_sys::ruby_value_type::RUBY_T_DATA
+            && api.rtypeddata_p(raw)
+            && std::ptr::eq(api.rtypeddata_type(raw), ours)
+        {
+            if let Some(locks) = api.rtypeddata_get_data(raw).cast::<RbLocks>().as_ref() {
+                return Ok(locks);
+            }
+        }
+    }
+    <&RbLocks>::try_convert(*v)
+}
 
 #[magnus::wrap(class = "MistriLocks::Locks", free_immediately, size)]
 pub struct RbLocks {
@@ -78,7 +112,8 @@ impl RbLocks {
         result.map_err(|e| error::to_ruby(ruby, e))
     }
 
-    fn acquire(ruby: &Ruby, rb_self: &Self, key: Value, ttl: Value) -> Result<bool, Error> {
+    fn acquire(ruby: &Ruby, rb_self: Value, key: Value, ttl: Value) -> Result<bool, Error> {
+        let rb_self = this(&rb_self)?;
         let ttl = args::duration(ruby, "ttl", ttl)?;
         rb_self.run_keyed(ruby, key, |l, key| l.acquire(key, ttl))
     }
@@ -117,16 +152,19 @@ impl RbLocks {
         waiting::drive(ruby, waiting, &signals)
     }
 
-    fn renew(ruby: &Ruby, rb_self: &Self, key: Value, ttl: Value) -> Result<bool, Error> {
+    fn renew(ruby: &Ruby, rb_self: Value, key: Value, ttl: Value) -> Result<bool, Error> {
+        let rb_self = this(&rb_self)?;
         let ttl = args::duration(ruby, "ttl", ttl)?;
         rb_self.run_keyed(ruby, key, |l, key| l.renew(key, ttl))
     }
 
-    fn release(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<bool, Error> {
+    fn release(ruby: &Ruby, rb_self: Value, key: Value) -> Result<bool, Error> {
+        let rb_self = this(&rb_self)?;
         rb_self.run_keyed(ruby, key, |l, key| l.release(key))
     }
 
-    fn held(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<bool, Error> {
+    fn held(ruby: &Ruby, rb_self: Value, key: Value) -> Result<bool, Error> {
+        let rb_self = this(&rb_self)?;
         rb_self.run_keyed(ruby, key, |l, key| l.held(key))
     }
 
@@ -135,7 +173,8 @@ impl RbLocks {
         rb_self.run_keyed(ruby, key, |l, key| l.set_flag(key, ttl).map(|()| true))
     }
 
-    fn flag(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<bool, Error> {
+    fn flag(ruby: &Ruby, rb_self: Value, key: Value) -> Result<bool, Error> {
+        let rb_self = this(&rb_self)?;
         rb_self.run_keyed(ruby, key, |l, key| l.flag(key))
     }
 
