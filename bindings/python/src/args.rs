@@ -38,17 +38,25 @@ pub(crate) fn init(py: Python<'_>) {
 }
 
 /// A key (or other name) argument: a `str`, as UTF-8. On Python 3.10+ it
-/// borrows the string object's cached UTF-8 (no copy, no allocation; the
-/// caller's argument keeps the object alive for the call); on 3.9 it is a
-/// copy. A non-`str` is the usual `TypeError` naming the argument, and a
-/// string with lone surrogates the usual `UnicodeEncodeError`.
-pub(crate) struct Key<'a>(Cow<'a, str>);
+/// borrows the string object's cached UTF-8 (no copy, no allocation), and
+/// holds a reference to the string so the bytes stay valid for as long as
+/// the key is in use, GIL-free stretches included (even if the caller's
+/// container lets go of the string meanwhile); on 3.9 it is a copy. A
+/// non-`str` is the usual `TypeError` naming the argument, and a string
+/// with lone surrogates the usual `UnicodeEncodeError`.
+pub(crate) struct Key<'a> {
+    /// Read only through `Deref`, which ties it to the key's own lifetime
+    /// (while `_owner` lives).
+    text: Cow<'a, str>,
+    /// The string that owns borrowed `text`.
+    _owner: Option<Py<PyString>>,
+}
 
 impl std::ops::Deref for Key<'_> {
     type Target = str;
 
     fn deref(&self) -> &str {
-        &self.0
+        &self.text
     }
 }
 
@@ -58,7 +66,8 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Key<'a> {
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let s = obj.cast::<PyString>()?;
         if !UTF8_IN_PLACE.load(Ordering::Relaxed) {
-            return Ok(Key(Cow::Owned(s.to_cow()?.into_owned())));
+            let text = Cow::Owned(s.to_cow()?.into_owned());
+            return Ok(Key { text, _owner: None });
         }
         let mut size: ffi::Py_ssize_t = 0;
         // SAFETY: `s` is a live `str` (checked above) and the GIL is held;
@@ -73,15 +82,19 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Key<'a> {
         let len = usize::try_from(size)
             .map_err(|_| PyValueError::new_err("key: negative string size"))?;
         // SAFETY: `data` points at `len` initialized bytes owned by the
-        // string object, which lives at least as long as the borrow `'a`
-        // of the argument (strings are immutable: the bytes do not change).
+        // string object, which the reference in `_owner` keeps alive for
+        // as long as the `Key` (strings are immutable: the bytes do not
+        // change).
         let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
         // CPython's UTF-8 form of a `str` is valid UTF-8; checked anyway
         // (a few nanoseconds for a key), so a broken buffer is an error,
         // never undefined behaviour.
-        let key = std::str::from_utf8(bytes)
+        let text = std::str::from_utf8(bytes)
             .map_err(|e| PyValueError::new_err(format!("key is not valid UTF-8: {e}")))?;
-        Ok(Key(Cow::Borrowed(key)))
+        Ok(Key {
+            text: Cow::Borrowed(text),
+            _owner: Some(s.to_owned().unbind()),
+        })
     }
 }
 
