@@ -56,7 +56,8 @@ def inclusive(path, calls):
                          capture_output=True, text=True).stdout
     found = {}
     for line in out.splitlines():
-        m = re.match(r"\s*([\d,]+) .*?:(.*) \[.*_native", line)
+        # Any object: only one build's functions run in a given process.
+        m = re.match(r"\s*([\d,]+) \(.*?\)\s+\?\?\?:(.*) \[", line)
         if m:
             found.setdefault(m.group(2).strip(), int(m.group(1).replace(",", "")) / calls)
     return found
