@@ -54,8 +54,12 @@ def free_port() -> int:
 def start_redis() -> tuple[subprocess.Popen[bytes], int, str]:
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="mistri-bench-")
+    # On the last core, as scripts/bench does (run this script itself with
+    # `taskset -c 0` to keep the client off it).
+    cores = os.cpu_count() or 1
+    pin = ["taskset", "-c", str(cores - 1)] if cores > 1 and shutil.which("taskset") else []
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        [*pin, "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--dir", workdir],
         stdout=subprocess.DEVNULL,
     )
