@@ -1,11 +1,102 @@
-//! Argument conversion: seconds from Python numbers, validated by the core.
+//! Argument conversion: keys from Python strings, seconds from Python
+//! numbers, validated by the core.
+//!
+//! The two conversions every operation makes are kept cheap (they are most
+//! of what the face adds to a Redis acquire+release pair): a key is
+//! borrowed from the `str` object's own UTF-8 buffer where the stable ABI
+//! allows it, and an `int` or `float` becomes seconds without a temporary
+//! object.
 
 use crate::error::IntoPyResult;
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
+use std::borrow::Cow;
 use std::marker::PhantomData;
+use std::os::raw::c_char;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+// Public C API since Python 3.3, and part of the stable ABI since 3.10.
+// This module is built for the 3.9 stable ABI, whose headers (and so
+// pyo3-ffi) leave it out; it is called only on 3.10+ (`UTF8_IN_PLACE`).
+extern "C" {
+    fn PyUnicode_AsUTF8AndSize(
+        unicode: *mut ffi::PyObject,
+        size: *mut ffi::Py_ssize_t,
+    ) -> *const c_char;
+}
+
+/// Whether the running interpreter has `PyUnicode_AsUTF8AndSize` in its
+/// stable ABI (3.10+); set once by [`init`].
+static UTF8_IN_PLACE: AtomicBool = AtomicBool::new(false);
+
+/// Notes what the running interpreter offers; called at module init.
+pub(crate) fn init(py: Python<'_>) {
+    UTF8_IN_PLACE.store(py.version_info() >= (3, 10), Ordering::Relaxed);
+}
+
+/// A key (or other name) argument: a `str`, as UTF-8. On Python 3.10+ it
+/// borrows the string object's cached UTF-8 (no copy, no allocation), and
+/// holds a reference to the string so the bytes stay valid for as long as
+/// the key is in use, GIL-free stretches included (even if the caller's
+/// container lets go of the string meanwhile); on 3.9 it is a copy. A
+/// non-`str` is the usual `TypeError` naming the argument, and a string
+/// with lone surrogates the usual `UnicodeEncodeError`.
+pub(crate) struct Key<'a> {
+    /// Read only through `Deref`, which ties it to the key's own lifetime
+    /// (while `_owner` lives).
+    text: Cow<'a, str>,
+    /// The string that owns borrowed `text`.
+    _owner: Option<Py<PyString>>,
+}
+
+impl std::ops::Deref for Key<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Key<'a> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let s = obj.cast::<PyString>()?;
+        if !UTF8_IN_PLACE.load(Ordering::Relaxed) {
+            let text = Cow::Owned(s.to_cow()?.into_owned());
+            return Ok(Key { text, _owner: None });
+        }
+        let mut size: ffi::Py_ssize_t = 0;
+        // SAFETY: `s` is a live `str` (checked above) and the GIL is held;
+        // the interpreter is 3.10+, where this function is in the stable
+        // ABI. It returns NULL with an exception set, or a pointer to
+        // `size` bytes of UTF-8 that the string object owns (cached in it)
+        // until it is deallocated.
+        let data = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut size) };
+        if data.is_null() {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        let len = usize::try_from(size)
+            .map_err(|_| PyValueError::new_err("key: negative string size"))?;
+        // SAFETY: `data` points at `len` initialized bytes owned by the
+        // string object, which the reference in `_owner` keeps alive for
+        // as long as the `Key` (strings are immutable: the bytes do not
+        // change).
+        let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
+        // CPython's UTF-8 form of a `str` is valid UTF-8; checked anyway
+        // (a few nanoseconds for a key), so a broken buffer is an error,
+        // never undefined behaviour.
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| PyValueError::new_err(format!("key is not valid UTF-8: {e}")))?;
+        Ok(Key {
+            text: Cow::Borrowed(text),
+            _owner: Some(s.to_owned().unbind()),
+        })
+    }
+}
 
 /// Names an argument that takes seconds, for messages.
 pub(crate) trait Argument {
@@ -95,6 +186,13 @@ impl<'a, 'py, A: Argument> FromPyObject<'a, 'py> for Seconds<A> {
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         if let Ok(f) = obj.cast::<PyFloat>() {
             return Ok(Self::new(f.value()));
+        }
+        if obj.is_exact_instance_of::<PyInt>() {
+            // The common `ttl=10`: no temporary float (`float(10)`). Out
+            // of i64's range: the general path below.
+            if let Ok(n) = obj.extract::<i64>() {
+                return Ok(Self::new(n as f64));
+            }
         }
         let numeric = !obj.is_instance_of::<PyBool>()
             && !obj.is_instance_of::<pyo3::types::PyString>()

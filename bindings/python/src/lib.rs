@@ -67,6 +67,7 @@ fn hold_configured<'py>(
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     mistri_locks::info::set_language("python");
+    args::init(py);
     m.add_class::<PyLocks>()?;
     m.add_class::<locks::Memory>()?;
     m.add_class::<locks::Redis>()?;

@@ -10,7 +10,7 @@
 //! it would cost more than the operation.
 
 use crate::aio;
-use crate::args::{Limit, Seconds, Ttl, Wait};
+use crate::args::{Key, Limit, Seconds, Ttl, Wait};
 use crate::error::IntoPyResult;
 use crate::signal::PyAbortSignal;
 use mistri_locks::{AcquireOptions, Locks};
@@ -65,11 +65,13 @@ impl PyLocks {
         py: Python<'_>,
         op: impl FnOnce(&Locks) -> mistri_locks::Result<T> + Send,
     ) -> PyResult<T> {
-        let locks = self.locks();
+        // `self` is borrowed from a live Python object for the whole call:
+        // no clone of the handle needed to leave the GIL.
+        let locks = &self.locks;
         let result = if self.blocking {
-            py.detach(|| op(&locks))
+            py.detach(|| op(locks))
         } else {
-            op(&locks)
+            op(locks)
         };
         result.py_err(py)
     }
@@ -118,7 +120,7 @@ impl PyLocks {
     fn acquire(
         &self,
         py: Python<'_>,
-        key: String,
+        key: Key<'_>,
         ttl: Seconds<Ttl>,
         wait: Option<Seconds<Wait>>,
         limit: Limit,
@@ -146,18 +148,18 @@ impl PyLocks {
     /// Extends this adapter's lease on `key` to `ttl` seconds from now.
     /// False if it holds none (never acquired, released, or expired and
     /// retaken).
-    fn renew(&self, py: Python<'_>, key: String, ttl: Seconds<Ttl>) -> PyResult<bool> {
+    fn renew(&self, py: Python<'_>, key: Key<'_>, ttl: Seconds<Ttl>) -> PyResult<bool> {
         let ttl = ttl.duration(py)?;
         self.run(py, |l| l.renew(&key, ttl))
     }
 
     /// Deletes this adapter's lease on `key`. False if it holds none.
-    fn release(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+    fn release(&self, py: Python<'_>, key: Key<'_>) -> PyResult<bool> {
         self.run(py, |l| l.release(&key))
     }
 
     /// Is a live lease on `key` (anyone's)?
-    fn held(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+    fn held(&self, py: Python<'_>, key: Key<'_>) -> PyResult<bool> {
         self.run(py, |l| l.held(&key))
     }
 
@@ -166,7 +168,7 @@ impl PyLocks {
     fn info<'py>(
         &self,
         py: Python<'py>,
-        key: String,
+        key: Key<'_>,
     ) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
         let found = self.run(py, |l| l.info(&key))?;
         found.map(|i| crate::info::to_dict(py, &i)).transpose()
@@ -174,29 +176,29 @@ impl PyLocks {
 
     /// Raises the flag `key` for `ttl` seconds.
     #[pyo3(signature = (key, ttl = Seconds::<Ttl>::FLAG_TTL))]
-    fn set_flag(&self, py: Python<'_>, key: String, ttl: Seconds<Ttl>) -> PyResult<()> {
+    fn set_flag(&self, py: Python<'_>, key: Key<'_>, ttl: Seconds<Ttl>) -> PyResult<()> {
         let ttl = ttl.duration(py)?;
         self.run(py, |l| l.set_flag(&key, ttl))
     }
 
     /// Is the flag `key` up?
-    fn flag(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+    fn flag(&self, py: Python<'_>, key: Key<'_>) -> PyResult<bool> {
         self.run(py, |l| l.flag(&key))
     }
 
     /// Lowers the flag `key` (no error if it was down).
-    fn clear_flag(&self, py: Python<'_>, key: String) -> PyResult<()> {
+    fn clear_flag(&self, py: Python<'_>, key: Key<'_>) -> PyResult<()> {
         self.run(py, |l| l.clear_flag(&key))
     }
 
     /// The fencing number of this adapter's lease on `key`, if it has one.
-    fn fence(&self, key: &str) -> Option<u64> {
-        self.locks().fence(key)
+    fn fence(&self, key: Key<'_>) -> Option<u64> {
+        self.locks.fence(&key)
     }
 
     /// Operator override: deletes whatever lease is on `key`; its holder's
     /// hold becomes lost at its next renewal. Returns whether there was one.
-    fn break_lease(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+    fn break_lease(&self, py: Python<'_>, key: Key<'_>) -> PyResult<bool> {
         self.run(py, |l| l.break_lease(&key))
     }
 

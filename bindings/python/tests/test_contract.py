@@ -334,3 +334,74 @@ def test_numbers_other_than_float_are_accepted(backend) -> None:
             return 2.0
 
     assert a.acquire("float-like", Secs())  # type: ignore[arg-type]
+
+
+class _Name(str):
+    """A str subclass, as frameworks pass (enum values, markup strings)."""
+
+
+@pytest.mark.parametrize("key", ["clé", "ключ-鍵", "lock-🔒", _Name("named")])
+def test_keys_beyond_ascii_are_one_key_everywhere(backend, key: str) -> None:
+    # The operations read a key in place (the str's own UTF-8), holds copy
+    # it: both must name the same lease, on every backend, in the backend
+    # itself (the Redis key is the UTF-8 of the str).
+    a, b = backend.adapter(), backend.owner()
+    assert a.acquire(key, 5)
+    assert b.held(key) and not b.acquire(key, 5)
+    assert a.fence(key) is not None
+    info = a.info(key)
+    assert info is not None and info["fence"] == a.fence(key)
+    assert a.renew(key, 5)
+    assert not b.release(key)
+    assert a.release(key) and not b.held(key)
+    with b.hold(key, ttl=5, heartbeat=1) as h:  # type: ignore[union-attr]
+        assert h.key == key
+        assert a.held(key) and not a.acquire(key, 5)
+    assert not a.held(key)
+    assert a.acquire(key, 5)
+    backend.delete_lease(key)
+    assert not b.held(key)
+    a.set_flag(key, 5)
+    assert b.flag(key)
+    b.clear_flag(key)
+    assert not a.flag(key)
+
+
+def test_keys_with_lone_surrogates_are_unicode_errors(backend) -> None:
+    a = backend.adapter()
+    for call in (
+        lambda k: a.acquire(k, 1),
+        lambda k: a.renew(k, 1),
+        a.release,
+        a.held,
+        a.info,
+        a.fence,
+        lambda k: a.set_flag(k, 1),
+        a.flag,
+        a.clear_flag,
+        a.break_lease,
+    ):
+        with pytest.raises(UnicodeEncodeError):
+            call("bad-\ud800")
+    assert a.acquire("after-bad-key", 1), "the next call is unaffected"
+
+
+def test_int_seconds_are_exact_and_checked(backend) -> None:
+    a = backend.adapter()
+    assert a.acquire("int-ttl", 7)
+    info = a.info("int-ttl")
+    assert info is not None and info["ttl"] == 7
+    assert a.renew("int-ttl", 10**8)  # ~3 years: under the core's bound
+    with pytest.raises(ValueError, match="ttl"):
+        a.renew("int-ttl", -1)
+    with pytest.raises(ValueError, match="ttl"):
+        a.renew("int-ttl", 0)
+    with pytest.raises(ValueError, match="ttl"):
+        a.renew("int-ttl", 2**63)  # beyond i64: the general path
+
+    class Seconds(int):
+        pass
+
+    assert a.renew("int-ttl", Seconds(3))
+    info = a.info("int-ttl")
+    assert info is not None and info["ttl"] == 3
