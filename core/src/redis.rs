@@ -85,12 +85,13 @@ const MIN_IO: Duration = Duration::from_millis(1);
 /// set to it ([`crate::fence`]): a counter lost with the data (restart
 /// without persistence, `FLUSHALL`, failover, eviction) restarts above every
 /// fence issued before. `TIME` before a write needs effects replication, the
-/// only mode since Redis 7 (default since 5). When the clock wins (nearly
-/// always) the fence's text is `TIME`'s two parts joined (seconds, then the
-/// microseconds padded to 6 digits), and the acquired-at ms are the seconds
-/// and the first 3 of those digits: no number formatting on the server. A
-/// counter that wins is written with `%.0f` (exact: below 2^53, a Lua
-/// double is).
+/// only mode since Redis 7 (default since 5). The clock is read as text:
+/// `TIME`'s two parts joined (seconds, then the microseconds padded to 6
+/// digits), parsed once for the comparison; when the clock wins (nearly
+/// always) that text is the fence as written, and the acquired-at ms are
+/// the seconds and the first 3 of those digits: no number formatting on
+/// the server. A counter that wins is written with `%.0f` (exact: below
+/// 2^53, a Lua double is).
 ///
 /// With `ARGV[3]`, the lease's value is the token followed by the holder's
 /// description (`TOKEN TTL_MS FENCE ACQUIRED_MS HEARTBEAT_MS LABEL`, see
@@ -120,7 +121,9 @@ const MIN_IO: Duration = Duration::from_millis(1);
 /// end, so no closure or table is made per call).
 pub const ACQUIRE_LUA: &str = "\
 local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local us = string.sub('00000' .. now[2], -6)
+local clock = now[1] .. us
+local floor = tonumber(clock)
 local line = ARGV[5]
 local free = true
 if line or redis.call('EXISTS', KEYS[3] or KEYS[1], KEYS[4] or KEYS[1]) > 0 then
@@ -144,9 +147,8 @@ if line or redis.call('EXISTS', KEYS[3] or KEYS[1], KEYS[4] or KEYS[1]) > 0 then
   end
 end
 if free then
-  local us = string.sub('00000' .. now[2], -6)
   local counter = tonumber(redis.call('GET', KEYS[2]))
-  local fence, text = floor, now[1] .. us
+  local fence, text = floor, clock
   if counter and counter + 1 >= floor then
     fence = counter + 1
     text = string.format('%.0f', fence)
