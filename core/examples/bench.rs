@@ -9,14 +9,29 @@
 //! - memory: `Locks::acquire` + `Locks::release` on the in-process backend.
 //! - local: the same on the SQLite-file backend (WAL, synchronous=NORMAL).
 //! - redis: the same on the Redis backend (2 round trips: the acquire script,
-//!   SET NX PX + INCR of the fence, and the compare-and-delete script).
+//!   `SET NX PX` of the described lease + the fence counter, and the
+//!   release script, compare-and-delete + announcement).
 //! - raw baseline: the same client crate on one connection, one
 //!   `SET key token NX PX` and one Lua compare-and-delete (EVALSHA) per pair,
 //!   no pool, no fencing: the floor of any 2-round-trip lock.
+//! - limit: two prepacked `SET NX PX` round trips on a held key (refused by
+//!   the server at once), the redis-benchmark `-c 1` figure measured in
+//!   this process, slice for slice like the others (`scripts/bench`'s
+//!   redis-benchmark runs are averages over a whole run, while each
+//!   candidate here keeps its best slice).
 
 use mistri_locks::Locks;
 use mistri_locks_testkit::RedisServer;
+use redis::ConnectionLike;
 use std::time::{Duration, Instant};
+
+/// The raw baseline's release: the classic compare-and-delete (fixed here,
+/// so the baseline does not move with this project's release script).
+const CAD_LUA: &str = "\
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0";
 
 /// Slices per candidate: many short ones, so that on a loaded machine each
 /// side gets some quiet ones (the best slice is kept).
@@ -81,9 +96,22 @@ fn main() {
     let redis = Locks::redis(&url, "mistri:bench").unwrap();
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut con = client.get_connection().unwrap();
-    let cad = redis::Script::new(mistri_locks::redis::RELEASE_LUA);
+    let cad = redis::Script::new(CAD_LUA);
 
-    let [mem, loc, red, raw] = compare(
+    // The limit, in this process: what redis-benchmark -c 1 measures (a
+    // prepacked `SET NX PX` on a held key: the server refuses it at once),
+    // two per pair.
+    let mut lim_con = client.get_connection().unwrap();
+    let setnx = redis::cmd("SET")
+        .arg("limit:bench")
+        .arg("x")
+        .arg("NX")
+        .arg("PX")
+        .arg(600_000)
+        .get_packed_command();
+    let _ = lim_con.req_packed_command(&setnx).unwrap();
+
+    let [mem, loc, red, raw, lim] = compare(
         seconds,
         [
             &mut |_| {
@@ -112,6 +140,12 @@ fn main() {
                 let deleted: i64 = cad.key("raw:bench").arg(&token).invoke(&mut con).unwrap();
                 assert_eq!(deleted, 1);
             },
+            &mut |_| {
+                for _ in 0..2 {
+                    let reply = lim_con.req_packed_command(&setnx).unwrap();
+                    assert_eq!(reply, redis::Value::Nil);
+                }
+            },
         ],
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -125,9 +159,15 @@ fn main() {
         "{:<44} {:>12.0}",
         "raw baseline (SET NX PX + Lua CAD, 1 conn)", raw
     );
+    println!(
+        "{:<44} {:>12.0}",
+        "limit (2 x prepacked SET NX PX, 1 conn)", lim
+    );
     println!("redis / raw baseline: {:.2}", red / raw);
+    println!("redis / limit (in process): {:.2}", red / lim);
     println!("rust_memory_pairs={mem:.0}");
     println!("rust_local_pairs={loc:.0}");
     println!("rust_redis_pairs={red:.0}");
     println!("rust_raw_pairs={raw:.0}");
+    println!("rust_limit_pairs={lim:.0}");
 }

@@ -88,8 +88,13 @@ const MIN_IO: Duration = Duration::from_millis(1);
 /// set to it ([`crate::fence`]): a counter lost with the data (restart
 /// without persistence, `FLUSHALL`, failover, eviction) restarts above every
 /// fence issued before. `TIME` before a write needs effects replication, the
-/// only mode since Redis 7 (default since 5). `%.0f` writes the whole number
-/// exactly (below 2^53, a Lua double is).
+/// only mode since Redis 7 (default since 5). The clock is read as text:
+/// `TIME`'s two parts joined (seconds, then the microseconds padded to 6
+/// digits), parsed once for the comparison; when the clock wins (nearly
+/// always) that text is the fence as written, and the acquired-at ms are
+/// the seconds and the first 3 of those digits: no number formatting on
+/// the server. A counter that wins is written with `%.0f` (exact: below
+/// 2^53, a Lua double is).
 ///
 /// With `ARGV[3]`, the lease's value is the token followed by the holder's
 /// description (`TOKEN TTL_MS FENCE ACQUIRED_MS HEARTBEAT_MS LABEL`, see
@@ -107,59 +112,72 @@ const MIN_IO: Duration = Duration::from_millis(1);
 /// heads the queue the acquire is refused, even of a free lease. A refused
 /// waiter (`ARGV[5]`) is added (`ZADD NX`: it keeps its place) and its
 /// deadline refreshed; one that acquires leaves the queue. Both keys expire
-/// `ARGV[6]` ms after the last refresh. Without waiters the cost is one
-/// `EXISTS` of a missing key.
+/// `ARGV[6]` ms after the last refresh.
+///
+/// The common case, a plain acquire (no `ARGV[5]`) with neither slots nor a
+/// queue, is told apart by ONE `EXISTS KEYS[3] KEYS[4]` returning 0 (a
+/// caller without those keys counts the lease twice instead: any live lease
+/// takes the full path, which refuses it); then the script runs `TIME`,
+/// that `EXISTS`, `GET` of the counter, `SET … NX PX` and `SET` of the
+/// counter: 5 calls. Anything else takes the full path: the slots check,
+/// the queue's pruning, and a refused waiter's queue entry (written at the
+/// end, so no closure or table is made per call).
 pub const ACQUIRE_LUA: &str = "\
 local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local us = string.sub('00000' .. now[2], -6)
+local clock = now[1] .. us
+local floor = tonumber(clock)
 local line = ARGV[5]
-local function refuse()
-  if line then
+local free = true
+if line or redis.call('EXISTS', KEYS[3] or KEYS[1], KEYS[4] or KEYS[1]) > 0 then
+  if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
+    free = false
+  elseif KEYS[4] and (line or redis.call('EXISTS', KEYS[4]) == 1) then
     local ms = math.floor(floor / 1000)
-    redis.call('ZADD', KEYS[4], 'NX', string.format('%.0f', ms), line)
-    redis.call('HSET', KEYS[5], line, string.format('%.0f', ms + tonumber(ARGV[6])))
-    redis.call('PEXPIRE', KEYS[4], ARGV[6])
-    redis.call('PEXPIRE', KEYS[5], ARGV[6])
-  end
-  return 0
-end
-if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
-  return refuse()
-end
-if KEYS[4] and (line or redis.call('EXISTS', KEYS[4]) == 1) then
-  local ms = math.floor(floor / 1000)
-  while true do
-    local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-    if not head or head == line then
-      break
+    while true do
+      local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+      if not head or head == line then
+        break
+      end
+      local d = tonumber(redis.call('HGET', KEYS[5], head))
+      if d and d > ms then
+        free = false
+        break
+      end
+      redis.call('ZREM', KEYS[4], head)
+      redis.call('HDEL', KEYS[5], head)
     end
-    local d = tonumber(redis.call('HGET', KEYS[5], head))
-    if d and d > ms then
-      return refuse()
-    end
-    redis.call('ZREM', KEYS[4], head)
-    redis.call('HDEL', KEYS[5], head)
   end
 end
-local fence = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
-if floor > fence then
-  fence = floor
+if free then
+  local counter = tonumber(redis.call('GET', KEYS[2]))
+  local fence, text = floor, clock
+  if counter and counter + 1 >= floor then
+    fence = counter + 1
+    text = string.format('%.0f', fence)
+  end
+  local value = ARGV[1]
+  if ARGV[3] then
+    value = ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. text .. ' ' .. now[1] .. string.sub(us, 1, 3)
+      .. ' ' .. (ARGV[4] or '0') .. ' ' .. ARGV[3]
+  end
+  if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+    redis.call('SET', KEYS[2], text)
+    if line then
+      redis.call('ZREM', KEYS[4], line)
+      redis.call('HDEL', KEYS[5], line)
+    end
+    return fence
+  end
 end
-fence = string.format('%.0f', fence)
-local value = ARGV[1]
-if ARGV[3] then
-  value = table.concat({ARGV[1], ARGV[2], fence, string.format('%.0f', math.floor(floor / 1000)),
-    ARGV[4] or '0', ARGV[3]}, ' ')
-end
-if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-  return refuse()
-end
-redis.call('SET', KEYS[2], fence)
 if line then
-  redis.call('ZREM', KEYS[4], line)
-  redis.call('HDEL', KEYS[5], line)
+  local ms = math.floor(floor / 1000)
+  redis.call('ZADD', KEYS[4], 'NX', string.format('%.0f', ms), line)
+  redis.call('HSET', KEYS[5], line, string.format('%.0f', ms + tonumber(ARGV[6])))
+  redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  redis.call('PEXPIRE', KEYS[5], ARGV[6])
 end
-return tonumber(fence)";
+return 0";
 
 /// `KEYS[1]` queue, `KEYS[2]` queue deadlines (see [`ACQUIRE_LUA`]);
 /// `ARGV[1]` line id: takes the line out of the queue. Returns 0.
@@ -212,10 +230,13 @@ return 1";
 /// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` (optional) the channel that
 /// announces releases of this key (`{ns}:released:{KEY}`), `ARGV[3]` the
 /// message (the lease's fence). 1 if deleted (and then announced), 0 if the
-/// token does not own the key.
+/// token does not own the key. Ownership as in [`RENEW_LUA`] (the value is
+/// the token, or starts with it and a space), tested with a plain
+/// `string.find` at position 1 and the next byte: no string is built.
 pub const RELEASE_LUA: &str = "\
 local v = redis.call('GET', KEYS[1])
-if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then
+local t = ARGV[1]
+if v and (v == t or (string.find(v, t, 1, true) == 1 and string.byte(v, #t + 1) == 32)) then
   local n = redis.call('DEL', KEYS[1])
   if ARGV[2] then
     redis.call('PUBLISH', ARGV[2], ARGV[3] or '0')
@@ -1494,6 +1515,88 @@ mod tests {
         assert!(holder_from(b"tok 1 2 x 4 label", None, 0).is_none());
         assert!(holder_from(b"tok 1 2 3 4", None, 0).is_none());
         assert!(holder_from(b"tok 1 2 3 4 ", None, 0).is_some());
+    }
+
+    /// The short path writes the clock's fence as TIME's two parts joined
+    /// (microseconds padded to 6 digits): the same number the clock gave,
+    /// in the reply, the counter and the description, whatever the digits.
+    #[test]
+    fn clock_fences_are_written_as_the_server_clock_said() {
+        let server = mistri_locks_testkit::RedisServer::start();
+        let mut con = Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let script = Script::new(ACQUIRE_LUA);
+        let keys = ["t:lease:{k}", "t:fence:{k}", "t:slots:{k}", "t:queue:{k}"];
+        let time_us = |con: &mut Connection| -> u64 {
+            let (s, us): (u64, u64) = ::redis::cmd("TIME").query(con).unwrap();
+            s * 1_000_000 + us
+        };
+        // Until a reading in the first tenth of a second (fewer than 6
+        // microsecond digits) and one after it were seen: within ~1 s.
+        let (mut short, mut long) = (0, 0);
+        let start = std::time::Instant::now();
+        while short == 0 || long < 50 {
+            assert!(start.elapsed() < Duration::from_secs(20), "{short} {long}");
+            let before = time_us(&mut con);
+            let fence: u64 = script
+                .key(&keys[..])
+                .key("t:queued:{k}")
+                .arg("tok")
+                .arg(5000)
+                .arg("a label")
+                .arg(250)
+                .invoke(&mut con)
+                .unwrap();
+            let after = time_us(&mut con);
+            assert!(
+                before <= fence && fence <= after,
+                "{before} {fence} {after}"
+            );
+            if fence % 1_000_000 < 100_000 {
+                short += 1;
+            } else {
+                long += 1;
+            }
+            let value: String = ::redis::cmd("GET").arg(keys[0]).query(&mut con).unwrap();
+            let ms = fence / 1000;
+            assert_eq!(value, format!("tok 5000 {fence} {ms} 250 a label"));
+            let counter: String = ::redis::cmd("GET").arg(keys[1]).query(&mut con).unwrap();
+            assert_eq!(counter, fence.to_string());
+            let info = holder_from(value.as_bytes(), None, ms).unwrap();
+            assert_eq!((info.fence, info.label.as_str()), (fence, "a label"));
+            let _: i64 = ::redis::cmd("DEL").arg(keys[0]).query(&mut con).unwrap();
+        }
+        // A caller of two keys (an old client) is refused while the lease is
+        // held, and the counter does not move.
+        let held: u64 = script
+            .key(&keys[..4])
+            .arg("a")
+            .arg(5000)
+            .invoke(&mut con)
+            .unwrap();
+        assert!(held > 0);
+        let old: u64 = script
+            .key(&keys[..2])
+            .arg("b")
+            .arg(5000)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(old, 0);
+        let counter: String = ::redis::cmd("GET").arg(keys[1]).query(&mut con).unwrap();
+        assert_eq!(counter, held.to_string());
+        // ...and gets the lease once it is free.
+        let _: i64 = ::redis::cmd("DEL").arg(keys[0]).query(&mut con).unwrap();
+        let old: u64 = script
+            .key(&keys[..2])
+            .arg("b")
+            .arg(5000)
+            .invoke(&mut con)
+            .unwrap();
+        assert!(old > held);
+        let value: String = ::redis::cmd("GET").arg(keys[0]).query(&mut con).unwrap();
+        assert_eq!(value, "b");
     }
 
     #[test]
