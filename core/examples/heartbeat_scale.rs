@@ -83,7 +83,21 @@ impl Adapter for Counted {
     }
     fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
         self.beats.fetch_add(1, Ordering::Relaxed);
-        self.inner.beat(renewals, flags, deadline)
+        let t = Instant::now();
+        let r = self.inner.beat(renewals, flags, deadline);
+        if std::env::var_os("SCALE_TRACE").is_some() {
+            eprintln!(
+                "beat at {:?}: {} renewals in {:?}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis()
+                    % 100_000,
+                renewals.len(),
+                t.elapsed()
+            );
+        }
+        r
     }
 }
 
