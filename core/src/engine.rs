@@ -483,6 +483,17 @@ struct Schedule {
     deadlines: Timers,
 }
 
+impl Schedule {
+    /// The queue of timers of `kind`.
+    fn of(&mut self, kind: Kind) -> &mut Timers {
+        match kind {
+            Kind::Renew => &mut self.renew_due,
+            Kind::Check => &mut self.check_due,
+            Kind::Deadline => &mut self.deadlines,
+        }
+    }
+}
+
 impl Default for Schedule {
     fn default() -> Self {
         Schedule {
@@ -545,13 +556,7 @@ impl State {
 
     /// (Re)arms timer `kind` of entry `id` at its entry's time.
     fn arm(&mut self, kind: Kind, id: u64) {
-        let index = slot_of(id);
-        let timers = match kind {
-            Kind::Renew => &mut self.sched.renew_due,
-            Kind::Check => &mut self.sched.check_due,
-            Kind::Deadline => &mut self.sched.deadlines,
-        };
-        timers.arm(&mut self.entries, index);
+        self.sched.of(kind).arm(&mut self.entries, slot_of(id));
     }
 
     /// Moves timer `kind` of entry `id` to `at` (out of the queue at its
@@ -569,13 +574,7 @@ impl State {
     }
 
     fn disarm(&mut self, kind: Kind, id: u64) {
-        let index = slot_of(id);
-        let timers = match kind {
-            Kind::Renew => &mut self.sched.renew_due,
-            Kind::Check => &mut self.sched.check_due,
-            Kind::Deadline => &mut self.sched.deadlines,
-        };
-        timers.disarm(&mut self.entries, index);
+        self.sched.of(kind).disarm(&mut self.entries, slot_of(id));
     }
 
     /// Removes entry `id` (its timers and its stop-key watch).
