@@ -356,6 +356,7 @@ impl Slab {
         Some(entry)
     }
 
+    #[cfg(test)]
     fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Entry)> {
         self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
             let id = (u64::from(s.generation) << 32) | i as u64;
@@ -643,15 +644,13 @@ impl FlagWatcher for Shared {
     fn poll_now(&self) {
         let mut state = self.state.lock();
         let now = ms(Instant::now());
-        let mut watching = Vec::new();
-        for (id, e) in state.entries.iter_mut() {
-            if e.stop_key.is_some() {
-                e.recheck = true;
-                watching.push(id);
-            }
-        }
+        // The stop-key index names exactly the entries that watch a flag.
+        let watching: Vec<u64> = state.watching.values().flatten().copied().collect();
         let any = !watching.is_empty();
         for id in watching {
+            if let Some(e) = state.entries.get_mut(id) {
+                e.recheck = true;
+            }
             state.schedule(Kind::Check, id, now);
         }
         if any {

@@ -441,8 +441,9 @@ impl Redis {
     /// Puts back a connection checked out when [`Redis::master_epoch`]
     /// was `epoch` (one of an earlier epoch is dropped).
     fn checkin(&self, mut con: Con, epoch: u64) {
-        // A beat's buffer may be large: keep only a small one pooled.
-        if con.buf.capacity() > 64 * 1024 {
+        // Keep only a small buffer pooled. A beat's stays under this (it is
+        // sent every BEAT_CHUNK bytes), so it is not allocated again.
+        if con.buf.capacity() > 2 * BEAT_CHUNK {
             con.buf = Vec::new();
         }
         let mut pool = self.pool.get().lock();
@@ -614,9 +615,6 @@ impl Redis {
         // The replies are read once everything is sent (Redis queues them
         // meanwhile; it never waits for its client to read).
         con.buf.clear();
-        if con.buf.capacity() > 2 * BEAT_CHUNK {
-            con.buf = Vec::with_capacity(BEAT_CHUNK + 1024);
-        }
         let sha = self.renew.get_hash();
         let mut aimed_at = Instant::now();
         self.aim(con, deadline)?;
