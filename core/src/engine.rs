@@ -551,6 +551,21 @@ impl State {
             ids.remove(&id);
             if ids.is_empty() {
                 self.watching.remove(key);
+                if let Some(watch) = &self.watch {
+                    watch.unwatch_flag(key);
+                }
+            }
+        }
+    }
+
+    /// `id` watches `key` (the listener subscribes a key's channel while
+    /// any entry watches it: crate::push).
+    fn watch_key(&mut self, key: Arc<str>, id: u64) {
+        let ids = self.watching.entry(key.clone()).or_default();
+        ids.insert(id);
+        if ids.len() == 1 {
+            if let Some(watch) = &self.watch {
+                watch.watch_flag(&key);
             }
         }
     }
@@ -624,6 +639,11 @@ impl FlagWatcher for Shared {
         {
             let mut state = self.state.lock();
             let ids = state.watching.remove(key).unwrap_or_default();
+            if !ids.is_empty() {
+                if let Some(watch) = &state.watch {
+                    watch.unwatch_flag(key);
+                }
+            }
             for id in ids {
                 let Some(e) = state.entries.get_mut(id) else {
                     continue;
@@ -654,6 +674,24 @@ impl FlagWatcher for Shared {
             state.schedule(Kind::Check, id, now);
         }
         if any {
+            self.wake.notify_one();
+        }
+    }
+
+    fn poll_flag(&self, key: &str) {
+        let mut state = self.state.lock();
+        let now = ms(Instant::now());
+        let Some(ids) = state.watching.get(key) else {
+            return;
+        };
+        let ids: Vec<u64> = ids.iter().copied().collect();
+        for &id in &ids {
+            if let Some(e) = state.entries.get_mut(id) {
+                e.recheck = true;
+            }
+            state.schedule(Kind::Check, id, now);
+        }
+        if !ids.is_empty() {
             self.wake.notify_one();
         }
     }
@@ -804,7 +842,7 @@ impl Engine {
         state.arm(Kind::Deadline, id);
         if let Some(key) = watches {
             state.arm(Kind::Check, id);
-            state.watching.entry(key).or_default().insert(id);
+            state.watch_key(key, id);
         }
         shared.wake.notify_one();
         Ok(id)

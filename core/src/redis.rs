@@ -48,7 +48,8 @@ use crate::args::{millis_ceil, mint_token};
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
-use crate::push::{FlagWatch, FlagWatcher, Registry, LISTENER_IDLE};
+use crate::push::{FlagWatch, FlagWatcher, Interest, Plan, Registry, Subscriptions, LISTENER_IDLE};
+use std::collections::HashMap;
 use crate::redis_sentinel::Sentinel;
 use crate::redis_url::ReplicaAck;
 use ::redis::{
@@ -191,6 +192,18 @@ return 0";
 pub(crate) static LEAVE_QUEUE: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(LEAVE_QUEUE_LUA));
 
+/// [`BREAK_LUA`], hashed once per process.
+pub(crate) static BREAK: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(BREAK_LUA));
+
+/// The keys of [`BREAK_LUA`] for `key`.
+pub(crate) fn break_keys(ns: &str, key: &str) -> Vec<String> {
+    ["lease", "info", "slots", "holders", "queue", "queued"]
+        .iter()
+        .map(|kind| format!("{ns}:{kind}:{{{key}}}"))
+        .collect()
+}
+
 /// The queue entry ttl in ms ([`crate::waiting::QUEUE_ENTRY_TTL`]).
 pub(crate) fn queue_ttl_ms() -> u64 {
     millis_ceil(crate::waiting::QUEUE_ENTRY_TTL)
@@ -227,23 +240,76 @@ end
 redis.call('SET', KEYS[1], head .. (string.match(v, '^%S+ %S+ (.*)$') or ''), 'PX', ARGV[2])
 return 1";
 
-/// `KEYS[1]` lease; `ARGV[1]` token, `ARGV[2]` (optional) the channel that
-/// announces releases of this key (`{ns}:released:{KEY}`), `ARGV[3]` the
-/// message (the lease's fence). 1 if deleted (and then announced), 0 if the
-/// token does not own the key. Ownership as in [`RENEW_LUA`] (the value is
-/// the token, or starts with it and a space), tested with a plain
-/// `string.find` at position 1 and the next byte: no string is built.
-pub const RELEASE_LUA: &str = "\
+/// The Lua function that announces a release to the next waiting line
+/// only (`docs/PROTOCOL.md`, "Waiting"): `announce(queue, deadlines,
+/// prefix, message, verb)` looks at the first few lines of the key's queue
+/// (`{ns}:queue:{KEY}`, deadlines in `{ns}:queued:{KEY}`) and publishes
+/// `message` on `prefix .. line` (`{ns}:next:{KEY}:LINE`) for the first
+/// live one, with `verb` (`PUBLISH`; `SPUBLISH` on a cluster), by
+/// `pcall`: a server without `SPUBLISH` (Redis < 7) still releases, and the
+/// line retries on its timers. No queue: one `EXISTS`, nothing published.
+/// Used by every release script.
+macro_rules! announce_lua {
+    () => {
+        "\
+local function announce(queue, deadlines, prefix, message, verb)
+  if not queue or not prefix or redis.call('EXISTS', queue) == 0 then
+    return
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for _, line in ipairs(redis.call('ZRANGE', queue, 0, 7)) do
+    local d = tonumber(redis.call('HGET', deadlines, line))
+    if d and d > now then
+      redis.pcall(verb or 'PUBLISH', prefix .. line, message)
+      return
+    end
+  end
+end
+"
+    };
+}
+pub(crate) use announce_lua;
+
+/// `KEYS[1]` lease, `KEYS[2]` and `KEYS[3]` (optional) the key's queue of
+/// waiting lines and their deadlines; `ARGV[1]` token, `ARGV[2]`
+/// (optional) the prefix of the lines' channels (`{ns}:next:{KEY}:`),
+/// `ARGV[3]` the message (the lease's fence), `ARGV[4]` (optional) the
+/// publish command (`SPUBLISH` on a cluster). 1 if deleted (and then
+/// announced to the next live line of the queue, if any: see
+/// [`announce_lua`]), 0 if the token does not own the key. Ownership as in
+/// [`RENEW_LUA`] (the value is the token, or starts with it and a space),
+/// tested with a plain `string.find` at position 1 and the next byte: no
+/// string is built.
+pub const RELEASE_LUA: &str = concat!(
+    announce_lua!(),
+    "\
 local v = redis.call('GET', KEYS[1])
 local t = ARGV[1]
 if v and (v == t or (string.find(v, t, 1, true) == 1 and string.byte(v, #t + 1) == 32)) then
   local n = redis.call('DEL', KEYS[1])
-  if ARGV[2] then
-    redis.call('PUBLISH', ARGV[2], ARGV[3] or '0')
-  end
+  announce(KEYS[2], KEYS[3], ARGV[2], ARGV[3] or '0', ARGV[4])
   return n
 end
-return 0";
+return 0"
+);
+
+/// `KEYS[1]` lease, `KEYS[2]` description, `KEYS[3]` slots, `KEYS[4]`
+/// their descriptions, `KEYS[5]` and `KEYS[6]` the queue and its
+/// deadlines; `ARGV[1]` the lines' channel prefix, `ARGV[2]` (optional)
+/// the publish command. Deletes the lease and the slots, answers how many
+/// of them were there, and announces the release (message `0`) to the
+/// next line like a release does.
+pub const BREAK_LUA: &str = concat!(
+    announce_lua!(),
+    "\
+local n = redis.call('DEL', KEYS[1], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[4])
+if n > 0 then
+  announce(KEYS[5], KEYS[6], ARGV[1], '0', ARGV[2])
+end
+return n"
+);
 
 #[path = "redis_resp.rs"]
 pub(crate) mod resp;
@@ -394,10 +460,18 @@ impl Redis {
         format!("{}:raised:{{{key}}}", self.namespace)
     }
 
-    /// The pub/sub channel on which releases of the lease on `key` are
-    /// announced (waiting acquires, [`crate::waiting`]).
+    /// The pub/sub channel on which releases of the lease on `key` were
+    /// announced to every listener before per-line announcements (kept for
+    /// the protocol document; nothing new publishes on it).
     pub fn released_channel(&self, key: &str) -> String {
         format!("{}:released:{{{key}}}", self.namespace)
+    }
+
+    /// The prefix of the channels on which a release of `key` is announced
+    /// to the next waiting line: `{ns}:next:{KEY}:` followed by the line's
+    /// id.
+    pub fn line_channel_prefix(&self, key: &str) -> String {
+        format!("{}:next:{{{key}}}:", self.namespace)
     }
 
     /// The Redis key of the holder description of the lease on `key`.
@@ -778,29 +852,64 @@ impl ListenAt for Client {
     }
 }
 
-/// A flag listener (see the module header): one subscribed connection per
-/// process and adapter, to the channels `{ns}:{kind}:{KEY}`.
+/// A listener (see the module header): one subscribed connection per
+/// process and adapter, to exactly the channels its watchers want
+/// ([`crate::push`]): `{ns}:raised:{KEY}` for each watched stop key and
+/// `{ns}:next:{KEY}:LINE` for each waiting line. Never a pattern.
 pub(crate) struct Listener {
     at: Arc<dyn ListenAt>,
-    /// `{ns}:raised:{`: a channel name is this, the key, and `}`.
-    prefix: String,
-    /// `{ns}:r*:{*`: both prefixes (other channels are ignored).
-    pattern: String,
-    /// `{ns}:released:{`, the same for announced releases.
-    released_prefix: String,
+    namespace: String,
     timeout: Duration,
 }
 
+/// How often a listener looks for new interests while they keep coming
+/// (within [`HOT_FOR`] of the last change), and when they don't. Neither
+/// decides when a flag is seen: a new hold reads its flag itself and again
+/// once its subscription is live, and the tick poll is the floor.
+pub(crate) const HOT_SLICE: Duration = Duration::from_millis(20);
+/// See [`HOT_SLICE`].
+pub(crate) const COLD_SLICE: Duration = Duration::from_millis(250);
+/// See [`HOT_SLICE`].
+pub(crate) const HOT_FOR: Duration = Duration::from_secs(2);
+/// Channels per `SUBSCRIBE` / `UNSUBSCRIBE` command.
+const SUBSCRIBE_CHUNK: usize = 512;
+
+/// The channel of `interest` in `namespace`.
+pub(crate) fn channel_of(namespace: &str, interest: &Interest) -> String {
+    match interest {
+        Interest::Flag(key) => format!("{namespace}:raised:{{{key}}}"),
+        Interest::Line { key, line } => format!("{namespace}:next:{{{key}}}:{line}"),
+    }
+}
+
+/// What a message on `channel` tells `registry`, given the channels this
+/// listener subscribed.
+pub(crate) fn deliver(
+    channels: &HashMap<String, Interest>,
+    registry: &Registry,
+    channel: &str,
+    payload: &[u8],
+) {
+    match channels.get(channel) {
+        Some(Interest::Flag(key)) => registry.raised(key),
+        Some(Interest::Line { key, .. }) => {
+            let fence = std::str::from_utf8(payload)
+                .ok()
+                .and_then(|p| p.parse::<u64>().ok())
+                .filter(|f| *f != 0);
+            registry.released(key, fence);
+        }
+        None => {}
+    }
+}
+
 impl Listener {
-    /// A listener for the channels `{namespace}:raised:{KEY}` (flags) and
-    /// `{namespace}:released:{KEY}` (waiters), subscribing where `at` says:
-    /// one pattern for both, one subscription per connection.
+    /// A listener for the channels of `namespace`, subscribing where `at`
+    /// says.
     pub(crate) fn new(at: Arc<dyn ListenAt>, namespace: &str, timeout: Duration) -> Listener {
         Listener {
             at,
-            prefix: format!("{namespace}:raised:{{"),
-            pattern: format!("{}:r*:{{*", glob_escape(namespace)),
-            released_prefix: format!("{namespace}:released:{{"),
+            namespace: namespace.to_owned(),
             timeout,
         }
     }
@@ -826,6 +935,40 @@ impl Listener {
         }
     }
 
+    /// Sends `plan` (subscribes, then unsubscribes, in chunks); each
+    /// `SUBSCRIBE` returns once the server confirmed it (then every channel
+    /// of that command is live).
+    fn apply(
+        &self,
+        sub: &mut ::redis::PubSub<'_>,
+        plan: &Plan,
+        channels: &mut HashMap<String, Interest>,
+    ) -> ::redis::RedisResult<()> {
+        for chunk in plan.subscribe.chunks(SUBSCRIBE_CHUNK) {
+            let names: Vec<String> = chunk
+                .iter()
+                .map(|i| {
+                    let name = channel_of(&self.namespace, i);
+                    channels.insert(name.clone(), i.clone());
+                    name
+                })
+                .collect();
+            sub.subscribe(&names)?;
+        }
+        for chunk in plan.unsubscribe.chunks(SUBSCRIBE_CHUNK) {
+            let names: Vec<String> = chunk
+                .iter()
+                .map(|i| {
+                    let name = channel_of(&self.namespace, i);
+                    channels.remove(&name);
+                    name
+                })
+                .collect();
+            sub.unsubscribe(&names)?;
+        }
+        Ok(())
+    }
+
     /// One subscribed connection, until it fails or nobody watches.
     fn listen(&self, registry: &Registry) -> ::redis::RedisResult<Listened> {
         let (mut con, addr) = self.at.connect(Instant::now() + self.timeout)?;
@@ -834,52 +977,61 @@ impl Listener {
         // Never run PubSub's Drop: it sends UNSUBSCRIBE and waits for the
         // answers. Dropping `con` just closes the socket.
         let mut sub = std::mem::ManuallyDrop::new(con.as_pubsub());
-        sub.psubscribe(&self.pattern)?;
+        let mut channels: HashMap<String, Interest> = HashMap::new();
+        let mut subs = Subscriptions::default();
+        let all = Plan {
+            subscribe: registry.wanted(),
+            unsubscribe: Vec::new(),
+        };
+        self.apply(&mut sub, &all, &mut channels)?;
+        subs.done(&all);
         // Live from here: what was raised before is found by reading, and
         // every waiter tries once (a release may have gone unheard).
         registry.poll_now();
         registry.released_any();
-        sub.set_read_timeout(Some(LISTENER_IDLE))?;
         let mut checked = Instant::now();
+        let mut hot_until = checked + HOT_FOR;
         loop {
+            let now = Instant::now();
+            let plan = subs.plan(registry, now);
+            if !plan.is_empty() {
+                sub.set_read_timeout(Some(self.timeout))?;
+                self.apply(&mut sub, &plan, &mut channels)?;
+                subs.done(&plan);
+                registry.live(&plan.subscribe);
+                hot_until = Instant::now() + HOT_FOR;
+            }
+            let mut slice = if now < hot_until { HOT_SLICE } else { COLD_SLICE };
+            if let Some(at) = subs.next_leave() {
+                slice = slice.min(at.saturating_duration_since(now).max(MIN_IO));
+            }
+            sub.set_read_timeout(Some(slice))?;
             match sub.get_message() {
                 Ok(msg) => {
-                    let channel = msg.get_channel_name();
-                    let key_after = |prefix: &str| {
-                        channel
-                            .strip_prefix(prefix)
-                            .and_then(|rest| rest.strip_suffix('}'))
-                            .filter(|k| !k.is_empty())
-                    };
-                    if let Some(key) = key_after(&self.prefix) {
-                        registry.raised(key);
-                    } else if let Some(key) = key_after(&self.released_prefix) {
-                        let fence = msg
-                            .get_payload::<String>()
-                            .ok()
-                            .and_then(|p| p.parse::<u64>().ok())
-                            .filter(|f| *f != 0);
-                        registry.released(key, fence);
-                    }
-                    if checked.elapsed() < LISTENER_IDLE {
-                        continue;
-                    }
+                    deliver(
+                        &channels,
+                        registry,
+                        msg.get_channel_name(),
+                        msg.get_payload_bytes(),
+                    );
+                    continue;
                 }
-                Err(e) if e.is_timeout() => {
-                    if registry.retire_if_unwatched() {
-                        return Ok(Listened::Retired);
-                    }
-                    // Silence: make sure the server is still there.
-                    sub.set_read_timeout(Some(self.timeout))?;
-                    if sub.ping::<Value>().is_err() {
-                        return Ok(Listened::Lost);
-                    }
-                    sub.set_read_timeout(Some(LISTENER_IDLE))?;
-                }
+                Err(e) if e.is_timeout() => {}
                 Err(_) => return Ok(Listened::Lost),
             }
-            // About once a second: still where messages are published?
-            // (Bounded by a second: the next message must not wait long.)
+            if checked.elapsed() < LISTENER_IDLE {
+                continue;
+            }
+            if registry.retire_if_unwatched() {
+                return Ok(Listened::Retired);
+            }
+            registry.idle();
+            // A second of silence: make sure the server is still there,
+            // and still where messages are published (a failover).
+            sub.set_read_timeout(Some(self.timeout))?;
+            if sub.ping::<Value>().is_err() {
+                return Ok(Listened::Lost);
+            }
             checked = Instant::now();
             if self
                 .at
@@ -1120,10 +1272,13 @@ impl Adapter for Redis {
             return self.release_slot(lease);
         }
         let reply = self.with_con(|con, deadline| {
-            self.eval_with(con, deadline, &self.release, RELEASE_LUA, (1, 3), |w| {
-                w.key(&self.namespace, "lease", lease.key())
+            self.eval_with(con, deadline, &self.release, RELEASE_LUA, (3, 3), |w| {
+                let (ns, key) = (&self.namespace, lease.key());
+                w.key(ns, "lease", key)
+                    .key(ns, "queue", key)
+                    .key(ns, "queued", key)
                     .bulk(lease.token().as_bytes())
-                    .key(&self.namespace, "released", lease.key())
+                    .key_then(ns, "next", key, ":")
                     .int(lease.fence());
             })
         })?;
@@ -1155,22 +1310,15 @@ impl Adapter for Redis {
     }
 
     fn break_lease(&self, key: &str) -> Result<bool> {
-        self.with_con(|con, _| {
-            let (n, _, s, _, _): (i64, i64, i64, i64, i64) = ::redis::pipe()
-                .atomic()
-                .cmd("DEL")
-                .arg(self.lease_key(key))
-                .cmd("DEL")
-                .arg(self.info_key(key))
-                .cmd("DEL")
-                .arg(self.slots_key(key))
-                .cmd("DEL")
-                .arg(self.holders_key(key))
-                .cmd("PUBLISH")
-                .arg(self.released_channel(key))
-                .arg("0")
-                .query(&mut con.con)?;
-            Ok(n + s)
+        self.with_con(|con, deadline| {
+            self.eval::<i64>(
+                con,
+                deadline,
+                &BREAK,
+                BREAK_LUA,
+                &break_keys(&self.namespace, key),
+                &[self.line_channel_prefix(key)],
+            )
         })
         .map(|n| n >= 1)
     }

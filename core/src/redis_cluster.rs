@@ -51,7 +51,7 @@ use crate::push::{FlagWatch, FlagWatcher, Registry};
 use crate::redis::slots::{self as slot, SCRIPTS as SLOT_SCRIPTS};
 use crate::redis::{
     flag_from, holder_from, min_left_ms, queue_ttl_ms, renewed_from, ListenAt, Listener,
-    ACQUIRE_LUA, DEFAULT_TIMEOUT, LEAVE_QUEUE, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA,
+    break_keys, ACQUIRE_LUA, BREAK, BREAK_LUA, DEFAULT_TIMEOUT, LEAVE_QUEUE, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA,
 };
 use crate::redis_url::{ReplicaAck, UrlParts};
 use ::redis::{
@@ -77,25 +77,16 @@ const INFO_LUA: &str = "\
 return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]), redis.call('TIME')}";
 
 /// `KEYS[1]` flag; `ARGV[1]` ttl in ms, `ARGV[2]` its channel. Raises the
-/// flag, then announces it (the `SET` and `PUBLISH` of one server's
-/// pipeline, in one script so the message never goes out from a node
-/// that redirected the `SET`).
+/// flag, then announces it by sharded pub/sub on the flag's slot owner
+/// (`SPUBLISH`, so the message stays on that shard instead of crossing the
+/// cluster bus to every node), in one script so the message never goes out
+/// from a node that redirected the `SET`. By `pcall`: on a Redis without
+/// `SPUBLISH` (< 7) the flag is still raised, and watchers see it at their
+/// next tick.
 const RAISE_LUA: &str = "\
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
-redis.call('PUBLISH', ARGV[2], '1')
+redis.pcall('SPUBLISH', ARGV[2], '1')
 return 1";
-
-/// `KEYS[1]` lease, `KEYS[2]` description, `KEYS[3]` (optional) slots,
-/// `KEYS[4]` their descriptions: deletes them all, answers how many of the
-/// lease and the slots were there.
-const BREAK_LUA: &str = "\
-local n = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2])
-if KEYS[3] then
-  n = n + redis.call('DEL', KEYS[3])
-  redis.call('DEL', KEYS[4])
-end
-return n";
 
 #[derive(Clone)]
 struct SlotMap {
@@ -1112,10 +1103,12 @@ impl Adapter for RedisCluster {
 
     fn release(&self, lease: &Lease) -> Result<bool> {
         if lease.slotted() {
+            let (keys, mut args) = slot::release_call(&self.namespace, lease);
+            args.push("SPUBLISH".to_owned());
             let op = self.slot_op(
                 &SLOT_SCRIPTS.release,
                 slot::SLOT_RELEASE_LUA,
-                slot::release_call(&self.namespace, lease),
+                (keys, args),
                 true,
             );
             return match self.query(op)? {
@@ -1126,13 +1119,18 @@ impl Adapter for RedisCluster {
         let op = self.script_op(
             &self.release,
             RELEASE_LUA,
-            &[self.key("lease", lease.key())],
-            // Announced to waiting acquires (classic PUBLISH reaches every
-            // node, so a listener on any node hears it).
+            &[
+                self.key("lease", lease.key()),
+                self.key("queue", lease.key()),
+                self.key("queued", lease.key()),
+            ],
+            // Announced to the next waiting line only, by sharded pub/sub
+            // on the key's slot owner (no message crosses the bus).
             &[
                 lease.token().to_owned(),
-                self.key("released", lease.key()),
+                format!("{}:", self.key("next", lease.key())),
                 lease.fence().to_string(),
+                "SPUBLISH".to_owned(),
             ],
         );
         match self.query(op)? {
@@ -1172,15 +1170,10 @@ impl Adapter for RedisCluster {
     }
 
     fn break_lease(&self, key: &str) -> Result<bool> {
-        let keys = [
-            self.key("lease", key),
-            self.key("info", key),
-            self.key("slots", key),
-            self.key("holders", key),
-        ];
-        let mut cmd = ::redis::cmd("EVAL");
-        cmd.arg(BREAK_LUA).arg(4).arg(&keys[..]);
-        match self.query(Self::plain_op(&keys[0], cmd))? {
+        // Announced like a release (the single server's script).
+        let keys = break_keys(&self.namespace, key);
+        let args = [format!("{}:", self.key("next", key)), "SPUBLISH".to_owned()];
+        match self.query(self.script_op(&BREAK, BREAK_LUA, &keys, &args))? {
             Value::Int(n) => Ok(n >= 1),
             other => Err(unexpected("break", &other)),
         }

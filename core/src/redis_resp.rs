@@ -41,7 +41,19 @@ impl<'a> Resp<'a> {
 
     /// The key `NS:kind:{KEY}` (the braces literal: a hash tag).
     pub(crate) fn key(&mut self, namespace: &str, kind: &str, key: &str) -> &mut Self {
-        let len = namespace.len() + kind.len() + key.len() + 4;
+        self.key_then(namespace, kind, key, "")
+    }
+
+    /// `NS:kind:{KEY}` followed by `tail` (a channel prefix such as
+    /// `NS:next:{KEY}:`).
+    pub(crate) fn key_then(
+        &mut self,
+        namespace: &str,
+        kind: &str,
+        key: &str,
+        tail: &str,
+    ) -> &mut Self {
+        let len = namespace.len() + kind.len() + key.len() + 4 + tail.len();
         self.buf.push(b'$');
         self.decimal(len as u64);
         self.buf.extend_from_slice(b"\r\n");
@@ -50,7 +62,9 @@ impl<'a> Resp<'a> {
         self.buf.extend_from_slice(kind.as_bytes());
         self.buf.extend_from_slice(b":{");
         self.buf.extend_from_slice(key.as_bytes());
-        self.buf.extend_from_slice(b"}\r\n");
+        self.buf.push(b'}');
+        self.buf.extend_from_slice(tail.as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
         self
     }
 

@@ -177,21 +177,22 @@ expire_with_last(KEYS[1], KEYS[2])
 return 1"
 );
 
-/// `KEYS[1]` slots, `KEYS[2]` holders; `ARGV[1]` token, `ARGV[2]`
-/// (optional) the channel `{ns}:released:{KEY}`, `ARGV[3]` the message
-/// (the slot's fence). 1 if the live slot was deleted (and announced),
-/// else 0.
+/// `KEYS[1]` slots, `KEYS[2]` holders, `KEYS[3]` and `KEYS[4]`
+/// (optional) the queue and its deadlines; `ARGV[1]` token, `ARGV[2]`
+/// (optional) the lines' channel prefix `{ns}:next:{KEY}:`, `ARGV[3]` the
+/// message (the slot's fence), `ARGV[4]` (optional) the publish command.
+/// 1 if the live slot was deleted (and announced to the next live line,
+/// as [`crate::redis::RELEASE_LUA`] does), else 0.
 pub const SLOT_RELEASE_LUA: &str = concat!(
     prelude!(),
+    super::announce_lua!(),
     "\
 prune(KEYS[1], KEYS[2], now_ms())
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
 if n == 1 then
   redis.call('HDEL', KEYS[2], ARGV[1])
   expire_with_last(KEYS[1], KEYS[2])
-  if ARGV[2] then
-    redis.call('PUBLISH', ARGV[2], ARGV[3] or '0')
-  end
+  announce(KEYS[3], KEYS[4], ARGV[2], ARGV[3] or '0', ARGV[4])
 end
 return n"
 );
@@ -300,10 +301,15 @@ pub(crate) fn renew_call(ns: &str, r: &Renewal<'_>) -> Call {
 pub(crate) fn release_call(ns: &str, lease: &Lease) -> Call {
     let key = lease.key();
     (
-        vec![key_of(ns, "slots", key), key_of(ns, "holders", key)],
+        vec![
+            key_of(ns, "slots", key),
+            key_of(ns, "holders", key),
+            key_of(ns, "queue", key),
+            key_of(ns, "queued", key),
+        ],
         vec![
             lease.token().to_owned(),
-            key_of(ns, "released", key),
+            format!("{}:", key_of(ns, "next", key)),
             lease.fence().to_string(),
         ],
     )
@@ -513,7 +519,15 @@ mod tests {
     #[test]
     fn keys_share_the_hash_tag() {
         let (keys, args) = release_call("ns", &Lease::slot("job", "t", 1, 3));
-        assert_eq!(keys, ["ns:slots:{job}", "ns:holders:{job}"]);
-        assert_eq!(args, ["t", "ns:released:{job}", "1"]);
+        assert_eq!(
+            keys,
+            [
+                "ns:slots:{job}",
+                "ns:holders:{job}",
+                "ns:queue:{job}",
+                "ns:queued:{job}"
+            ]
+        );
+        assert_eq!(args, ["t", "ns:next:{job}:", "1"]);
     }
 }

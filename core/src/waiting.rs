@@ -263,9 +263,9 @@ fn line_id() -> Arc<str> {
 }
 
 impl Line {
-    fn new() -> Self {
+    fn new(id: Arc<str>) -> Self {
         Line {
-            id: line_id(),
+            id,
             asked: false,
             queue: VecDeque::new(),
             rung_for: Vec::new(),
@@ -311,6 +311,36 @@ struct AdapterLines {
 struct LinesState {
     adapters: HashMap<usize, AdapterLines>,
     next_id: u64,
+    /// The ids of lines that ended lately, per (adapter, key): a line that
+    /// starts again soon takes the same id, so its subscription (kept
+    /// [`crate::push::LINGER`] by the listener) is still live and its
+    /// releases are heard without a new subscribe.
+    recent: HashMap<(usize, Arc<str>), (Arc<str>, Instant)>,
+}
+
+/// How many ended lines' ids are remembered at most.
+const RECENT_LINES: usize = 4096;
+
+impl LinesState {
+    /// The id for a new line of (`adapter`, `key`).
+    fn line_id_for(&mut self, adapter: usize, key: &Arc<str>) -> Arc<str> {
+        match self.recent.remove(&(adapter, key.clone())) {
+            Some((id, at)) if at.elapsed() < crate::push::LINGER => id,
+            _ => line_id(),
+        }
+    }
+
+    /// Remembers the id of a line that ended.
+    fn ended(&mut self, adapter: usize, key: Arc<str>, id: Arc<str>) {
+        if self.recent.len() >= RECENT_LINES {
+            self.recent
+                .retain(|_, (_, at)| at.elapsed() < crate::push::LINGER);
+            if self.recent.len() >= RECENT_LINES {
+                self.recent.clear();
+            }
+        }
+        self.recent.insert((adapter, key), (id, Instant::now()));
+    }
 }
 
 #[derive(Default)]
@@ -371,6 +401,16 @@ pub(crate) fn released_key(adapter: &Arc<dyn Adapter>, key: &str) {
     if let Some(line) = line {
         line.ring_head();
     }
+}
+
+/// The lines on `adapter` hear releases by push (its listener runs).
+fn pushes(adapter: &Arc<dyn Adapter>) -> bool {
+    lines()
+        .state
+        .lock()
+        .adapters
+        .get(&adapter_id(adapter))
+        .is_some_and(|a| a.watch.is_some())
 }
 
 /// What the adapter's listener tells the lines of one adapter object.
@@ -439,7 +479,16 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
             watching: false,
         });
         a.waiters += 1;
-        let line = a.lines.entry(key.clone()).or_insert_with(Line::new);
+        if !a.lines.contains_key(key) {
+            let id = state.line_id_for(aid, key);
+            let a = state.adapters.get_mut(&aid).expect("just made");
+            if let Some(watch) = &a.watch {
+                watch.watch_line(key, &id);
+            }
+            a.lines.insert(key.clone(), Line::new(id));
+        }
+        let a = state.adapters.get_mut(&aid).expect("just made");
+        let line = a.lines.get_mut(key).expect("just made");
         let line_id = line.id.clone();
         line.queue.push_back((id, bell.clone()));
         if line.queue.len() == 1 {
@@ -463,7 +512,15 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
             .get_mut(&aid)
             .filter(|a| Arc::ptr_eq(&a.watcher, &watcher));
         let unused = match mine {
-            Some(a) => std::mem::replace(&mut a.watch, watch),
+            Some(a) => {
+                // The lines made before the watch existed.
+                if let Some(watch) = &watch {
+                    for (key, line) in &a.lines {
+                        watch.watch_line(key, &line.id);
+                    }
+                }
+                std::mem::replace(&mut a.watch, watch)
+            }
             None => watch,
         };
         drop(state);
@@ -523,9 +580,16 @@ fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
     let mut forget = false;
     if line.queue.is_empty() {
         forget = line.asked;
-        a.lines.remove(key);
+        if let Some((key, line)) = a.lines.remove_entry(key) {
+            if let Some(watch) = &a.watch {
+                watch.unwatch_line(&key, &line.id);
+            }
+            state.ended(place.adapter, key, line.id);
+        }
     }
-    let gone = (a.waiters == 0)
+    let a = state.adapters.get(&place.adapter);
+    let gone = a
+        .is_some_and(|a| a.waiters == 0)
         .then(|| state.adapters.remove(&place.adapter))
         .flatten();
     drop(state);
@@ -767,6 +831,11 @@ impl<T> Waiting<T> {
             // it is free and another process's line is ahead in the
             // backend's queue (that one's release rings this head; the
             // retries back off).
+            // With push, that line's holder's release is announced to the
+            // line next in the queue, by name: this head is rung when its
+            // turn comes, and does not poll meanwhile (a refused head never
+            // polls faster than the lease could change hands).
+            Ok(None) if self.knows_expiry && pushes(&self.adapter) => SAFETY_POLL,
             Ok(None) if self.knows_expiry => {
                 let wait = QUICK_RETRY.saturating_mul(1 << self.quick.min(10));
                 self.quick += 1;
