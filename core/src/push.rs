@@ -133,15 +133,6 @@ pub(crate) enum Interest {
     },
 }
 
-impl Interest {
-    /// The user key this interest is about.
-    pub fn key(&self) -> &str {
-        match self {
-            Interest::Flag(key) | Interest::Line { key, .. } => key,
-        }
-    }
-}
-
 /// A registration with an adapter's listener; dropping it unregisters
 /// (and gives up every interest it holds).
 pub struct FlagWatch {
@@ -472,12 +463,6 @@ impl Plan {
 }
 
 impl Subscriptions {
-    /// Forgets everything (the channel was lost).
-    pub(crate) fn clear(&mut self) {
-        self.live.clear();
-        self.leaving.clear();
-    }
-
     /// Folds the registry's pending changes in and says what to send now:
     /// new interests to subscribe, and interests unwanted for [`LINGER`]
     /// to drop. The caller sends them, then calls [`Subscriptions::done`].
@@ -606,7 +591,11 @@ mod tests {
             vec![(Interest::Flag("b".into()), false)]
         );
         drop(watch);
-        assert_eq!(registry.wanted(), Vec::new(), "a dropped watch gives up all");
+        assert_eq!(
+            registry.wanted(),
+            Vec::new(),
+            "a dropped watch gives up all"
+        );
     }
 
     #[test]
