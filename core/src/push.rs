@@ -133,6 +133,19 @@ pub(crate) enum Interest {
     },
 }
 
+/// Announcements this process's listeners have heard (raised flags and
+/// releases, each message or doorbell ring counted once), since it started.
+/// A process that neither watches a flag nor waits for a lease hears none.
+pub fn messages_heard() -> u64 {
+    HEARD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static HEARD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn heard() {
+    HEARD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// A registration with an adapter's listener; dropping it unregisters
 /// (and gives up every interest it holds).
 pub struct FlagWatch {
@@ -372,6 +385,7 @@ impl Registry {
     }
 
     pub(crate) fn raised(&self, key: &str) {
+        heard();
         for w in self.watchers() {
             w.raised(key);
         }
@@ -384,6 +398,7 @@ impl Registry {
     }
 
     pub(crate) fn released(&self, key: &str, fence: Option<u64>) {
+        heard();
         for w in self.watchers() {
             w.released(key, fence);
         }
