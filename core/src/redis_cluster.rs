@@ -31,16 +31,13 @@
 //! dropped, never reused. The state mutex is held only to read the map or
 //! push/pop a connection, never during I/O.
 //!
-//! Push delivery of stop flags ([`crate::push`]): `set_flag` runs one
-//! script on the flag's slot owner that `SET`s the flag and then
-//! `PUBLISH`es `{ns}:raised:{KEY}` (classic pub/sub, which a cluster
-//! broadcasts to every node over its bus). So the listener needs one
-//! `PSUBSCRIBE` on any one node, not one per master: it picks a master of
-//! the last slot map (else a seed), and after that node fails, another,
-//! then has the engines poll every watched flag. Sharded pub/sub
-//! (`SSUBSCRIBE`) was not used: it has no pattern form, so a listener
-//! would need a subscription per watched key on each key's slot owner,
-//! re-made after every slot move.
+//! Push ([`crate::push`]) by sharded pub/sub (`redis_shards.rs`):
+//! `set_flag` runs one script on the flag's slot owner that `SET`s the flag
+//! and then `SPUBLISH`es `{ns}:raised:{KEY}`; releases announce to the next
+//! waiting line with `SPUBLISH {ns}:next:{KEY}:LINE`. A message stays on
+//! the shard that owns the key (a classic `PUBLISH` would cross the cluster
+//! bus to every node). The listener subscribes each channel on its slot's
+//! owner and follows slot moves and failovers.
 
 use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::args::{millis_ceil, mint_token};

@@ -12,8 +12,9 @@
 
 mod common;
 use common::*;
+use mistri_locks::redis_cluster::slot_of;
 use mistri_locks::{AcquireOptions, HoldOptions, Locks};
-use mistri_locks_testkit::{unique, RedisServer};
+use mistri_locks_testkit::{command_on, unique, RedisCluster as TestCluster, RedisServer};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -186,16 +187,22 @@ fn a_reconnect_resubscribes_flags_and_lines() {
         let locks = locks.clone();
         let key = key.clone();
         std::thread::spawn(move || {
-            locks
-                .acquire_with(
+            // A try made while the server is down is an error: wait again.
+            for _ in 0..100 {
+                let got = locks.acquire_with(
                     &key,
                     secs(30.0),
                     &AcquireOptions {
                         wait: Some(secs(20.0)),
                         ..AcquireOptions::default()
                     },
-                )
-                .unwrap()
+                );
+                match got {
+                    Ok(got) => return got,
+                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+            false
         })
     };
     let lines = format!("{NS}:next:{{{key}}}:*");
@@ -358,5 +365,147 @@ fn processes_that_neither_watch_nor_wait_hear_nothing() {
     assert!(
         total <= (WAITERS * 5) as u64,
         "waiters heard more than their turns: {waiter_heard:?}"
+    );
+}
+
+// ------------------------------------------------------------- cluster
+
+/// A field of `CLUSTER INFO` on `port`.
+fn cluster_info(port: u16, field: &str) -> u64 {
+    command_on(port, "CLUSTER INFO")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{field}:")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Pub/sub messages the nodes sent each other over the cluster bus.
+fn bus_messages(cluster: &TestCluster) -> u64 {
+    cluster
+        .ports()
+        .into_iter()
+        .map(|p| {
+            cluster_info(p, "cluster_stats_messages_publish_sent")
+                + cluster_info(p, "cluster_stats_messages_publishshard_sent")
+        })
+        .sum()
+}
+
+/// Shard-channel subscriptions on the node at `port`.
+fn ssub_on(port: u16) -> u64 {
+    command_on(port, "CLIENT LIST")
+        .lines()
+        .filter_map(|l| l.split(" ssub=").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Subscribers of the shard channel `channel` on the node at `port`.
+fn shard_numsub(port: u16, channel: &str) -> i64 {
+    command_on(port, &format!("PUBSUB SHARDNUMSUB {channel}"))
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(':'))
+        .filter_map(|n| n.parse().ok())
+        .last()
+        .unwrap_or(-1)
+}
+
+fn node_id(port: u16) -> String {
+    command_on(port, "CLUSTER MYID")
+        .lines()
+        .find(|l| l.len() == 40)
+        .expect("a node id")
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn cluster_announcements_stay_on_their_shard_and_follow_a_slot_move() {
+    let cluster = TestCluster::start(3, 0);
+    let url = cluster.url();
+    let locks = Locks::redis(&url, NS).unwrap();
+    let other = Locks::redis(&url, NS).unwrap();
+    let stop = unique("stop-moving");
+    let slot = slot_of(&raised(&stop));
+    let from = cluster.owner_of(slot).expect("slot served");
+    let hold = locks
+        .hold(&unique("job"), stop_opts(&stop))
+        .unwrap()
+        .unwrap();
+    until(
+        "the stop key subscribed on its slot's owner",
+        secs(5.0),
+        || ssub_on(from) == 1,
+    );
+    let elsewhere: u64 = cluster
+        .ports()
+        .into_iter()
+        .filter(|p| *p != from)
+        .map(ssub_on)
+        .sum();
+    assert_eq!(elsewhere, 0, "subscribed on a node that does not own it");
+
+    // Raises nobody watches, releases with and without a waiting line:
+    // nothing crosses the bus (no replicas here, so sharded messages have
+    // nobody to go to either).
+    let before = bus_messages(&cluster);
+    let key = unique("handed");
+    assert!(other.acquire(&key, secs(30.0)).unwrap());
+    let waiter = {
+        let locks = locks.clone();
+        let key = key.clone();
+        std::thread::spawn(move || {
+            locks
+                .acquire_with(
+                    &key,
+                    secs(30.0),
+                    &AcquireOptions {
+                        wait: Some(secs(10.0)),
+                        ..AcquireOptions::default()
+                    },
+                )
+                .unwrap()
+        })
+    };
+    let key_owner = cluster
+        .owner_of(slot_of(&format!("{NS}:next:{{{key}}}:x")))
+        .unwrap();
+    until("the line subscribed on its key's owner", secs(5.0), || {
+        ssub_on(key_owner) >= 1 + u64::from(key_owner == from)
+    });
+    let released = Instant::now();
+    other.release(&key).unwrap();
+    assert!(waiter.join().unwrap());
+    assert!(released.elapsed() < secs(1.0), "{:?}", released.elapsed());
+    for i in 0..20 {
+        other
+            .set_flag(&unique(&format!("unwatched-{i}")), secs(5.0))
+            .unwrap();
+        let k = unique("pair");
+        assert!(other.acquire(&k, secs(5.0)).unwrap());
+        other.release(&k).unwrap();
+    }
+    assert_eq!(bus_messages(&cluster), before, "pub/sub crossed the bus");
+
+    // Move the stop key's slot to another master: the old owner drops the
+    // channel, the listener subscribes it on the new owner.
+    let to = *cluster.master_ports().iter().find(|p| **p != from).unwrap();
+    let to_id = node_id(to);
+    for p in cluster.ports() {
+        let reply = command_on(p, &format!("CLUSTER SETSLOT {slot} NODE {to_id}"));
+        assert!(reply.contains("OK"), "{reply}");
+    }
+    until("the channel followed its slot", secs(10.0), || {
+        shard_numsub(to, &raised(&stop)) == 1 && shard_numsub(from, &raised(&stop)) == 0
+    });
+    let pushed = locks.stats().pushes_received;
+    let raised_at = Instant::now();
+    other.set_flag(&stop, secs(30.0)).unwrap();
+    assert!(hold.signal().wait(Some(secs(3.0))));
+    assert_eq!(
+        locks.stats().pushes_received,
+        pushed + 1,
+        "after the move the stop came by push ({:?})",
+        raised_at.elapsed()
     );
 }
