@@ -177,7 +177,7 @@ fn subscribers(port: u16, channel: &str) -> i64 {
                 .lines()
                 .filter_map(|l| l.trim().strip_prefix(':'))
                 .filter_map(|n| n.parse::<i64>().ok())
-                .last()
+                .next_back()
                 .unwrap_or(0)
         })
         .sum()

@@ -95,7 +95,7 @@ fn numsub(server: &RedisServer, channel: &str) -> i64 {
     // The raw reply: `*2`, the channel, then `:N`.
     out.lines()
         .filter_map(|l| l.trim().strip_prefix(':'))
-        .last()
+        .next_back()
         .and_then(|n| n.parse().ok())
         .unwrap_or(-1)
 }
