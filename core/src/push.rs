@@ -386,6 +386,14 @@ impl Registry {
         }
     }
 
+    /// The flag `key` may have been raised unheard (a doorbell of its
+    /// bucket rang): the watchers read it.
+    pub(crate) fn poll_flag(&self, key: &str) {
+        for w in self.watchers() {
+            w.poll_flag(key);
+        }
+    }
+
     pub(crate) fn poll_now(&self) {
         for w in self.watchers() {
             w.poll_now();
