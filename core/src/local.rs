@@ -40,21 +40,57 @@
 //! `O_NOFOLLOW`: anything else is an [`Error::Config`] naming the path and
 //! the problem, never silently used.
 //!
-//! Push ([`crate::push`]): `set_flag` rings a doorbell after its commit —
-//! it opens the file `<database>-raised` (next to the database, in the same
-//! checked folder) for writing and closes it, which makes the kernel report
-//! `IN_CLOSE_WRITE` to every inotify watch on that file. A process whose
-//! holds watch stop keys keeps ONE inotify descriptor per adapter, read by a
-//! listener thread (`mistri-flags`); each ring makes its engines read their
-//! stop flags at once (one read transaction). The ring names no key, so a
-//! ring for a flag nobody here watches costs one read. Linux only; elsewhere
-//! (and for clients that don't ring) the tick poll is the path.
+//! Push ([`crate::push`]): doorbells per key bucket. A doorbell is an
+//! empty file in the folder `<database>-bells/` (next to the database,
+//! mode 0700, held to the database folder's rules above); opening it for
+//! writing and closing it makes the kernel report `IN_CLOSE_WRITE` to
+//! every inotify watch on it, which is the whole message. Two kinds, 4096
+//! of each, named by a bucket written as 3 lowercase hex digits:
+//! - `raised-<bucket>`, bucket = `fnv1a(key) % 4096`: `set_flag` rings
+//!   the bell of its key after its commit;
+//! - `next-<bucket>`, bucket = `fnv1a(key ‖ 0x00 ‖ line) % 4096`: a release,
+//!   slot release or `break_lease` that deleted a lease finds the first
+//!   live line of the key's `queue` inside its transaction and, after the
+//!   commit, rings that line's bell only (no queue: no ring).
 //!
-//! Waiting ([`crate::waiting`]): a release (and `break_lease`) that deleted
-//! a lease rings a second doorbell, `<database>-released`, after its
-//! commit; the same inotify descriptor watches it, and each ring makes
-//! every waiting line of the adapter in this process retry (the ring names
-//! no key). `expires_in` reads the lease's `expires_ns`.
+//! The hash (64-bit FNV-1a) is part of the protocol between processes and
+//! versions: fixed forever, never std's hasher. Ringers never create a
+//! file (`O_WRONLY|O_NOFOLLOW|O_NONBLOCK`, no `O_CREAT`; a missing file
+//! means nobody ever watched that bucket, and every error is ignored);
+//! only listeners make the folder and the files (mode 0600, `O_NOFOLLOW`,
+//! opened read-only so creating one rings nobody).
+//!
+//! The listener (`mistri-flags` thread, one per process and adapter): one
+//! inotify descriptor and one eventfd in a `poll`. It follows the
+//! registry's interests (`push::Subscriptions`): one watch per
+//! bucket file that some live interest maps to, added (file created
+//! first) when the first interest of the bucket arrives and removed
+//! (`inotify_rm_watch`) when the last one has been unwanted for
+//! [`crate::push::LINGER`]; a new interest wakes it through the eventfd
+//! (the registry's wake-up: a non-blocking write). Once a watch is live
+//! it calls `Registry::live` (the engine reads that flag, the line's head
+//! tries: no gap). A ring of a `raised` bucket makes the engines read the
+//! flags of that bucket only; a ring of a `next` bucket rings the lines of
+//! that bucket only. So a raise or a release wakes only the processes that
+//! watch that flag or whose line is next for that key (plus, rarely,
+//! those sharing its bucket: one flag read or one try, never a wrong
+//! grant). A bell file removed or replaced is re-created and watched again
+//! (its interests are then looked at once); a lost folder, an unusable
+//! file or an inotify limit restarts the listener after a backoff, which
+//! watches everything anew and polls every flag and line once
+//! (`poll_now`, `released_any`), as does a kernel queue overflow. The
+//! listener exits once nobody watches. Linux only; elsewhere (and for
+//! clients that don't ring) the tick poll and the waiters' timers are the
+//! path. Older versions ring and watch `<database>-raised` and
+//! `<database>-released`, which this one neither rings nor watches: in a
+//! mixed fleet the tick poll and the waiting timers carry the messages
+//! between them (`docs/PROTOCOL.md`, "Local backend: doorbells").
+//!
+//! Waiting ([`crate::waiting`]): the `queue` table orders the lines of a
+//! key across processes; `expires_in` reads the lease's `expires_ns`.
+//!
+//! Fork: listeners are [`ForkLocal`] (through the registry); a forked
+//! child starts with none and never reads the parent's descriptors.
 //!
 //! Connections: a small pool like the Redis adapter's; after `fork` the
 //! child forgets (leaks, never closes) inherited connections, as SQLite
@@ -1818,6 +1854,33 @@ mod tests {
             std::env::temp_dir().join(format!("mistri-local-unit-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir.join("locks.db")
+    }
+
+    #[test]
+    fn the_bell_hash_is_fnv1a_64() {
+        // The published FNV-1a test vectors: the hash is wire protocol.
+        assert_eq!(fnv1a(&[b""]), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(&[b"foobar"]), 0x8594_4171_f739_67e8);
+        assert_eq!(fnv1a(&[b"foo", b"bar"]), fnv1a(&[b"foobar"]));
+        assert_eq!(Bell::Raised(bucket_of("stop")).file_name(), "raised-cc5");
+        assert_eq!(
+            line_bucket_of("k", "L"),
+            (fnv1a(&[b"k\0L"]) % BELL_BUCKETS) as u16
+        );
+        assert_eq!(Bell::Next(0xa).file_name(), "next-00a");
+    }
+
+    #[test]
+    fn ringing_never_creates_a_bell() {
+        let path = temp_db("ring");
+        let local = Local::open(Some(&path)).unwrap();
+        local.set_flag("f", Duration::from_secs(5)).unwrap();
+        assert!(!local.bells_dir().exists(), "a ringer made the folder");
+        std::fs::create_dir(local.bells_dir()).unwrap();
+        local.set_flag("f", Duration::from_secs(5)).unwrap();
+        assert_eq!(std::fs::read_dir(local.bells_dir()).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]
