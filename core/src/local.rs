@@ -592,14 +592,22 @@ impl Local {
     /// Rings the doorbell of the flag `key` (best effort: the tick poll
     /// is the floor).
     fn ring_raised(&self, key: &str) {
-        ring(&self.bells_dir().join(Bell::Raised(bucket_of(key)).file_name()));
+        ring(
+            &self
+                .bells_dir()
+                .join(Bell::Raised(bucket_of(key)).file_name()),
+        );
     }
 
     /// Rings the doorbell of the waiting line `line` of `key`, the next in
     /// its queue (best effort: waiters also retry at the lease's expiry and
     /// on a slow safety poll).
     fn ring_next(&self, key: &str, line: &str) {
-        ring(&self.bells_dir().join(Bell::Next(line_bucket_of(key, line)).file_name()));
+        ring(
+            &self
+                .bells_dir()
+                .join(Bell::Next(line_bucket_of(key, line)).file_name()),
+        );
     }
 
     fn connect(&self) -> Result<Pooled> {
@@ -1660,9 +1668,10 @@ mod doorbell {
             self.rm_watch(old);
             let wd = self.add_watch(bell)?;
             self.by_wd.insert(wd, bell);
-            let watched = self.by_bell.get_mut(&bell).ok_or_else(|| {
-                std::io::Error::other("doorbell forgotten while re-watched")
-            })?;
+            let watched = self
+                .by_bell
+                .get_mut(&bell)
+                .ok_or_else(|| std::io::Error::other("doorbell forgotten while re-watched"))?;
             watched.wd = wd;
             Ok(watched.interests.iter().cloned().collect())
         }
@@ -1815,9 +1824,8 @@ mod doorbell {
                 let mut count = 0u64;
                 // SAFETY: reads 8 bytes into `count`, valid for writes of
                 // 8 bytes; the counter is reset (EAGAIN if already read).
-                let _ = unsafe {
-                    libc::read(wake_fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8)
-                };
+                let _ =
+                    unsafe { libc::read(wake_fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
             }
             if ready > 0 && pfds[0].revents != 0 {
                 let events = bells.read(&mut buf);

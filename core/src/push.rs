@@ -614,7 +614,11 @@ mod tests {
             vec![(Interest::Flag("b".into()), false)]
         );
         drop(watch);
-        assert_eq!(registry.wanted(), Vec::new(), "a dropped watch gives up all");
+        assert_eq!(
+            registry.wanted(),
+            Vec::new(),
+            "a dropped watch gives up all"
+        );
     }
 
     #[test]

@@ -49,13 +49,13 @@ use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use crate::push::{FlagWatch, FlagWatcher, Interest, Plan, Registry, Subscriptions, LISTENER_IDLE};
-use std::collections::HashMap;
 use crate::redis_sentinel::Sentinel;
 use crate::redis_url::ReplicaAck;
 use ::redis::{
     Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
 };
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -1001,7 +1001,11 @@ impl Listener {
                 registry.live(&plan.subscribe);
                 hot_until = Instant::now() + HOT_FOR;
             }
-            let mut slice = if now < hot_until { HOT_SLICE } else { COLD_SLICE };
+            let mut slice = if now < hot_until {
+                HOT_SLICE
+            } else {
+                COLD_SLICE
+            };
             if let Some(at) = subs.next_leave() {
                 slice = slice.min(at.saturating_duration_since(now).max(MIN_IO));
             }

@@ -50,8 +50,9 @@ use crate::info::{FlagInfo, Identity, LeaseInfo, Listing};
 use crate::push::{FlagWatch, FlagWatcher, Registry};
 use crate::redis::slots::{self as slot, SCRIPTS as SLOT_SCRIPTS};
 use crate::redis::{
-    flag_from, holder_from, min_left_ms, queue_ttl_ms, renewed_from, ListenAt, Listener,
-    break_keys, ACQUIRE_LUA, BREAK, BREAK_LUA, DEFAULT_TIMEOUT, LEAVE_QUEUE, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA,
+    break_keys, flag_from, holder_from, min_left_ms, queue_ttl_ms, renewed_from, ListenAt,
+    Listener, ACQUIRE_LUA, BREAK, BREAK_LUA, DEFAULT_TIMEOUT, LEAVE_QUEUE, LEAVE_QUEUE_LUA,
+    RELEASE_LUA, RENEW_LUA,
 };
 use crate::redis_url::{ReplicaAck, UrlParts};
 use ::redis::{
