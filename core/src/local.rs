@@ -40,21 +40,57 @@
 //! `O_NOFOLLOW`: anything else is an [`Error::Config`] naming the path and
 //! the problem, never silently used.
 //!
-//! Push ([`crate::push`]): `set_flag` rings a doorbell after its commit —
-//! it opens the file `<database>-raised` (next to the database, in the same
-//! checked folder) for writing and closes it, which makes the kernel report
-//! `IN_CLOSE_WRITE` to every inotify watch on that file. A process whose
-//! holds watch stop keys keeps ONE inotify descriptor per adapter, read by a
-//! listener thread (`mistri-flags`); each ring makes its engines read their
-//! stop flags at once (one read transaction). The ring names no key, so a
-//! ring for a flag nobody here watches costs one read. Linux only; elsewhere
-//! (and for clients that don't ring) the tick poll is the path.
+//! Push ([`crate::push`]): doorbells per key bucket. A doorbell is an
+//! empty file in the folder `<database>-bells/` (next to the database,
+//! mode 0700, held to the database folder's rules above); opening it for
+//! writing and closing it makes the kernel report `IN_CLOSE_WRITE` to
+//! every inotify watch on it, which is the whole message. Two kinds, 4096
+//! of each, named by a bucket written as 3 lowercase hex digits:
+//! - `raised-<bucket>`, bucket = `fnv1a(key) % 4096`: `set_flag` rings
+//!   the bell of its key after its commit;
+//! - `next-<bucket>`, bucket = `fnv1a(key ‖ 0x00 ‖ line) % 4096`: a release,
+//!   slot release or `break_lease` that deleted a lease finds the first
+//!   live line of the key's `queue` inside its transaction and, after the
+//!   commit, rings that line's bell only (no queue: no ring).
 //!
-//! Waiting ([`crate::waiting`]): a release (and `break_lease`) that deleted
-//! a lease rings a second doorbell, `<database>-released`, after its
-//! commit; the same inotify descriptor watches it, and each ring makes
-//! every waiting line of the adapter in this process retry (the ring names
-//! no key). `expires_in` reads the lease's `expires_ns`.
+//! The hash (64-bit FNV-1a) is part of the protocol between processes and
+//! versions: fixed forever, never std's hasher. Ringers never create a
+//! file (`O_WRONLY|O_NOFOLLOW|O_NONBLOCK`, no `O_CREAT`; a missing file
+//! means nobody ever watched that bucket, and every error is ignored);
+//! only listeners make the folder and the files (mode 0600, `O_NOFOLLOW`,
+//! opened read-only so creating one rings nobody).
+//!
+//! The listener (`mistri-flags` thread, one per process and adapter): one
+//! inotify descriptor and one eventfd in a `poll`. It follows the
+//! registry's interests (`push::Subscriptions`): one watch per
+//! bucket file that some live interest maps to, added (file created
+//! first) when the first interest of the bucket arrives and removed
+//! (`inotify_rm_watch`) when the last one has been unwanted for
+//! [`crate::push::LINGER`]; a new interest wakes it through the eventfd
+//! (the registry's wake-up: a non-blocking write). Once a watch is live
+//! it calls `Registry::live` (the engine reads that flag, the line's head
+//! tries: no gap). A ring of a `raised` bucket makes the engines read the
+//! flags of that bucket only; a ring of a `next` bucket rings the lines of
+//! that bucket only. So a raise or a release wakes only the processes that
+//! watch that flag or whose line is next for that key (plus, rarely,
+//! those sharing its bucket: one flag read or one try, never a wrong
+//! grant). A bell file removed or replaced is re-created and watched again
+//! (its interests are then looked at once); a lost folder, an unusable
+//! file or an inotify limit restarts the listener after a backoff, which
+//! watches everything anew and polls every flag and line once
+//! (`poll_now`, `released_any`), as does a kernel queue overflow. The
+//! listener exits once nobody watches. Linux only; elsewhere (and for
+//! clients that don't ring) the tick poll and the waiters' timers are the
+//! path. Older versions ring and watch `<database>-raised` and
+//! `<database>-released`, which this one neither rings nor watches: in a
+//! mixed fleet the tick poll and the waiting timers carry the messages
+//! between them (`docs/PROTOCOL.md`, "Local backend: doorbells").
+//!
+//! Waiting ([`crate::waiting`]): the `queue` table orders the lines of a
+//! key across processes; `expires_in` reads the lease's `expires_ns`.
+//!
+//! Fork: listeners are [`ForkLocal`] (through the registry); a forked
+//! child starts with none and never reads the parent's descriptors.
 //!
 //! Connections: a small pool like the Redis adapter's; after `fork` the
 //! child forgets (leaks, never closes) inherited connections, as SQLite
@@ -547,29 +583,31 @@ impl Local {
         &self.path
     }
 
-    /// The doorbell file rung by `set_flag`: `<database>-raised`.
-    pub fn doorbell_path(&self) -> PathBuf {
-        let mut name = self.path.as_os_str().to_owned();
-        name.push("-raised");
-        PathBuf::from(name)
+    /// The folder of this database's doorbells: `<database>-bells/` (see
+    /// the module header). Made by listeners only ([`bells_folder`]).
+    fn bells_dir(&self) -> PathBuf {
+        bells_dir_of(&self.path)
     }
 
-    /// Rings the doorbell (best effort: the tick poll is the floor).
-    fn ring(&self) {
-        let _ = open_doorbell(&self.doorbell_path());
+    /// Rings the doorbell of the flag `key` (best effort: the tick poll
+    /// is the floor).
+    fn ring_raised(&self, key: &str) {
+        ring(
+            &self
+                .bells_dir()
+                .join(Bell::Raised(bucket_of(key)).file_name()),
+        );
     }
 
-    /// The doorbell rung by releases: `<database>-released`.
-    pub fn released_doorbell_path(&self) -> PathBuf {
-        let mut name = self.path.as_os_str().to_owned();
-        name.push("-released");
-        PathBuf::from(name)
-    }
-
-    /// Rings the release doorbell (best effort: waiters also retry at the
-    /// lease's expiry and on a slow safety poll).
-    fn ring_released(&self) {
-        let _ = open_doorbell(&self.released_doorbell_path());
+    /// Rings the doorbell of the waiting line `line` of `key`, the next in
+    /// its queue (best effort: waiters also retry at the lease's expiry and
+    /// on a slow safety poll).
+    fn ring_next(&self, key: &str, line: &str) {
+        ring(
+            &self
+                .bells_dir()
+                .join(Bell::Next(line_bucket_of(key, line)).file_name()),
+        );
     }
 
     fn connect(&self) -> Result<Pooled> {
@@ -815,6 +853,22 @@ impl Local {
         .collect()
     }
 
+    /// The line to ring after a release of `key` (`released`: a lease or
+    /// slot was deleted in this transaction): the first live line of the
+    /// key's queue, if any. No queue, or nothing released: none.
+    fn next_line(
+        &self,
+        tx: &Connection,
+        key: &str,
+        released: bool,
+        now: i64,
+    ) -> rusqlite::Result<Option<String>> {
+        if !released {
+            return Ok(None);
+        }
+        Ok(self.queue_head(tx, key, now, 1)?.pop())
+    }
+
     /// A granted waiter leaves `key`'s queue; the dead entries are pruned.
     fn leave_queued(
         &self,
@@ -976,15 +1030,18 @@ impl Adapter for Local {
         if lease.slotted() {
             return self.release_slot(lease);
         }
-        let deleted = self.with_con(true, |con, now| {
-            let n = con
+        let (deleted, next) = self.with_con(true, |con, now| {
+            let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let n = tx
                 .prepare_cached("DELETE FROM leases WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4")?
                 .execute(params![lease.key(), lease.token(), now, self.boot])?;
-            Ok(n == 1)
+            let next = self.next_line(&tx, lease.key(), n == 1, now)?;
+            tx.commit()?;
+            Ok((n == 1, next))
         })?;
-        if deleted {
-            // After the commit: a waiter that wakes finds the lease free.
-            self.ring_released();
+        // After the commit: the line that wakes finds the lease free.
+        if let Some(line) = next {
+            self.ring_next(lease.key(), &line);
         }
         Ok(deleted)
     }
@@ -996,22 +1053,25 @@ impl Adapter for Local {
     }
 
     fn break_lease(&self, key: &str) -> Result<bool> {
-        self.with_con(true, |con, now| {
-            let n = con
+        let (broken, next) = self.with_con(true, |con, now| {
+            let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let n = tx
                 .prepare_cached(
                     "DELETE FROM leases WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3",
                 )?
                 .execute(params![key, now, self.boot])?;
-            con.prepare_cached("DELETE FROM leases WHERE key = ?1")?
+            tx.prepare_cached("DELETE FROM leases WHERE key = ?1")?
                 .execute(params![key])?;
-            let slots = self.break_slots_in(con, key, now)?;
-            Ok(n == 1 || slots)
-        })
-        .inspect(|broken| {
-            if *broken {
-                self.ring_released();
-            }
-        })
+            let slots = self.break_slots_in(&tx, key, now)?;
+            let broken = n == 1 || slots;
+            let next = self.next_line(&tx, key, broken, now)?;
+            tx.commit()?;
+            Ok((broken, next))
+        })?;
+        if let Some(line) = next {
+            self.ring_next(key, &line);
+        }
+        Ok(broken)
     }
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
@@ -1023,15 +1083,15 @@ impl Adapter for Local {
             Ok(())
         })?;
         // After the commit: a listener that wakes finds the flag up.
-        self.ring();
+        self.ring_raised(key);
         Ok(())
     }
 
     #[cfg(target_os = "linux")]
     fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
-        let bells = [self.doorbell_path(), self.released_doorbell_path()];
+        let db = self.path.clone();
         self.push.get().watch(watcher, move |registry| {
-            crate::push::spawn("mistri-flags", move || doorbell::run(&bells, &registry))
+            crate::push::spawn("mistri-flags", move || doorbell::run(&db, &registry))
         })
     }
 
@@ -1256,12 +1316,19 @@ impl Local {
     }
 
     fn release_slot(&self, lease: &Lease) -> Result<bool> {
-        self.with_con(true, |con, now| {
-            let n = con
+        let (deleted, next) = self.with_con(true, |con, now| {
+            let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let n = tx
                 .prepare_cached("DELETE FROM slots WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4")?
                 .execute(params![lease.key(), lease.token(), now, self.boot])?;
-            Ok(n == 1)
-        })
+            let next = self.next_line(&tx, lease.key(), n == 1, now)?;
+            tx.commit()?;
+            Ok((n == 1, next))
+        })?;
+        if let Some(line) = next {
+            self.ring_next(lease.key(), &line);
+        }
+        Ok(deleted)
     }
 
     /// Deletes every slot of `key`: whether one was live.
@@ -1340,38 +1407,153 @@ impl Local {
     }
 }
 
-/// Opens the doorbell for writing (creating it, mode 0600, never through a
-/// symbolic link) and closes it: one `IN_CLOSE_WRITE` for its watchers.
-fn open_doorbell(path: &Path) -> std::io::Result<std::fs::File> {
+/// How many doorbells of each kind a database has: a key (or a key and a
+/// line) rings the one its [`fnv1a`] hash selects, modulo this.
+pub const BELL_BUCKETS: u64 = 4096;
+
+/// 64-bit FNV-1a of `parts` concatenated. Fixed forever: processes of
+/// every version on a host agree on it (it names the doorbell files), so
+/// it is written here, not taken from std's hasher (which may change).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    for part in parts {
+        for &byte in *part {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    }
+    hash
+}
+
+/// The doorbell bucket of the flag `key`.
+fn bucket_of(key: &str) -> u16 {
+    // Below 4096: fits.
+    (fnv1a(&[key.as_bytes()]) % BELL_BUCKETS) as u16
+}
+
+/// The doorbell bucket of the waiting line `line` of `key`: the key's
+/// bytes, one 0 byte, the line's bytes.
+fn line_bucket_of(key: &str, line: &str) -> u16 {
+    (fnv1a(&[key.as_bytes(), &[0], line.as_bytes()]) % BELL_BUCKETS) as u16
+}
+
+/// One doorbell file in `<database>-bells/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Bell {
+    /// `raised-<bucket>`: rung by `set_flag` of a key in the bucket.
+    Raised(u16),
+    /// `next-<bucket>`: rung by a release that makes a line in the bucket
+    /// the next of its key's queue.
+    Next(u16),
+}
+
+impl Bell {
+    /// What rings for `interest`.
+    #[cfg(target_os = "linux")]
+    fn of(interest: &crate::push::Interest) -> Bell {
+        match interest {
+            crate::push::Interest::Flag(key) => Bell::Raised(bucket_of(key)),
+            crate::push::Interest::Line { key, line } => Bell::Next(line_bucket_of(key, line)),
+        }
+    }
+
+    /// Its file's name: the kind, a dash, the bucket as 3 lowercase hex
+    /// digits.
+    fn file_name(self) -> String {
+        match self {
+            Bell::Raised(b) => format!("raised-{b:03x}"),
+            Bell::Next(b) => format!("next-{b:03x}"),
+        }
+    }
+}
+
+/// `<database>-bells`: the folder of the doorbells of the database at
+/// `db`, next to it.
+fn bells_dir_of(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-bells");
+    PathBuf::from(name)
+}
+
+/// Rings the doorbell at `path`: opens it for writing and closes it, which
+/// makes the kernel report `IN_CLOSE_WRITE` to its watchers. Never creates
+/// it (a missing file means nobody ever watched that bucket), never follows
+/// a symbolic link, never blocks (`O_NONBLOCK`: a FIFO put there can't hold
+/// the ringer); every error is ignored (push is best effort).
+fn ring(path: &Path) {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    let _ = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path);
+}
+
+/// Makes (mode 0700, if missing) and checks the doorbell folder of the
+/// database at `db`, by the database folder's rules ([`check_folder`]):
+/// a real folder of this uid (or root) that nobody else can write.
+/// Listeners only: ringers never create anything.
+#[cfg(target_os = "linux")]
+fn bells_folder(db: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = bells_dir_of(db);
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(config_err(
+                db,
+                format!("cannot create its doorbell folder {}: {e}", dir.display()),
+            ))
+        }
+    }
+    check_folder(db, &dir, db == user_default_path())?;
+    Ok(dir)
+}
+
+/// Creates the doorbell at `path` if missing (mode 0600, never through a
+/// symbolic link). Opened read-only, so the close is not a ring
+/// (`IN_CLOSE_NOWRITE`) for the other processes watching it.
+#[cfg(target_os = "linux")]
+fn create_bell(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_CREAT by hand: std refuses `create` without write access.
+    std::fs::OpenOptions::new()
+        .read(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
+        .and_then(|file| match file.metadata()?.is_file() {
+            true => Ok(()),
+            false => Err(std::io::Error::other("not a regular file")),
+        })
 }
 
 /// The doorbell listener (see the module header): inotify, Linux only.
 #[cfg(target_os = "linux")]
 mod doorbell {
-    use super::open_doorbell;
-    use crate::push::{Registry, LISTENER_IDLE};
+    use super::{bells_folder, create_bell, Bell};
+    use crate::push::{Interest, Plan, Registry, Subscriptions, LISTENER_IDLE};
+    use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::ffi::OsStrExt;
-    use std::path::Path;
-    use std::time::Duration;
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
-    /// Watches `[raised, released]` doorbells on one descriptor.
-    pub(super) fn run(bells: &[std::path::PathBuf; 2], registry: &Registry) {
-        let mut backoff = Duration::from_millis(50);
+    /// Runs until nobody watches (the listener thread's body); `db` is the
+    /// database, whose `-bells` folder it watches.
+    pub(super) fn run(db: &Path, registry: &Registry) {
+        const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+        let mut backoff = FIRST_BACKOFF;
+        let mut subs = Subscriptions::default();
         while !registry.retire_if_unwatched() {
-            match listen(bells, registry) {
-                Ok(true) => return,
-                // The file was replaced or removed: watch the new one.
-                Ok(false) => backoff = Duration::from_millis(50),
+            match listen(db, registry, &mut subs) {
+                Ok(()) => return,
                 Err(_) => {
+                    // The folder or a file is unusable (or the descriptor
+                    // limits are hit): the tick poll serves meanwhile.
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(LISTENER_IDLE);
                 }
@@ -1379,56 +1561,130 @@ mod doorbell {
         }
     }
 
-    /// Watches both doorbells until nobody watches (true) or a file is
-    /// gone (false).
-    fn listen(bells: &[std::path::PathBuf; 2], registry: &Registry) -> std::io::Result<bool> {
-        // SAFETY: plain syscall with flag arguments; the result is checked.
-        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-        if fd < 0 {
+    /// A syscall's -1 as the OS error.
+    fn check(rc: libc::c_int) -> std::io::Result<libc::c_int> {
+        if rc < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        // SAFETY: `fd` was just returned by inotify_init1 and is owned here
+        Ok(rc)
+    }
+
+    /// The descriptor a syscall just returned (inotify_init1, eventfd),
+    /// owned.
+    fn owned(rc: libc::c_int) -> std::io::Result<OwnedFd> {
+        let fd = check(rc)?;
+        // SAFETY: `fd` was just returned by the kernel and is owned here
         // only; OwnedFd closes it once.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut wds = [0; 2];
-        for (bell, wd) in bells.iter().zip(wds.iter_mut()) {
-            *wd = add_watch(&fd, bell)?;
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Wakes the listener: adds 1 to its eventfd. Non-blocking; a full
+    /// counter (EAGAIN) is already readable, so every error is ignored.
+    fn wake(fd: &OwnedFd) {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of `one`, which lives across the call,
+        // to a descriptor this closure keeps open.
+        let _ = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// One watched doorbell: its watch and the interests it rings for.
+    struct Watched {
+        wd: i32,
+        interests: HashSet<Interest>,
+    }
+
+    /// The watches of one inotify descriptor: one per doorbell that some
+    /// live interest maps to.
+    struct Bells {
+        fd: OwnedFd,
+        dir: PathBuf,
+        by_bell: HashMap<Bell, Watched>,
+        by_wd: HashMap<i32, Bell>,
+    }
+
+    impl Bells {
+        /// Creates the doorbell `bell` if missing and watches it.
+        fn add_watch(&self, bell: Bell) -> std::io::Result<i32> {
+            let path = self.dir.join(bell.file_name());
+            create_bell(&path)?;
+            let name = std::ffi::CString::new(path.as_os_str().as_bytes())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            let mask = libc::IN_CLOSE_WRITE
+                | libc::IN_DELETE_SELF
+                | libc::IN_MOVE_SELF
+                | libc::IN_DONT_FOLLOW;
+            // SAFETY: `fd` is a live inotify descriptor and `name` a valid
+            // NUL-terminated path that outlives the call.
+            check(unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), name.as_ptr(), mask) })
         }
-        let [raised_wd, released_wd] = wds;
-        // Live from here: what was raised before is found by reading, and
-        // every waiter tries once.
-        registry.poll_now();
-        registry.released_any();
-        let mut buf = [0u8; 4096];
-        let idle_ms = i32::try_from(LISTENER_IDLE.as_millis()).unwrap_or(1000);
-        loop {
-            let mut pfd = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
+
+        /// Drops the watch `wd` (best effort: a deleted file's watch is
+        /// gone already).
+        fn rm_watch(&self, wd: i32) {
+            // SAFETY: plain syscall on a live descriptor; the result is
+            // not needed.
+            let _ = unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), wd) };
+        }
+
+        /// `interest` is live from now: its doorbell is watched.
+        fn add(&mut self, interest: &Interest) -> std::io::Result<()> {
+            let bell = Bell::of(interest);
+            if let Some(watched) = self.by_bell.get_mut(&bell) {
+                watched.interests.insert(interest.clone());
+                return Ok(());
+            }
+            let wd = self.add_watch(bell)?;
+            let mut interests = HashSet::default();
+            interests.insert(interest.clone());
+            self.by_bell.insert(bell, Watched { wd, interests });
+            self.by_wd.insert(wd, bell);
+            Ok(())
+        }
+
+        /// `interest` is dropped: its doorbell's watch goes with the last
+        /// interest that maps to it.
+        fn remove(&mut self, interest: &Interest) {
+            let bell = Bell::of(interest);
+            let Some(watched) = self.by_bell.get_mut(&bell) else {
+                return;
             };
-            // SAFETY: one valid pollfd, count 1.
-            let ready = unsafe { libc::poll(&mut pfd, 1, idle_ms) };
-            if ready < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(err);
+            watched.interests.remove(interest);
+            if watched.interests.is_empty() {
+                let wd = watched.wd;
+                self.by_bell.remove(&bell);
+                self.by_wd.remove(&wd);
+                self.rm_watch(wd);
             }
-            if ready == 0 {
-                if registry.retire_if_unwatched() {
-                    return Ok(true);
-                }
-                continue;
-            }
-            let mut rang = false;
-            let mut released = false;
-            let mut gone = false;
+        }
+
+        /// The file of `bell` was removed or replaced: a new one is made
+        /// and watched. Its interests, to be looked at once (a ring may
+        /// have gone to the old file).
+        fn rewatch(&mut self, bell: Bell) -> std::io::Result<Vec<Interest>> {
+            let Some(old) = self.by_bell.get(&bell).map(|w| w.wd) else {
+                return Ok(Vec::new());
+            };
+            self.by_wd.remove(&old);
+            self.rm_watch(old);
+            let wd = self.add_watch(bell)?;
+            self.by_wd.insert(wd, bell);
+            let watched = self
+                .by_bell
+                .get_mut(&bell)
+                .ok_or_else(|| std::io::Error::other("doorbell forgotten while re-watched"))?;
+            watched.wd = wd;
+            Ok(watched.interests.iter().cloned().collect())
+        }
+
+        /// Reads every pending event: the doorbells that rang, those whose
+        /// file went away, and whether the kernel's queue overflowed.
+        fn read(&self, buf: &mut [u8]) -> Events {
+            let mut events = Events::default();
             loop {
                 // SAFETY: reads at most `buf.len()` bytes into `buf`, which
                 // is valid for writes of that length.
-                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                let n =
+                    unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
                 let Ok(n) = usize::try_from(n) else {
                     break; // EAGAIN: drained
                 };
@@ -1438,51 +1694,162 @@ mod doorbell {
                 let mut at = 0;
                 let head = std::mem::size_of::<libc::inotify_event>();
                 while at + head <= n {
-                    // SAFETY: the kernel wrote whole events; the header at
+                    // SAFETY: the kernel writes whole events; the header at
                     // `at` lies within the `n` bytes read (checked above).
                     // read_unaligned: the buffer has no alignment guarantee.
                     let event: libc::inotify_event =
                         unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at).cast()) };
+                    at += head + event.len as usize;
+                    if event.mask & libc::IN_Q_OVERFLOW != 0 {
+                        events.overflow = true;
+                        continue;
+                    }
+                    // A watch we dropped ourselves maps to nothing now.
+                    let Some(&bell) = self.by_wd.get(&event.wd) else {
+                        continue;
+                    };
                     if event.mask & libc::IN_CLOSE_WRITE != 0 {
-                        if event.wd == raised_wd {
-                            rang = true;
-                        } else if event.wd == released_wd {
-                            released = true;
-                        }
+                        events.rang.insert(bell);
                     }
                     if event.mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED)
                         != 0
                     {
-                        gone = true;
+                        events.gone.insert(bell);
                     }
-                    at += head + event.len as usize;
                 }
             }
-            if gone {
-                return Ok(false);
-            }
-            if rang {
-                registry.poll_now();
-            }
-            if released {
-                registry.released_any();
+            events
+        }
+
+        /// Tells `registry` that `bell` rang: the engines read the flags of
+        /// its bucket, the lines of its bucket try.
+        fn deliver(&self, bell: Bell, registry: &Registry) {
+            let Some(watched) = self.by_bell.get(&bell) else {
+                return;
+            };
+            let mut keys: Vec<&str> = watched.interests.iter().map(Interest::key).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            for key in keys {
+                match bell {
+                    Bell::Raised(_) => registry.poll_flag(key),
+                    Bell::Next(_) => registry.released(key, None),
+                }
             }
         }
     }
 
-    /// Creates `bell` if needed and adds an inotify watch on it to `fd`.
-    fn add_watch(fd: &OwnedFd, bell: &Path) -> std::io::Result<i32> {
-        drop(open_doorbell(bell)?);
-        let name = std::ffi::CString::new(bell.as_os_str().as_bytes())
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let mask = libc::IN_CLOSE_WRITE | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
-        // SAFETY: `fd` is a live inotify descriptor and `name` a valid
-        // NUL-terminated path that outlives the call.
-        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), name.as_ptr(), mask) };
-        if wd < 0 {
-            return Err(std::io::Error::last_os_error());
+    #[derive(Default)]
+    struct Events {
+        rang: HashSet<Bell>,
+        gone: HashSet<Bell>,
+        overflow: bool,
+    }
+
+    /// One inotify descriptor following the registry's interests, until
+    /// nobody watches (Ok) or a doorbell can't be watched (Err: the caller
+    /// starts over).
+    fn listen(db: &Path, registry: &Registry, subs: &mut Subscriptions) -> std::io::Result<()> {
+        // A new descriptor watches nothing yet.
+        subs.clear();
+        let dir = bells_folder(db).map_err(|e| std::io::Error::other(e.to_string()))?;
+        // SAFETY: plain syscall with flag arguments; the result is checked.
+        let fd = owned(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) })?;
+        // SAFETY: plain syscall with flag arguments; the result is checked.
+        let wake_fd = Arc::new(owned(unsafe {
+            libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)
+        })?);
+        let waker = wake_fd.clone();
+        registry.set_wake(Some(Arc::new(move || wake(&waker))));
+        let mut bells = Bells {
+            fd,
+            dir,
+            by_bell: HashMap::default(),
+            by_wd: HashMap::default(),
+        };
+        let all = Plan {
+            subscribe: registry.wanted(),
+            unsubscribe: Vec::new(),
+        };
+        for interest in &all.subscribe {
+            bells.add(interest)?;
         }
-        Ok(wd)
+        subs.done(&all);
+        // Live from here: what was raised before is found by reading, and
+        // every waiter tries once (a release may have gone unheard).
+        registry.poll_now();
+        registry.released_any();
+        let mut buf = [0u8; 4096];
+        let mut checked = Instant::now();
+        loop {
+            let now = Instant::now();
+            let plan = subs.plan(registry, now);
+            if !plan.is_empty() {
+                for interest in &plan.subscribe {
+                    bells.add(interest)?;
+                }
+                for interest in &plan.unsubscribe {
+                    bells.remove(interest);
+                }
+                subs.done(&plan);
+                registry.live(&plan.subscribe);
+            }
+            let mut wait = LISTENER_IDLE.saturating_sub(checked.elapsed());
+            if let Some(at) = subs.next_leave() {
+                wait = wait.min(at.saturating_duration_since(now));
+            }
+            // Rounded up: woken before a linger is due, it would spin.
+            let wait_ms = i32::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+            let mut pfds = [
+                libc::pollfd {
+                    fd: bells.fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: wake_fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds, count 2.
+            let ready = unsafe { libc::poll(pfds.as_mut_ptr(), 2, wait_ms) };
+            if ready < 0 {
+                let err = std::io::Error::last_os_error();
+                if err.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+            if ready > 0 && pfds[1].revents != 0 {
+                let mut count = 0u64;
+                // SAFETY: reads 8 bytes into `count`, valid for writes of
+                // 8 bytes; the counter is reset (EAGAIN if already read).
+                let _ =
+                    unsafe { libc::read(wake_fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+            }
+            if ready > 0 && pfds[0].revents != 0 {
+                let events = bells.read(&mut buf);
+                for bell in &events.gone {
+                    let back = bells.rewatch(*bell)?;
+                    registry.live(&back);
+                }
+                if events.overflow {
+                    // Events were lost: look at everything once.
+                    registry.poll_now();
+                    registry.released_any();
+                }
+                for bell in &events.rang {
+                    bells.deliver(*bell, registry);
+                }
+            }
+            if checked.elapsed() >= LISTENER_IDLE {
+                if registry.retire_if_unwatched() {
+                    return Ok(());
+                }
+                registry.idle();
+                checked = Instant::now();
+            }
+        }
     }
 }
 
@@ -1495,6 +1862,33 @@ mod tests {
             std::env::temp_dir().join(format!("mistri-local-unit-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir.join("locks.db")
+    }
+
+    #[test]
+    fn the_bell_hash_is_fnv1a_64() {
+        // The published FNV-1a test vectors: the hash is wire protocol.
+        assert_eq!(fnv1a(&[b""]), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(&[b"foobar"]), 0x8594_4171_f739_67e8);
+        assert_eq!(fnv1a(&[b"foo", b"bar"]), fnv1a(&[b"foobar"]));
+        assert_eq!(Bell::Raised(bucket_of("stop")).file_name(), "raised-cc5");
+        assert_eq!(
+            line_bucket_of("k", "L"),
+            (fnv1a(&[b"k\0L"]) % BELL_BUCKETS) as u16
+        );
+        assert_eq!(Bell::Next(0xa).file_name(), "next-00a");
+    }
+
+    #[test]
+    fn ringing_never_creates_a_bell() {
+        let path = temp_db("ring");
+        let local = Local::open(Some(&path)).unwrap();
+        local.set_flag("f", Duration::from_secs(5)).unwrap();
+        assert!(!local.bells_dir().exists(), "a ringer made the folder");
+        std::fs::create_dir(local.bells_dir()).unwrap();
+        local.set_flag("f", Duration::from_secs(5)).unwrap();
+        assert_eq!(std::fs::read_dir(local.bells_dir()).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]

@@ -133,6 +133,15 @@ pub(crate) enum Interest {
     },
 }
 
+impl Interest {
+    /// The user key this interest is about.
+    pub(crate) fn key(&self) -> &str {
+        match self {
+            Interest::Flag(key) | Interest::Line { key, .. } => key,
+        }
+    }
+}
+
 /// Announcements this process's listeners have heard (raised flags and
 /// releases, each message or doorbell ring counted once), since it started.
 /// A process that neither watches a flag nor waits for a lease hears none.
@@ -391,6 +400,15 @@ impl Registry {
         }
     }
 
+    /// The flag `key` may have been raised unheard (a doorbell of its
+    /// bucket rang): the watchers read it.
+    pub(crate) fn poll_flag(&self, key: &str) {
+        heard();
+        for w in self.watchers() {
+            w.poll_flag(key);
+        }
+    }
+
     pub(crate) fn poll_now(&self) {
         for w in self.watchers() {
             w.poll_now();
@@ -478,6 +496,12 @@ impl Plan {
 }
 
 impl Subscriptions {
+    /// Forgets everything (the channel was lost).
+    pub(crate) fn clear(&mut self) {
+        self.live.clear();
+        self.leaving.clear();
+    }
+
     /// Folds the registry's pending changes in and says what to send now:
     /// new interests to subscribe, and interests unwanted for [`LINGER`]
     /// to drop. The caller sends them, then calls [`Subscriptions::done`].

@@ -25,10 +25,15 @@
 //!   delete, [`crate::Locks::break_lease`]) rings it directly, with no
 //!   message (its announcement, heard later, rings nobody: releases are
 //!   recognised by fence); a release elsewhere reaches it through the
-//!   adapter's listener ([`crate::push`]): Redis publishes on
-//!   `{ns}:released:{KEY}`, Local rings the `<db>-released` doorbell; a
-//!   listener that (re)subscribes rings every head once (a message may
-//!   have been lost);
+//!   adapter's listener ([`crate::push`]) when this line is the next in the
+//!   backend's queue: the release names the queue's first live line (Redis:
+//!   a message on `{ns}:next:{KEY}:LINE`, sharded on a cluster; Local: the
+//!   doorbell of that line's bucket), so a hand-off wakes one process, not
+//!   every process that waits. Each line's channel is subscribed while the
+//!   line exists (and [`crate::push::LINGER`] after; a line that starts
+//!   again at once takes the same id); once the subscription is live, and
+//!   after a reconnect, the head tries once (an announcement may have been
+//!   missed);
 //! - when the lease could have lapsed: after a refused try the head asks
 //!   [`Adapter::expires_in`] and sleeps at most that long (plus
 //!   [`EXPIRY_SLACK`]), so a crashed holder's lease is retaken at its
