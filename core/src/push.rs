@@ -133,13 +133,17 @@ pub(crate) enum Interest {
     },
 }
 
-impl Interest {
-    /// The user key this interest is about.
-    pub fn key(&self) -> &str {
-        match self {
-            Interest::Flag(key) | Interest::Line { key, .. } => key,
-        }
-    }
+/// Announcements this process's listeners have heard (raised flags and
+/// releases, each message or doorbell ring counted once), since it started.
+/// A process that neither watches a flag nor waits for a lease hears none.
+pub fn messages_heard() -> u64 {
+    HEARD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static HEARD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn heard() {
+    HEARD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A registration with an adapter's listener; dropping it unregisters
@@ -381,6 +385,7 @@ impl Registry {
     }
 
     pub(crate) fn raised(&self, key: &str) {
+        heard();
         for w in self.watchers() {
             w.raised(key);
         }
@@ -393,6 +398,7 @@ impl Registry {
     }
 
     pub(crate) fn released(&self, key: &str, fence: Option<u64>) {
+        heard();
         for w in self.watchers() {
             w.released(key, fence);
         }
@@ -472,12 +478,6 @@ impl Plan {
 }
 
 impl Subscriptions {
-    /// Forgets everything (the channel was lost).
-    pub(crate) fn clear(&mut self) {
-        self.live.clear();
-        self.leaving.clear();
-    }
-
     /// Folds the registry's pending changes in and says what to send now:
     /// new interests to subscribe, and interests unwanted for [`LINGER`]
     /// to drop. The caller sends them, then calls [`Subscriptions::done`].
@@ -606,7 +606,11 @@ mod tests {
             vec![(Interest::Flag("b".into()), false)]
         );
         drop(watch);
-        assert_eq!(registry.wanted(), Vec::new(), "a dropped watch gives up all");
+        assert_eq!(
+            registry.wanted(),
+            Vec::new(),
+            "a dropped watch gives up all"
+        );
     }
 
     #[test]

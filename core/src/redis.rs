@@ -20,22 +20,28 @@
 //!   it exists.
 //! - Push ([`crate::push`]): `set_flag` pipelines `SET {ns}:flag:{KEY}` with
 //!   `PUBLISH {ns}:raised:{KEY} 1`; a process whose holds watch stop keys
-//!   keeps ONE extra connection per adapter, `PSUBSCRIBE`d to
-//!   `{ns}:r*:{*` (see Waiting below), on a listener thread (`mistri-flags`) that never
-//!   touches the engine's schedule or deadlines: a message trips the holds
-//!   watching that key at once. The listener checks its connection with a
-//!   `PING` after each idle second; on any error it drops the connection,
-//!   reconnects (backing off 50 ms to 1 s) and, once subscribed again, tells
-//!   the engines to read every watched flag (anything raised in the gap).
-//!   The listener is generic over where it subscribes ([`ListenAt`]: this
-//!   server; the master the sentinels name, followed across failovers; any
-//!   node of a cluster).
-//! - Waiting ([`crate::waiting`]): the release script also
-//!   `PUBLISH {ns}:released:{KEY} <fence>` (and `break_lease` publishes
-//!   `0`); the same listener connection hears them: its one pattern is
-//!   `{ns}:r*:{*` (raised and released channels; anything else that matches
-//!   is ignored), and a release rings the waiters of that key. After a
-//!   (re)subscribe every waiter retries once. `expires_in` is `PTTL`.
+//!   (or that has waiting lines) keeps ONE extra connection per adapter, on
+//!   a listener thread (`mistri-flags`) that never touches the engine's
+//!   schedule or deadlines, `SUBSCRIBE`d to exactly what the process needs:
+//!   `{ns}:raised:{KEY}` per watched stop key, `{ns}:next:{KEY}:LINE` per
+//!   waiting line — never a pattern, so a message reaches only the
+//!   processes that watch or wait for that key. The set follows the
+//!   registry's interests, batched when the listener next wakes
+//!   ([`HOT_SLICE`] / [`COLD_SLICE`]), unsubscribed after
+//!   [`crate::push::LINGER`]. A message trips the holds watching that key at
+//!   once. The listener checks its connection with a `PING` after each
+//!   idle second; on any error it drops the connection, reconnects
+//!   (backing off 50 ms to 1 s) and, once it has subscribed the whole set
+//!   again, tells the engines to read every watched flag and every line to
+//!   try once (anything announced in the gap). The listener is generic over
+//!   where it subscribes ([`ListenAt`]: this server, or the master the
+//!   sentinels name, followed across failovers); a cluster listens by
+//!   sharded pub/sub instead (`redis_shards.rs`).
+//! - Waiting ([`crate::waiting`]): the release script (and `break_lease`,
+//!   and a slot release) announces the release to the next live line of the
+//!   key's queue only, `PUBLISH {ns}:next:{KEY}:LINE <fence>`
+//!   ([`announce_lua`]); nothing when nobody is queued. `expires_in` is
+//!   `PTTL`.
 //!
 //! Connections: a small pool (a mutex around a stack of idle connections,
 //! held only to push or pop), so concurrent callers each use their own
@@ -49,13 +55,13 @@ use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use crate::push::{FlagWatch, FlagWatcher, Interest, Plan, Registry, Subscriptions, LISTENER_IDLE};
-use std::collections::HashMap;
 use crate::redis_sentinel::Sentinel;
 use crate::redis_url::ReplicaAck;
 use ::redis::{
     Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
 };
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -1001,7 +1007,11 @@ impl Listener {
                 registry.live(&plan.subscribe);
                 hot_until = Instant::now() + HOT_FOR;
             }
-            let mut slice = if now < hot_until { HOT_SLICE } else { COLD_SLICE };
+            let mut slice = if now < hot_until {
+                HOT_SLICE
+            } else {
+                COLD_SLICE
+            };
             if let Some(at) = subs.next_leave() {
                 slice = slice.min(at.saturating_duration_since(now).max(MIN_IO));
             }

@@ -31,16 +31,13 @@
 //! dropped, never reused. The state mutex is held only to read the map or
 //! push/pop a connection, never during I/O.
 //!
-//! Push delivery of stop flags ([`crate::push`]): `set_flag` runs one
-//! script on the flag's slot owner that `SET`s the flag and then
-//! `PUBLISH`es `{ns}:raised:{KEY}` (classic pub/sub, which a cluster
-//! broadcasts to every node over its bus). So the listener needs one
-//! `PSUBSCRIBE` on any one node, not one per master: it picks a master of
-//! the last slot map (else a seed), and after that node fails, another,
-//! then has the engines poll every watched flag. Sharded pub/sub
-//! (`SSUBSCRIBE`) was not used: it has no pattern form, so a listener
-//! would need a subscription per watched key on each key's slot owner,
-//! re-made after every slot move.
+//! Push ([`crate::push`]) by sharded pub/sub (`redis_shards.rs`):
+//! `set_flag` runs one script on the flag's slot owner that `SET`s the flag
+//! and then `SPUBLISH`es `{ns}:raised:{KEY}`; releases announce to the next
+//! waiting line with `SPUBLISH {ns}:next:{KEY}:LINE`. A message stays on
+//! the shard that owns the key (a classic `PUBLISH` would cross the cluster
+//! bus to every node). The listener subscribes each channel on its slot's
+//! owner and follows slot moves and failovers.
 
 use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::args::{millis_ceil, mint_token};
@@ -50,8 +47,8 @@ use crate::info::{FlagInfo, Identity, LeaseInfo, Listing};
 use crate::push::{FlagWatch, FlagWatcher, Registry};
 use crate::redis::slots::{self as slot, SCRIPTS as SLOT_SCRIPTS};
 use crate::redis::{
-    flag_from, holder_from, min_left_ms, queue_ttl_ms, renewed_from, ListenAt, Listener,
-    break_keys, ACQUIRE_LUA, BREAK, BREAK_LUA, DEFAULT_TIMEOUT, LEAVE_QUEUE, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA,
+    break_keys, flag_from, holder_from, min_left_ms, queue_ttl_ms, renewed_from, ACQUIRE_LUA,
+    BREAK, BREAK_LUA, DEFAULT_TIMEOUT, LEAVE_QUEUE, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA,
 };
 use crate::redis_url::{ReplicaAck, UrlParts};
 use ::redis::{
@@ -59,9 +56,12 @@ use ::redis::{
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+
+/// Push by sharded pub/sub (a child module: it uses the slot map).
+#[path = "redis_shards.rs"]
+mod shards;
 
 /// Rounds of redirections one batch follows before giving up on an item.
 pub const MAX_ROUNDS: usize = 5;
@@ -89,7 +89,7 @@ redis.pcall('SPUBLISH', ARGV[2], '1')
 return 1";
 
 #[derive(Clone)]
-struct SlotMap {
+pub(crate) struct SlotMap {
     /// Node index per slot, or [`NO_NODE`].
     owner: Vec<u16>,
     nodes: Vec<String>,
@@ -105,7 +105,7 @@ impl SlotMap {
         }
     }
 
-    fn node_of(&self, slot: u16) -> Option<&str> {
+    pub(crate) fn node_of(&self, slot: u16) -> Option<&str> {
         let i = *self.owner.get(usize::from(slot))?;
         self.nodes.get(usize::from(i)).map(String::as_str)
     }
@@ -124,7 +124,7 @@ impl SlotMap {
     }
 
     /// The nodes that own at least one slot.
-    fn masters(&self) -> Vec<String> {
+    pub(crate) fn masters(&self) -> Vec<String> {
         let mut used = vec![false; self.nodes.len()];
         for &o in &self.owner {
             if let Some(u) = used.get_mut(usize::from(o)) {
@@ -371,49 +371,7 @@ impl RedisCluster {
             .query(&mut con)
             .map_err(|e| map_err(e, addr))?;
         self.checkin(addr, con);
-        let host_of_asked = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-        let mut map = SlotMap::empty();
-        let Value::Array(ranges) = reply else {
-            return Err(Error::Backend(format!(
-                "Redis Cluster node {addr} sent an unexpected CLUSTER SLOTS reply"
-            )));
-        };
-        for range in ranges {
-            let Value::Array(fields) = range else {
-                continue;
-            };
-            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
-                (fields.first(), fields.get(1), fields.get(2))
-            else {
-                continue;
-            };
-            let host = match master.first() {
-                Some(Value::BulkString(h)) if !h.is_empty() && h.as_slice() != b"?" => {
-                    String::from_utf8_lossy(h).into_owned()
-                }
-                _ => host_of_asked.to_owned(),
-            };
-            let Some(Value::Int(port)) = master.get(1) else {
-                continue;
-            };
-            let node = if host.contains(':') {
-                format!("[{host}]:{port}")
-            } else {
-                format!("{host}:{port}")
-            };
-            for slot in *start..=*end {
-                if let Ok(slot) = u16::try_from(slot) {
-                    map.set(slot, &node);
-                }
-            }
-        }
-        if map.owner.iter().all(|&o| o == NO_NODE) {
-            return Err(Error::Backend(format!(
-                "Redis Cluster node {addr} serves no slots (is the cluster set up?)"
-            )));
-        }
-        map.stale = false;
-        Ok(map)
+        slot_map_from(reply, addr)
     }
 
     // ----------------------------------------------------------- batches
@@ -795,55 +753,6 @@ enum Redirect {
     AsEval,
 }
 
-/// Where a cluster's flag listener subscribes: any one node (a classic
-/// `PUBLISH` reaches every node). The masters of the last slot map first,
-/// then the seeds; after a failure, the next one.
-struct AnyNode {
-    parts: UrlParts,
-    known: Arc<Mutex<Vec<String>>>,
-    /// Where to start next time: the node that worked last.
-    next: AtomicUsize,
-}
-
-impl ListenAt for AnyNode {
-    fn connect(&self, deadline: Instant) -> ::redis::RedisResult<(Connection, String)> {
-        let mut nodes = self.known.lock().clone();
-        for seed in &self.parts.hosts {
-            if !nodes.contains(seed) {
-                nodes.push(seed.clone());
-            }
-        }
-        let n = nodes.len().max(1);
-        let start = self.next.load(Ordering::Relaxed);
-        let mut last = RedisError::from((ErrorKind::Io, "no Redis Cluster node to listen on"));
-        for i in 0..nodes.len() {
-            let idx = (start + i) % n;
-            let addr = &nodes[idx];
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left < MIN_IO {
-                break;
-            }
-            // Each node left to try gets an equal share of the time left.
-            let share = left / u32::try_from(nodes.len() - i).unwrap_or(1);
-            let url = self
-                .parts
-                .node_url(addr, None, self.parts.userinfo.as_deref());
-            let attempt =
-                Client::open(url).and_then(|c| c.get_connection_with_timeout(share.max(MIN_IO)));
-            match attempt {
-                Ok(con) => {
-                    // A node that fails later is skipped next time.
-                    self.next.store(idx + 1, Ordering::Relaxed);
-                    return Ok((con, addr.clone()));
-                }
-                Err(e) => last = e,
-            }
-        }
-        self.next.store(start + 1, Ordering::Relaxed);
-        Err(last)
-    }
-}
-
 /// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part
 /// between the first `{` and the next `}`, if not empty) or of the whole
 /// key, mod 16384. The redis crate computes it too, but keeps the number
@@ -874,6 +783,53 @@ pub fn slot_of(key: &str) -> u16 {
         }
     }
     crc % 16_384
+}
+
+/// The slot map in a `CLUSTER SLOTS` reply from `addr`.
+pub(crate) fn slot_map_from(reply: Value, addr: &str) -> Result<SlotMap> {
+    let host_of_asked = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let mut map = SlotMap::empty();
+    let Value::Array(ranges) = reply else {
+        return Err(Error::Backend(format!(
+            "Redis Cluster node {addr} sent an unexpected CLUSTER SLOTS reply"
+        )));
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            continue;
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(h)) if !h.is_empty() && h.as_slice() != b"?" => {
+                String::from_utf8_lossy(h).into_owned()
+            }
+            _ => host_of_asked.to_owned(),
+        };
+        let Some(Value::Int(port)) = master.get(1) else {
+            continue;
+        };
+        let node = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        for slot in *start..=*end {
+            if let Ok(slot) = u16::try_from(slot) {
+                map.set(slot, &node);
+            }
+        }
+    }
+    if map.owner.iter().all(|&o| o == NO_NODE) {
+        return Err(Error::Backend(format!(
+            "Redis Cluster node {addr} serves no slots (is the cluster set up?)"
+        )));
+    }
+    map.stale = false;
+    Ok(map)
 }
 
 fn left(deadline: Instant, addr: &str) -> Result<Duration> {
@@ -1190,12 +1146,12 @@ impl Adapter for RedisCluster {
     }
 
     fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
-        let at = AnyNode {
+        let listener = shards::ShardListener {
             parts: self.parts.clone(),
             known: self.known.get().clone(),
-            next: AtomicUsize::new(0),
+            namespace: self.namespace.clone(),
+            timeout: self.timeout,
         };
-        let listener = Listener::new(Arc::new(at), &self.namespace, self.timeout);
         self.push.get().watch(watcher, move |registry| {
             crate::push::spawn("mistri-flags", move || listener.run(&registry))
         })

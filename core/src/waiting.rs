@@ -34,8 +34,8 @@
 //!   [`EXPIRY_SLACK`]), so a crashed holder's lease is retaken at its
 //!   expiry;
 //! - at the latest every [`SAFETY_POLL`] (2 s): the safety net for lost
-//!   messages and adapters that can't tell (Redis Cluster and Sentinel have
-//!   no listener, Memory needs none).
+//!   messages and adapters that can't push (Memory needs none: every
+//!   release is made in the process).
 //!
 //! When the head acquires it leaves the line; the next waiter becomes head
 //! without a try (the lease was just taken) and sets its timer to the
@@ -65,9 +65,11 @@
 //! a crashed process's line holds a free lease back at most that long. A
 //! line whose last waiter leaves without the lease asks the backend to
 //! forget it ([`Adapter::leave_queue`], best effort). While another line
-//! heads the queue the lease may be free: a head refused then backs off
-//! (5 ms doubling up to [`SAFETY_POLL`]) and is rung by that line's
-//! release. N-holder leases queue the same way: a free slot goes to the
+//! heads the queue the lease may be free: a head refused then does not poll
+//! (that line was told, and its holder's release will name the next line):
+//! it waits for its own announcement, the lease's expiry or
+//! [`SAFETY_POLL`]; without a listener it backs off (5 ms doubling up to
+//! [`SAFETY_POLL`]). N-holder leases queue the same way: a free slot goes to the
 //! first `free` live lines (`free` = limit minus live slots). See
 //! `docs/PROTOCOL.md`, "Waiting".
 //!

@@ -168,16 +168,36 @@ fn stop_latency(raiser: &Locks, holder: &Locks, stop: &str, hold: &Hold) -> Dura
     took
 }
 
-/// Waits until a node among `ports` has a pattern subscriber; which one.
-fn subscribed_on(ports: &[u16], limit: Duration) -> u16 {
+/// Subscribers of `channel` (classic or sharded) on the node at `port`.
+fn subscribers(port: u16, channel: &str) -> i64 {
+    ["NUMSUB", "SHARDNUMSUB"]
+        .iter()
+        .map(|how| {
+            command_on(port, &format!("PUBSUB {how} {channel}"))
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix(':'))
+                .filter_map(|n| n.parse::<i64>().ok())
+                .next_back()
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Waits until a node among `ports` has a subscriber of `channel` (the
+/// sentinels' own `__sentinel__:hello` subscriptions don't count); which
+/// one.
+fn subscribed_on(ports: &[u16], channel: &str, limit: Duration) -> u16 {
     let start = Instant::now();
     loop {
         for &port in ports {
-            if command_on(port, "CLIENT LIST").contains(" psub=1 ") {
+            if subscribers(port, channel) > 0 {
                 return port;
             }
         }
-        assert!(start.elapsed() < limit, "no listener on {ports:?}");
+        assert!(
+            start.elapsed() < limit,
+            "no listener of {channel} on {ports:?}"
+        );
         std::thread::sleep(secs(0.02));
     }
 }
@@ -209,7 +229,8 @@ fn sentinel_case(kill: bool) -> (Outcome, Outcome) {
 
     let before = stoppable(&pushed, "job-before", "stop-before");
     let after = stoppable(&pushed, "job-after", "stop-after");
-    subscribed_on(&[master], secs(5.0));
+    let channel = format!("{ns}:raised:{{stop-after}}");
+    subscribed_on(&[master], &channel, secs(5.0));
     let push_before = stop_latency(&other, &pushed, "stop-before", &before);
 
     let plain_holds = hold_many(&plain, &names("plain", 10));
@@ -226,7 +247,7 @@ fn sentinel_case(kill: bool) -> (Outcome, Outcome) {
     let new_master = set.master_port();
     assert_ne!(new_master, master);
     // The listener follows the master and subscribes there.
-    subscribed_on(&[new_master], secs(20.0));
+    subscribed_on(&[new_master], &channel, secs(20.0));
     let followed = started.elapsed();
     let push_after = stop_latency(&other, &pushed, "stop-after", &after);
     // A hold whose renewals were not confirmed since the failover began
@@ -358,11 +379,15 @@ fn cluster_failover_holders_keep_or_are_told() {
 
     let before = stoppable(&pushed, "job-before", "stop-before");
     let after = stoppable(&pushed, "job-after", "stop-after");
-    let listening = subscribed_on(&cluster.ports(), secs(5.0));
+    // Sharded pub/sub: each stop key's channel is subscribed on the master
+    // that owns its slot.
+    let channel = format!("{ns}:raised:{{stop-after}}");
+    let listening = cluster.owner_of(slot_of(&channel)).expect("slot served");
+    subscribed_on(&[listening], &channel, secs(5.0));
     let push_before = stop_latency(&other, &pushed, "stop-before", &before);
     let masters = cluster.master_ports();
     assert_eq!(masters.len(), 3);
-    assert!(masters.contains(&listening), "the listener prefers masters");
+    assert!(masters.contains(&listening), "subscribed on a master");
 
     // 1. CLUSTER FAILOVER on the replica of a master the listener is not on.
     let a = *masters.iter().find(|p| **p != listening).unwrap();
@@ -421,8 +446,8 @@ fn cluster_failover_holders_keep_or_are_told() {
         }
     };
     cluster.wait_promoted(b_replica, secs(20.0));
-    let live: Vec<u16> = cluster.ports().into_iter().filter(|p| *p != b).collect();
-    let moved_to = subscribed_on(&live, secs(20.0));
+    // The stop key's channel follows its slot to the promoted master.
+    let moved_to = subscribed_on(&[b_replica], &channel, secs(20.0));
     let followed = started.elapsed();
     let push_after = stop_latency(&other, &pushed, "stop-after", &after);
     sleep_until(started + secs(TTL));

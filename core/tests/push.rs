@@ -77,11 +77,39 @@ fn ms(ns: i64) -> f64 {
     ns as f64 / 1e6
 }
 
-/// Connections with a pattern subscription on `server` (`PUBSUB NUMPAT`
-/// counts distinct patterns, not subscribers).
+/// Connections subscribed to anything on `server` (listeners: one per
+/// process and adapter). Since per-key subscriptions, never by pattern.
 fn numpat(server: &RedisServer) -> i64 {
     let list = server.command("CLIENT LIST");
-    list.lines().filter(|l| l.contains(" psub=1 ")).count() as i64
+    let clients = || list.lines().filter(|l| l.contains(" sub="));
+    assert!(
+        clients().all(|l| l.contains(" psub=0 ")),
+        "a pattern subscription: {list}"
+    );
+    clients().filter(|l| !l.contains(" sub=0 ")).count() as i64
+}
+
+/// Subscribers of `channel` on `server`.
+fn numsub(server: &RedisServer, channel: &str) -> i64 {
+    let out = server.command(&format!("PUBSUB NUMSUB {channel}"));
+    // The raw reply: `*2`, the channel, then `:N`.
+    out.lines()
+        .filter_map(|l| l.trim().strip_prefix(':'))
+        .next_back()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1)
+}
+
+fn wait_numsub(server: &RedisServer, channel: &str, n: i64) {
+    let start = Instant::now();
+    while numsub(server, channel) != n {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "never {n} subscribers of {channel}: {}",
+            server.command("CLIENT LIST")
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn wait_numpat(server: &RedisServer, n: i64) {
@@ -111,12 +139,13 @@ fn redis_stop_from_another_process_arrives_within_milliseconds() {
         .unwrap()
         .unwrap();
     wait_numpat(&server, 1);
+    wait_numsub(&server, &format!("mistri:push:raised:{{{stop}}}"), 1);
     let raised = raise_elsewhere("raise-redis", &server.url(), &stop);
     let told = told_at(&hold, secs(3.0));
     println!("redis: stop -> signal {:.2} ms", ms(told - raised));
     assert!(told - raised < PUSHED.as_nanos() as i64);
     assert!(!other.signal().is_aborted(), "another key's hold tripped");
-    assert_eq!(numpat(&server), 1, "one subscription per adapter");
+    assert_eq!(numpat(&server), 1, "one listening connection per adapter");
 }
 
 #[test]
@@ -155,6 +184,7 @@ fn redis_restart_resubscribes_and_later_stops_arrive() {
     server.restart();
     let back = Instant::now();
     wait_numpat(&server, 1);
+    wait_numsub(&server, &format!("mistri:push:raised:{{{stop}}}"), 1);
     println!("re-subscribed {:?} after the restart", back.elapsed());
     // The empty server lost the lease too; the next renewal (5 s) would
     // say so. The stop comes first.
@@ -290,6 +320,7 @@ fn a_forked_child_listens_on_its_own_connection() {
     ready_r.read_exact(&mut byte).unwrap();
     // The child subscribed on a connection of its own.
     wait_numpat(&server, 2);
+    wait_numsub(&server, &format!("mistri:push:raised:{{{child_stop}}}"), 1);
     let sent = Instant::now();
     locks.set_flag(&child_stop, secs(60.0)).unwrap();
     let mut status = 0;

@@ -1,0 +1,540 @@
+//! Push on a Redis Cluster ([`crate::push`]) by sharded pub/sub: each
+//! channel is subscribed with `SSUBSCRIBE` on the master that owns its
+//! key's slot, and published there with `SPUBLISH` (the raise and release
+//! scripts), so no message crosses the cluster bus and no other node sees
+//! it.
+//!
+//! Threads:
+//! - the **router** (`mistri-flags`, one per process and adapter) never
+//!   reads a socket. It follows the registry's interests (with the
+//!   [`LINGER`](crate::push::LINGER) of [`Subscriptions`]), keeps its own
+//!   slot map (`CLUSTER SLOTS`, loaded again when a node reports a lost
+//!   channel), and tells each master's reader which interests are its own;
+//! - one **reader** per master with interests (`mistri-shard`): one RESP3
+//!   connection (sharded messages are RESP3 pushes) that subscribes what
+//!   the router gave it, one `SSUBSCRIBE` per slot (the command accepts
+//!   one slot's channels only), delivers messages, and pings after a second
+//!   of silence.
+//!
+//! Slot moves and failovers: a node that loses a slot (a migration, or a
+//! failover that made it a replica) drops that slot's shard channels and
+//! tells its subscribers with `SUNSUBSCRIBE` pushes; a `SSUBSCRIBE` sent to
+//! a node that does not own the slot is answered with `MOVED`; a node that
+//! goes away fails its connection. In each case the reader hands the
+//! interests back to the router as *lost*; the router reloads the map and
+//! gives them to their new owner, whose reader subscribes them and then
+//! has them polled once ([`Registry::live`]): no gap.
+//!
+//! Redis older than 7 has no sharded pub/sub: `SSUBSCRIBE` is an unknown
+//! command there, the router stops trying for this adapter, and the tick
+//! poll (and the waiting lines' timers) are the path; the raise and release
+//! scripts publish by `pcall`, so they still work.
+//!
+//! Lock order: a reader's mailbox lock and the router's state lock are
+//! leaves; neither is held while calling the registry or doing I/O.
+
+use super::{slot_map_from, slot_of, SlotMap, MIN_IO};
+use crate::push::{Interest, Registry, Subscriptions, LISTENER_IDLE};
+use crate::redis::{channel_of, deliver, COLD_SLICE, HOT_FOR, HOT_SLICE};
+use crate::redis_url::UrlParts;
+use ::redis::{Client, Connection, ProtocolVersion, PushInfo, PushKind, Value};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar};
+use std::time::{Duration, Instant};
+
+/// What the router and one master's reader share.
+#[derive(Default)]
+struct Mailbox {
+    /// The interests this reader should have subscribed.
+    want: HashSet<Interest>,
+    /// `want` changed since the reader looked.
+    dirty: bool,
+    /// The router retired (or gave this node up): exit.
+    stop: bool,
+    /// Interests this node no longer serves (handed back to the router).
+    lost: Vec<Interest>,
+    /// The reader exited.
+    gone: bool,
+    /// The node has no sharded pub/sub (Redis < 7).
+    unsupported: bool,
+}
+
+/// The router's wake-up: interests changed, or a reader handed some back.
+#[derive(Default)]
+struct Bell {
+    rung: std::sync::Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Bell {
+    fn ring(&self) {
+        if let Ok(mut rung) = self.rung.lock() {
+            *rung = true;
+            self.cond.notify_one();
+        }
+    }
+
+    /// Sleeps until rung or `slice` passed.
+    fn sleep(&self, slice: Duration) {
+        let Ok(rung) = self.rung.lock() else {
+            return;
+        };
+        let (mut rung, _) = match self.cond.wait_timeout_while(rung, slice, |r| !*r) {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        *rung = false;
+    }
+}
+
+/// The cluster's listener (module header).
+pub(crate) struct ShardListener {
+    pub(crate) parts: UrlParts,
+    pub(crate) known: Arc<Mutex<Vec<String>>>,
+    pub(crate) namespace: String,
+    pub(crate) timeout: Duration,
+}
+
+struct Node {
+    mailbox: Arc<Mutex<Mailbox>>,
+}
+
+impl ShardListener {
+    /// The router thread's body: runs until nobody watches.
+    pub(crate) fn run(self, registry: &Arc<Registry>) {
+        let bell = Arc::new(Bell::default());
+        let wake_bell = bell.clone();
+        registry.set_wake(Some(Arc::new(move || wake_bell.ring())));
+        let this = Arc::new(self);
+        let mut subs = Subscriptions::default();
+        let mut map: Option<SlotMap> = None;
+        let mut nodes: HashMap<String, Node> = HashMap::new();
+        // Interests that have no node yet (no map, or their node failed).
+        let mut homeless: HashSet<Interest> = registry.wanted().into_iter().collect();
+        subs.live.extend(homeless.iter().cloned());
+        let mut checked = Instant::now();
+        let mut hot_until = checked + HOT_FOR;
+        const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+        let mut backoff = FIRST_BACKOFF;
+        let mut failed_at: Option<Instant> = None;
+        let mut unsupported = false;
+        loop {
+            let now = Instant::now();
+            let plan = subs.plan(registry, now);
+            if !plan.is_empty() {
+                hot_until = now + HOT_FOR;
+            }
+            subs.done(&plan);
+            for interest in &plan.unsubscribe {
+                homeless.remove(interest);
+                for node in nodes.values() {
+                    let mut mb = node.mailbox.lock();
+                    if mb.want.remove(interest) {
+                        mb.dirty = true;
+                    }
+                }
+            }
+            homeless.extend(plan.subscribe);
+            // Handed back by readers: their node no longer serves them.
+            let mut failed = false;
+            nodes.retain(|_, node| {
+                let mut guard = node.mailbox.lock();
+                let mb = &mut *guard;
+                unsupported |= mb.unsupported;
+                for interest in mb.lost.drain(..) {
+                    mb.want.remove(&interest);
+                    failed = true;
+                    homeless.insert(interest);
+                }
+                if mb.gone {
+                    homeless.extend(mb.want.drain());
+                    failed = true;
+                    return false;
+                }
+                true
+            });
+            if failed {
+                // A node failed or moved slots: reload the map, after a
+                // pause that grows while failures go on (a node being
+                // restarted must not make this loop spin).
+                map = None;
+                bell.sleep(backoff);
+                backoff = (backoff * 2).min(LISTENER_IDLE);
+                failed_at = Some(Instant::now());
+            } else if failed_at.is_some_and(|t| t.elapsed() > 5 * LISTENER_IDLE) {
+                backoff = FIRST_BACKOFF;
+                failed_at = None;
+            }
+            // Still wanted? (An interest dropped while homeless is gone.)
+            homeless.retain(|i| subs.live.contains(i));
+            if !homeless.is_empty() && !unsupported {
+                if map.is_none() {
+                    map = this.load_map();
+                }
+                match &map {
+                    Some(m) => {
+                        for interest in homeless.drain() {
+                            let slot = slot_of(&channel_of(&this.namespace, &interest));
+                            let Some(addr) = m.node_of(slot) else {
+                                continue;
+                            };
+                            let node = nodes.entry(addr.to_owned()).or_insert_with(|| {
+                                this.clone()
+                                    .start_reader(addr, registry.clone(), bell.clone())
+                            });
+                            let mut mb = node.mailbox.lock();
+                            mb.want.insert(interest);
+                            mb.dirty = true;
+                        }
+                    }
+                    None => {
+                        // No node answered: try again after a pause.
+                        bell.sleep(backoff);
+                        backoff = (backoff * 2).min(LISTENER_IDLE);
+                        continue;
+                    }
+                }
+            }
+            if checked.elapsed() >= LISTENER_IDLE {
+                checked = Instant::now();
+                if registry.retire_if_unwatched() {
+                    for node in nodes.values() {
+                        node.mailbox.lock().stop = true;
+                    }
+                    return;
+                }
+                registry.idle();
+            }
+            let mut slice = if now < hot_until {
+                HOT_SLICE
+            } else {
+                COLD_SLICE
+            };
+            if let Some(at) = subs.next_leave() {
+                slice = slice.min(at.saturating_duration_since(now).max(MIN_IO));
+            }
+            bell.sleep(slice);
+        }
+    }
+
+    /// The slot map, from the first known master or seed that answers.
+    fn load_map(&self) -> Option<SlotMap> {
+        let mut candidates = self.known.lock().clone();
+        for seed in &self.parts.hosts {
+            if !candidates.contains(seed) {
+                candidates.push(seed.clone());
+            }
+        }
+        for addr in candidates {
+            let Ok(mut con) = self.connect(&addr, false) else {
+                continue;
+            };
+            let reply = ::redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query::<Value>(&mut con);
+            if let Ok(map) = reply
+                .map_err(|_| ())
+                .and_then(|r| slot_map_from(r, &addr).map_err(|_| ()))
+            {
+                return Some(map);
+            }
+        }
+        None
+    }
+
+    /// A connection to `addr` (RESP3 when `push`), timeouts set.
+    fn connect(&self, addr: &str, push: bool) -> ::redis::RedisResult<Connection> {
+        let url = self
+            .parts
+            .node_url(addr, None, self.parts.userinfo.as_deref());
+        let client = Client::open(url)?;
+        let client = if push {
+            let info = client.get_connection_info().clone();
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3);
+            Client::open(info.set_redis_settings(settings))?
+        } else {
+            client
+        };
+        let con = client.get_connection_with_timeout(self.timeout)?;
+        con.set_read_timeout(Some(self.timeout))?;
+        con.set_write_timeout(Some(self.timeout))?;
+        Ok(con)
+    }
+
+    fn start_reader(self: Arc<Self>, addr: &str, registry: Arc<Registry>, bell: Arc<Bell>) -> Node {
+        let mailbox = Arc::new(Mutex::new(Mailbox::default()));
+        let mine = mailbox.clone();
+        let addr = addr.to_owned();
+        let started = crate::push::spawn("mistri-shard", move || {
+            let end = self.read(&addr, &mine, &registry, &bell);
+            let mut mb = mine.lock();
+            if end == Ended::Unsupported {
+                mb.unsupported = true;
+            }
+            mb.gone = true;
+            drop(mb);
+            bell.ring();
+        });
+        if !started {
+            mailbox.lock().gone = true;
+        }
+        Node { mailbox }
+    }
+
+    /// One master's reader: one connection, until it fails or is stopped.
+    fn read(
+        &self,
+        addr: &str,
+        mailbox: &Mutex<Mailbox>,
+        registry: &Registry,
+        bell: &Bell,
+    ) -> Ended {
+        let Ok(mut con) = self.connect(addr, true) else {
+            return Ended::Failed;
+        };
+        let (tx, rx) = mpsc::channel::<PushInfo>();
+        con.set_push_sender(tx);
+        let mut channels: HashMap<String, Interest> = HashMap::new();
+        let mut checked = Instant::now();
+        let mut hot_until = checked + HOT_FOR;
+        loop {
+            let (add, remove) = {
+                let mut mb = mailbox.lock();
+                if mb.stop {
+                    return Ended::Stopped;
+                }
+                if mb.dirty {
+                    mb.dirty = false;
+                    let live: HashSet<&Interest> = channels.values().collect();
+                    let add: Vec<Interest> = mb
+                        .want
+                        .iter()
+                        .filter(|i| !live.contains(i))
+                        .cloned()
+                        .collect();
+                    let remove: Vec<String> = channels
+                        .iter()
+                        .filter(|(_, i)| !mb.want.contains(i))
+                        .map(|(c, _)| c.clone())
+                        .collect();
+                    (add, remove)
+                } else {
+                    (Vec::new(), Vec::new())
+                }
+            };
+            if !add.is_empty() || !remove.is_empty() {
+                hot_until = Instant::now() + HOT_FOR;
+                if con.set_read_timeout(Some(self.timeout)).is_err() {
+                    return Ended::Failed;
+                }
+                for name in &remove {
+                    channels.remove(name);
+                }
+                for group in by_slot(remove.iter().map(String::as_str)) {
+                    let mut cmd = ::redis::cmd("SUNSUBSCRIBE");
+                    cmd.arg(&group);
+                    if con.send_packed_command(&cmd.get_packed_command()).is_err() {
+                        return Ended::Failed;
+                    }
+                }
+                let named: Vec<(String, Interest)> = add
+                    .into_iter()
+                    .map(|i| (channel_of(&self.namespace, &i), i))
+                    .collect();
+                let mut live = Vec::new();
+                for group in by_slot(named.iter().map(|(c, _)| c.as_str())) {
+                    match self.subscribe(&mut con, &group, &channels, registry) {
+                        Ok(()) => {
+                            for name in group {
+                                if let Some((c, i)) = named.iter().find(|(c, _)| c == name) {
+                                    channels.insert(c.clone(), i.clone());
+                                    live.push(i.clone());
+                                }
+                            }
+                        }
+                        Err(Refused::Moved) => {
+                            // Not this node's slot (any more): back to the
+                            // router, which reloads the map.
+                            let mut mb = mailbox.lock();
+                            for name in group {
+                                if let Some((_, i)) = named.iter().find(|(c, _)| c == name) {
+                                    mb.want.remove(i);
+                                    mb.lost.push(i.clone());
+                                }
+                            }
+                            drop(mb);
+                            bell.ring();
+                        }
+                        Err(Refused::Unsupported) => return Ended::Unsupported,
+                        Err(Refused::Io) => return Ended::Failed,
+                    }
+                }
+                registry.live(&live);
+            }
+            let now = Instant::now();
+            let slice = if now < hot_until {
+                HOT_SLICE
+            } else {
+                COLD_SLICE
+            };
+            if con.set_read_timeout(Some(slice)).is_err() {
+                return Ended::Failed;
+            }
+            // (PubSub's Drop would unsubscribe: never run it.)
+            let got = std::mem::ManuallyDrop::new(con.as_pubsub()).get_message();
+            match got {
+                Ok(msg) => deliver(
+                    &channels,
+                    registry,
+                    msg.get_channel_name(),
+                    msg.get_payload_bytes(),
+                ),
+                Err(e) if e.is_timeout() => {}
+                Err(_) => return Ended::Failed,
+            }
+            // Channels the server dropped (their slot moved away).
+            let mut dropped = Vec::new();
+            for push in rx.try_iter() {
+                if push.kind == PushKind::SUnsubscribe {
+                    if let Some(Value::BulkString(name)) = push.data.first() {
+                        let name = String::from_utf8_lossy(name);
+                        if let Some(i) = channels.remove(name.as_ref()) {
+                            dropped.push(i);
+                        }
+                    }
+                }
+            }
+            if !dropped.is_empty() {
+                let mut mb = mailbox.lock();
+                for i in dropped {
+                    mb.want.remove(&i);
+                    mb.lost.push(i);
+                }
+                drop(mb);
+                bell.ring();
+            }
+            if checked.elapsed() >= LISTENER_IDLE {
+                // A second of silence: is the node still there?
+                if con.set_read_timeout(Some(self.timeout)).is_err()
+                    || self.ping(&mut con, &channels, registry).is_err()
+                {
+                    return Ended::Failed;
+                }
+                checked = Instant::now();
+            }
+        }
+    }
+
+    /// Sends `SSUBSCRIBE` of one slot's channels and waits until the
+    /// server confirmed every one (messages read meanwhile are delivered).
+    fn subscribe(
+        &self,
+        con: &mut Connection,
+        group: &[&str],
+        channels: &HashMap<String, Interest>,
+        registry: &Registry,
+    ) -> Result<(), Refused> {
+        let mut cmd = ::redis::cmd("SSUBSCRIBE");
+        cmd.arg(group);
+        con.send_packed_command(&cmd.get_packed_command())
+            .map_err(|_| Refused::Io)?;
+        let mut expect: HashSet<&str> = group.iter().copied().collect();
+        while !expect.is_empty() {
+            match con.recv_response() {
+                Ok(Value::Push { kind, data }) => match kind {
+                    PushKind::SSubscribe => {
+                        if let Some(Value::BulkString(name)) = data.first() {
+                            expect.remove(String::from_utf8_lossy(name).as_ref());
+                        }
+                    }
+                    PushKind::SMessage => deliver_push(channels, registry, &data),
+                    _ => {}
+                },
+                Ok(Value::ServerError(e)) => return Err(refusal(e.code(), &e.to_string())),
+                Ok(_) => {}
+                Err(e) => {
+                    if e.kind() == ::redis::ErrorKind::Io || e.is_timeout() {
+                        return Err(Refused::Io);
+                    }
+                    let text = e.to_string();
+                    return Err(refusal(e.code().unwrap_or(""), &text));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `PING`, answered within the read timeout (messages read meanwhile
+    /// are delivered).
+    fn ping(
+        &self,
+        con: &mut Connection,
+        channels: &HashMap<String, Interest>,
+        registry: &Registry,
+    ) -> ::redis::RedisResult<()> {
+        con.send_packed_command(&::redis::cmd("PING").get_packed_command())?;
+        loop {
+            match con.recv_response()? {
+                Value::Push { kind, data } => {
+                    if kind == PushKind::SMessage {
+                        deliver_push(channels, registry, &data);
+                    }
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+#[derive(PartialEq, Eq)]
+enum Ended {
+    Stopped,
+    Failed,
+    Unsupported,
+}
+
+enum Refused {
+    Moved,
+    Unsupported,
+    Io,
+}
+
+fn refusal(code: &str, text: &str) -> Refused {
+    if code == "MOVED" || code == "ASK" || code == "CLUSTERDOWN" || code == "TRYAGAIN" {
+        Refused::Moved
+    } else if text.contains("unknown command") {
+        Refused::Unsupported
+    } else {
+        // Anything else (ACL, CROSSSLOT): let the router try again later.
+        Refused::Moved
+    }
+}
+
+fn deliver_push(channels: &HashMap<String, Interest>, registry: &Registry, data: &[Value]) {
+    if let (Some(Value::BulkString(channel)), Some(Value::BulkString(payload))) =
+        (data.first(), data.get(1))
+    {
+        deliver(
+            channels,
+            registry,
+            &String::from_utf8_lossy(channel),
+            payload,
+        );
+    }
+}
+
+/// `names` grouped by cluster slot (one `SSUBSCRIBE` each).
+fn by_slot<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Vec<&'a str>> {
+    let mut groups: HashMap<u16, Vec<&'a str>> = HashMap::new();
+    for name in names {
+        groups.entry(slot_of(name)).or_default().push(name);
+    }
+    let mut out: Vec<(u16, Vec<&'a str>)> = groups.into_iter().collect();
+    out.sort_by_key(|(slot, _)| *slot);
+    out.into_iter().map(|(_, g)| g).collect()
+}
