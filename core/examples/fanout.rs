@@ -31,7 +31,9 @@
 //!    `--seconds`: pairs/s, Redis CPU per pair (`INFO cpu` used_cpu_sys +
 //!    used_cpu_user delta / pairs, in µs) and bytes the server sent per
 //!    pair (`INFO stats` total_net_output_bytes delta / pairs). Both are
-//!    raw: the fleet's background is in them (reported next to them);
+//!    raw: the fleet's background is in them (reported next to them, and
+//!    taken out in `net_cpu_us_per_pair` and `net_bytes_per_pair`: the
+//!    figure less the background rate times the window, per pair);
 //! 5. *stop → exit*: for min(N, `--stop-trials`) holders in turn,
 //!    `Locks::set_flag` of its stop key, then the time until that CLI
 //!    process has exited (polled every 200 µs; `run` exits 76 when its stop
@@ -354,8 +356,9 @@ fn one_run(
     let b = info(con);
     let el = t.elapsed().as_secs_f64();
     let bg_bytes = (b.out_bytes - a.out_bytes) / el;
+    let bg_cpu = (b.cpu_s - a.cpu_s) * 1e6 / el;
     put("bg_bytes_per_s", bg_bytes);
-    put("bg_cpu_us_per_s", (b.cpu_s - a.cpu_s) * 1e6 / el);
+    put("bg_cpu_us_per_s", bg_cpu);
     put("bg_cmds_per_s", (b.commands - a.commands) / el);
 
     let a = info(con);
@@ -378,6 +381,10 @@ fn one_run(
     put("cpu_us_per_pair", (b.cpu_s - a.cpu_s) * 1e6 / p);
     put("bytes_per_pair", bytes);
     put("net_bytes_per_pair", bytes - bg_bytes * el / p);
+    put(
+        "net_cpu_us_per_pair",
+        (b.cpu_s - a.cpu_s) * 1e6 / p - bg_cpu * el / p,
+    );
 
     let trials = n.min(stop_trials);
     if trials > 0 {
@@ -477,6 +484,7 @@ fn main() {
         for f in [
             "pairs_per_s",
             "cpu_us_per_pair",
+            "net_cpu_us_per_pair",
             "bytes_per_pair",
             "net_bytes_per_pair",
             "msg_bytes",
@@ -498,6 +506,9 @@ fn main() {
         }
         if let Some(v) = ratio("cpu_us_per_pair") {
             println!("fan_{n}_cpu_ratio={v:.3}");
+        }
+        if let Some(v) = ratio("net_cpu_us_per_pair") {
+            println!("fan_{n}_net_cpu_ratio={v:.3}");
         }
         if let (Some(b), Some(b0), Some(m)) = (
             mean(n, "net_bytes_per_pair"),
