@@ -82,9 +82,13 @@
 //! Push ([`crate::push`]): an engine with a hold that watches a stop key
 //! registers with its adapter's flag listener (if the adapter has one)
 //! *before* inserting the hold, and keeps that registration until its
-//! scheduler retires. The listener's thread calls in: `raised(key)` trips
+//! scheduler retires. The stop-key index (`watching`) is also the
+//! engine's interest list: a key's first watcher asks the listener for it
+//! ([`crate::push::FlagWatch::watch_flag`]), its last one gives it up, so
+//! the process subscribes exactly the stop keys its holds watch. The listener's thread calls in: `raised(key)` trips
 //! the holds watching `key` at once (as a poll that found the flag would);
-//! `poll_now` makes every watched flag due now (flagging entries whose read
+//! `poll_flag(key)` (its subscription just became live) makes that key's
+//! reads due now; `poll_now` makes every watched flag due now (flagging entries whose read
 //! is in flight to be read again), so the scheduler hands the reads to the
 //! I/O thread at once. Neither waits for I/O nor touches a deadline; the
 //! tick poll stays the floor.
@@ -825,6 +829,13 @@ impl Engine {
             state = shared.state.lock();
             if state.watch.is_none() {
                 state.watch = watch;
+                // Keys watched while there was no registration (the
+                // listener could not be started before).
+                if let Some(watch) = &state.watch {
+                    for key in state.watching.keys() {
+                        watch.watch_flag(key);
+                    }
+                }
             }
         }
         ensure_threads(shared, &mut state)?;

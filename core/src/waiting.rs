@@ -540,6 +540,10 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
 struct Handoff {
     /// The next head tries at once.
     ring: bool,
+    /// The leaver's rings when it last acted: a ring that came after (up
+    /// to the moment it is out of the line, judged under the registry
+    /// lock, so a release racing the leave is never lost) passes on too.
+    seen: Option<u64>,
     /// Else it tries after this long at most ([`BellState::lapse`]).
     lapse: Option<Duration>,
     /// The leaver acquired (the backend took the line out of its queue).
@@ -571,12 +575,15 @@ fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
     } else if handoff.tried {
         line.asked = true;
     }
+    let rung_meanwhile = handoff
+        .seen
+        .is_some_and(|seen| line.queue[at].1.state.lock().rings != seen);
     line.queue.remove(at);
     a.waiters -= 1;
     lines.waiters.fetch_sub(1, Ordering::SeqCst);
     if at == 0 {
         if let Some((_, next)) = line.queue.front() {
-            next.promote(handoff.lapse, handoff.ring);
+            next.promote(handoff.lapse, handoff.ring || rung_meanwhile);
         }
     }
     let mut forget = false;
@@ -862,6 +869,7 @@ impl<T> Waiting<T> {
                 // before it could lapse. N slots: another may be free.
                 Handoff {
                     ring: self.limit > 1,
+                    seen: None,
                     lapse: Some(self.ttl),
                     acquired: true,
                     tried: true,
@@ -869,11 +877,11 @@ impl<T> Waiting<T> {
             } else {
                 // Without the lease (timeout, abort, dropped): the next
                 // head takes over this one's timer, and a ring it had not
-                // acted on yet.
-                let rings = self.bell.state.lock().rings;
+                // acted on yet (also one that comes while it leaves).
                 let now = Instant::now();
                 Handoff {
-                    ring: !self.started || rings != self.seen_rings,
+                    ring: !self.started,
+                    seen: self.started.then_some(self.seen_rings),
                     lapse: self.retry_at.map(|t| t.saturating_duration_since(now)),
                     acquired: false,
                     tried: self.tried_in_line,
