@@ -5,6 +5,7 @@
 //! cargo run --release -p mistri_locks_core --example bench_waiting -- \
 //!     --redis redis://127.0.0.1:6379/0 [--waiters 100] [--handoffs 1000] \
 //!     [--idle-seconds 3] [--hold-ms 1] [--procs 4] [--baseline PYTHON]
+//!     [--one-each "20 100"]
 //! ```
 //!
 //! Two phases, each measured with the server's `INFO commandstats` (every
@@ -24,6 +25,17 @@
 //! releases in the process ring the next waiter directly), then, with
 //! `--procs P` > 1, with the waiters spread over P processes (`waitx_*`:
 //! most hand-offs cross processes, woken by the release announcement).
+//!
+//! `--one-each "P1 P2 …"` (issue 21's measurement) replaces those two runs:
+//! for each P, P processes (this one and P − 1 children) with ONE waiter
+//! each (`waitpP_*`): every hand-off crosses processes, and what a release
+//! announces, and to whom, decides the tries per hand-off (goal ≤ 1.5) and
+//! the commands while they wait. Before the idle phase it waits (up to
+//! 60 s) until `CLIENT LIST` shows P subscribed connections (each waiting
+//! process's listener), so 100 processes starting on a busy machine are
+//! all in line when the clock starts. The baseline then runs once per P
+//! with P threads (`pywaitP_*`): redis-py's polling costs the same per
+//! waiter whether the waiters are threads or processes.
 //!
 //! `--baseline PYTHON`: runs `scripts/waiting_redis_py.py` with that
 //! interpreter (which needs redis-py) against the same server afterwards:
@@ -72,6 +84,23 @@ fn commands(con: &mut redis::Connection) -> (f64, f64) {
         }
     }
     (all, scripts)
+}
+
+/// Connections with a subscription (`sub=`, `psub=` or `ssub=` > 0).
+fn subscribed(con: &mut redis::Connection) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(con)
+        .expect("CLIENT LIST");
+    list.lines()
+        .filter(|l| {
+            l.split_whitespace().any(|f| {
+                ["sub=", "psub=", "ssub="]
+                    .iter()
+                    .any(|p| f.strip_prefix(p).is_some_and(|v| v != "0"))
+            })
+        })
+        .count()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -165,6 +194,13 @@ fn run(
     };
     // Every waiter in line (processes started, connected, tried once).
     std::thread::sleep(Duration::from_millis(1000));
+    if procs > 1 {
+        let t0 = Instant::now();
+        while subscribed(con) < procs && t0.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let (before, _) = commands(con);
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(idle));
@@ -265,15 +301,35 @@ fn main() {
     let hold_ms: f64 = arg("--hold-ms").map_or(1.0, |v| v.parse().unwrap());
     let procs: usize = arg("--procs").map_or(1, |v| v.parse().unwrap());
     let baseline = arg("--baseline");
+
+    let one_each: Option<Vec<usize>> = arg("--one-each").map(|l| {
+        l.split_whitespace()
+            .map(|v| v.parse().expect("--one-each: numbers"))
+            .collect()
+    });
     let hold = Duration::from_secs_f64(hold_ms / 1000.0);
 
     let client = redis::Client::open(url.as_str()).expect("url");
     let mut con = client.get_connection().expect("connect");
-    run("wait", &url, waiters, 1, handoffs, idle, hold, &mut con);
-    if procs > 1 {
-        run(
-            "waitx", &url, waiters, procs, handoffs, idle, hold, &mut con,
-        );
+    // (tag, waiters): the runs; the baseline runs once per waiter count.
+    let mut runs = Vec::new();
+    match &one_each {
+        Some(list) => {
+            for &p in list {
+                let tag = format!("waitp{p}");
+                run(&tag, &url, p, p, handoffs, idle, hold, &mut con);
+                runs.push((format!("pywait{p}_"), p));
+            }
+        }
+        None => {
+            run("wait", &url, waiters, 1, handoffs, idle, hold, &mut con);
+            if procs > 1 {
+                run(
+                    "waitx", &url, waiters, procs, handoffs, idle, hold, &mut con,
+                );
+            }
+            runs.push(("pywait_".to_owned(), waiters));
+        }
     }
 
     if let Some(python) = baseline {
@@ -283,19 +339,24 @@ fn main() {
         );
         let addr = client.get_connection_info().addr().to_string();
         let port = addr.rsplit(':').next().unwrap_or("6379").to_owned();
-        let out = Command::new(python)
-            .args([script, "--port", &port])
-            .args(["--waiters", &waiters.to_string()])
-            .args(["--handoffs", &handoffs.to_string()])
-            .args(["--idle-seconds", &idle.to_string()])
-            .args(["--hold-ms", &hold_ms.to_string()])
-            .output()
-            .expect("run the redis-py baseline");
-        if out.status.success() {
-            print!("{}", String::from_utf8_lossy(&out.stdout));
-        } else {
-            eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-            println!("pywait_error=1");
+        for (prefix, waiters) in runs {
+            let out = Command::new(&python)
+                .args([script, "--port", &port])
+                .args(["--waiters", &waiters.to_string()])
+                .args(["--handoffs", &handoffs.to_string()])
+                .args(["--idle-seconds", &idle.to_string()])
+                .args(["--hold-ms", &hold_ms.to_string()])
+                .output()
+                .expect("run the redis-py baseline");
+            if out.status.success() {
+                print!(
+                    "{}",
+                    String::from_utf8_lossy(&out.stdout).replace("pywait_", &prefix)
+                );
+            } else {
+                eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+                println!("{prefix}error=1");
+            }
         }
     }
 }
