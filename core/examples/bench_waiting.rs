@@ -64,7 +64,9 @@ fn mono_ns() -> i64 {
 }
 
 /// Calls so far of every command but `INFO` (commands run inside scripts
-/// included), and of scripts (`EVALSHA`, `EVAL`).
+/// included), and of scripts (`EVALSHA`, `EVAL`) other than the expiry
+/// reads (the `EXPIRES` script, counted by the one `PTTL` it runs: no
+/// other script the waiters run calls `PTTL`).
 fn commands(con: &mut redis::Connection) -> (f64, f64) {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -81,6 +83,9 @@ fn commands(con: &mut redis::Connection) -> (f64, f64) {
         }
         if l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:") {
             scripts += n;
+        }
+        if l.starts_with("cmdstat_pttl:") {
+            scripts -= n;
         }
     }
     (all, scripts)
@@ -247,6 +252,9 @@ fn run(
     }
     lat.sort_by(f64::total_cmp);
     let n = handoffs as f64;
+    // One waiter per process: every turn's release is followed by a new
+    // wait of that process (its first try joins the queue).
+    let turns_start_waits = waiters_n == procs && procs > 1;
     // Not the lock's: each turn's INCR, and the GETs above.
     let spent = (after - before - n - polls).max(0.0);
     println!("{tag}_waiters={waiters_n}");
@@ -254,10 +262,15 @@ fn run(
     println!("{tag}_handoffs={}", lat.len());
     println!("{tag}_idle_cmds_per_s={idle_rate:.1}");
     println!("{tag}_cmds_per_handoff={:.2}", spent / n);
-    println!(
-        "{tag}_tries_per_handoff={:.2}",
-        (scripts_after - scripts_before - n) / n
-    );
+    // Acquire tries (scripts minus the releases and the expiry reads);
+    // each turn also starts a new wait whose first try joins the queue
+    // (refused: another line is ahead), so the tries a release causes are
+    // the rest.
+    let tries = (scripts_after - scripts_before - n) / n;
+    println!("{tag}_tries_per_handoff={tries:.2}");
+    if turns_start_waits {
+        println!("{tag}_tries_after_release={:.2}", (tries - 1.0).max(0.0));
+    }
     println!("{tag}_p50_ms={:.3}", percentile(&lat, 0.5));
     println!("{tag}_p99_ms={:.3}", percentile(&lat, 0.99));
     println!("{tag}_handoffs_per_s={:.1}", n / took);

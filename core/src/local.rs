@@ -74,10 +74,11 @@
 //! that bucket only. So a raise or a release wakes only the processes that
 //! watch that flag or whose line is next for that key (plus, rarely,
 //! those sharing its bucket: one flag read or one try, never a wrong
-//! grant). A bell file removed or replaced is re-created and watched again
-//! (its interests are then looked at once); a lost folder, an unusable
-//! file or an inotify limit restarts the listener after a backoff, which
-//! watches everything anew and polls every flag and line once
+//! grant). A bell file removed or replaced, a lost folder, an unusable
+//! file or an inotify limit restarts the listener after a backoff (and
+//! only while the database file exists: it never makes files in a folder
+//! that is being deleted), which watches everything anew and polls every
+//! flag and line once
 //! (`poll_now`, `released_any`), as does a kernel queue overflow. The
 //! listener exits once nobody watches. Linux only; elsewhere (and for
 //! clients that don't ring) the tick poll and the waiters' timers are the
@@ -1549,9 +1550,13 @@ mod doorbell {
         let mut backoff = FIRST_BACKOFF;
         let mut subs = Subscriptions::default();
         while !registry.retire_if_unwatched() {
+            let started = Instant::now();
             match listen(db, registry, &mut subs) {
                 Ok(()) => return,
                 Err(_) => {
+                    if started.elapsed() > LISTENER_IDLE * 5 {
+                        backoff = FIRST_BACKOFF;
+                    }
                     // The folder or a file is unusable (or the descriptor
                     // limits are hit): the tick poll serves meanwhile.
                     std::thread::sleep(backoff);
@@ -1657,25 +1662,6 @@ mod doorbell {
             }
         }
 
-        /// The file of `bell` was removed or replaced: a new one is made
-        /// and watched. Its interests, to be looked at once (a ring may
-        /// have gone to the old file).
-        fn rewatch(&mut self, bell: Bell) -> std::io::Result<Vec<Interest>> {
-            let Some(old) = self.by_bell.get(&bell).map(|w| w.wd) else {
-                return Ok(Vec::new());
-            };
-            self.by_wd.remove(&old);
-            self.rm_watch(old);
-            let wd = self.add_watch(bell)?;
-            self.by_wd.insert(wd, bell);
-            let watched = self
-                .by_bell
-                .get_mut(&bell)
-                .ok_or_else(|| std::io::Error::other("doorbell forgotten while re-watched"))?;
-            watched.wd = wd;
-            Ok(watched.interests.iter().cloned().collect())
-        }
-
         /// Reads every pending event: the doorbells that rang, those whose
         /// file went away, and whether the kernel's queue overflowed.
         fn read(&self, buf: &mut [u8]) -> Events {
@@ -1752,6 +1738,11 @@ mod doorbell {
     fn listen(db: &Path, registry: &Registry, subs: &mut Subscriptions) -> std::io::Result<()> {
         // A new descriptor watches nothing yet.
         subs.clear();
+        // No database, no doorbells: never make the folder next to a
+        // database file that was deleted (its folder may be being removed).
+        if !db.exists() {
+            return Err(std::io::Error::other("the database file is gone"));
+        }
         let dir = bells_folder(db).map_err(|e| std::io::Error::other(e.to_string()))?;
         // SAFETY: plain syscall with flag arguments; the result is checked.
         let fd = owned(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) })?;
@@ -1829,9 +1820,12 @@ mod doorbell {
             }
             if ready > 0 && pfds[0].revents != 0 {
                 let events = bells.read(&mut buf);
-                for bell in &events.gone {
-                    let back = bells.rewatch(*bell)?;
-                    registry.live(&back);
+                if !events.gone.is_empty() {
+                    // A doorbell was removed or replaced (maybe its whole
+                    // folder is being deleted): start over after a pause,
+                    // and only while the database is there, rather than
+                    // make files in a folder someone is emptying.
+                    return Err(std::io::Error::other("a doorbell was removed"));
                 }
                 if events.overflow {
                     // Events were lost: look at everything once.
