@@ -294,6 +294,19 @@ fn message_frame(namespace: &str) -> f64 {
     .len() as f64
 }
 
+/// Subscribers of `channel`.
+fn numsub(con: &mut redis::Connection, channel: &str) -> i64 {
+    let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(con)
+        .unwrap_or_default();
+    match reply.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn one_run(
     tag: &str,
@@ -385,6 +398,43 @@ fn one_run(
         "net_cpu_us_per_pair",
         (b.cpu_s - a.cpu_s) * 1e6 / p - bg_cpu * el / p,
     );
+
+    // Stop -> signal while the fleet listens: a hold of this process with
+    // a stop key, raised from another connection, timed to the signal
+    // (in process, so no process teardown is in the figure).
+    if stop_trials > 0 {
+        let stop = format!("fan:{run}:own-stop");
+        let raiser = Locks::redis(url, namespace).expect("redis");
+        let mut lat = Vec::with_capacity(stop_trials);
+        for i in 0..stop_trials {
+            let opts = mistri_locks::HoldOptions {
+                stop_key: Some(stop.clone()),
+                ..mistri_locks::HoldOptions::default()
+            };
+            let hold = locks
+                .hold(&format!("fan:{run}:own-{i}"), opts)
+                .expect("hold")
+                .expect("free");
+            let channel = format!("{namespace}:raised:{{{stop}}}");
+            let t = Instant::now();
+            while numsub(con, &channel) < 1 && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            let t = Instant::now();
+            raiser.set_flag(&stop, Duration::from_secs(60)).unwrap();
+            assert!(
+                hold.signal().wait(Some(Duration::from_secs(5))),
+                "not stopped"
+            );
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+            hold.release().unwrap();
+            raiser.clear_flag(&stop).unwrap();
+        }
+        lat.sort_by(f64::total_cmp);
+        put("signal_p50_ms", percentile(&lat, 0.5));
+        put("signal_p99_ms", percentile(&lat, 0.99));
+    }
 
     let trials = n.min(stop_trials);
     if trials > 0 {
