@@ -34,6 +34,11 @@ Backends.parametrize(ContractCases, "ContractGCStressTest",
   # The contended case makes thousands of objects per hold; under stress it
   # measures the collector, not the binding.
   undef_method :test_contending_threads_never_both_hold
+  # Its 0.3 s lease must outlive the next step, which under stress (a full
+  # GC at every allocation) may take longer than that on a loaded machine
+  # (seen 1 run in 3, before and after issue 21): it would measure the
+  # collector. The normal run keeps the case.
+  undef_method :test_fractional_ttl_expires_and_can_be_retaken
 end
 
 class SignalGCStressTest < Minitest::Test
