@@ -1031,20 +1031,10 @@ impl Adapter for Local {
         if lease.slotted() {
             return self.release_slot(lease);
         }
-        let (deleted, next) = self.with_con(true, |con, now| {
-            let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let n = tx
-                .prepare_cached("DELETE FROM leases WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4")?
-                .execute(params![lease.key(), lease.token(), now, self.boot])?;
-            let next = self.next_line(&tx, lease.key(), n == 1, now)?;
-            tx.commit()?;
-            Ok((n == 1, next))
-        })?;
-        // After the commit: the line that wakes finds the lease free.
-        if let Some(line) = next {
-            self.ring_next(lease.key(), &line);
-        }
-        Ok(deleted)
+        self.delete_owned(
+            "DELETE FROM leases WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4",
+            lease,
+        )
     }
 
     fn held(&self, key: &str) -> Result<bool> {
@@ -1317,11 +1307,25 @@ impl Local {
     }
 
     fn release_slot(&self, lease: &Lease) -> Result<bool> {
+        self.delete_owned(
+            "DELETE FROM slots WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4",
+            lease,
+        )
+    }
+
+    /// A release: `delete` (parameters key, token, now, boot) of the live
+    /// row `lease` owns, and in the same transaction the next line of the
+    /// key's queue; after the commit that line's doorbell is rung (the line
+    /// that wakes finds the lease free). True if the row was deleted.
+    fn delete_owned(&self, delete: &str, lease: &Lease) -> Result<bool> {
         let (deleted, next) = self.with_con(true, |con, now| {
             let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let n = tx
-                .prepare_cached("DELETE FROM slots WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4")?
-                .execute(params![lease.key(), lease.token(), now, self.boot])?;
+            let n = tx.prepare_cached(delete)?.execute(params![
+                lease.key(),
+                lease.token(),
+                now,
+                self.boot
+            ])?;
             let next = self.next_line(&tx, lease.key(), n == 1, now)?;
             tx.commit()?;
             Ok((n == 1, next))

@@ -85,6 +85,17 @@ use std::time::{Duration, Instant};
 /// longest it waits between liveness checks of its channel.
 pub(crate) const LISTENER_IDLE: Duration = Duration::from_secs(1);
 
+/// How often a listener that cannot be woken looks for new interests while
+/// they keep coming (within [`HOT_FOR`] of the last change), and when they
+/// don't. Neither decides when a flag is seen: a new hold reads its flag
+/// itself and again once its subscription is live, and the tick poll is
+/// the floor.
+pub(crate) const HOT_SLICE: Duration = Duration::from_millis(20);
+/// See [`HOT_SLICE`].
+pub(crate) const COLD_SLICE: Duration = Duration::from_millis(250);
+/// See [`HOT_SLICE`].
+pub(crate) const HOT_FOR: Duration = Duration::from_secs(2);
+
 /// How long a subscription stays after its last interest went away: a
 /// hold or a line that comes back within this finds it still live.
 pub const LINGER: Duration = Duration::from_secs(2);
@@ -551,6 +562,24 @@ impl Subscriptions {
     /// When the next lingering subscription is due to go.
     pub(crate) fn next_leave(&self) -> Option<Instant> {
         self.leaving.values().min().copied()
+    }
+
+    /// How long a listener may sleep now: [`HOT_SLICE`] until `hot_until`,
+    /// else [`COLD_SLICE`], and no later than the next lingering
+    /// subscription is due to go.
+    pub(crate) fn slice(&self, now: Instant, hot_until: Instant) -> Duration {
+        let slice = if now < hot_until {
+            HOT_SLICE
+        } else {
+            COLD_SLICE
+        };
+        match self.next_leave() {
+            Some(at) => slice.min(
+                at.saturating_duration_since(now)
+                    .max(Duration::from_millis(1)),
+            ),
+            None => slice,
+        }
     }
 }
 

@@ -27,7 +27,7 @@
 //!   waiting line — never a pattern, so a message reaches only the
 //!   processes that watch or wait for that key. The set follows the
 //!   registry's interests, batched when the listener next wakes
-//!   ([`HOT_SLICE`] / [`COLD_SLICE`]), unsubscribed after
+//!   (`push::HOT_SLICE` / `COLD_SLICE`), unsubscribed after
 //!   [`crate::push::LINGER`]. A message trips the holds watching that key at
 //!   once. The listener checks its connection with a `PING` after each
 //!   idle second; on any error it drops the connection, reconnects
@@ -54,7 +54,9 @@ use crate::args::{millis_ceil, mint_token};
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
 use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
-use crate::push::{FlagWatch, FlagWatcher, Interest, Plan, Registry, Subscriptions, LISTENER_IDLE};
+use crate::push::{
+    FlagWatch, FlagWatcher, Interest, Plan, Registry, Subscriptions, HOT_FOR, LISTENER_IDLE,
+};
 use crate::redis_sentinel::Sentinel;
 use crate::redis_url::ReplicaAck;
 use ::redis::{
@@ -868,15 +870,6 @@ pub(crate) struct Listener {
     timeout: Duration,
 }
 
-/// How often a listener looks for new interests while they keep coming
-/// (within [`HOT_FOR`] of the last change), and when they don't. Neither
-/// decides when a flag is seen: a new hold reads its flag itself and again
-/// once its subscription is live, and the tick poll is the floor.
-pub(crate) const HOT_SLICE: Duration = Duration::from_millis(20);
-/// See [`HOT_SLICE`].
-pub(crate) const COLD_SLICE: Duration = Duration::from_millis(250);
-/// See [`HOT_SLICE`].
-pub(crate) const HOT_FOR: Duration = Duration::from_secs(2);
 /// Channels per `SUBSCRIBE` / `UNSUBSCRIBE` command.
 const SUBSCRIBE_CHUNK: usize = 512;
 
@@ -1007,15 +1000,7 @@ impl Listener {
                 registry.live(&plan.subscribe);
                 hot_until = Instant::now() + HOT_FOR;
             }
-            let mut slice = if now < hot_until {
-                HOT_SLICE
-            } else {
-                COLD_SLICE
-            };
-            if let Some(at) = subs.next_leave() {
-                slice = slice.min(at.saturating_duration_since(now).max(MIN_IO));
-            }
-            sub.set_read_timeout(Some(slice))?;
+            sub.set_read_timeout(Some(subs.slice(now, hot_until)))?;
             match sub.get_message() {
                 Ok(msg) => {
                     deliver(

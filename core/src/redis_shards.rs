@@ -33,9 +33,11 @@
 //! Lock order: a reader's mailbox lock and the router's state lock are
 //! leaves; neither is held while calling the registry or doing I/O.
 
-use super::{slot_map_from, slot_of, SlotMap, MIN_IO};
-use crate::push::{Interest, Registry, Subscriptions, LISTENER_IDLE};
-use crate::redis::{channel_of, deliver, COLD_SLICE, HOT_FOR, HOT_SLICE};
+use super::{slot_map_from, slot_of, SlotMap};
+use crate::push::{
+    Interest, Registry, Subscriptions, COLD_SLICE, HOT_FOR, HOT_SLICE, LISTENER_IDLE,
+};
+use crate::redis::{channel_of, deliver};
 use crate::redis_url::UrlParts;
 use ::redis::{Client, Connection, ProtocolVersion, PushInfo, PushKind, Value};
 use parking_lot::Mutex;
@@ -207,15 +209,7 @@ impl ShardListener {
                 }
                 registry.idle();
             }
-            let mut slice = if now < hot_until {
-                HOT_SLICE
-            } else {
-                COLD_SLICE
-            };
-            if let Some(at) = subs.next_leave() {
-                slice = slice.min(at.saturating_duration_since(now).max(MIN_IO));
-            }
-            bell.sleep(slice);
+            bell.sleep(subs.slice(now, hot_until));
         }
     }
 
@@ -376,8 +370,7 @@ impl ShardListener {
                 }
                 registry.live(&live);
             }
-            let now = Instant::now();
-            let slice = if now < hot_until {
+            let slice = if Instant::now() < hot_until {
                 HOT_SLICE
             } else {
                 COLD_SLICE

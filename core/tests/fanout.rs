@@ -13,20 +13,13 @@
 mod common;
 use common::*;
 use mistri_locks::redis_cluster::slot_of;
-use mistri_locks::{AcquireOptions, HoldOptions, Locks};
+use mistri_locks::{AcquireOptions, Locks};
 use mistri_locks_testkit::{command_on, unique, RedisCluster as TestCluster, RedisServer};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NS: &str = "mistri:fan";
-
-fn stop_opts(stop: &str) -> HoldOptions {
-    HoldOptions {
-        stop_key: Some(stop.into()),
-        ..opts(60.0, 5.0)
-    }
-}
 
 /// The raw reply of `command` on `server`, its integers in order.
 fn integers(server: &RedisServer, command: &str) -> Vec<i64> {
@@ -78,6 +71,23 @@ fn until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// A thread that waits up to `wait` for `key` (ttl 30 s): did it get it?
+fn wait_in_thread(locks: &Locks, key: &str, wait: Duration) -> std::thread::JoinHandle<bool> {
+    let (locks, key) = (locks.clone(), key.to_owned());
+    std::thread::spawn(move || {
+        locks
+            .acquire_with(
+                &key,
+                secs(30.0),
+                &AcquireOptions {
+                    wait: Some(wait),
+                    ..AcquireOptions::default()
+                },
+            )
+            .unwrap()
+    })
+}
+
 fn raised(stop: &str) -> String {
     format!("{NS}:raised:{{{stop}}}")
 }
@@ -100,22 +110,7 @@ fn the_subscription_set_follows_holds_and_lines() {
     let other = Locks::redis(&server.url(), NS).unwrap();
     let held = other.acquire(&key, secs(30.0)).unwrap();
     assert!(held);
-    let waiter = {
-        let locks = locks.clone();
-        let key = key.clone();
-        std::thread::spawn(move || {
-            locks
-                .acquire_with(
-                    &key,
-                    secs(30.0),
-                    &AcquireOptions {
-                        wait: Some(secs(10.0)),
-                        ..AcquireOptions::default()
-                    },
-                )
-                .unwrap()
-        })
-    };
+    let waiter = wait_in_thread(&locks, &key, secs(10.0));
     let lines = format!("{NS}:next:{{{key}}}:*");
     until("the line's channel subscribed", secs(3.0), || {
         channels(&server, &lines) == 1
@@ -451,22 +446,7 @@ fn cluster_announcements_stay_on_their_shard_and_follow_a_slot_move() {
     let before = bus_messages(&cluster);
     let key = unique("handed");
     assert!(other.acquire(&key, secs(30.0)).unwrap());
-    let waiter = {
-        let locks = locks.clone();
-        let key = key.clone();
-        std::thread::spawn(move || {
-            locks
-                .acquire_with(
-                    &key,
-                    secs(30.0),
-                    &AcquireOptions {
-                        wait: Some(secs(10.0)),
-                        ..AcquireOptions::default()
-                    },
-                )
-                .unwrap()
-        })
-    };
+    let waiter = wait_in_thread(&locks, &key, secs(10.0));
     let key_owner = cluster
         .owner_of(slot_of(&format!("{NS}:next:{{{key}}}:x")))
         .unwrap();

@@ -12,25 +12,6 @@ use std::time::{Duration, Instant};
 
 const KEY: &str = "contended";
 
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let dir = std::env::temp_dir().join(mistri_locks_testkit::unique(name));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-    fn db(&self) -> PathBuf {
-        self.0.join("locks.db")
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn spawn(role: &str, dir: &Path) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args(["child", "--exact", "--nocapture", "--test-threads=1"])

@@ -8,7 +8,7 @@
 
 mod common;
 use common::*;
-use mistri_locks::{HoldOptions, Locks};
+use mistri_locks::Locks;
 use mistri_locks_testkit::{unique, RedisServer};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -52,13 +52,6 @@ fn raise_elsewhere(role: &str, target: &str, key: &str) -> i64 {
         .find_map(|l| l.strip_prefix("raised-at "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no raise time in {text}"))
-}
-
-fn stop_opts(stop: &str) -> HoldOptions {
-    HoldOptions {
-        stop_key: Some(stop.into()),
-        ..opts(60.0, 5.0)
-    }
 }
 
 /// Waits for the hold's signal and returns when it tripped (`mono_ns`).

@@ -21,6 +21,36 @@ pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
+/// A fresh folder for a Local database, removed on drop.
+pub struct Dir(pub std::path::PathBuf);
+
+impl Dir {
+    pub fn new(name: &str) -> Dir {
+        let dir = std::env::temp_dir().join(mistri_locks_testkit::unique(name));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    /// The database file in it.
+    pub fn db(&self) -> std::path::PathBuf {
+        self.0.join("locks.db")
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Hold options that watch `stop`, ttl 60 s, heartbeat 5 s (a 1 s tick).
+pub fn stop_opts(stop: &str) -> HoldOptions {
+    HoldOptions {
+        stop_key: Some(stop.into()),
+        ..opts(60.0, 5.0)
+    }
+}
+
 /// Hold options with this ttl and heartbeat (seconds), the rest default.
 pub fn opts(ttl: f64, heartbeat: f64) -> HoldOptions {
     HoldOptions {
