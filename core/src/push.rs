@@ -92,7 +92,7 @@ pub(crate) const LISTENER_IDLE: Duration = Duration::from_secs(1);
 /// the floor.
 pub(crate) const HOT_SLICE: Duration = Duration::from_millis(20);
 /// See [`HOT_SLICE`].
-pub(crate) const COLD_SLICE: Duration = Duration::from_millis(250);
+pub(crate) const COLD_SLICE: Duration = Duration::from_millis(500);
 /// See [`HOT_SLICE`].
 pub(crate) const HOT_FOR: Duration = Duration::from_secs(2);
 

@@ -29,8 +29,8 @@
 //!   registry's interests, batched when the listener next wakes
 //!   (`push::HOT_SLICE` / `COLD_SLICE`), unsubscribed after
 //!   [`crate::push::LINGER`]. A message trips the holds watching that key at
-//!   once. The listener checks its connection with a `PING` after each
-//!   idle second; on any error it drops the connection, reconnects
+//!   once. The listener checks a silent connection with a `PING` every
+//!   [`PING_EVERY`]; on any error it drops the connection, reconnects
 //!   (backing off 50 ms to 1 s) and, once it has subscribed the whole set
 //!   again, tells the engines to read every watched flag and every line to
 //!   try once (anything announced in the gap). The listener is generic over
@@ -870,6 +870,12 @@ pub(crate) struct Listener {
     timeout: Duration,
 }
 
+/// How often a silent listener checks its connection with a `PING` (a
+/// per-process cost while idle, so not every second: a broken connection
+/// fails a read at once; this is for one that went silent, and until it is
+/// found the tick poll is the floor).
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(5);
+
 /// Channels per `SUBSCRIBE` / `UNSUBSCRIBE` command.
 const SUBSCRIBE_CHUNK: usize = 512;
 
@@ -989,6 +995,7 @@ impl Listener {
         registry.poll_now();
         registry.released_any();
         let mut checked = Instant::now();
+        let mut pinged = checked;
         let mut hot_until = checked + HOT_FOR;
         loop {
             let now = Instant::now();
@@ -1021,11 +1028,16 @@ impl Listener {
                 return Ok(Listened::Retired);
             }
             registry.idle();
-            // A second of silence: make sure the server is still there,
-            // and still where messages are published (a failover).
-            sub.set_read_timeout(Some(self.timeout))?;
-            if sub.ping::<Value>().is_err() {
-                return Ok(Listened::Lost);
+            // Silence: every PING_EVERY make sure the server is still there
+            // (a connection that breaks says so at once; this finds a
+            // silent one), and every second that it is still where
+            // messages are published (a failover).
+            if pinged.elapsed() >= PING_EVERY {
+                sub.set_read_timeout(Some(self.timeout))?;
+                if sub.ping::<Value>().is_err() {
+                    return Ok(Listened::Lost);
+                }
+                pinged = Instant::now();
             }
             checked = Instant::now();
             if self

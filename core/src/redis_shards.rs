@@ -411,8 +411,8 @@ impl ShardListener {
                 drop(mb);
                 bell.ring();
             }
-            if checked.elapsed() >= LISTENER_IDLE {
-                // A second of silence: is the node still there?
+            if checked.elapsed() >= crate::redis::PING_EVERY {
+                // Silence: is the node still there?
                 if con.set_read_timeout(Some(self.timeout)).is_err()
                     || self.ping(&mut con, &channels, registry).is_err()
                 {
