@@ -85,16 +85,19 @@ use std::time::{Duration, Instant};
 /// longest it waits between liveness checks of its channel.
 pub(crate) const LISTENER_IDLE: Duration = Duration::from_secs(1);
 
-/// How often a listener that cannot be woken looks for new interests while
-/// they keep coming (within [`HOT_FOR`] of the last change), and when they
-/// don't. Neither decides when a flag is seen: a new hold reads its flag
-/// itself and again once its subscription is live, and the tick poll is
-/// the floor.
-pub(crate) const HOT_SLICE: Duration = Duration::from_millis(20);
+/// How often a listener that cannot be woken (a redis-rs socket read) looks
+/// for new interests while they keep coming (within [`HOT_FOR`] of the
+/// last change: a stop raised right after a hold starts still arrives in
+/// a few ms), and when they don't (the first new key after a quiet spell
+/// waits up to [`COLD_SLICE`] for its subscription). Neither decides when a
+/// flag is seen: a new hold reads its flag itself and again once its
+/// subscription is live, and the tick poll is the floor. Local's listener
+/// is woken at once instead (an eventfd).
+pub(crate) const HOT_SLICE: Duration = Duration::from_millis(2);
 /// See [`HOT_SLICE`].
 pub(crate) const COLD_SLICE: Duration = Duration::from_millis(500);
 /// See [`HOT_SLICE`].
-pub(crate) const HOT_FOR: Duration = Duration::from_secs(2);
+pub(crate) const HOT_FOR: Duration = Duration::from_secs(1);
 
 /// How long a subscription stays after its last interest went away: a
 /// hold or a line that comes back within this finds it still live.
@@ -156,6 +159,9 @@ impl Interest {
 /// Announcements this process's listeners have heard (raised flags and
 /// releases, each message or doorbell ring counted once), since it started.
 /// A process that neither watches a flag nor waits for a lease hears none.
+/// A hook for the fan-out tests and benchmarks (`core/tests/fanout.rs`),
+/// not part of the API the faces offer.
+#[doc(hidden)]
 pub fn messages_heard() -> u64 {
     HEARD.load(std::sync::atomic::Ordering::Relaxed)
 }
