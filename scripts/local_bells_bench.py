@@ -1,9 +1,24 @@
 #!/usr/bin/env python3
-"""The fleet fan-out on Local (issue 21): see LOCAL-BELLS-NOTE.md.
+"""The fleet fan-out on Local (issue 21), a benchmark, not a test.
 
 Pairs/s of one process doing acquire+release on an unrelated key while N
 `mistri-locks run KEY_i --stop-key STOP_i -- sleep 600` hold leases on the
-same Local file. Old (baseline) and new builds, interleaved."""
+same Local file, and the CPU time the N holders spend meanwhile (read from
+/proc: the fan-out cost itself, steadier than pairs/s on a shared machine).
+Old (baseline) and new builds, interleaved; one JSON line per run. Every
+process it starts is killed and reaped.
+
+    # new: this checkout
+    cargo build -p mistri_locks_cli && cargo build -p mistri_locks_core --example local_pairs
+    # old: a checkout of the baseline (e.g. git worktree add /tmp/base ca0d256), built with
+    # CARGO_TARGET_DIR=/tmp/base-target (CLI), and core/examples/local_pairs.rs compiled
+    # against it as a throwaway crate named local_pairs_base in the same target dir
+    BENCH_NS="0 10 100" BENCH_ROUNDS=2 BENCH_SECONDS=3 python3 scripts/local_bells_bench.py
+
+OLD_CLI, OLD_PAIRS, NEW_CLI, NEW_PAIRS override the binaries' paths. Hosts
+allow 128 inotify instances per user by default
+(fs.inotify.max_user_instances): beyond that many listening processes the
+rest poll, in either build."""
 import os, signal, sqlite3, subprocess, sys, time, shutil, json
 
 E = os.environ.get
