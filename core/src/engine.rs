@@ -666,29 +666,28 @@ impl FlagWatcher for Shared {
     }
 
     fn poll_now(&self) {
-        let mut state = self.state.lock();
-        let now = ms(Instant::now());
         // The stop-key index names exactly the entries that watch a flag.
-        let watching: Vec<u64> = state.watching.values().flatten().copied().collect();
-        let any = !watching.is_empty();
-        for id in watching {
-            if let Some(e) = state.entries.get_mut(id) {
-                e.recheck = true;
-            }
-            state.schedule(Kind::Check, id, now);
-        }
-        if any {
-            self.wake.notify_one();
-        }
+        self.read_now(|state| state.watching.values().flatten().copied().collect());
     }
 
     fn poll_flag(&self, key: &str) {
+        self.read_now(|state| {
+            state
+                .watching
+                .get(key)
+                .map(|ids| ids.iter().copied().collect())
+                .unwrap_or_default()
+        });
+    }
+}
+
+impl Shared {
+    /// Makes the flag reads of the entries `which` picks due now (read
+    /// again if one is in flight) and wakes the scheduler.
+    fn read_now(&self, which: impl FnOnce(&State) -> Vec<u64>) {
         let mut state = self.state.lock();
         let now = ms(Instant::now());
-        let Some(ids) = state.watching.get(key) else {
-            return;
-        };
-        let ids: Vec<u64> = ids.iter().copied().collect();
+        let ids = which(&state);
         for &id in &ids {
             if let Some(e) = state.entries.get_mut(id) {
                 e.recheck = true;

@@ -322,32 +322,33 @@ struct LinesState {
     /// starts again soon takes the same id, so its subscription (kept
     /// [`crate::push::LINGER`] by the listener) is still live and its
     /// releases are heard without a new subscribe.
-    recent: HashMap<(usize, Arc<str>), (Arc<str>, Instant)>,
+    recent: RecentLines,
 }
 
 /// How many ended lines' ids are remembered at most.
 const RECENT_LINES: usize = 4096;
 
-impl LinesState {
-    /// The id for a new line of (`adapter`, `key`).
-    fn line_id_for(&mut self, adapter: usize, key: &Arc<str>) -> Arc<str> {
-        match self.recent.remove(&(adapter, key.clone())) {
-            Some((id, at)) if at.elapsed() < crate::push::LINGER => id,
-            _ => line_id(),
-        }
-    }
+/// The ids of lines that ended lately ([`LinesState::recent`]).
+type RecentLines = HashMap<(usize, Arc<str>), (Arc<str>, Instant)>;
 
-    /// Remembers the id of a line that ended.
-    fn ended(&mut self, adapter: usize, key: Arc<str>, id: Arc<str>) {
-        if self.recent.len() >= RECENT_LINES {
-            self.recent
-                .retain(|_, (_, at)| at.elapsed() < crate::push::LINGER);
-            if self.recent.len() >= RECENT_LINES {
-                self.recent.clear();
-            }
-        }
-        self.recent.insert((adapter, key), (id, Instant::now()));
+/// The id for a new line of (`adapter`, `key`): the last one's if it
+/// ended within [`crate::push::LINGER`], else a fresh one.
+fn line_id_for(recent: &mut RecentLines, adapter: usize, key: &Arc<str>) -> Arc<str> {
+    match recent.remove(&(adapter, key.clone())) {
+        Some((id, at)) if at.elapsed() < crate::push::LINGER => id,
+        _ => line_id(),
     }
+}
+
+/// Remembers the id of a line that ended.
+fn line_ended(recent: &mut RecentLines, adapter: usize, key: Arc<str>, id: Arc<str>) {
+    if recent.len() >= RECENT_LINES {
+        recent.retain(|_, (_, at)| at.elapsed() < crate::push::LINGER);
+        if recent.len() >= RECENT_LINES {
+            recent.clear();
+        }
+    }
+    recent.insert((adapter, key), (id, Instant::now()));
 }
 
 #[derive(Default)]
@@ -475,9 +476,11 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
     let lines = lines();
     let aid = adapter_id(adapter);
     let (id, line_id, must_watch) = {
-        let mut state = lines.state.lock();
+        let mut guard = lines.state.lock();
+        let state = &mut *guard;
         state.next_id += 1;
         let id = state.next_id;
+        let recent = &mut state.recent;
         let a = state.adapters.entry(aid).or_insert_with(|| AdapterLines {
             lines: HashMap::default(),
             waiters: 0,
@@ -486,16 +489,14 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
             watching: false,
         });
         a.waiters += 1;
-        if !a.lines.contains_key(key) {
-            let id = state.line_id_for(aid, key);
-            let a = state.adapters.get_mut(&aid).expect("just made");
-            if let Some(watch) = &a.watch {
+        let (lines_of, watch) = (&mut a.lines, &a.watch);
+        let line = lines_of.entry(key.clone()).or_insert_with(|| {
+            let id = line_id_for(recent, aid, key);
+            if let Some(watch) = watch {
                 watch.watch_line(key, &id);
             }
-            a.lines.insert(key.clone(), Line::new(id));
-        }
-        let a = state.adapters.get_mut(&aid).expect("just made");
-        let line = a.lines.get_mut(key).expect("just made");
+            Line::new(id)
+        });
         let line_id = line.id.clone();
         line.queue.push_back((id, bell.clone()));
         if line.queue.len() == 1 {
@@ -598,7 +599,7 @@ fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
             if let Some(watch) = &a.watch {
                 watch.unwatch_line(&key, &line.id);
             }
-            state.ended(place.adapter, key, line.id);
+            line_ended(&mut state.recent, place.adapter, key, line.id);
         }
     }
     let a = state.adapters.get(&place.adapter);
