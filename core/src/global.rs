@@ -8,6 +8,7 @@
 use crate::error::Result;
 use crate::hold::{Hold, HoldOptions};
 use crate::locks::Locks;
+use crate::waiting::Waiting;
 use std::sync::{PoisonError, RwLock};
 
 // std's RwLock: no user-space waiter queue for a forked child to inherit.
@@ -40,6 +41,30 @@ pub fn hold(key: &str, opts: HoldOptions) -> Result<Option<Hold>> {
         Some(l) => l.hold(key, opts),
         None => {
             // Still tell a caller its arguments are wrong.
+            crate::args::check_key("key", key)?;
+            opts.validate()?;
+            Ok(None)
+        }
+    }
+}
+
+/// How every face starts a hold: on `locks`, or with `None` on the
+/// configured handle. The arguments are checked either way; `Ok(None)`
+/// when nothing is configured. The returned [`Waiting`] has done no I/O
+/// yet: drive it with [`Waiting::wait`] (one try when
+/// [`Waiting::waits`] is false) or [`Waiting::poll`] where the host needs
+/// an interruptible wait.
+///
+/// # Errors
+/// Invalid key or options.
+pub fn start_hold(
+    locks: Option<&Locks>,
+    key: &str,
+    opts: HoldOptions,
+) -> Result<Option<Waiting<Option<Hold>>>> {
+    match locks.cloned().or_else(self::locks) {
+        Some(locks) => locks.start_hold(key, opts).map(Some),
+        None => {
             crate::args::check_key("key", key)?;
             opts.validate()?;
             Ok(None)

@@ -62,7 +62,7 @@ pub use adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 pub use args::{duration_from_secs, fork_generation, wait_timeout_from_secs};
 pub use engine::{default_margin, IDLE_EXIT, MAX_TICK, MIN_HEARTBEAT};
 pub use error::{Error, Result};
-pub use global::{configure, hold, locks};
+pub use global::{configure, hold, locks, start_hold};
 pub use hold::{Hold, HoldOptions, ReleaseOutcome, FLAG_TTL, HEARTBEAT, LEASE_TTL, MIN_HOLD_TTL};
 pub use info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 pub use local::Local;

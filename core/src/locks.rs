@@ -179,7 +179,13 @@ impl Locks {
     /// Sets (or with `None`, resets to `host:pid language`) the label this
     /// object's leases and holds describe their holder with
     /// ([`crate::info`]). A hold's own [`HoldOptions::label`] wins over it.
-    pub fn set_label(&self, label: Option<&str>) {
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] for an empty label (nothing changes).
+    pub fn set_label(&self, label: Option<&str>) -> Result<()> {
+        if let Some(label) = label {
+            check_key("label", label)?;
+        }
         let mut guard = self.inner.label.lock();
         *guard = Label {
             set: label.map(Arc::from),
@@ -188,6 +194,7 @@ impl Locks {
         if let Some(owned) = &self.inner.owned {
             owned.stamp.store(Owner::new_stamp(), Ordering::SeqCst);
         }
+        Ok(())
     }
 
     /// The current label stamp and the identity of a plain acquire, read
@@ -548,7 +555,7 @@ impl Locks {
     /// use std::time::Duration;
     ///
     /// let locks = Locks::memory();
-    /// locks.set_label(Some("nightly cron"));
+    /// locks.set_label(Some("nightly cron"))?;
     /// assert!(locks.acquire("report", Duration::from_secs(5))?);
     /// let info = locks.info("report")?.expect("held");
     /// let holder = info.holder.expect("described");
@@ -686,26 +693,26 @@ mod tests {
     fn memory_plain_leases_carry_the_current_label() {
         let a = Locks::memory();
         let b = a.new_owner();
-        a.set_label(Some("first"));
+        a.set_label(Some("first")).unwrap();
         assert!(a.acquire("k", LONG).unwrap());
         assert_eq!(label_of(&a, "k"), "first");
         assert!(a.release("k").unwrap());
-        a.set_label(Some("second"));
+        a.set_label(Some("second")).unwrap();
         assert!(a.acquire("k", LONG).unwrap()); // the entry is reused
         assert_eq!(label_of(&a, "k"), "second");
         assert!(a.release("k").unwrap());
-        b.set_label(Some("other"));
+        b.set_label(Some("other")).unwrap();
         assert!(b.acquire("k", LONG).unwrap());
         assert_eq!(label_of(&a, "k"), "other");
         assert!(b.release("k").unwrap());
         assert!(a.acquire("k", LONG).unwrap());
         assert_eq!(label_of(&a, "k"), "second");
         assert!(a.release("k").unwrap());
-        a.set_label(None);
+        a.set_label(None).unwrap();
         assert!(a.acquire("k", LONG).unwrap());
         assert_eq!(label_of(&a, "k"), default_label());
         // A held entry's label is what it was acquired with.
-        a.set_label(Some("later"));
+        a.set_label(Some("later")).unwrap();
         assert_eq!(label_of(&a, "k"), default_label());
     }
 }

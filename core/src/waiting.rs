@@ -714,6 +714,11 @@ impl<T> Waiting<T> {
         }
     }
 
+    /// Whether this acquire waits at all (`false`: one try, no line).
+    pub fn waits(&self) -> bool {
+        self.waits
+    }
+
     /// Where the wake count stands: read it before releasing a host lock,
     /// pass it to [`Waiting::poll`].
     pub fn wake_token(&self) -> WakeToken {

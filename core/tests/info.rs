@@ -63,7 +63,7 @@ fn labels_and_listing(locks: &Locks) {
         label.ends_with(&format!(":{} rust", std::process::id())),
         "{label}"
     );
-    locks.set_label(Some("ops shell"));
+    locks.set_label(Some("ops shell")).unwrap();
     assert!(locks.acquire(&b, secs(5.0)).unwrap());
     locks
         .set_flag(&format!("{prefix}:stop"), secs(5.0))
@@ -84,7 +84,7 @@ fn labels_and_listing(locks: &Locks) {
     assert!(locks.info(&b).unwrap().is_none());
     assert!(locks.release(&a).unwrap());
     assert!(locks.list(&prefix).unwrap().leases.is_empty());
-    locks.set_label(None);
+    locks.set_label(None).unwrap();
     assert!(locks.label().ends_with(" rust"));
 }
 

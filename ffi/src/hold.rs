@@ -91,19 +91,10 @@ fn start(
     key: &str,
     opts: HoldOptions,
 ) -> Result<*mut mistri_hold, Failure> {
-    if opts.wait.is_none() {
-        let hold = match locks {
-            Some(locks) => locks.hold(key, opts)?,
-            None => mistri_core::hold(key, opts)?,
-        };
-        return Ok(hold_handle(hold));
-    }
-    let Some(locks) = locks.cloned().or_else(mistri_core::locks) else {
-        // Nothing configured: still check the arguments.
-        return Ok(hold_handle(mistri_core::hold(key, opts)?));
-    };
     let signal = opts.signal.clone();
-    let waiting = locks.start_hold(key, opts)?;
+    let Some(waiting) = mistri_core::start_hold(locks, key, opts)? else {
+        return Ok(std::ptr::null_mut()); // nothing configured
+    };
     Ok(hold_handle(crate::acquire::drive(
         waiting,
         signal.as_ref(),

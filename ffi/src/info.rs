@@ -289,10 +289,7 @@ pub unsafe extern "C" fn mistri_locks_set_label(
     ffi_boundary!("mistri_locks_set_label", {
         let locks = try_ref_from_ptr!(locks);
         let label = try_str!(opt label);
-        if let Some(l) = label {
-            mistri_core::args::check_key("label", l)?;
-        }
-        locks.set_label(label);
+        locks.set_label(label)?;
         Ok(())
     })
 }

@@ -134,20 +134,14 @@ fn start(
     // Before the hold exists: the engine may trip the signal at once.
     ensure_dispatcher(py)?;
     opts.signal = Some(core_signal.clone());
-    let hold = if opts.wait.is_none() {
-        py.detach(|| match source {
-            Some(locks) => locks.hold(&key, opts),
-            None => mistri_locks::hold(&key, opts),
-        })
-        .py_err(py)?
-    } else {
-        let Some(locks) = source.or_else(mistri_locks::locks) else {
-            // Nothing configured: still tell the caller its arguments are wrong.
-            return mistri_locks::hold(&key, opts).py_err(py).map(|_| None);
-        };
-        let waiting = locks.start_hold(&key, opts).py_err(py)?;
+    let Some(waiting) = mistri_locks::start_hold(source.as_ref(), &key, opts).py_err(py)? else {
+        return Ok(None); // nothing configured
+    };
+    let hold = if waiting.waits() {
         let cancel = cancel.map(|c| &c.core);
         crate::waiting::drive(py, waiting, &[&core_signal], cancel, || None)?
+    } else {
+        py.detach(|| waiting.wait()).py_err(py)?
     };
     Ok(hold.map(|hold| Hold {
         hold: Some(hold),

@@ -29,10 +29,7 @@ pub(crate) struct PyLocks {
 
 /// Applies a `label=` given to a constructor (None: the default).
 fn labelled(py: Python<'_>, locks: Locks, label: Option<String>) -> PyResult<Locks> {
-    if let Some(label) = &label {
-        mistri_locks::args::check_key("label", label).py_err(py)?;
-    }
-    locks.set_label(label.as_deref());
+    locks.set_label(label.as_deref()).py_err(py)?;
     Ok(locks)
 }
 

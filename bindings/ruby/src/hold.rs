@@ -53,29 +53,20 @@ pub fn start(
         progress_timeout,
     };
     let opts = args::hold_options(ruby, values, signal.clone())?;
-    let hold = if opts.wait.is_none() {
-        // An acquire may be a round trip: without the GVL.
-        nogvl(ruby, || match locks {
-            Some(l) => l.locks().hold(&key, opts),
-            None => mistri_locks::hold(&key, opts),
-        })?
-    } else {
-        match locks
-            .map(|l| l.locks().clone())
-            .or_else(mistri_locks::locks)
-        {
-            Some(locks) => {
-                let waiting = locks
-                    .start_hold(&key, opts)
-                    .map_err(|e| error::to_ruby(ruby, e))?;
-                let signals: Vec<_> = signal.iter().collect();
-                waiting::drive(ruby, waiting, &signals).map(Ok)
-            }
-            // Nothing configured: still tell the caller its arguments are wrong.
-            None => Ok(mistri_locks::hold(&key, opts)),
-        }?
+    let locks = locks.map(|l| l.locks());
+    let started =
+        mistri_locks::start_hold(locks, &key, opts).map_err(|e| error::to_ruby(ruby, e))?;
+    let Some(waiting) = started else {
+        return Ok(None); // nothing configured
     };
-    Ok(hold.map_err(|e| error::to_ruby(ruby, e))?.map(RbHold::new))
+    let hold = if waiting.waits() {
+        let signals: Vec<_> = signal.iter().collect();
+        waiting::drive(ruby, waiting, &signals)?
+    } else {
+        // One try, maybe a round trip: without the GVL, no unblock function.
+        nogvl(ruby, || waiting.wait())?.map_err(|e| error::to_ruby(ruby, e))?
+    };
+    Ok(hold.map(RbHold::new))
 }
 
 #[magnus::wrap(class = "MistriLocks::Hold", free_immediately, size)]

@@ -215,11 +215,10 @@ impl RbLocks {
     /// `label = str_or_nil` (nil: the default, `host:pid ruby`).
     fn set_label(ruby: &Ruby, rb_self: &Self, label: Option<Value>) -> Result<(), Error> {
         let label = label.map(|l| args::key(ruby, "label", l)).transpose()?;
-        if let Some(l) = &label {
-            mistri_locks::args::check_key("label", l).map_err(|e| error::to_ruby(ruby, e))?;
-        }
-        rb_self.locks().set_label(label.as_deref());
-        Ok(())
+        rb_self
+            .locks()
+            .set_label(label.as_deref())
+            .map_err(|e| error::to_ruby(ruby, e))
     }
 
     fn active_holds(&self) -> usize {
