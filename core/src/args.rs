@@ -143,7 +143,7 @@ thread_local! {
 /// mints its parent's tokens.
 pub(crate) fn mint_token() -> Result<String> {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let generation = crate::fork::generation();
+    let generation = crate::runtime::fork::generation();
     TOKEN_POOL_TLS.with(|pool| {
         let mut pool = pool.borrow_mut();
         if pool.generation != generation || pool.used + 16 > TOKEN_POOL {
@@ -178,7 +178,7 @@ pub(crate) fn mint_token() -> Result<String> {
 /// assert_eq!(made_in, mistri_locks::args::fork_generation()); // same process
 /// ```
 pub fn fork_generation() -> u64 {
-    crate::fork::generation()
+    crate::runtime::fork::generation()
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! processes of one host, through an SQLite file, no server), [`Redis`]
 //! (any number of processes on any hosts, any language, per
 //! `docs/PROTOCOL.md`; one server, or the master Sentinel names) and
-//! [`RedisCluster`]. [`redis_url::open`] picks one from a URL.
+//! [`RedisCluster`]. [`open`] picks one from a URL.
 //! [`Locks`] wraps one with the seed's seven token-less operations.
 //!
 //! ```
@@ -34,44 +34,119 @@
 
 #![warn(missing_docs)]
 
-pub mod adapter;
+// The layers, lower never importing higher (docs/ARCHITECTURE.md):
+// error, args, runtime → contract → signal, stats, waiting → backend →
+// hold → locks. `python3 scripts/check_cycles.py core/src` checks it.
+// Modules whose path did not change stay reachable (hidden) for one
+// release; the documented API is the list below.
+#[doc(hidden)]
 pub mod args;
-pub mod delivery;
-mod engine;
+mod backend;
+mod contract;
+#[doc(hidden)]
 pub mod error;
-pub mod fence;
-mod fork;
-mod global;
+#[doc(hidden)]
 pub mod hold;
-pub mod info;
-pub mod local;
+#[doc(hidden)]
 pub mod locks;
-pub mod memory;
-mod notify;
-pub mod push;
-pub mod redis;
-pub mod redis_cluster;
-pub mod redis_sentinel;
-pub mod redis_url;
+mod runtime;
+#[doc(hidden)]
 pub mod signal;
+#[doc(hidden)]
 pub mod stats;
-mod sync;
+#[doc(hidden)]
 pub mod waiting;
 
-pub use adapter::{Adapter, Beat, Lease, Renewal, Renewed};
-pub use args::{duration_from_secs, fork_generation, wait_timeout_from_secs};
-pub use engine::{default_margin, IDLE_EXIT, MAX_TICK, MIN_HEARTBEAT};
+// The public API, one list.
+pub use args::{check_key, duration_from_secs, fork_generation, wait_timeout_from_secs};
+pub use backend::local::{default_path as local_default_path, Local};
+pub use backend::memory::Memory;
+pub use backend::open;
+pub use backend::redis::cluster::RedisCluster;
+pub use backend::redis::url::ReplicaAck;
+pub use backend::redis::{Redis, DEFAULT_NAMESPACE, DEFAULT_URL};
+pub use contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
+pub use contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
+pub use contract::push::{FlagWatch, FlagWatcher};
+pub use contract::{QUEUE_ENTRY_TTL, SAFETY_POLL};
 pub use error::{Error, Result};
-pub use global::{configure, hold, locks, start_hold};
+pub use hold::engine::{default_margin, IDLE_EXIT, MAX_TICK, MIN_HEARTBEAT};
 pub use hold::{Hold, HoldOptions, ReleaseOutcome, FLAG_TTL, HEARTBEAT, LEASE_TTL, MIN_HOLD_TTL};
-pub use info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
-pub use local::Local;
+pub use locks::global::{configure, hold, locks, start_hold};
 pub use locks::Locks;
-pub use memory::Memory;
-pub use push::{FlagWatch, FlagWatcher};
-pub use redis::Redis;
-pub use redis_cluster::RedisCluster;
-pub use redis_url::ReplicaAck;
-pub use signal::{AbortSignal, CallbackHandle, WaitOutcome, WakeToken};
-pub use stats::{Event, EventHookHandle, EventKind, LostCause, StatsSnapshot};
+pub use signal::{delivery, AbortSignal, CallbackHandle, WaitOutcome, WakeToken};
+pub use stats::{Event, EventHookHandle, EventKind, LostCause, StatValue, StatsSnapshot};
 pub use waiting::{AcquireOptions, Poll, WaitWaker, Waiting, MAX_LIMIT};
+
+/// Pieces the faces and the tests share that are not part of the
+/// contract: the host's language in labels, the script texts, the Cluster
+/// slot of a key, the listener's counters and timings.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::backend::local::{user_default_path, PATH_ENV};
+    pub use crate::backend::redis::cluster::slot_of;
+    pub use crate::backend::redis::{ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA};
+    pub use crate::contract::info::{default_label, set_language, unix_millis};
+    pub use crate::contract::push::{messages_heard, LINGER};
+}
+
+/// The old path of `crate::contract::adapter`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod adapter {
+    pub use crate::contract::adapter::*;
+}
+/// The old path of `crate::contract::fence`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod fence {
+    pub use crate::contract::fence::*;
+}
+/// The old path of `crate::contract::info`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod info {
+    pub use crate::contract::info::*;
+}
+/// The old path of `crate::contract::push`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod push {
+    pub use crate::contract::push::*;
+}
+/// The old path of `crate::backend::local`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod local {
+    pub use crate::backend::local::*;
+}
+/// The old path of `crate::backend::memory`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod memory {
+    pub use crate::backend::memory::*;
+}
+/// The old path of `crate::backend::redis`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod redis {
+    pub use crate::backend::redis::*;
+}
+/// The old path of `crate::backend::redis::cluster`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod redis_cluster {
+    pub use crate::backend::redis::cluster::*;
+}
+/// The old path of `crate::backend::redis::sentinel`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod redis_sentinel {
+    pub use crate::backend::redis::sentinel::*;
+}
+/// The old path of `crate::backend::redis::url`, kept for one release.
+#[deprecated(note = "use the names at the crate root")]
+#[doc(hidden)]
+pub mod redis_url {
+    pub use crate::backend::redis::url::*;
+}

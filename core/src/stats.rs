@@ -31,18 +31,17 @@
 //! Delivery: hooks never run on a heartbeat thread, nor under any library
 //! lock. Engine events are queued in [`Stats`] under its own leaf lock
 //! (taken under the engine's state lock, never the other way round) and
-//! handed to the notifier thread ([`crate::notify`], `mistri-notifier`)
+//! handed to the notifier thread ([`crate::signal::notify`], `mistri-notifier`)
 //! once the engine lets go of its lock; events of the caller's own thread
 //! (`acquired`, `refused`, `released`) go to the notifier too, so every hook
 //! of every face runs there (Python and Ruby forward from there to their
-//! host thread, [`crate::delivery`]). Events of one owner arrive in the
+//! host thread, [`crate::signal::delivery`]). Events of one owner arrive in the
 //! order they happened. Lock order: the engine's state lock, then the
 //! pending-events lock, then the notifier's queue lock; the hooks lock is
 //! a leaf. A hook removed with [`Locks::remove_event_hook`]
 //! gets nothing after the removal returns (other than a call already
 //! running). A panicking hook is caught.
 
-use crate::locks::Locks;
 use parking_lot::Mutex;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -178,7 +177,7 @@ impl Event {
     }
 
     /// The event as one string, for a face to pass through the host
-    /// delivery queue ([`crate::delivery::post`]); [`Event::decode`] reads
+    /// delivery queue ([`crate::signal::delivery::post`]); [`Event::decode`] reads
     /// it back. Format: `kind cause fence keylen:key[reason]`, where
     /// `cause` is `-` for none and a reason is preceded by `|` (absent:
     /// nothing follows the key).
@@ -458,7 +457,7 @@ impl Stats {
         }
         let events = std::mem::take(&mut *pending);
         let me = self.clone();
-        crate::notify::run_task(move || me.deliver(&events));
+        crate::signal::notify::run_task(move || me.deliver(&events));
     }
 
     /// Emits an event of the caller's own thread (no lock held).
@@ -528,61 +527,6 @@ impl Stats {
             stop_flags_seen: load(&self.stop_flags_seen),
             pushes_received: load(&self.pushes_received),
         }
-    }
-}
-
-impl Locks {
-    /// A snapshot of this owner's counters: holds, renewals, beats and their
-    /// round trips, losses by cause, stop flags (see [`StatsSnapshot`]).
-    /// Owners made by [`Locks::new_owner`] count their own.
-    ///
-    /// # Examples
-    /// ```
-    /// use mistri_locks::{HoldOptions, Locks};
-    ///
-    /// let locks = Locks::memory();
-    /// let hold = locks.hold("job", HoldOptions::default())?.expect("free");
-    /// assert!(locks.hold("job", HoldOptions::default())?.is_none());
-    /// let stats = locks.stats();
-    /// assert_eq!((stats.holds_active, stats.holds_acquired, stats.holds_refused), (1, 1, 1));
-    /// hold.release()?;
-    /// # Ok::<(), mistri_locks::Error>(())
-    /// ```
-    pub fn stats(&self) -> StatsSnapshot {
-        self.stats_counters().snapshot(self.active_holds())
-    }
-
-    /// Registers `hook` to hear this owner's hold events ([`EventKind`]).
-    /// It runs on the notifier thread (`mistri-notifier`), never on a
-    /// heartbeat thread and never under a library lock; returns a handle
-    /// for [`Locks::remove_event_hook`].
-    ///
-    /// # Examples
-    /// ```
-    /// use mistri_locks::{stats::EventKind, HoldOptions, Locks};
-    /// use std::sync::mpsc;
-    ///
-    /// let locks = Locks::memory();
-    /// let (tx, rx) = mpsc::channel();
-    /// let tx = std::sync::Mutex::new(tx);
-    /// let handle = locks.on_event(move |e| { let _ = tx.lock().unwrap().send(e.kind); });
-    /// locks.hold("job", HoldOptions::default())?.expect("free").release()?;
-    /// assert_eq!(rx.recv().unwrap(), EventKind::Acquired);
-    /// assert_eq!(rx.recv().unwrap(), EventKind::Released);
-    /// assert!(locks.remove_event_hook(handle));
-    /// # Ok::<(), mistri_locks::Error>(())
-    /// ```
-    pub fn on_event<F>(&self, hook: F) -> EventHookHandle
-    where
-        F: Fn(&Event) + Send + Sync + 'static,
-    {
-        self.stats_counters().add_hook(Arc::new(hook))
-    }
-
-    /// Removes a hook; `true` if it was registered. No event reaches it
-    /// after this returns, except in a call already running.
-    pub fn remove_event_hook(&self, handle: EventHookHandle) -> bool {
-        self.stats_counters().remove_hook(handle)
     }
 }
 

@@ -25,12 +25,12 @@
 //!   delete, [`crate::Locks::break_lease`]) rings it directly, with no
 //!   message (its announcement, heard later, rings nobody: releases are
 //!   recognised by fence); a release elsewhere reaches it through the
-//!   adapter's listener ([`crate::push`]) when this line is the next in the
+//!   adapter's listener ([`crate::contract::push`]) when this line is the next in the
 //!   backend's queue: the release names the queue's first live line (Redis:
 //!   a message on `{ns}:next:{KEY}:LINE`, sharded on a cluster; Local: the
 //!   doorbell of that line's bucket), so a hand-off wakes one process, not
 //!   every process that waits. Each line's channel is subscribed while the
-//!   line exists (and [`crate::push::LINGER`] after; a line that starts
+//!   line exists (and [`crate::contract::push::LINGER`] after; a line that starts
 //!   again at once takes the same id); once the subscription is live, and
 //!   after a reconnect, the head tries once (an announcement may have been
 //!   missed);
@@ -88,13 +88,12 @@
 //! never held while the registry lock is taken, nor while the backend is
 //! called.
 
-use crate::adapter::{Adapter, Lease};
+use crate::contract::adapter::{Adapter, Lease};
+use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
-use crate::fork::ForkLocal;
-use crate::hold::{Hold, HoldOptions};
-use crate::push::{FlagWatch, FlagWatcher};
+use crate::runtime::fork::ForkLocal;
+use crate::runtime::sync::{Condvar, Mutex};
 use crate::signal::{AbortSignal, CallbackHandle, WakeToken};
-use crate::sync::{Condvar, Mutex};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -104,15 +103,7 @@ use std::time::{Duration, Instant};
 /// The most holders an N-holder lease may have.
 pub const MAX_LIMIT: u32 = 1_000_000;
 
-/// The slowest a line's head retries: the safety net for lost release
-/// messages and for adapters that can't say when a lease lapses.
-pub const SAFETY_POLL: Duration = Duration::from_secs(2);
-
-/// How long a line's entry in the backend's queue stays live without a
-/// try refreshing it ([`Adapter::acquire_queued`]): a head tries at least
-/// every [`SAFETY_POLL`], so a crashed process's line blocks the key at
-/// most this long after its last try.
-pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3 * SAFETY_POLL.as_secs());
+pub use crate::contract::{QUEUE_ENTRY_TTL, SAFETY_POLL};
 
 /// Added to a lease's remaining life before the head retries (the
 /// backend's clock rounds to milliseconds).
@@ -190,7 +181,7 @@ struct BellState {
 }
 
 /// One waiter's wake-up: its state and a condition variable (std's, see
-/// `crate::sync`: a forked child inherits no phantom waiters).
+/// `crate::runtime::sync`: a forked child inherits no phantom waiters).
 #[derive(Default)]
 struct Bell {
     state: Mutex<BellState>,
@@ -320,7 +311,7 @@ struct LinesState {
     next_id: u64,
     /// The ids of lines that ended lately, per (adapter, key): a line that
     /// starts again soon takes the same id, so its subscription (kept
-    /// [`crate::push::LINGER`] by the listener) is still live and its
+    /// [`crate::contract::push::LINGER`] by the listener) is still live and its
     /// releases are heard without a new subscribe.
     recent: RecentLines,
 }
@@ -332,10 +323,10 @@ const RECENT_LINES: usize = 4096;
 type RecentLines = HashMap<(usize, Arc<str>), (Arc<str>, Instant)>;
 
 /// The id for a new line of (`adapter`, `key`): the last one's if it
-/// ended within [`crate::push::LINGER`], else a fresh one.
+/// ended within [`crate::contract::push::LINGER`], else a fresh one.
 fn line_id_for(recent: &mut RecentLines, adapter: usize, key: &Arc<str>) -> Arc<str> {
     match recent.remove(&(adapter, key.clone())) {
-        Some((id, at)) if at.elapsed() < crate::push::LINGER => id,
+        Some((id, at)) if at.elapsed() < crate::contract::push::LINGER => id,
         _ => line_id(),
     }
 }
@@ -343,7 +334,7 @@ fn line_id_for(recent: &mut RecentLines, adapter: usize, key: &Arc<str>) -> Arc<
 /// Remembers the id of a line that ended.
 fn line_ended(recent: &mut RecentLines, adapter: usize, key: Arc<str>, id: Arc<str>) {
     if recent.len() >= RECENT_LINES {
-        recent.retain(|_, (_, at)| at.elapsed() < crate::push::LINGER);
+        recent.retain(|_, (_, at)| at.elapsed() < crate::contract::push::LINGER);
         if recent.len() >= RECENT_LINES {
             recent.clear();
         }
@@ -538,7 +529,7 @@ fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
         adapter: aid,
         id,
         line: line_id,
-        generation: crate::fork::generation(),
+        generation: crate::runtime::fork::generation(),
     }
 }
 
@@ -562,7 +553,7 @@ struct Handoff {
 /// True when the line is gone and the backend may still have it queued
 /// (the caller then asks it to forget the line).
 fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
-    if place.generation != crate::fork::generation() {
+    if place.generation != crate::runtime::fork::generation() {
         return false; // taken in the parent's registry, which is not ours
     }
     let lines = lines();
@@ -617,8 +608,8 @@ fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
 
 /// One try; the argument is the line's id when the try is made from a
 /// line ([`Adapter::acquire_queued`]).
-type Attempt = Box<dyn FnMut(Option<&str>) -> Result<Option<(Lease, Instant)>> + Send>;
-type Finish<T> = Box<dyn FnMut(Option<(Lease, Instant)>) -> Result<T> + Send>;
+pub(crate) type Attempt = Box<dyn FnMut(Option<&str>) -> Result<Option<(Lease, Instant)>> + Send>;
+pub(crate) type Finish<T> = Box<dyn FnMut(Option<(Lease, Instant)>) -> Result<T> + Send>;
 
 /// A place in line for a lease (module header).
 pub struct Waiting<T> {
@@ -756,7 +747,7 @@ impl<T> Waiting<T> {
                 && self
                     .place
                     .as_ref()
-                    .is_none_or(|p| p.generation != crate::fork::generation())
+                    .is_none_or(|p| p.generation != crate::runtime::fork::generation())
             {
                 self.place = Some(join(&self.adapter, &self.key, &self.bell));
             }
@@ -930,48 +921,27 @@ impl<T> Drop for Waiting<T> {
     }
 }
 
-/// A waiting hold on `engine` (`opts` validated; `opts.wait` of `None` is
-/// one try).
-pub(crate) fn hold_waiting(
-    engine: &crate::engine::Engine,
+/// A waiting acquire of `key` on `adapter` whose `attempt` returns the
+/// lease with the time its request was sent, and whose `finish` makes the
+/// result (a hold, [`crate::hold`]) from it or from the refusal.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn waiting_for<T>(
+    adapter: Arc<dyn Adapter>,
     key: &str,
-    opts: HoldOptions,
-) -> Result<Waiting<Option<Hold>>> {
-    let wait = opts.wait.unwrap_or(Duration::ZERO);
-    let signal = opts.signal.clone();
+    ttl: Duration,
+    limit: u32,
+    wait: Duration,
+    signal: Option<AbortSignal>,
+    attempt: Attempt,
+    finish: Finish<T>,
+) -> Waiting<T> {
     let target = Target {
-        adapter: engine.adapter().clone(),
+        adapter,
         key: Arc::from(key),
-        ttl: opts.ttl,
-        limit: opts.limit,
+        ttl,
+        limit,
     };
-    let attempt = {
-        let engine = engine.clone();
-        let key = key.to_owned();
-        let opts = opts.clone();
-        Box::new(move |line: Option<&str>| {
-            let sent = Instant::now();
-            Ok(Hold::try_acquire(&engine, &key, &opts, line)?.map(|lease| (lease, sent)))
-        })
-    };
-    let finish = {
-        let engine = engine.clone();
-        let key = key.to_owned();
-        let mut opts = Some(opts);
-        Box::new(move |got: Option<(Lease, Instant)>| match got {
-            Some((lease, sent)) => {
-                let opts = opts.take().ok_or_else(|| {
-                    Error::InvalidArgument("this wait has already finished".into())
-                })?;
-                Hold::adopt(&engine, lease, opts, sent).map(Some)
-            }
-            None => {
-                Hold::refused(&engine, &key);
-                Ok(None)
-            }
-        })
-    };
-    Ok(Waiting::new(target, wait, signal, attempt, finish))
+    Waiting::new(target, wait, signal, attempt, finish)
 }
 
 /// A waiting plain acquire of `key` on `adapter`: `attempt` tries once,

@@ -6,7 +6,7 @@
 //! - Every registered callback runs exactly once, after the state lock is
 //!   released: on the thread that calls `abort`, or, when the heartbeat
 //!   engine trips the signal (stop flag, lost lease), on the library's
-//!   notifier thread ([`crate::notify`]) — never on the heartbeat thread.
+//!   notifier thread ([`crate::signal::notify`]) — never on the heartbeat thread.
 //!   The latch itself (and every waiter's wake-up) happens at once either
 //!   way (a callback may freely call back into
 //!   this signal, or any other). A callback registered after the abort runs
@@ -16,13 +16,16 @@
 //!   its reason); a child's abort never reaches its parent.
 //!
 //! Fork: the state lock and condvar are `std::sync` ones (see
-//! `crate::sync`), so a child whose parent had threads in `wait` can still
+//! `crate::runtime::sync`), so a child whose parent had threads in `wait` can still
 //! abort and wait.
 //!
 //! Lock order: a signal's own state lock is never held while any other lock
 //! is taken, and never while callbacks run.
 
-use crate::sync::{Condvar, Mutex};
+pub mod delivery;
+pub(crate) mod notify;
+
+use crate::runtime::sync::{Condvar, Mutex};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -37,7 +40,7 @@ pub(crate) struct PendingCallbacks {
 }
 
 impl PendingCallbacks {
-    /// A batch of one task that takes no reason ([`crate::notify::run_task`]).
+    /// A batch of one task that takes no reason ([`crate::signal::notify::run_task`]).
     pub(crate) fn task(task: impl FnOnce() + Send + 'static) -> Self {
         PendingCallbacks {
             reason: None,
@@ -76,7 +79,7 @@ impl CallbackHandle {
 }
 
 /// A waiter's view of a wake count, read before it blocks (see
-/// [`AbortSignal::wake_token`] and [`crate::delivery::wake_token`]): a wake
+/// [`AbortSignal::wake_token`] and [`crate::signal::delivery::wake_token`]): a wake
 /// that happens after the read ends the wait, however soon it comes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WakeToken(pub(crate) u64);
@@ -164,7 +167,7 @@ impl AbortSignal {
     /// Latches the signal (and its children) now, waking every waiter, and
     /// hands back the callbacks to run, so the caller decides on which
     /// thread user code runs (the heartbeat engine hands them to
-    /// [`crate::notify`]). `None` if it was already aborted.
+    /// [`crate::signal::notify`]). `None` if it was already aborted.
     pub(crate) fn trip(&self, reason: Option<&str>) -> Option<PendingCallbacks> {
         let (callbacks, children) = {
             let mut state = self.inner.state.lock();

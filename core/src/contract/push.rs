@@ -65,7 +65,7 @@
 //! or user code. [`FlagWatch`]'s methods only take the registry's lock and
 //! may call the listener's wake-up (a non-blocking write, or nothing).
 //!
-//! Fork: listeners are [`ForkLocal`](crate::fork::ForkLocal); a forked
+//! Fork: listeners are [`ForkLocal`](crate::runtime::fork::ForkLocal); a forked
 //! child starts with none (no thread, no inherited socket or descriptor in
 //! use) and opens its own on its first watch. The parent's channel is
 //! never read or written there.
@@ -75,7 +75,7 @@
 //! their own locks (the engine's state, the lines) while calling
 //! [`FlagWatch`]'s methods.
 
-use crate::fork::ForkLocal;
+use crate::runtime::fork::ForkLocal;
 use parking_lot::Mutex;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Weak};

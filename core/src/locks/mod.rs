@@ -14,15 +14,18 @@
 //! one lock and one lookup per call. Leases from the other paths (a waiting
 //! or N-holder acquire) are kept in the map on every backend.
 
-use crate::adapter::{Adapter, Lease};
+mod events;
+pub(crate) mod global;
+
 use crate::args::{check_duration, check_key};
-use crate::engine::Engine;
+use crate::backend::local::Local;
+use crate::backend::memory::{Memory, Owner};
+use crate::contract::adapter::{Adapter, Lease};
+use crate::contract::info::{default_label, Identity, LeaseInfo, Listing};
 use crate::error::Result;
-use crate::fork::ForkLocal;
+use crate::hold::engine::Engine;
 use crate::hold::{Hold, HoldOptions};
-use crate::info::{default_label, Identity, LeaseInfo, Listing};
-use crate::local::Local;
-use crate::memory::{Memory, Owner};
+use crate::runtime::fork::ForkLocal;
 use crate::waiting::{AcquireOptions, Waiting};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
@@ -140,7 +143,7 @@ impl Locks {
     }
 
     /// A [`Local`] backend: the database file at `path`, or the per-user
-    /// default ([`crate::local::default_path`]) when `None`.
+    /// default ([`crate::backend::local::default_path`]) when `None`.
     ///
     /// # Errors
     /// As [`Local::open`].
@@ -150,12 +153,12 @@ impl Locks {
 
     /// A Redis backend for `url`: one server (`redis://`, `rediss://`,
     /// `unix://`), a master found through Sentinel (`redis+sentinel://`) or
-    /// a Cluster (`redis+cluster://`); see [`crate::redis_url`].
+    /// a Cluster (`redis+cluster://`); see [`crate::backend::redis::url`].
     ///
     /// # Errors
-    /// As [`crate::Redis::open`] and [`crate::redis_url::open`].
+    /// As [`crate::Redis::open`] and [`crate::backend::redis::url::open`].
     pub fn redis(url: &str, namespace: &str) -> Result<Self> {
-        Ok(Self::from_arc(crate::redis_url::open(url, namespace)?))
+        Ok(Self::from_arc(crate::backend::open(url, namespace)?))
     }
 
     /// Another owner on the same backend: its own issued leases and its own
@@ -178,7 +181,7 @@ impl Locks {
 
     /// Sets (or with `None`, resets to `host:pid language`) the label this
     /// object's leases and holds describe their holder with
-    /// ([`crate::info`]). A hold's own [`HoldOptions::label`] wins over it.
+    /// ([`crate::contract::info`]). A hold's own [`HoldOptions::label`] wins over it.
     ///
     /// # Errors
     /// [`crate::Error::InvalidArgument`] for an empty label (nothing changes).
@@ -216,7 +219,7 @@ impl Locks {
 
     /// The identity of a plain acquire (label, no heartbeat), cached.
     fn identity(&self) -> Arc<Identity> {
-        let generation = crate::fork::generation();
+        let generation = crate::runtime::fork::generation();
         let mut label = self.inner.label.lock();
         if let Some((g, who)) = &label.identity {
             if *g == generation {
@@ -401,7 +404,7 @@ impl Locks {
         if opts.wait.is_none() {
             opts.wait = Some(Duration::ZERO);
         }
-        crate::waiting::hold_waiting(&self.inner.engine, key, opts)
+        crate::hold::hold_waiting(&self.inner.engine, key, opts)
     }
 
     /// Extends this object's lease on `key` to `ttl` from now. `false` if it

@@ -14,7 +14,7 @@
 //!   holders all crashed vanishes by itself, and `EXISTS {ns}:slots:{KEY}`
 //!   means "a live slot is there".
 //! - Exclusion both ways: a slot acquire refuses while `{ns}:lease:{KEY}`
-//!   exists; the exclusive acquire script ([`crate::redis::ACQUIRE_LUA`])
+//!   exists; the exclusive acquire script ([`crate::backend::redis::scripts::ACQUIRE_LUA`])
 //!   refuses while the slots key exists (its optional `KEYS[3]`: one
 //!   `EXISTS` inside the script, no extra round trip).
 //! - Waiters queue as for exclusive leases (`{ns}:queue:{KEY}`,
@@ -27,15 +27,15 @@
 //! All keys of one user KEY share the hash tag `{KEY}`: every script runs
 //! on one node of a cluster.
 //!
-//! This module is a child of [`crate::redis`] (it reaches the adapter's
-//! connection helpers); [`crate::redis_cluster`] uses its scripts, key and
-//! argument builders and reply readers.
+//! The single server's slot operations are in `ops.rs`;
+//! [`crate::backend::redis::cluster`] uses the scripts, key and argument
+//! builders and reply readers here too.
 
-use super::{min_left_ms, renewed_from, Redis};
-use crate::adapter::{Lease, Renewal, Renewed};
-use crate::args::{millis_ceil, mint_token};
+use super::replies::min_left_ms;
+use crate::args::millis_ceil;
+use crate::contract::adapter::{Lease, Renewal};
+use crate::contract::info::{from_unix_millis, HolderInfo, Identity, LeaseInfo};
 use crate::error::{Error, Result};
-use crate::info::{from_unix_millis, HolderInfo, Identity, LeaseInfo};
 use ::redis::{Script, Value};
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -71,7 +71,7 @@ end
 
 /// `KEYS[1]` lease, `KEYS[2]` fence counter, `KEYS[3]` slots, `KEYS[4]`
 /// holders, `KEYS[5]` and `KEYS[6]` (optional) the waiters' queue and its
-/// deadlines (as in [`crate::redis::ACQUIRE_LUA`]); `ARGV[1]` token,
+/// deadlines (as in [`crate::backend::redis::scripts::ACQUIRE_LUA`]); `ARGV[1]` token,
 /// `ARGV[2]` ttl in ms, `ARGV[3]` limit, `ARGV[4]` holder label, `ARGV[5]`
 /// heartbeat in ms, `ARGV[6]` and `ARGV[7]` (optional, a waiter's) line id
 /// and queue entry ttl in ms. The new slot's fencing number, or 0 when
@@ -182,10 +182,10 @@ return 1"
 /// (optional) the lines' channel prefix `{ns}:next:{KEY}:`, `ARGV[3]` the
 /// message (the slot's fence), `ARGV[4]` (optional) the publish command.
 /// 1 if the live slot was deleted (and announced to the next live line,
-/// as [`crate::redis::RELEASE_LUA`] does), else 0.
+/// as [`crate::backend::redis::scripts::RELEASE_LUA`] does), else 0.
 pub const SLOT_RELEASE_LUA: &str = concat!(
     prelude!(),
-    super::announce_lua!(),
+    super::scripts::announce_lua!(),
     "\
 prune(KEYS[1], KEYS[2], now_ms())
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
@@ -271,7 +271,7 @@ pub(crate) fn acquire_call(
     ];
     if let Some(line) = line {
         args.push(line.to_owned());
-        args.push(super::queue_ttl_ms().to_string());
+        args.push(super::scripts::queue_ttl_ms().to_string());
     }
     (
         vec![
@@ -394,7 +394,7 @@ pub(crate) fn fence_from(value: &Value, addr: &str) -> Result<u64> {
     }
 }
 
-fn unexpected(what: &str, value: &Value, addr: &str) -> Error {
+pub(crate) fn unexpected(what: &str, value: &Value, addr: &str) -> Error {
     match value {
         Value::ServerError(e) => Error::Backend(format!(
             "Redis at {addr} answered {what} with an error: {e:?}"
@@ -402,101 +402,6 @@ fn unexpected(what: &str, value: &Value, addr: &str) -> Error {
         other => Error::Backend(format!(
             "Redis at {addr} sent an unexpected {what} reply: {other:?}"
         )),
-    }
-}
-
-/// The slot operations of one server ([`Redis`]).
-impl Redis {
-    /// The Redis key of the N-holder lease (slots) on `key`.
-    pub fn slots_key(&self, key: &str) -> String {
-        key_of(self.namespace(), "slots", key)
-    }
-
-    /// The Redis key of the slots' holder descriptions on `key`.
-    pub fn holders_key(&self, key: &str) -> String {
-        key_of(self.namespace(), "holders", key)
-    }
-
-    fn run_slot(&self, script: &Script, source: &str, call: &Call) -> Result<Value> {
-        self.with_con(|con, deadline| self.eval(con, deadline, script, source, &call.0, &call.1))
-    }
-
-    pub(super) fn acquire_slot(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-        line: Option<&str>,
-    ) -> Result<Option<Lease>> {
-        let token = mint_token()?;
-        let call = acquire_call(self.namespace(), key, &token, ttl, who, limit, line);
-        let (value, acked): (Value, bool) = self.with_con(|con, deadline| {
-            let value: Value = self.eval(
-                con,
-                deadline,
-                &SCRIPTS.acquire,
-                SLOT_ACQUIRE_LUA,
-                &call.0,
-                &call.1,
-            )?;
-            let wrote = matches!(value, Value::Int(n) if n > 0);
-            let acked = self.wait_replicas(con, deadline, wrote)?;
-            Ok((value, acked))
-        })?;
-        let fence = fence_from(&value, &self.addr)?;
-        let lease = (fence > 0).then(|| Lease::slot(key, token, fence, limit));
-        match lease {
-            Some(lease) if !acked => Err(self.unreplicated_acquire(&lease)),
-            lease => Ok(lease),
-        }
-    }
-
-    pub(super) fn renew_slot(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
-        let call = renew_call(self.namespace(), renewal);
-        let (reply, acked): (Value, bool) = self.with_con(|con, deadline| {
-            let reply: Value = self.eval(
-                con,
-                deadline,
-                &SCRIPTS.renew,
-                SLOT_RENEW_LUA,
-                &call.0,
-                &call.1,
-            )?;
-            let wrote = reply == Value::Int(1);
-            let acked = self.wait_replicas(con, deadline, wrote)?;
-            Ok((reply, acked))
-        })?;
-        if !acked {
-            // With a sentinel the master may have moved: look again.
-            self.forget_master();
-        }
-        self.acked(renewed_from(&reply, &self.addr), acked)
-    }
-
-    pub(super) fn release_slot(&self, lease: &Lease) -> Result<bool> {
-        let call = release_call(self.namespace(), lease);
-        match self.run_slot(&SCRIPTS.release, SLOT_RELEASE_LUA, &call)? {
-            Value::Int(n) => Ok(n == 1),
-            other => Err(unexpected("slot release", &other, &self.addr)),
-        }
-    }
-
-    pub(super) fn slot_info(&self, key: &str) -> Result<Option<LeaseInfo>> {
-        let call = info_call(self.namespace(), key);
-        info_from(
-            key,
-            &self.run_slot(&SCRIPTS.info, SLOT_INFO_LUA, &call)?,
-            &self.addr,
-        )
-    }
-
-    pub(super) fn slot_expires_in(&self, key: &str) -> Result<Option<Duration>> {
-        let call = expires_call(self.namespace(), key);
-        expires_from(
-            &self.run_slot(&SCRIPTS.expires, EXPIRES_LUA, &call)?,
-            &self.addr,
-        )
     }
 }
 

@@ -15,9 +15,9 @@
 //! Implementations may assume the faces validated their arguments: keys are
 //! non-empty and durations non-zero and at most [`crate::args::MAX_SECS`].
 
+use crate::contract::info::{Identity, LeaseInfo, Listing};
+use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::Result;
-use crate::info::{Identity, LeaseInfo, Listing};
-use crate::push::{FlagWatch, FlagWatcher};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -160,7 +160,7 @@ pub trait Adapter: Send + Sync + 'static {
     fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>>;
 
     /// [`Adapter::acquire`], storing `who` with the lease in the same atomic
-    /// step (see [`crate::info`]). The default ignores `who`, for adapters
+    /// step (see [`crate::contract::info`]). The default ignores `who`, for adapters
     /// that keep no holder descriptions.
     fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
         let _ = who;
@@ -297,7 +297,7 @@ pub trait Adapter: Send + Sync + 'static {
     /// Lowers the flag `key` (no error if it was down).
     fn clear_flag(&self, key: &str) -> Result<()>;
 
-    /// Push delivery of raised flags ([`crate::push`]): from now until the
+    /// Push delivery of raised flags ([`crate::contract::push`]): from now until the
     /// returned guard is dropped, `watcher` is told when flags are raised
     /// (or may have been) by clients that announce them, through one
     /// listener per adapter and process. `None`: this backend only polls

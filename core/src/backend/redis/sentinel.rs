@@ -17,7 +17,7 @@
 //! - Check: once a second at most (not after each write), an operation
 //!   first asks a sentinel whether it still names the master
 //!   ([`Sentinel::check_if_due`]); if not, it is forgotten.
-//! - Follow (push listener, [`crate::push`]): the flag listener subscribes
+//! - Follow (push listener, [`crate::contract::push`]): the flag listener subscribes
 //!   on the master it resolves, and while it is silent asks a sentinel once
 //!   a second whether it still names that master; if not it forgets it
 //!   (the data connections follow too), subscribes on the new master and
@@ -27,9 +27,9 @@
 //! it. The resolved address lives in a [`ForkLocal`]: a forked child
 //! resolves again.
 
+use crate::backend::redis::url::UrlParts;
 use crate::error::{Error, Result};
-use crate::fork::ForkLocal;
-use crate::redis_url::UrlParts;
+use crate::runtime::fork::ForkLocal;
 use ::redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -325,7 +325,7 @@ impl Sentinel {
 
 /// The flag listener of a `redis+sentinel://` adapter subscribes on the
 /// master the sentinels name and follows it.
-impl crate::redis::ListenAt for Sentinel {
+impl crate::backend::redis::listener::ListenAt for Sentinel {
     fn connect(&self, deadline: Instant) -> RedisResult<(Connection, String)> {
         let con = Sentinel::connect(self, deadline)?;
         let addr = self.master_addr().unwrap_or_default();

@@ -31,9 +31,9 @@
 //! thread or to one [`wait`]. Lock order: the queue lock is a leaf, never
 //! held while callbacks or host code run.
 
-use crate::fork::ForkLocal;
+use crate::runtime::fork::ForkLocal;
+use crate::runtime::sync::{Condvar, Mutex};
 use crate::signal::{AbortSignal, CallbackHandle, WakeToken};
-use crate::sync::{Condvar, Mutex};
 use std::cell::RefCell;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

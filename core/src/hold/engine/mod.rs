@@ -63,7 +63,7 @@
 //! *lost* at once; one that fails is retried; the safe deadline passing
 //! marks it lost. Lost holds leave the engine; their signal is latched at
 //! once (waiters wake) with a reason starting `lease lost:`, and its
-//! callbacks run on the notifier thread ([`crate::notify`]), never here.
+//! callbacks run on the notifier thread ([`crate::signal::notify`]), never here.
 //! If a hold is lost by its deadline while a renewal of it is in flight and
 //! that renewal then succeeds (it arrived in time but its answer did not),
 //! the engine deletes the lease so it does not linger.
@@ -79,12 +79,12 @@
 //! the lease lapses, never after. A guarded entry keeps reading its stop
 //! flag.
 //!
-//! Push ([`crate::push`]): an engine with a hold that watches a stop key
+//! Push ([`crate::contract::push`]): an engine with a hold that watches a stop key
 //! registers with its adapter's flag listener (if the adapter has one)
 //! *before* inserting the hold, and keeps that registration until its
 //! scheduler retires. The stop-key index (`watching`) is also the
 //! engine's interest list: a key's first watcher asks the listener for it
-//! ([`crate::push::FlagWatch::watch_flag`]), its last one gives it up, so
+//! ([`crate::contract::push::FlagWatch::watch_flag`]), its last one gives it up, so
 //! the process subscribes exactly the stop keys its holds watch. The listener's thread calls in: `raised(key)` trips
 //! the holds watching `key` at once (as a poll that found the flag would);
 //! `poll_flag(key)` (its subscription just became live) makes that key's
@@ -110,13 +110,13 @@
 //! Both threads exit after [`IDLE_EXIT`] with nothing to do and are started
 //! again by the next registration.
 
-use crate::adapter::{Adapter, Lease, Renewal, Renewed};
+use crate::contract::adapter::{Adapter, Lease, Renewal, Renewed};
+use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
-use crate::fork::ForkLocal;
-use crate::push::{FlagWatch, FlagWatcher};
+use crate::runtime::fork::ForkLocal;
+use crate::runtime::sync::{Condvar, Mutex};
 use crate::signal::AbortSignal;
 use crate::stats::{bump, Event, EventKind, LostCause, Stats};
-use crate::sync::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -563,7 +563,7 @@ impl State {
     }
 
     /// `id` watches `key` (the listener subscribes a key's channel while
-    /// any entry watches it: crate::push).
+    /// any entry watches it: crate::contract::push).
     fn watch_key(&mut self, key: Arc<str>, id: u64) {
         let ids = self.watching.entry(key.clone()).or_default();
         ids.insert(id);
@@ -753,7 +753,7 @@ type Trips = Vec<(AbortSignal, String)>;
 fn trip_all(trips: Trips) {
     for (signal, reason) in trips {
         if let Some(pending) = signal.trip(Some(&reason)) {
-            crate::notify::run_later(pending);
+            crate::signal::notify::run_later(pending);
         }
     }
 }
@@ -820,7 +820,7 @@ impl Engine {
         let mut state = shared.state.lock();
         if reg.stop_key.is_some() && state.watch.is_none() {
             // Register for push before the entry exists (module header of
-            // crate::push); the listener starts without I/O on this thread.
+            // crate::contract::push); the listener starts without I/O on this thread.
             drop(state);
             let weak: std::sync::Weak<Shared> = Arc::downgrade(shared);
             let watcher: std::sync::Weak<dyn FlagWatcher> = weak;
@@ -1202,7 +1202,7 @@ fn run_io(shared: Arc<Shared>) {
 fn apply(
     state: &mut State,
     job: &Job,
-    result: Result<crate::adapter::Beat>,
+    result: Result<crate::contract::adapter::Beat>,
     sent: Instant,
     done: Instant,
     trips: &mut Trips,

@@ -18,13 +18,17 @@
 //! `replica_timeout=SECONDS` (default 0.5 s). Every other query parameter
 //! goes to the redis crate unchanged.
 
-use crate::adapter::Adapter;
 use crate::error::{Error, Result};
-use crate::redis::{Redis, DEFAULT_TIMEOUT};
-use crate::redis_cluster::RedisCluster;
-use crate::redis_sentinel::Sentinel;
-use std::sync::Arc;
 use std::time::Duration;
+
+/// The default URL.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
+/// Connect, read and write timeout of every connection.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The shortest socket timeout set (a zero timeout means "block forever"
+/// to the OS, and redis-rs refuses it).
+pub(crate) const MIN_IO: Duration = Duration::from_millis(1);
 
 /// How long a `WAIT` for replicas may take when the URL does not say.
 pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
@@ -103,9 +107,9 @@ impl UrlParts {
 /// Splits `url` into its scheme, the rest with our own query parameters
 /// taken out, and those parameters.
 /// `name=value` query parameters.
-type Params = Vec<(String, String)>;
+pub(crate) type Params = Vec<(String, String)>;
 
-fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)> {
+pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)> {
     let (head, fragment) = match url.split_once('#') {
         Some((h, f)) => (h, Some(f)),
         None => (url, None),
@@ -210,34 +214,6 @@ pub(crate) fn parse_host_list(url: &str, base: &'static str) -> Result<UrlParts>
     })
 }
 
-/// The adapter for `url` with keys under `namespace`: the one dispatcher
-/// every face's Redis constructor goes through.
-///
-/// # Errors
-/// [`Error::Config`] for an unparsable URL or an unknown scheme;
-/// [`Error::InvalidArgument`] for a bad namespace or a bad
-/// `min_replicas` / `replica_timeout`.
-pub fn open(url: &str, namespace: &str) -> Result<Arc<dyn Adapter>> {
-    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
-    let (rest, ack, sentinel_params) = take_own_params(url)?;
-    let tls = scheme.starts_with("rediss");
-    let base = if tls { "rediss" } else { "redis" };
-    match scheme {
-        "redis+cluster" | "rediss+cluster" => {
-            let parts = parse_host_list(&rest, base)?;
-            Ok(Arc::new(RedisCluster::open(parts, namespace, ack)?))
-        }
-        "redis+sentinel" | "rediss+sentinel" => {
-            let parts = parse_host_list(&rest, base)?;
-            let sentinel = Sentinel::new(parts, &sentinel_params)?;
-            Ok(Arc::new(Redis::open_sentinel(sentinel, namespace, ack)?))
-        }
-        _ => Ok(Arc::new(
-            Redis::with_timeout(&rest, namespace, DEFAULT_TIMEOUT)?.replicated(ack),
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,14 +247,5 @@ mod tests {
             "rediss://u:p%40w@c:3/2#insecure"
         );
         assert!(parse_host_list("redis+cluster:///", "redis").is_err());
-    }
-
-    #[test]
-    fn unknown_schemes_are_config_errors() {
-        assert!(matches!(open("http://x", "ns"), Err(Error::Config(_))));
-        assert!(matches!(
-            open("redis+sentinel://127.0.0.1:1", "ns"),
-            Err(Error::Config(_))
-        ));
     }
 }

@@ -5,7 +5,7 @@
 //! the maps have doubled since the last prune, so memory stays proportional
 //! to the live entries. Fencing numbers come from one counter per adapter,
 //! which makes them strictly increasing per key without remembering keys,
-//! floored by the realtime clock like every backend's ([`crate::fence`]), so
+//! floored by the realtime clock like every backend's ([`crate::contract::fence`]), so
 //! they also rise across adapters and process restarts.
 //!
 //! Clocks: an acquire reads the monotonic clock once. Its wall-clock time
@@ -40,10 +40,10 @@
 //! parent's lock; if that lock was held at the moment of `fork`, the child
 //! starts empty (see `State::for_child`).
 
-use crate::adapter::{Adapter, Lease, Renewal, Renewed};
+use crate::contract::adapter::{Adapter, Lease, Renewal, Renewed};
+use crate::contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use crate::error::Result;
-use crate::fork::ForkLocal;
-use crate::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
+use crate::runtime::fork::ForkLocal;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,7 +100,7 @@ impl Owner {
     pub(crate) fn now(id: u64) -> Self {
         Owner {
             id,
-            generation: crate::fork::generation(),
+            generation: crate::runtime::fork::generation(),
         }
     }
 
@@ -180,7 +180,7 @@ impl Memory {
             // An expired or released entry: reuse its allocations (the
             // label's too, when it is the same holder's).
             Some(e) => {
-                *counter = crate::fence::next(*counter, floor);
+                *counter = crate::contract::fence::next(*counter, floor);
                 e.expires = expires;
                 let h = &mut e.holder;
                 match by {
@@ -214,7 +214,7 @@ impl Memory {
                 Some(*counter)
             }
             None => {
-                *counter = crate::fence::next(*counter, floor);
+                *counter = crate::contract::fence::next(*counter, floor);
                 let fence = *counter;
                 let (token, owner, stamp, label, heartbeat) = match by {
                     By::Token(token, who) => (
@@ -663,7 +663,7 @@ impl Slots {
             .map(|d| u64::try_from(d.as_micros()).unwrap_or(i64::MAX as u64))
             .unwrap_or(0)
             .clamp(1, i64::MAX as u64);
-        *counter = crate::fence::next(*counter, floor);
+        *counter = crate::contract::fence::next(*counter, floor);
         set.push(Slot {
             token: token.to_owned(),
             expires: deadline(now, ttl),

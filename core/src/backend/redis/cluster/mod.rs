@@ -31,7 +31,7 @@
 //! dropped, never reused. The state mutex is held only to read the map or
 //! push/pop a connection, never during I/O.
 //!
-//! Push ([`crate::push`]) by sharded pub/sub (`redis_shards.rs`):
+//! Push ([`crate::contract::push`]) by sharded pub/sub (`redis_shards.rs`):
 //! `set_flag` runs one script on the flag's slot owner that `SET`s the flag
 //! and then `SPUBLISH`es `{ns}:raised:{KEY}`; releases announce to the next
 //! waiting line with `SPUBLISH {ns}:next:{KEY}:LINE`. A message stays on
@@ -39,18 +39,20 @@
 //! bus to every node). The listener subscribes each channel on its slot's
 //! owner and follows slot moves and failovers.
 
-use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::args::{millis_ceil, mint_token};
-use crate::error::{Error, Result};
-use crate::fork::ForkLocal;
-use crate::info::{FlagInfo, Identity, LeaseInfo, Listing};
-use crate::push::{FlagWatch, FlagWatcher, Registry};
-use crate::redis::slots::{self as slot, SCRIPTS as SLOT_SCRIPTS};
-use crate::redis::{
-    break_keys, flag_from, holder_from, min_left_ms, queue_ttl_ms, renewed_from, ACQUIRE_LUA,
-    BREAK, BREAK_LUA, DEFAULT_TIMEOUT, LEAVE_QUEUE, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA,
+use crate::backend::redis::replies::{flag_from, holder_from, min_left_ms, renewed_from};
+use crate::backend::redis::scripts::{
+    break_keys, queue_ttl_ms, ACQUIRE_LUA, BREAK, BREAK_LUA, LEAVE_QUEUE, LEAVE_QUEUE_LUA,
+    RELEASE_LUA, RENEW_LUA,
 };
-use crate::redis_url::{ReplicaAck, UrlParts};
+use crate::backend::redis::slots::{self as slot, SCRIPTS as SLOT_SCRIPTS};
+use crate::backend::redis::url::{ReplicaAck, UrlParts};
+use crate::backend::redis::DEFAULT_TIMEOUT;
+use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
+use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing};
+use crate::contract::push::{FlagWatch, FlagWatcher, Registry};
+use crate::error::{Error, Result};
+use crate::runtime::fork::ForkLocal;
 use ::redis::{
     Client, Cmd, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
 };
@@ -60,7 +62,6 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Push by sharded pub/sub (a child module: it uses the slot map).
-#[path = "redis_shards.rs"]
 mod shards;
 
 /// Rounds of redirections one batch follows before giving up on an item.
@@ -223,7 +224,11 @@ impl RedisCluster {
     /// for a database other than 0 (a cluster has only one).
     pub(crate) fn open(parts: UrlParts, namespace: &str, replicas: ReplicaAck) -> Result<Self> {
         // The namespace rules (and the rustls provider) are Redis's.
-        crate::redis::Redis::with_timeout("redis://127.0.0.1/", namespace, DEFAULT_TIMEOUT)?;
+        crate::backend::redis::server::Redis::with_timeout(
+            "redis://127.0.0.1/",
+            namespace,
+            DEFAULT_TIMEOUT,
+        )?;
         if parts.path.iter().any(|db| db != "0") {
             return Err(Error::Config(
                 "cannot use Redis URL: a Redis Cluster has only database 0".into(),
@@ -250,7 +255,7 @@ impl RedisCluster {
             release: Script::new(RELEASE_LUA),
             raise: Script::new(RAISE_LUA),
             known: ForkLocal::new(Arc::default(), |_| Arc::default()),
-            push: crate::push::fork_local_registry(),
+            push: crate::contract::push::fork_local_registry(),
         })
     }
 
@@ -736,7 +741,9 @@ impl RedisCluster {
     }
 
     fn keys_of(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
-        crate::redis::user_keys(&self.namespace, kind, prefix, |pattern| self.scan(pattern))
+        crate::backend::redis::server::user_keys(&self.namespace, kind, prefix, |pattern| {
+            self.scan(pattern)
+        })
     }
 
     fn not_replicated(&self, what: &str) -> Error {
@@ -1153,7 +1160,7 @@ impl Adapter for RedisCluster {
             timeout: self.timeout,
         };
         self.push.get().watch(watcher, move |registry| {
-            crate::push::spawn("mistri-flags", move || listener.run(&registry))
+            crate::contract::push::spawn("mistri-flags", move || listener.run(&registry))
         })
     }
 

@@ -22,7 +22,7 @@
 //! restarts without a row per key ever seen. Expired rows are deleted every
 //! [`PRUNE_EVERY`] writes of a connection, so the file stays bounded.
 //!
-//! Fences: `max(counter + 1, realtime µs)` ([`crate::fence`]). The persisted
+//! Fences: `max(counter + 1, realtime µs)` ([`crate::contract::fence`]). The persisted
 //! counter guards against the realtime clock stepping back while the file
 //! lives; the realtime floor guards against the file being lost (deleted,
 //! recreated, restored from a backup). Acquire commits with
@@ -40,7 +40,7 @@
 //! `O_NOFOLLOW`: anything else is an [`Error::Config`] naming the path and
 //! the problem, never silently used.
 //!
-//! Push ([`crate::push`]): doorbells per key bucket. A doorbell is an
+//! Push ([`crate::contract::push`]): doorbells per key bucket. A doorbell is an
 //! empty file in the folder `<database>-bells/` (next to the database,
 //! mode 0700, held to the database folder's rules above); opening it for
 //! writing and closing it makes the kernel report `IN_CLOSE_WRITE` to
@@ -66,7 +66,7 @@
 //! bucket file that some live interest maps to, added (file created
 //! first) when the first interest of the bucket arrives and removed
 //! (`inotify_rm_watch`) when the last one has been unwanted for
-//! [`crate::push::LINGER`]; a new interest wakes it through the eventfd
+//! [`crate::contract::push::LINGER`]; a new interest wakes it through the eventfd
 //! (the registry's wake-up: a non-blocking write). Once a watch is live
 //! it calls `Registry::live` (the engine reads that flag, the line's head
 //! tries: no gap). A ring of a `raised` bucket makes the engines read the
@@ -97,12 +97,12 @@
 //! child forgets (leaks, never closes) inherited connections, as SQLite
 //! requires, and opens its own.
 
-use crate::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::args::mint_token;
+use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
+use crate::contract::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
+use crate::contract::push::{FlagWatch, FlagWatcher, Registry};
 use crate::error::{Error, Result};
-use crate::fork::ForkLocal;
-use crate::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
-use crate::push::{FlagWatch, FlagWatcher, Registry};
+use crate::runtime::fork::ForkLocal;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use std::cell::Cell;
@@ -127,7 +127,7 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) 
 INSERT OR IGNORE INTO meta (name, value) VALUES ('fence', 0);
 ";
 
-/// The holder-description columns of `leases` ([`crate::info`]), added to
+/// The holder-description columns of `leases` ([`crate::contract::info`]), added to
 /// databases made before them. Clients that predate them write NULLs there
 /// (their `INSERT OR REPLACE` names the first four columns only).
 const INFO_COLUMNS: [(&str, &str); 6] = [
@@ -165,7 +165,10 @@ fn add_info_columns(con: &mut Connection) -> rusqlite::Result<()> {
 
 /// Wall-clock milliseconds since 1970, for display only.
 fn wall_ms() -> i64 {
-    i64::try_from(crate::info::unix_millis(std::time::SystemTime::now())).unwrap_or(i64::MAX)
+    i64::try_from(crate::contract::info::unix_millis(
+        std::time::SystemTime::now(),
+    ))
+    .unwrap_or(i64::MAX)
 }
 
 fn ms(d: Duration) -> i64 {
@@ -567,11 +570,11 @@ impl Local {
             boot: boot_id(),
             pool: ForkLocal::new(Mutex::new(Pool::empty()), |_| Mutex::new(Pool::empty())),
             writer: Mutex::new(()),
-            push: crate::push::fork_local_registry(),
+            push: crate::contract::push::fork_local_registry(),
         };
         // Open one connection now, so a corrupt file is reported here.
         {
-            let _section = crate::fork::enter_section();
+            let _section = crate::runtime::fork::enter_section();
             let _busy = BusyDeadline::set(Instant::now() + BUSY_TIMEOUT);
             let con = local.connect()?;
             local.checkin(con);
@@ -668,7 +671,7 @@ impl Local {
         f: impl FnOnce(&mut Connection, i64) -> rusqlite::Result<T>,
     ) -> Result<T> {
         // No fork may cut an SQLite call in half (see `fork::enter_section`).
-        let _section = crate::fork::enter_section();
+        let _section = crate::runtime::fork::enter_section();
         let _busy = BusyDeadline::set(deadline);
         let _writer = match write {
             true => Some(self.writer.try_lock_until(deadline).ok_or_else(|| {
@@ -832,7 +835,7 @@ impl Local {
             key,
             line,
             now,
-            now.saturating_add(ns(crate::waiting::QUEUE_ENTRY_TTL)),
+            now.saturating_add(ns(crate::contract::QUEUE_ENTRY_TTL)),
             self.boot
         ])?;
         tx.commit()?;
@@ -887,7 +890,7 @@ impl Local {
 
     /// The acquire transaction; the fencing number if the lease was free.
     /// `line`: a waiter's line, queued when refused (`queue` table: the
-    /// same rules as Redis's [`crate::redis::ACQUIRE_LUA`]).
+    /// same rules as Redis's [`crate::backend::redis::scripts::ACQUIRE_LUA`]).
     fn acquire_in(
         &self,
         con: &mut Connection,
@@ -915,8 +918,8 @@ impl Local {
         if let Some(line) = line {
             self.leave_queued(&tx, key, line, now)?;
         }
-        let floor = i64::try_from(crate::fence::floor_now()).unwrap_or(i64::MAX);
-        // max(counter + 1, realtime floor): see crate::fence.
+        let floor = i64::try_from(crate::contract::fence::floor_now()).unwrap_or(i64::MAX);
+        // max(counter + 1, realtime floor): see crate::contract::fence.
         let fence: i64 = tx
             .prepare_cached(
                 "UPDATE meta SET value = max(value + 1, ?1) WHERE name = 'fence' RETURNING value",
@@ -1082,7 +1085,7 @@ impl Adapter for Local {
     fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
         let db = self.path.clone();
         self.push.get().watch(watcher, move |registry| {
-            crate::push::spawn("mistri-flags", move || doorbell::run(&db, &registry))
+            crate::contract::push::spawn("mistri-flags", move || doorbell::run(&db, &registry))
         })
     }
 
@@ -1281,7 +1284,7 @@ impl Local {
         if let Some(line) = line {
             self.leave_queued(&tx, key, line, now)?;
         }
-        let floor = i64::try_from(crate::fence::floor_now()).unwrap_or(i64::MAX);
+        let floor = i64::try_from(crate::contract::fence::floor_now()).unwrap_or(i64::MAX);
         let fence: i64 = tx
             .prepare_cached(
                 "UPDATE meta SET value = max(value + 1, ?1) WHERE name = 'fence' RETURNING value",
@@ -1457,10 +1460,12 @@ enum Bell {
 impl Bell {
     /// What rings for `interest`.
     #[cfg(target_os = "linux")]
-    fn of(interest: &crate::push::Interest) -> Bell {
+    fn of(interest: &crate::contract::push::Interest) -> Bell {
         match interest {
-            crate::push::Interest::Flag(key) => Bell::Raised(bucket_of(key)),
-            crate::push::Interest::Line { key, line } => Bell::Next(line_bucket_of(key, line)),
+            crate::contract::push::Interest::Flag(key) => Bell::Raised(bucket_of(key)),
+            crate::contract::push::Interest::Line { key, line } => {
+                Bell::Next(line_bucket_of(key, line))
+            }
         }
     }
 
@@ -1539,7 +1544,7 @@ fn create_bell(path: &Path) -> std::io::Result<()> {
 #[cfg(target_os = "linux")]
 mod doorbell {
     use super::{bells_folder, create_bell, Bell};
-    use crate::push::{Interest, Plan, Registry, Subscriptions, LISTENER_IDLE};
+    use crate::contract::push::{Interest, Plan, Registry, Subscriptions, LISTENER_IDLE};
     use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::ffi::OsStrExt;

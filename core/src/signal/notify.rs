@@ -16,9 +16,9 @@
 //!
 //! Lock order: the queue lock is a leaf, never held while callbacks run.
 
-use crate::fork::ForkLocal;
+use crate::runtime::fork::ForkLocal;
+use crate::runtime::sync::{Condvar, Mutex};
 use crate::signal::PendingCallbacks;
-use crate::sync::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::OnceLock;
 use std::time::Instant;

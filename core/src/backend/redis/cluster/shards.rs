@@ -1,4 +1,4 @@
-//! Push on a Redis Cluster ([`crate::push`]) by sharded pub/sub: each
+//! Push on a Redis Cluster ([`crate::contract::push`]) by sharded pub/sub: each
 //! channel is subscribed with `SSUBSCRIBE` on the master that owns its
 //! key's slot, and published there with `SPUBLISH` (the raise and release
 //! scripts), so no message crosses the cluster bus and no other node sees
@@ -7,7 +7,7 @@
 //! Threads:
 //! - the **router** (`mistri-flags`, one per process and adapter) never
 //!   reads a socket. It follows the registry's interests (with the
-//!   [`LINGER`](crate::push::LINGER) of [`Subscriptions`]), keeps its own
+//!   [`LINGER`](crate::contract::push::LINGER) of [`Subscriptions`]), keeps its own
 //!   slot map (`CLUSTER SLOTS`, loaded again when a node reports a lost
 //!   channel), and tells each master's reader which interests are its own;
 //! - one **reader** per master with interests (`mistri-shard`): one RESP3
@@ -34,11 +34,11 @@
 //! leaves; neither is held while calling the registry or doing I/O.
 
 use super::{slot_map_from, slot_of, SlotMap};
-use crate::push::{
+use crate::backend::redis::listener::{channel_of, deliver};
+use crate::backend::redis::url::UrlParts;
+use crate::contract::push::{
     Interest, Registry, Subscriptions, COLD_SLICE, HOT_FOR, HOT_SLICE, LISTENER_IDLE,
 };
-use crate::redis::{channel_of, deliver};
-use crate::redis_url::UrlParts;
 use ::redis::{Client, Connection, ProtocolVersion, PushInfo, PushKind, Value};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -264,7 +264,7 @@ impl ShardListener {
         let mailbox = Arc::new(Mutex::new(Mailbox::default()));
         let mine = mailbox.clone();
         let addr = addr.to_owned();
-        let started = crate::push::spawn("mistri-shard", move || {
+        let started = crate::contract::push::spawn("mistri-shard", move || {
             let end = self.read(&addr, &mine, &registry, &bell);
             let mut mb = mine.lock();
             if end == Ended::Unsupported {
@@ -411,7 +411,7 @@ impl ShardListener {
                 drop(mb);
                 bell.ring();
             }
-            if checked.elapsed() >= crate::redis::PING_EVERY {
+            if checked.elapsed() >= crate::backend::redis::listener::PING_EVERY {
                 // Silence: is the node still there?
                 if con.set_read_timeout(Some(self.timeout)).is_err()
                     || self.ping(&mut con, &channels, registry).is_err()

@@ -26,13 +26,16 @@
 //! has no heartbeat thread, and `release` there returns
 //! [`ReleaseOutcome::OtherProcess`] without touching the backend.
 
-use crate::adapter::Lease;
+pub(crate) mod engine;
+
 use crate::args::{check_duration, check_key, fork_generation};
-use crate::engine::{default_margin, Engine, HoldStatus, Registration, Unregistered};
+use crate::contract::adapter::Lease;
+use crate::contract::info::{default_label, Identity};
 use crate::error::{Error, Result};
-use crate::info::{default_label, Identity};
+use crate::hold::engine::{default_margin, Engine, HoldStatus, Registration, Unregistered};
 use crate::signal::AbortSignal;
 use crate::stats::{Event, EventKind};
+use crate::waiting::{waiting_for, Waiting};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -68,7 +71,7 @@ pub struct HoldOptions {
     /// Must be less than half the ttl.
     pub safety_margin: Option<Duration>,
     /// How this holder describes itself to `info` and `list`
-    /// ([`crate::info`]); `None`: the label of the [`crate::Locks`] it is
+    /// ([`crate::contract::info`]); `None`: the label of the [`crate::Locks`] it is
     /// made through, else `host:pid language`.
     pub label: Option<String>,
     /// How long to wait for the lease when it is held elsewhere: `None` (the
@@ -237,7 +240,7 @@ impl Hold {
         check_key("key", key)?;
         opts.validate()?;
         if opts.wait.is_some() {
-            return crate::waiting::hold_waiting(engine, key, opts)?.wait();
+            return hold_waiting(engine, key, opts)?.wait();
         }
         let sent = Instant::now();
         let Some(lease) = Hold::try_acquire(engine, key, &opts, None)? else {
@@ -443,4 +446,45 @@ impl Drop for Hold {
     fn drop(&mut self) {
         let _ = self.release();
     }
+}
+
+/// A waiting hold on `engine` (`opts` validated; `opts.wait` of `None` is
+/// one try).
+pub(crate) fn hold_waiting(
+    engine: &Engine,
+    key: &str,
+    opts: HoldOptions,
+) -> Result<Waiting<Option<Hold>>> {
+    let wait = opts.wait.unwrap_or(Duration::ZERO);
+    let signal = opts.signal.clone();
+    let (adapter, ttl, limit) = (engine.adapter().clone(), opts.ttl, opts.limit);
+    let attempt = {
+        let engine = engine.clone();
+        let key = key.to_owned();
+        let opts = opts.clone();
+        Box::new(move |line: Option<&str>| {
+            let sent = Instant::now();
+            Ok(Hold::try_acquire(&engine, &key, &opts, line)?.map(|lease| (lease, sent)))
+        })
+    };
+    let finish = {
+        let engine = engine.clone();
+        let key = key.to_owned();
+        let mut opts = Some(opts);
+        Box::new(move |got: Option<(Lease, Instant)>| match got {
+            Some((lease, sent)) => {
+                let opts = opts.take().ok_or_else(|| {
+                    Error::InvalidArgument("this wait has already finished".into())
+                })?;
+                Hold::adopt(&engine, lease, opts, sent).map(Some)
+            }
+            None => {
+                Hold::refused(&engine, &key);
+                Ok(None)
+            }
+        })
+    };
+    Ok(waiting_for(
+        adapter, key, ttl, limit, wait, signal, attempt, finish,
+    ))
 }

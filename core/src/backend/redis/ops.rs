@@ -1,0 +1,598 @@
+//! The [`Adapter`] of a single server: each operation one script or one
+//! pipeline on a pooled connection.
+
+use super::listener::ListenAt;
+use super::listener::Listener;
+use super::replies::flag_from;
+use super::replies::is_noscript;
+use super::replies::min_left_ms;
+use super::replies::renewed_from;
+use super::scripts::break_keys;
+use super::scripts::queue_ttl_ms;
+use super::scripts::ACQUIRE_LUA;
+use super::scripts::BREAK;
+use super::scripts::BREAK_LUA;
+use super::scripts::LEAVE_QUEUE;
+use super::scripts::LEAVE_QUEUE_LUA;
+use super::scripts::RELEASE_LUA;
+use super::scripts::RENEW_LUA;
+use super::server::Redis;
+use super::slots;
+use super::slots::{
+    acquire_call, expires_call, expires_from, fence_from, info_call, info_from, key_of,
+    release_call, renew_call, unexpected, Call, EXPIRES_LUA, SCRIPTS, SLOT_ACQUIRE_LUA,
+    SLOT_INFO_LUA, SLOT_RELEASE_LUA, SLOT_RENEW_LUA,
+};
+use crate::args::{millis_ceil, mint_token};
+use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
+use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing};
+use crate::contract::push::{FlagWatch, FlagWatcher};
+use crate::error::Result;
+use ::redis::{Script, Value};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+impl Redis {
+    /// The exclusive lease (`limit` 1) or one of `limit` slots; in `line`
+    /// of the key's wait queue when given ([`crate::waiting`]).
+    fn acquire_one(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        if limit <= 1 {
+            return self.acquire_exclusive(key, ttl, who, line);
+        }
+        self.acquire_slot(key, ttl, who, limit, line)
+    }
+
+    /// The exclusive acquire; `line`: a waiter's line ([`ACQUIRE_LUA`]'s
+    /// queue).
+    fn acquire_exclusive(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        let argc = if line.is_some() { 6 } else { 4 };
+        let (fence, acked): (u64, bool) = self.with_con(|con, deadline| {
+            let reply =
+                self.eval_with(con, deadline, &self.acquire, ACQUIRE_LUA, (5, argc), |w| {
+                    w.key(&self.namespace, "lease", key)
+                        .key(&self.namespace, "fence", key)
+                        .key(&self.namespace, "slots", key)
+                        .key(&self.namespace, "queue", key)
+                        .key(&self.namespace, "queued", key)
+                        .bulk(token.as_bytes())
+                        .int(millis_ceil(ttl))
+                        .bulk(who.label.as_bytes())
+                        .int(min_left_ms(who.heartbeat));
+                    if let Some(line) = line {
+                        w.bulk(line.as_bytes()).int(queue_ttl_ms());
+                    }
+                })?;
+            let fence: u64 = ::redis::from_redis_value(reply)?;
+            let acked = self.wait_replicas(con, deadline, fence > 0)?;
+            Ok((fence, acked))
+        })?;
+        let lease = (fence > 0).then(|| Lease::new(key, token, fence));
+        match lease {
+            Some(lease) if !acked => Err(self.unreplicated_acquire(&lease)),
+            lease => Ok(lease),
+        }
+    }
+}
+
+impl Adapter for Redis {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn io_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        self.acquire_as(key, ttl, &Identity::of_process())
+    }
+
+    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
+        self.acquire_exclusive(key, ttl, who, None)
+    }
+
+    fn acquire_queued(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: &str,
+    ) -> Result<Option<Lease>> {
+        self.acquire_one(key, ttl, who, limit, Some(line))
+    }
+
+    fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
+        self.with_con(|con, deadline| {
+            self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (2, 1), |w| {
+                w.key(&self.namespace, "queue", key)
+                    .key(&self.namespace, "queued", key)
+                    .bulk(line.as_bytes());
+            })
+        })
+        .map(drop)
+    }
+
+    fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
+        if renewal.lease.slotted() {
+            return self.renew_slot(renewal);
+        }
+        let (reply, acked): (Value, bool) = self.with_con(|con, deadline| {
+            let reply = self.eval_with(con, deadline, &self.renew, RENEW_LUA, (1, 3), |w| {
+                w.key(&self.namespace, "lease", renewal.lease.key())
+                    .bulk(renewal.lease.token().as_bytes())
+                    .int(millis_ceil(renewal.ttl))
+                    .int(min_left_ms(renewal.min_left));
+            })?;
+            let acked = self.wait_replicas(con, deadline, reply == Value::Int(1))?;
+            Ok((reply, acked))
+        })?;
+        if !acked {
+            // With a sentinel the master may have moved: look again.
+            self.forget_master();
+        }
+        self.acked(renewed_from(&reply, &self.addr), acked)
+    }
+
+    fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.slotted() {
+            return self.release_slot(lease);
+        }
+        let reply = self.with_con(|con, deadline| {
+            self.eval_with(con, deadline, &self.release, RELEASE_LUA, (3, 3), |w| {
+                let (ns, key) = (&self.namespace, lease.key());
+                w.key(ns, "lease", key)
+                    .key(ns, "queue", key)
+                    .key(ns, "queued", key)
+                    .bulk(lease.token().as_bytes())
+                    .key_then(ns, "next", key, ":")
+                    .int(lease.fence());
+            })
+        })?;
+        Ok(reply == Value::Int(1))
+    }
+
+    fn held(&self, key: &str) -> Result<bool> {
+        self.with_con(|con, _| {
+            ::redis::cmd("EXISTS")
+                .arg(self.lease_key(key))
+                .arg(self.slots_key(key))
+                .query::<i64>(&mut con.con)
+        })
+        .map(|n| n >= 1)
+    }
+
+    fn acquire_limited(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+    ) -> Result<Option<Lease>> {
+        self.acquire_one(key, ttl, who, limit, None)
+    }
+
+    fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        self.slot_expires_in(key)
+    }
+
+    fn break_lease(&self, key: &str) -> Result<bool> {
+        self.with_con(|con, deadline| {
+            self.eval::<i64>(
+                con,
+                deadline,
+                &BREAK,
+                BREAK_LUA,
+                &break_keys(&self.namespace, key),
+                &[self.line_channel_prefix(key)],
+            )
+        })
+        .map(|n| n >= 1)
+    }
+
+    fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
+        // One round trip; the SET is applied before the message goes out,
+        // so a listener that hears it finds the flag up.
+        self.with_con(|con, _| {
+            ::redis::pipe()
+                .cmd("SET")
+                .arg(self.flag_key(key))
+                .arg("1")
+                .arg("PX")
+                .arg(millis_ceil(ttl))
+                .ignore()
+                .cmd("PUBLISH")
+                .arg(self.raised_channel(key))
+                .arg("1")
+                .ignore()
+                .query::<()>(&mut con.con)
+        })
+    }
+
+    fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
+        let at: Arc<dyn ListenAt> = match &self.sentinel {
+            Some(sentinel) => sentinel.clone(),
+            None => Arc::new(self.client.clone()),
+        };
+        let listener = Listener::new(at, &self.namespace, self.timeout);
+        self.push.get().watch(watcher, move |registry| {
+            crate::contract::push::spawn("mistri-flags", move || listener.run(&registry))
+        })
+    }
+
+    fn flag(&self, key: &str) -> Result<bool> {
+        self.with_con(|con, _| {
+            ::redis::cmd("EXISTS")
+                .arg(self.flag_key(key))
+                .query::<i64>(&mut con.con)
+        })
+        .map(|n| n == 1)
+    }
+
+    fn clear_flag(&self, key: &str) -> Result<()> {
+        self.with_con(|con, _| {
+            ::redis::cmd("DEL")
+                .arg(self.flag_key(key))
+                .query::<()>(&mut con.con)
+        })
+    }
+
+    fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        match self.with_con(|con, _| self.info_on(con, key))? {
+            Some(info) => Ok(Some(info)),
+            None => self.slot_info(key),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Listing> {
+        let mut listing = Listing::default();
+        let mut keys = self.keys_of("lease", prefix)?;
+        keys.extend(self.keys_of("slots", prefix)?);
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            // Gone between the scan and now: not live, not listed.
+            if let Some(info) = self.info(&key)? {
+                listing.leases.push(info);
+            }
+        }
+        for key in self.keys_of("flag", prefix)? {
+            let pttl: i64 = self.with_con(|con, _| {
+                ::redis::cmd("PTTL")
+                    .arg(self.flag_key(&key))
+                    .query(&mut con.con)
+            })?;
+            if pttl != -2 {
+                listing.flags.push(FlagInfo {
+                    key,
+                    time_left: u64::try_from(pttl).ok().map(Duration::from_millis),
+                });
+            }
+        }
+        listing.sort();
+        Ok(listing)
+    }
+
+    fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
+        if renewals.is_empty() && flags.is_empty() {
+            return Ok(Beat::default());
+        }
+        let deadline = deadline.min(Instant::now() + self.timeout);
+        let epoch = self.master_epoch();
+        let mut con = self.checkout(deadline)?;
+        // Any error below drops `con`: a timed-out connection may still
+        // deliver late replies, which must never be read as this tick's.
+        let mut replies = self.beat_on(&mut con, renewals, flags, deadline)?;
+        // After a server restart or SCRIPT FLUSH the renewals answer
+        // NOSCRIPT: load the script and send those renewals once more.
+        let again: Vec<usize> = (0..renewals.len())
+            .filter(|i| is_noscript(&replies[*i]))
+            .collect();
+        if !again.is_empty() {
+            self.aim(&mut con, deadline)?;
+            self.renew.load(&mut con.con).map_err(|e| self.map_err(e))?;
+            if renewals.iter().any(|r| r.lease.slotted()) {
+                slots::SCRIPTS
+                    .renew
+                    .load(&mut con.con)
+                    .map_err(|e| self.map_err(e))?;
+            }
+            let retry: Vec<Renewal<'_>> = again.iter().map(|i| renewals[*i]).collect();
+            let answers = self.beat_on(&mut con, &retry, &[], deadline)?;
+            for (i, answer) in again.into_iter().zip(answers) {
+                replies[i] = answer;
+            }
+        }
+        let acked = self.after_beat(&mut con, deadline, &replies[..renewals.len()])?;
+        self.checkin(con, epoch);
+        let (renewed, up) = replies.split_at(renewals.len());
+        Ok(Beat {
+            renewals: renewed
+                .iter()
+                .map(|v| self.acked(renewed_from(v, &self.addr), acked))
+                .collect(),
+            flags: up.iter().map(|v| flag_from(v, &self.addr)).collect(),
+        })
+    }
+}
+
+/// Scale-out: how a connection is found (one server, or the master a
+
+/// The slot operations of one server ([`Redis`]).
+impl Redis {
+    /// The Redis key of the N-holder lease (slots) on `key`.
+    pub fn slots_key(&self, key: &str) -> String {
+        key_of(self.namespace(), "slots", key)
+    }
+
+    /// The Redis key of the slots' holder descriptions on `key`.
+    pub fn holders_key(&self, key: &str) -> String {
+        key_of(self.namespace(), "holders", key)
+    }
+
+    fn run_slot(&self, script: &Script, source: &str, call: &Call) -> Result<Value> {
+        self.with_con(|con, deadline| self.eval(con, deadline, script, source, &call.0, &call.1))
+    }
+
+    pub(super) fn acquire_slot(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        line: Option<&str>,
+    ) -> Result<Option<Lease>> {
+        let token = mint_token()?;
+        let call = acquire_call(self.namespace(), key, &token, ttl, who, limit, line);
+        let (value, acked): (Value, bool) = self.with_con(|con, deadline| {
+            let value: Value = self.eval(
+                con,
+                deadline,
+                &SCRIPTS.acquire,
+                SLOT_ACQUIRE_LUA,
+                &call.0,
+                &call.1,
+            )?;
+            let wrote = matches!(value, Value::Int(n) if n > 0);
+            let acked = self.wait_replicas(con, deadline, wrote)?;
+            Ok((value, acked))
+        })?;
+        let fence = fence_from(&value, &self.addr)?;
+        let lease = (fence > 0).then(|| Lease::slot(key, token, fence, limit));
+        match lease {
+            Some(lease) if !acked => Err(self.unreplicated_acquire(&lease)),
+            lease => Ok(lease),
+        }
+    }
+
+    pub(super) fn renew_slot(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
+        let call = renew_call(self.namespace(), renewal);
+        let (reply, acked): (Value, bool) = self.with_con(|con, deadline| {
+            let reply: Value = self.eval(
+                con,
+                deadline,
+                &SCRIPTS.renew,
+                SLOT_RENEW_LUA,
+                &call.0,
+                &call.1,
+            )?;
+            let wrote = reply == Value::Int(1);
+            let acked = self.wait_replicas(con, deadline, wrote)?;
+            Ok((reply, acked))
+        })?;
+        if !acked {
+            // With a sentinel the master may have moved: look again.
+            self.forget_master();
+        }
+        self.acked(renewed_from(&reply, &self.addr), acked)
+    }
+
+    pub(super) fn release_slot(&self, lease: &Lease) -> Result<bool> {
+        let call = release_call(self.namespace(), lease);
+        match self.run_slot(&SCRIPTS.release, SLOT_RELEASE_LUA, &call)? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("slot release", &other, &self.addr)),
+        }
+    }
+
+    pub(super) fn slot_info(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        let call = info_call(self.namespace(), key);
+        info_from(
+            key,
+            &self.run_slot(&SCRIPTS.info, SLOT_INFO_LUA, &call)?,
+            &self.addr,
+        )
+    }
+
+    pub(super) fn slot_expires_in(&self, key: &str) -> Result<Option<Duration>> {
+        let call = expires_call(self.namespace(), key);
+        expires_from(
+            &self.run_slot(&SCRIPTS.expires, EXPIRES_LUA, &call)?,
+            &self.addr,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::redis::replies::{glob_escape, holder_from, redact};
+    use crate::contract::info::from_unix_millis;
+    use crate::error::Error;
+    use ::redis::{Client, Connection};
+
+    #[test]
+    fn keys_carry_one_hash_tag() {
+        let r = Redis::open("redis://127.0.0.1:1/0", "ns").unwrap();
+        assert_eq!(r.lease_key("a}b"), "ns:lease:{a}b}");
+        assert_eq!(r.fence_key("job"), "ns:fence:{job}");
+        assert_eq!(r.flag_key("stop"), "ns:flag:{stop}");
+        assert_eq!(r.info_key("job"), "ns:info:{job}");
+        assert_eq!(r.raised_channel("stop"), "ns:raised:{stop}");
+        assert_eq!(r.released_channel("job"), "ns:released:{job}");
+    }
+
+    #[test]
+    fn bad_namespaces_and_urls_are_refused() {
+        assert!(matches!(
+            Redis::open("redis://127.0.0.1/", ""),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            Redis::open("redis://127.0.0.1/", "a{b"),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            Redis::open("http://nope", "ns"),
+            Err(Error::Config(_))
+        ));
+    }
+
+    #[test]
+    fn scan_patterns_are_escaped() {
+        assert_eq!(
+            glob_escape("ns:lease:{a*b?[c]\\"),
+            "ns:lease:{a\\*b\\?\\[c\\]\\\\"
+        );
+    }
+
+    #[test]
+    fn descriptions_are_read_from_the_lease_value() {
+        let value = b"0123456789abcdef0123456789abcdef 3000 7 1000000 500 h:1 ruby";
+        // 2,500 ms left of 3,000 at 1,002,000: renewed at 1,001,500.
+        let info = holder_from(value, Some(Duration::from_millis(2500)), 1_002_000).unwrap();
+        assert_eq!(info.label, "h:1 ruby");
+        assert_eq!(info.fence, 7);
+        assert_eq!(info.ttl, Duration::from_millis(3000));
+        assert_eq!(info.heartbeat, Duration::from_millis(500));
+        assert_eq!(info.acquired_at, from_unix_millis(1_000_000));
+        assert_eq!(info.renewed_at, from_unix_millis(1_001_500));
+        // Never after the read, nor before the acquire.
+        let long = holder_from(value, Some(Duration::from_millis(9000)), 1_002_000).unwrap();
+        assert_eq!(long.renewed_at, from_unix_millis(1_002_000));
+        let early = holder_from(value, Some(Duration::ZERO), 1_002_000).unwrap();
+        assert_eq!(early.renewed_at, from_unix_millis(1_000_000));
+        assert_eq!(
+            holder_from(value, None, 1_002_000).unwrap().renewed_at,
+            info.acquired_at
+        );
+        // A bare token, or anything else, describes nobody.
+        assert!(holder_from(b"sometoken", Some(Duration::ZERO), 0).is_none());
+        assert!(holder_from(b"tok 1 2 x 4 label", None, 0).is_none());
+        assert!(holder_from(b"tok 1 2 3 4", None, 0).is_none());
+        assert!(holder_from(b"tok 1 2 3 4 ", None, 0).is_some());
+    }
+
+    /// The short path writes the clock's fence as TIME's two parts joined
+    /// (microseconds padded to 6 digits): the same number the clock gave,
+    /// in the reply, the counter and the description, whatever the digits.
+    #[test]
+    fn clock_fences_are_written_as_the_server_clock_said() {
+        let server = mistri_locks_testkit::RedisServer::start();
+        let mut con = Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let script = Script::new(ACQUIRE_LUA);
+        let keys = ["t:lease:{k}", "t:fence:{k}", "t:slots:{k}", "t:queue:{k}"];
+        let time_us = |con: &mut Connection| -> u64 {
+            let (s, us): (u64, u64) = ::redis::cmd("TIME").query(con).unwrap();
+            s * 1_000_000 + us
+        };
+        // Until a reading in the first tenth of a second (fewer than 6
+        // microsecond digits) and one after it were seen: within ~1 s.
+        let (mut short, mut long) = (0, 0);
+        let start = std::time::Instant::now();
+        while short == 0 || long < 50 {
+            assert!(start.elapsed() < Duration::from_secs(20), "{short} {long}");
+            let before = time_us(&mut con);
+            let fence: u64 = script
+                .key(&keys[..])
+                .key("t:queued:{k}")
+                .arg("tok")
+                .arg(5000)
+                .arg("a label")
+                .arg(250)
+                .invoke(&mut con)
+                .unwrap();
+            let after = time_us(&mut con);
+            assert!(
+                before <= fence && fence <= after,
+                "{before} {fence} {after}"
+            );
+            if fence % 1_000_000 < 100_000 {
+                short += 1;
+            } else {
+                long += 1;
+            }
+            let value: String = ::redis::cmd("GET").arg(keys[0]).query(&mut con).unwrap();
+            let ms = fence / 1000;
+            assert_eq!(value, format!("tok 5000 {fence} {ms} 250 a label"));
+            let counter: String = ::redis::cmd("GET").arg(keys[1]).query(&mut con).unwrap();
+            assert_eq!(counter, fence.to_string());
+            let info = holder_from(value.as_bytes(), None, ms).unwrap();
+            assert_eq!((info.fence, info.label.as_str()), (fence, "a label"));
+            let _: i64 = ::redis::cmd("DEL").arg(keys[0]).query(&mut con).unwrap();
+        }
+        // A caller of two keys (an old client) is refused while the lease is
+        // held, and the counter does not move.
+        let held: u64 = script
+            .key(&keys[..4])
+            .arg("a")
+            .arg(5000)
+            .invoke(&mut con)
+            .unwrap();
+        assert!(held > 0);
+        let old: u64 = script
+            .key(&keys[..2])
+            .arg("b")
+            .arg(5000)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(old, 0);
+        let counter: String = ::redis::cmd("GET").arg(keys[1]).query(&mut con).unwrap();
+        assert_eq!(counter, held.to_string());
+        // ...and gets the lease once it is free.
+        let _: i64 = ::redis::cmd("DEL").arg(keys[0]).query(&mut con).unwrap();
+        let old: u64 = script
+            .key(&keys[..2])
+            .arg("b")
+            .arg(5000)
+            .invoke(&mut con)
+            .unwrap();
+        assert!(old > held);
+        let value: String = ::redis::cmd("GET").arg(keys[0]).query(&mut con).unwrap();
+        assert_eq!(value, "b");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("bad url redis://u:secret@h/0", "redis://u:secret@h/0"),
+            "bad url redis://***@h/0"
+        );
+    }
+
+    #[test]
+    fn unreachable_server_is_a_connection_error() {
+        // Port 1 on loopback: nothing listens there.
+        let r = Redis::open("redis://127.0.0.1:1/0", "ns").unwrap();
+        let err = r.held("k").unwrap_err();
+        assert!(matches!(err, Error::Connection(_)), "{err}");
+        assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    }
+}
