@@ -62,7 +62,7 @@ pub struct Cli {
     #[arg(long, global = true, env = "MISTRI_LOCKS_URL", value_name = "URL")]
     url: Option<String>,
     /// Redis key namespace (Redis only).
-    #[arg(long, global = true, default_value = mistri_locks::redis::DEFAULT_NAMESPACE, value_name = "NS")]
+    #[arg(long, global = true, default_value = mistri_locks::DEFAULT_NAMESPACE, value_name = "NS")]
     namespace: String,
     #[command(subcommand)]
     command: Command,
@@ -229,7 +229,7 @@ fn one_line(text: &str) -> String {
 }
 
 fn main() {
-    mistri_locks::info::set_language("mistri-locks");
+    mistri_locks::internals::set_language("mistri-locks");
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

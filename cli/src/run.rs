@@ -215,21 +215,20 @@ fn run_with(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| program.clone());
-    let opts = HoldOptions {
-        ttl: args.ttl,
-        heartbeat: args.heartbeat,
-        stop_key: args.stop_key.clone(),
-        label: Some(
-            args.label
-                .clone()
-                .unwrap_or_else(|| format!("{} run {name}", mistri_locks::info::default_label())),
-        ),
-        wait: args.wait,
-        limit: args.limit,
-        max_hold: args.max_hold,
-        progress_timeout: args.progress_timeout,
-        ..HoldOptions::default()
-    };
+    let opts =
+        HoldOptions {
+            ttl: args.ttl,
+            heartbeat: args.heartbeat,
+            stop_key: args.stop_key.clone(),
+            label: Some(args.label.clone().unwrap_or_else(|| {
+                format!("{} run {name}", mistri_locks::internals::default_label())
+            })),
+            wait: args.wait,
+            limit: args.limit,
+            max_hold: args.max_hold,
+            progress_timeout: args.progress_timeout,
+            ..HoldOptions::default()
+        };
     opts.validate()?;
 
     // 1 + 2: the stop flag, then the lease (waiting if asked).

@@ -2,7 +2,7 @@
 //! `--watch` to refresh.
 
 use crate::{Failure, EXIT_NOT_HELD};
-use mistri_locks::info::HolderInfo;
+use mistri_locks::HolderInfo;
 use mistri_locks::{FlagInfo, LeaseInfo, Locks};
 use serde_json::{json, Value};
 use std::time::{Duration, SystemTime};
@@ -104,8 +104,8 @@ fn ago(t: SystemTime) -> Duration {
 fn holder_json(v: &mut Value, h: &HolderInfo) {
     v["holder"] = json!(h.label);
     v["fence"] = json!(h.fence);
-    v["acquired_at_ms"] = json!(mistri_locks::info::unix_millis(h.acquired_at));
-    v["renewed_at_ms"] = json!(mistri_locks::info::unix_millis(h.renewed_at));
+    v["acquired_at_ms"] = json!(mistri_locks::internals::unix_millis(h.acquired_at));
+    v["renewed_at_ms"] = json!(mistri_locks::internals::unix_millis(h.renewed_at));
     v["held_for_s"] = json!(secs(ago(h.acquired_at)));
     v["renewed_ago_s"] = json!(secs(ago(h.renewed_at)));
     v["ttl_s"] = json!(secs(h.ttl));

@@ -15,7 +15,7 @@
 //! pairs, the difference divided by N is the client's instructions per
 //! pair (`locks`: `Locks::acquire` + `Locks::release`; `raw`: redis-rs
 //! `SET NX PX` + a Lua compare-and-delete).
-use mistri_locks::redis::{ACQUIRE_LUA, RELEASE_LUA};
+use mistri_locks::internals::{ACQUIRE_LUA, RELEASE_LUA};
 use mistri_locks::Locks;
 use mistri_locks_testkit::RedisServer;
 use redis::{Connection, Script};

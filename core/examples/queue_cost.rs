@@ -7,7 +7,7 @@
 //! `usec_per_call` of `EVALSHA` (`INFO commandstats`) is the acquire's.
 //!
 //! `cargo run --release -p mistri_locks_core --example queue_cost -- 20000`
-use mistri_locks::redis::ACQUIRE_LUA;
+use mistri_locks::internals::ACQUIRE_LUA;
 use mistri_locks_testkit::RedisServer;
 use redis::{Connection, Script};
 use std::time::{Duration, Instant};

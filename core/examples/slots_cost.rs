@@ -10,7 +10,7 @@
 //!   the store, and with 1,000 live ones on other keys.
 //!
 //! `cargo run --release -p mistri_locks_core --example slots_cost -- 20000`
-use mistri_locks::redis::{ACQUIRE_LUA, RELEASE_LUA};
+use mistri_locks::internals::{ACQUIRE_LUA, RELEASE_LUA};
 use mistri_locks::{Adapter, Identity, Memory};
 use mistri_locks_testkit::RedisServer;
 use redis::{Connection, Script};

@@ -9,7 +9,7 @@
 
 mod common;
 use common::*;
-use mistri_locks::args::wait_timeout_from_secs;
+use mistri_locks::wait_timeout_from_secs;
 use mistri_locks::{
     duration_from_secs, AbortSignal, Error, Hold, HoldOptions, Locks, ReleaseOutcome, FLAG_TTL,
 };

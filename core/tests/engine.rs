@@ -332,9 +332,12 @@ fn durations_below_the_engines_resolution() {
 #[test]
 fn the_protocol_document_carries_the_exact_renew_and_release_scripts() {
     let doc = include_str!("../../docs/PROTOCOL.md");
-    assert!(doc.contains(mistri_locks::redis::RENEW_LUA), "RENEW_LUA");
     assert!(
-        doc.contains(mistri_locks::redis::RELEASE_LUA),
+        doc.contains(mistri_locks::internals::RENEW_LUA),
+        "RENEW_LUA"
+    );
+    assert!(
+        doc.contains(mistri_locks::internals::RELEASE_LUA),
         "RELEASE_LUA"
     );
 }

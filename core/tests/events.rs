@@ -2,8 +2,8 @@
 //! should, hooks run on the notifier thread (never a heartbeat thread), and
 //! a removed hook hears nothing more.
 
-use mistri_locks::stats::{Event, EventKind, LostCause};
 use mistri_locks::{Adapter, Beat, Error, HoldOptions, Locks, Memory, Renewal, Result};
+use mistri_locks::{Event, EventKind, LostCause};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ fn record(
     locks: &Locks,
 ) -> (
     mpsc::Receiver<(Event, String)>,
-    mistri_locks::stats::EventHookHandle,
+    mistri_locks::EventHookHandle,
 ) {
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);

@@ -11,7 +11,7 @@
 
 mod common;
 use common::*;
-use mistri_locks::redis_cluster::slot_of;
+use mistri_locks::internals::slot_of;
 use mistri_locks::{Hold, HoldOptions, Locks, Renewal, Renewed};
 use mistri_locks_testkit::{command_on, RedisCluster, RedisSentinels};
 use std::time::{Duration, Instant};

@@ -5,14 +5,14 @@
 //! to the next line of the key's queue only; and with a few dozen
 //! processes on one namespace, those that neither watch nor wait hear no
 //! message at all (counted in each process with
-//! [`mistri_locks::push::messages_heard`]).
+//! [`mistri_locks::internals::messages_heard`]).
 //!
 //! The test binary re-executes itself for the fleet's processes: `child`
 //! does nothing unless `MISTRI_TEST_ROLE` is set.
 
 mod common;
 use common::*;
-use mistri_locks::redis_cluster::slot_of;
+use mistri_locks::internals::slot_of;
 use mistri_locks::{AcquireOptions, Locks};
 use mistri_locks_testkit::{command_on, unique, RedisCluster as TestCluster, RedisServer};
 use std::io::{BufRead, BufReader, Write};
@@ -296,7 +296,7 @@ fn child() {
         }
         other => panic!("unknown role {other}"),
     }
-    writeln!(out, "heard {}", mistri_locks::push::messages_heard()).unwrap();
+    writeln!(out, "heard {}", mistri_locks::internals::messages_heard()).unwrap();
 }
 
 fn spawn(role: &str, url: &str, me: &str) -> (Child, BufReader<std::process::ChildStdout>) {

@@ -207,7 +207,7 @@ fn memory_fences_rise_across_adapters() {
 fn the_protocol_document_carries_the_exact_acquire_script() {
     let doc = include_str!("../../docs/PROTOCOL.md");
     assert!(
-        doc.contains(mistri_locks::redis::ACQUIRE_LUA),
+        doc.contains(mistri_locks::internals::ACQUIRE_LUA),
         "docs/PROTOCOL.md must quote ACQUIRE_LUA verbatim"
     );
 }

@@ -192,7 +192,7 @@ fn redis() {
     assert!(locks.release("slot").unwrap());
     assert!(locks.acquire("old", secs(0.05)).unwrap());
     std::thread::sleep(Duration::from_millis(100));
-    let fence: u64 = redis::Script::new(mistri_locks::redis::ACQUIRE_LUA)
+    let fence: u64 = redis::Script::new(mistri_locks::internals::ACQUIRE_LUA)
         .key("mistri:info:lease:{old}")
         .key("mistri:info:fence:{old}")
         .arg("sometoken")
@@ -205,8 +205,8 @@ fn redis() {
     assert!(info.time_left.unwrap() <= secs(5.0));
     // Renew and release take a bare token too, and a token that is only a
     // prefix of the owner's owns nothing.
-    let release = redis::Script::new(mistri_locks::redis::RELEASE_LUA);
-    let renew = redis::Script::new(mistri_locks::redis::RENEW_LUA);
+    let release = redis::Script::new(mistri_locks::internals::RELEASE_LUA);
+    let renew = redis::Script::new(mistri_locks::internals::RENEW_LUA);
     let run = |script: &redis::Script, token: &str, con: &mut redis::Connection| -> i64 {
         script
             .key("mistri:info:lease:{old}")

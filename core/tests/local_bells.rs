@@ -12,7 +12,7 @@
 
 mod common;
 use common::*;
-use mistri_locks::push::LINGER;
+use mistri_locks::internals::LINGER;
 use mistri_locks::{AcquireOptions, FlagWatch, FlagWatcher, Locks};
 use mistri_locks_testkit::unique;
 use parking_lot::Mutex;

@@ -7,7 +7,10 @@
 
 mod common;
 use common::*;
-use mistri_locks::local::{default_path, user_default_path, PATH_ENV};
+use mistri_locks::{
+    internals::{user_default_path, PATH_ENV},
+    local_default_path as default_path,
+};
 use mistri_locks::{Error, Locks};
 use mistri_locks_testkit::unique;
 use std::os::unix::fs::PermissionsExt;

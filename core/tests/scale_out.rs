@@ -4,7 +4,7 @@
 //! state. Each test prints its figures (`cargo test --test scale_out --
 //! --nocapture`); they are quoted in docs/SCALE-OUT.md.
 
-use mistri_locks::redis_cluster::slot_of;
+use mistri_locks::internals::slot_of;
 use mistri_locks::{Adapter, Error, HoldOptions, Locks, Renewal, Renewed};
 use mistri_locks_testkit::{command_on, Proxy, RedisCluster, RedisSentinels, RedisServer};
 use std::sync::Arc;

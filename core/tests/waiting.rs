@@ -8,8 +8,8 @@
 
 mod common;
 use common::*;
-use mistri_locks::waiting::{QUEUE_ENTRY_TTL, SAFETY_POLL};
 use mistri_locks::{AbortSignal, AcquireOptions, HoldOptions, Locks, Poll};
+use mistri_locks::{QUEUE_ENTRY_TTL, SAFETY_POLL};
 use mistri_locks_testkit::{unique, RedisServer};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -792,7 +792,7 @@ fn a_waiter_for_a_full_n_holder_lease_gets_a_freed_slot() {
         waiting_for_a_slot(name, &locks, &locks);
     }
     let ns = unique("mistri:wait");
-    let redis = |url: &str| Locks::from_arc(mistri_locks::redis_url::open(url, &ns).unwrap());
+    let redis = |url: &str| Locks::from_arc(mistri_locks::open(url, &ns).unwrap());
     waiting_for_a_slot(
         "redis, two adapters",
         &redis(&server.url()),
@@ -811,7 +811,7 @@ fn a_waiter_for_a_full_n_holder_lease_gets_a_freed_slot() {
 fn a_plain_acquire_does_not_take_a_free_lease_from_a_queued_waiter() {
     let server = RedisServer::start();
     let ns = unique("mistri:wait");
-    let redis = |url: &str| Locks::from_arc(mistri_locks::redis_url::open(url, &ns).unwrap());
+    let redis = |url: &str| Locks::from_arc(mistri_locks::open(url, &ns).unwrap());
     let cluster = mistri_locks_testkit::RedisCluster::shared().url();
     let cases = [
         ("local", Locks::local(Some(&temp_db("hand"))).unwrap()),

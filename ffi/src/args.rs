@@ -106,7 +106,7 @@ pub(crate) fn secs(what: &str, value: f64) -> Result<Duration, Failure> {
 /// (`wait_timeout_from_secs`): NaN or negative is an error, 0 just looks,
 /// up to 1e9 is that long, above 1e9 or +inf is `None` (no timeout).
 pub(crate) fn wait_timeout(value: f64) -> Result<Option<Duration>, Failure> {
-    Ok(mistri_core::args::wait_timeout_from_secs("timeout", value)?)
+    Ok(mistri_core::wait_timeout_from_secs("timeout", value)?)
 }
 
 /// Seconds from C as how long an acquire or hold waits for a lease held
@@ -114,7 +114,7 @@ pub(crate) fn wait_timeout(value: f64) -> Result<Option<Duration>, Failure> {
 /// 1e9 is that long, above 1e9 or +inf waits without limit
 /// (`Duration::MAX`); NaN or negative is an error.
 pub(crate) fn wait(value: f64) -> Result<Duration, Failure> {
-    Ok(mistri_core::args::wait_timeout_from_secs("wait", value)?.unwrap_or(Duration::MAX))
+    Ok(mistri_core::wait_timeout_from_secs("wait", value)?.unwrap_or(Duration::MAX))
 }
 
 /// The number of holders of an N-holder lease: 1 to `MISTRI_MAX_LIMIT`,

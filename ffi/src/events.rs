@@ -12,8 +12,8 @@ use crate::handle::{try_ref_from_ptr, Castable};
 use crate::panic::ffi_boundary;
 use crate::signal::mistri_userdata_finalizer;
 use crate::status::{mistri_status, Failure};
-use mistri_core::stats::{Event, EventHookHandle, StatValue};
 use mistri_core::Error;
+use mistri_core::{Event, EventHookHandle, StatValue};
 use std::ffi::{c_char, c_void, CStr, CString};
 
 /// One event of a hold, handed to a `mistri_event_callback`. Read it with

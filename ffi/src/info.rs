@@ -9,7 +9,7 @@ use crate::locks::mistri_locks;
 use crate::options::mistri_hold_options_builder;
 use crate::panic::{ffi_boundary, ffi_boundary_void};
 use crate::status::mistri_status;
-use mistri_core::info::LeaseInfo;
+use mistri_core::LeaseInfo;
 use std::ffi::{c_char, CString};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -309,7 +309,7 @@ pub unsafe extern "C" fn mistri_hold_options_set_label(
         let options = try_mut_from_ptr!(options);
         let label = try_str!(opt label);
         if let Some(l) = label {
-            mistri_core::args::check_key("label", l)?;
+            mistri_core::check_key("label", l)?;
         }
         options.label = label.map(str::to_owned);
         Ok(())

@@ -50,7 +50,7 @@ impl Castable for mistri_locks {
 /// A new handle; the default holder labels of this process say "c"
 /// (`host:pid c`) unless another face claimed the process first.
 fn locks_handle(locks: Locks) -> *mut mistri_locks {
-    mistri_core::info::set_language("c");
+    mistri_core::internals::set_language("c");
     to_boxed_mut_ptr(locks)
 }
 
@@ -94,7 +94,7 @@ pub unsafe extern "C" fn mistri_locks_redis_new(
     ffi_boundary!("mistri_locks_redis_new", {
         let out = try_out!(out);
         let namespace =
-            try_str!(opt namespace_, "namespace").unwrap_or(mistri_core::redis::DEFAULT_NAMESPACE);
+            try_str!(opt namespace_, "namespace").unwrap_or(mistri_core::DEFAULT_NAMESPACE);
         out.write(locks_handle(Locks::redis(try_str!(url), namespace)?))
     })
 }

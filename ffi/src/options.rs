@@ -131,7 +131,7 @@ pub unsafe extern "C" fn mistri_hold_options_set_stop_key(
         let options = try_mut_from_ptr!(options);
         let stop_key = try_str!(opt stop_key);
         if let Some(key) = stop_key {
-            mistri_core::args::check_key("stop_key", key)?;
+            mistri_core::check_key("stop_key", key)?;
         }
         options.stop_key = stop_key.map(str::to_owned);
         Ok(())

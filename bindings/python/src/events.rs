@@ -12,8 +12,8 @@
 //! [`HOOKS`] is touched only with the GIL held (see `signal.rs` on fork).
 
 use mistri_locks::delivery;
-use mistri_locks::stats::{Event, EventHookHandle, StatValue};
 use mistri_locks::Locks;
+use mistri_locks::{Event, EventHookHandle, StatValue};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;

@@ -1,8 +1,8 @@
 //! `Adapter.info(key)`: the core's [`LeaseInfo`] as a plain dict, so any
 //! Python code (and `json.dumps`) can read it.
 
-use mistri_locks::info::unix_millis;
-use mistri_locks::info::HolderInfo;
+use mistri_locks::internals::unix_millis;
+use mistri_locks::HolderInfo;
 use mistri_locks::LeaseInfo;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;

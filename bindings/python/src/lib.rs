@@ -66,7 +66,7 @@ fn hold_configured<'py>(
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    mistri_locks::info::set_language("python");
+    mistri_locks::internals::set_language("python");
     args::init(py);
     m.add_class::<PyLocks>()?;
     m.add_class::<locks::Memory>()?;

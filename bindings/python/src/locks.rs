@@ -351,7 +351,7 @@ pub(crate) struct Redis {
 #[pymethods]
 impl Redis {
     #[new]
-    #[pyo3(signature = (url = String::from(mistri_locks::redis::DEFAULT_URL), namespace = String::from(mistri_locks::redis::DEFAULT_NAMESPACE), label = None))]
+    #[pyo3(signature = (url = String::from(mistri_locks::DEFAULT_URL), namespace = String::from(mistri_locks::DEFAULT_NAMESPACE), label = None))]
     fn new(
         py: Python<'_>,
         url: String,
@@ -404,7 +404,7 @@ impl Local {
     ) -> PyResult<PyClassInitializer<Self>> {
         let locks = py.detach(|| Locks::local(path.as_deref())).py_err(py)?;
         let locks = labelled(py, locks, label)?;
-        let path = path.unwrap_or_else(mistri_locks::local::default_path);
+        let path = path.unwrap_or_else(mistri_locks::local_default_path);
         Ok(PyClassInitializer::from(PyLocks::new(locks)).add_subclass(Local { path }))
     }
 

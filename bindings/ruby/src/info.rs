@@ -1,8 +1,8 @@
 //! `Adapter#info(key)`: the core's [`LeaseInfo`] as a Hash with symbol keys.
 
 use magnus::{prelude::*, Error, RHash, Ruby, Value};
-use mistri_locks::info::unix_millis;
-use mistri_locks::info::HolderInfo;
+use mistri_locks::internals::unix_millis;
+use mistri_locks::HolderInfo;
 use mistri_locks::LeaseInfo;
 
 /// `{key:, time_left:, holder:, fence:, acquired_at:, renewed_at:, ttl:,

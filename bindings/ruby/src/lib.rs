@@ -39,7 +39,7 @@ fn configure(locks: Option<&locks::RbLocks>) {
 
 #[magnus::init(name = "mistri_locks")]
 fn init(ruby: &Ruby) -> Result<(), Error> {
-    mistri_locks::info::set_language("ruby");
+    mistri_locks::internals::set_language("ruby");
     let module = ruby.define_module("MistriLocks")?;
     module.const_set("LEASE_TTL", LEASE_TTL.as_secs())?;
     module.const_set("HEARTBEAT", HEARTBEAT.as_secs())?;

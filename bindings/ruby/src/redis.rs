@@ -10,8 +10,8 @@
 use crate::error;
 use crate::locks::RbLocks;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, RString, Ruby};
-use mistri_locks::redis::{DEFAULT_NAMESPACE, DEFAULT_URL};
 use mistri_locks::Locks;
+use mistri_locks::{DEFAULT_NAMESPACE, DEFAULT_URL};
 
 /// `MistriLocks::Redis._open(url, namespace)`.
 fn open(

@@ -330,8 +330,6 @@ impl Adapter for Redis {
     }
 }
 
-/// Scale-out: how a connection is found (one server, or the master a
-
 /// The slot operations of one server ([`Redis`]).
 impl Redis {
     /// The Redis key of the N-holder lease (slots) on `key`.

@@ -553,10 +553,12 @@ pub(crate) fn user_keys(
         .collect())
 }
 
+/// Scale-out: how a connection is found (one server, or the master a
+/// sentinel names), what an error means for that choice, and replica
 /// acknowledgement (`WAIT`). See `docs/SCALE-OUT.md`.
 impl Redis {
     /// A [`Redis`] whose master is found through `sentinel` (the
-    /// `redis+sentinel://` form of [`crate::backend::redis::url::open`]).
+    /// `redis+sentinel://` form of [`crate::open`]).
     pub(crate) fn open_sentinel(
         sentinel: Sentinel,
         namespace: &str,
