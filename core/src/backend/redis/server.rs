@@ -129,9 +129,10 @@ impl Redis {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
         let client = Client::open(url).map_err(|e| {
+            let why = redact(&e.to_string(), url);
             Error::Config(format!(
                 "cannot use Redis URL: {}",
-                redact(&e.to_string(), url)
+                super::url::url_problem(url, &why)
             ))
         })?;
         let addr = client.get_connection_info().addr().to_string();

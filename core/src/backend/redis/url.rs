@@ -214,6 +214,105 @@ pub(crate) fn parse_host_list(url: &str, base: &'static str) -> Result<UrlParts>
     })
 }
 
+/// The schemes a Redis URL may have ([`crate::open`]).
+pub(crate) const SCHEMES: &str = "redis://, rediss://, unix://, redis+unix://, \
+redis+sentinel://, rediss+sentinel://, redis+cluster://, rediss+cluster://";
+
+/// What is wrong with `url`, said for a person: the scheme, the host, the
+/// port, the database; `why` (the client's own words) when none of those.
+pub(crate) fn url_problem(url: &str, why: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return format!("{url:?} is not a URL: expected one of {SCHEMES}");
+    };
+    let known = matches!(
+        scheme,
+        "redis"
+            | "rediss"
+            | "unix"
+            | "redis+unix"
+            | "redis+sentinel"
+            | "rediss+sentinel"
+            | "redis+cluster"
+            | "rediss+cluster"
+    );
+    if !known {
+        return format!(
+            "unknown scheme {scheme:?} in {:?}: expected one of {SCHEMES}",
+            redact(url)
+        );
+    }
+    if scheme.ends_with("unix") {
+        return format!(
+            "{why} (in {:?}: expected {scheme}:///path/to/redis.sock)",
+            redact(url)
+        );
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let bad = |what: String| format!("{what} in {:?}", redact(url));
+    for one in hostport.split(',') {
+        if one.starts_with('[') {
+            let Some(end) = one.find(']') else {
+                return bad(format!("the IPv6 host {one:?} has no closing ']'"));
+            };
+            let port = &one[end + 1..];
+            if !port.is_empty() && !port.strip_prefix(':').is_some_and(valid_port) {
+                return bad(format!(
+                    "the port after {:?} is not a number from 1 to 65535",
+                    &one[..=end]
+                ));
+            }
+            continue;
+        }
+        let (host, port) = one
+            .rsplit_once(':')
+            .map_or((one, None), |(h, p)| (h, Some(p)));
+        if host.is_empty() {
+            return bad("no host".to_owned());
+        }
+        if let Some(port) = port {
+            if !valid_port(port) {
+                return bad(format!("the port {port:?} is not a number from 1 to 65535"));
+            }
+        }
+    }
+    let path = rest[authority.len()..]
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("");
+    let db = path.trim_start_matches('/');
+    if !scheme.contains('+') && !db.is_empty() && db.parse::<u32>().is_err() {
+        return bad(format!("the database {db:?} is not a number"));
+    }
+    format!("{why} (in {:?})", redact(url))
+}
+
+fn valid_port(port: &str) -> bool {
+    port.parse::<u16>().is_ok_and(|p| p > 0)
+}
+
+/// `url` with its password replaced by `***`.
+fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            match authority.rsplit_once('@') {
+                Some((userinfo, _)) => {
+                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+                    let masked = if userinfo.contains(':') {
+                        format!("{user}:***")
+                    } else {
+                        user.to_owned()
+                    };
+                    format!("{scheme}://{masked}{}", &rest[userinfo.len()..])
+                }
+                None => url.to_owned(),
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,5 +346,19 @@ mod tests {
             "rediss://u:p%40w@c:3/2#insecure"
         );
         assert!(parse_host_list("redis+cluster:///", "redis").is_err());
+    }
+
+    #[test]
+    fn a_bad_url_says_what_is_wrong() {
+        let says = |u: &str| url_problem(u, "did not parse");
+        assert!(says("http://x").contains("unknown scheme \"http\""));
+        assert!(says("http://x").contains("redis+cluster://"));
+        assert!(says("localhost:6379").contains("is not a URL"));
+        assert!(says("redis://[::1").contains("no closing ']'"));
+        assert!(says("redis://h:port").contains("the port \"port\""));
+        assert!(says("redis://u:secret@h:0").contains("u:***@h:0"));
+        assert!(!says("redis://u:secret@h:0").contains("secret"));
+        assert!(says("redis://h/abc").contains("the database \"abc\""));
+        assert!(says("redis://:pw@").contains("no host"));
     }
 }

@@ -1,0 +1,128 @@
+use super::*;
+
+fn entry(at: Ms) -> Entry {
+    Entry {
+        status: Arc::new(HoldStatus::new(Lease::new("k", "t", 1))),
+        signal: AbortSignal::new(),
+        stop_key: None,
+        last_error: None,
+        guard: None,
+        ttl: ns(Duration::from_secs(3)),
+        margin: 0,
+        renew_every: ns(Duration::from_millis(10)),
+        tick: ns(Duration::from_millis(10)),
+        rtt: 0,
+        next_renew: at,
+        safe_deadline: at,
+        next_check: at,
+        renew_pos: NOWHERE,
+        check_pos: NOWHERE,
+        deadline_pos: NOWHERE,
+        recheck: false,
+        in_flight: false,
+    }
+}
+
+/// Every queued timer is where its entry says, and every entry that
+/// says it is queued is there.
+fn consistent(state: &mut State) {
+    let mut queued = 0;
+    for (id, e) in state.entries.iter_mut() {
+        let (at, pos) = (e.next_renew, e.renew_pos);
+        if pos != NOWHERE {
+            queued += 1;
+            assert_eq!(
+                state.sched.renew_due.due[&at][pos as usize],
+                slot_of(id),
+                "entry {id} is not where it says"
+            );
+        }
+    }
+    let listed: usize = state.sched.renew_due.due.values().map(Vec::len).sum();
+    assert_eq!(
+        listed, queued,
+        "the queue lists entries that say they are not queued"
+    );
+    assert!(state.sched.renew_due.due.values().all(|l| !l.is_empty()));
+}
+
+#[test]
+fn slab_ids_do_not_find_a_reused_slot() {
+    let mut slab = Slab::default();
+    let a = slab.insert(entry(1));
+    assert!(slab.get(a).is_some());
+    assert!(slab.remove(a).is_some());
+    let b = slab.insert(entry(2));
+    assert_eq!(slot_of(a), slot_of(b), "the slot is reused");
+    assert!(
+        slab.get(a).is_none(),
+        "an old id must not find the new hold"
+    );
+    assert!(slab.remove(a).is_none());
+    assert_eq!(slab.len, 1);
+    assert_eq!(slab.get(b).map(|e| e.next_renew), Some(2));
+}
+
+#[test]
+fn timers_stay_consistent_through_moves_and_removals() {
+    let mut state = State::default();
+    let mut ids = Vec::new();
+    let mut seed = 7u64;
+    let mut rand = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    for step in 0..5000 {
+        match rand(4) {
+            0 | 1 => {
+                let id = state.entries.insert(entry(rand(8)));
+                state.arm(Kind::Renew, id);
+                ids.push(id);
+            }
+            2 if !ids.is_empty() => {
+                let id = ids[rand(ids.len() as u64) as usize];
+                state.schedule(Kind::Renew, id, rand(8));
+            }
+            _ if !ids.is_empty() => {
+                let id = ids.swap_remove(rand(ids.len() as u64) as usize);
+                assert!(state.remove_entry(id).is_some());
+            }
+            _ => {}
+        }
+        if step % 50 == 0 {
+            consistent(&mut state);
+        }
+    }
+    consistent(&mut state);
+    // Everything due by 3 (no early allowance) comes out, in time order,
+    // and nothing else.
+    let State { entries, sched, .. } = &mut state;
+    let ready = sched.renew_due.take_ready(entries, 3, |_| 0);
+    let times: Vec<Ms> = ready.iter().map(|&i| entries.at(i).next_renew).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "in time order");
+    assert!(times.iter().all(|&t| t <= 3));
+    assert!(sched.renew_due.first().is_none_or(|t| t > 3));
+    for &i in &ready {
+        assert_eq!(entries.at(i).renew_pos, NOWHERE);
+    }
+    consistent(&mut state);
+}
+
+#[test]
+fn take_ready_goes_early_by_the_entrys_allowance_only() {
+    let mut state = State::default();
+    let early = state.entries.insert(entry(10));
+    state.arm(Kind::Renew, early);
+    let mut late = entry(10);
+    late.renew_every = ns(Duration::from_millis(2));
+    let late = state.entries.insert(late);
+    state.arm(Kind::Renew, late);
+    let State { entries, sched, .. } = &mut state;
+    // At 6: the first may go 5 ms early (half of 10 ms), the second 1.
+    let ready = sched.renew_due.take_ready(entries, 6, renew_early);
+    assert_eq!(ready, vec![slot_of(early)]);
+    assert_eq!(sched.renew_due.first(), Some(10), "the other stays queued");
+    consistent(&mut state);
+}
