@@ -1,4 +1,4 @@
-use super::{bells_folder, create_bell, Bell};
+use super::bells::{bells_folder, create_bell, Bell};
 use crate::contract::push::{Interest, Plan, Registry, Subscriptions, LISTENER_IDLE};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

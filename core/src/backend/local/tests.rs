@@ -1,4 +1,10 @@
+use super::bells::{bucket_of, fnv1a, line_bucket_of, Bell};
+use super::store::now_ns;
 use super::*;
+use crate::contract::adapter::Adapter;
+use rusqlite::{params, Connection};
+use std::path::PathBuf;
+use std::time::Duration;
 
 fn temp_db(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("mistri-local-unit-{}-{name}", std::process::id()));
