@@ -348,3 +348,58 @@ pub trait Adapter: Send + Sync + 'static {
         })
     }
 }
+
+/// The acquire family of [`Adapter`] (`acquire`, `acquire_as`,
+/// `acquire_queued`, `acquire_limited`) for a backend, written once: a
+/// backend with inherent `acquire_exclusive(key, ttl, who, line)` and
+/// `acquire_slot(key, ttl, who, limit, line)` puts `acquire_dispatch!();`
+/// in its `impl Adapter` (crate-private: the public trait and its
+/// defaults stay as they are for outside implementors).
+macro_rules! acquire_dispatch {
+    () => {
+        fn acquire(
+            &self,
+            key: &str,
+            ttl: std::time::Duration,
+        ) -> $crate::Result<Option<$crate::Lease>> {
+            self.acquire_exclusive(key, ttl, &$crate::Identity::of_process(), None)
+        }
+
+        fn acquire_as(
+            &self,
+            key: &str,
+            ttl: std::time::Duration,
+            who: &$crate::Identity,
+        ) -> $crate::Result<Option<$crate::Lease>> {
+            self.acquire_exclusive(key, ttl, who, None)
+        }
+
+        fn acquire_queued(
+            &self,
+            key: &str,
+            ttl: std::time::Duration,
+            who: &$crate::Identity,
+            limit: u32,
+            line: &str,
+        ) -> $crate::Result<Option<$crate::Lease>> {
+            match limit {
+                0 | 1 => self.acquire_exclusive(key, ttl, who, Some(line)),
+                _ => self.acquire_slot(key, ttl, who, limit, Some(line)),
+            }
+        }
+
+        fn acquire_limited(
+            &self,
+            key: &str,
+            ttl: std::time::Duration,
+            who: &$crate::Identity,
+            limit: u32,
+        ) -> $crate::Result<Option<$crate::Lease>> {
+            match limit {
+                0 | 1 => self.acquire_exclusive(key, ttl, who, None),
+                _ => self.acquire_slot(key, ttl, who, limit, None),
+            }
+        }
+    };
+}
+pub(crate) use acquire_dispatch;

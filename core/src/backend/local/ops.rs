@@ -7,8 +7,9 @@ use super::store::ns;
 use super::store::Local;
 use super::store::BUSY_TIMEOUT;
 use super::store::INFO_SELECT;
+use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
-use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing};
+use crate::contract::info::{FlagInfo, LeaseInfo, Listing};
 use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
@@ -16,31 +17,14 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 impl Adapter for Local {
+    acquire_dispatch!();
+
     fn name(&self) -> &'static str {
         "local"
     }
 
     fn io_timeout(&self) -> Duration {
         BUSY_TIMEOUT
-    }
-
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        self.acquire_as(key, ttl, &Identity::of_process())
-    }
-
-    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
-        self.acquire_exclusive(key, ttl, who, None)
-    }
-
-    fn acquire_queued(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-        line: &str,
-    ) -> Result<Option<Lease>> {
-        self.acquire_one(key, ttl, who, limit, Some(line))
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
@@ -137,16 +121,6 @@ impl Adapter for Local {
             .optional()?
             .map_or_else(|| self.slot_info_in(con, key, now), |info| Ok(Some(info)))
         })
-    }
-
-    fn acquire_limited(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-    ) -> Result<Option<Lease>> {
-        self.acquire_one(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {

@@ -666,22 +666,6 @@ impl Local {
         Ok(Some(fence as u64))
     }
 
-    /// The exclusive lease (`limit` 1) or one of `limit` slots; in `line`
-    /// of the key's wait queue when given ([`crate::waiting`]).
-    pub(crate) fn acquire_one(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-        line: Option<&str>,
-    ) -> Result<Option<Lease>> {
-        if limit <= 1 {
-            return self.acquire_exclusive(key, ttl, who, line);
-        }
-        self.acquire_slot(key, ttl, who, limit, line)
-    }
-
     /// The exclusive acquire; `line`: a waiter's line ([`Local::acquire_in`]).
     pub(crate) fn acquire_exclusive(
         &self,

@@ -1,7 +1,8 @@
 //! The pub/sub listener of a single server or Sentinel's master (see
 //! [`super`]).
 
-use super::url::MIN_IO;
+use super::io::MIN_IO;
+use super::keys::{key_of, line_channel};
 use crate::contract::push::{Interest, Plan, Registry, Subscriptions, HOT_FOR, LISTENER_IDLE};
 use ::redis::{Client, Connection, Value};
 use std::collections::HashMap;
@@ -53,8 +54,8 @@ pub(crate) const SUBSCRIBE_CHUNK: usize = 512;
 /// The channel of `interest` in `namespace`.
 pub(crate) fn channel_of(namespace: &str, interest: &Interest) -> String {
     match interest {
-        Interest::Flag(key) => format!("{namespace}:raised:{{{key}}}"),
-        Interest::Line { key, line } => format!("{namespace}:next:{{{key}}}:{line}"),
+        Interest::Flag(key) => key_of(namespace, "raised", key),
+        Interest::Line { key, line } => line_channel(namespace, key, line),
     }
 }
 

@@ -50,6 +50,8 @@
 //! its own. A connection that saw an error is discarded, not reused.
 
 pub(crate) mod cluster;
+mod io;
+mod keys;
 mod listener;
 mod ops;
 mod replies;

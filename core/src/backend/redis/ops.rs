@@ -1,6 +1,7 @@
 //! The [`Adapter`] of a single server: each operation one script or one
 //! pipeline on a pooled connection.
 
+use super::keys::key_of;
 use super::listener::ListenAt;
 use super::listener::Listener;
 use super::replies::flag_from;
@@ -19,11 +20,12 @@ use super::scripts::RENEW_LUA;
 use super::server::Redis;
 use super::slots;
 use super::slots::{
-    acquire_call, expires_call, expires_from, fence_from, info_call, info_from, key_of,
-    release_call, renew_call, unexpected, Call, EXPIRES_LUA, SCRIPTS, SLOT_ACQUIRE_LUA,
-    SLOT_INFO_LUA, SLOT_RELEASE_LUA, SLOT_RENEW_LUA,
+    acquire_call, expires_call, expires_from, fence_from, info_call, info_from, release_call,
+    renew_call, unexpected, Call, EXPIRES_LUA, SCRIPTS, SLOT_ACQUIRE_LUA, SLOT_INFO_LUA,
+    SLOT_RELEASE_LUA, SLOT_RENEW_LUA,
 };
 use crate::args::{millis_ceil, mint_token};
+use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing};
 use crate::contract::push::{FlagWatch, FlagWatcher};
@@ -33,22 +35,6 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 impl Redis {
-    /// The exclusive lease (`limit` 1) or one of `limit` slots; in `line`
-    /// of the key's wait queue when given ([`crate::waiting`]).
-    fn acquire_one(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-        line: Option<&str>,
-    ) -> Result<Option<Lease>> {
-        if limit <= 1 {
-            return self.acquire_exclusive(key, ttl, who, line);
-        }
-        self.acquire_slot(key, ttl, who, limit, line)
-    }
-
     /// The exclusive acquire; `line`: a waiter's line ([`ACQUIRE_LUA`]'s
     /// queue).
     fn acquire_exclusive(
@@ -89,31 +75,14 @@ impl Redis {
 }
 
 impl Adapter for Redis {
+    acquire_dispatch!();
+
     fn name(&self) -> &'static str {
         "redis"
     }
 
     fn io_timeout(&self) -> Duration {
         self.timeout
-    }
-
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        self.acquire_as(key, ttl, &Identity::of_process())
-    }
-
-    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
-        self.acquire_exclusive(key, ttl, who, None)
-    }
-
-    fn acquire_queued(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-        line: &str,
-    ) -> Result<Option<Lease>> {
-        self.acquire_one(key, ttl, who, limit, Some(line))
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
@@ -174,16 +143,6 @@ impl Adapter for Redis {
                 .query::<i64>(&mut con.con)
         })
         .map(|n| n >= 1)
-    }
-
-    fn acquire_limited(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-    ) -> Result<Option<Lease>> {
-        self.acquire_one(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {

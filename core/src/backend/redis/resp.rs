@@ -125,7 +125,7 @@ mod tests {
             .cmd("EVALSHA")
             .arg("abc")
             .arg(1)
-            .arg("ns:lease:{k}}")
+            .arg(super::super::keys::key_of("ns", "lease", "k}"))
             .arg("tok")
             .arg(0)
             .cmd("EXISTS")

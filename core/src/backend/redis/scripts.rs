@@ -1,6 +1,7 @@
 //! The Lua scripts of the protocol (`docs/PROTOCOL.md`), as text and as
 //! loaded [`Script`]s, shared by the single server and the Cluster.
 
+use super::keys::key_of;
 use crate::args::millis_ceil;
 use ::redis::Script;
 
@@ -127,7 +128,7 @@ pub(crate) static BREAK: std::sync::LazyLock<Script> =
 pub(crate) fn break_keys(ns: &str, key: &str) -> Vec<String> {
     ["lease", "info", "slots", "holders", "queue", "queued"]
         .iter()
-        .map(|kind| format!("{ns}:{kind}:{{{key}}}"))
+        .map(|kind| key_of(ns, kind, key))
         .collect()
 }
 

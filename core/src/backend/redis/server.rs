@@ -3,6 +3,8 @@
 //! listing, and how a connection is found (one server, or the master a
 //! sentinel names) and replica acknowledgement.
 
+use super::io::{self, Peer, MIN_IO};
+use super::keys::{key_of, line_channel};
 use super::replies::glob_escape;
 use super::replies::holder_from;
 use super::replies::min_left_ms;
@@ -14,7 +16,7 @@ use super::scripts::RENEW_LUA;
 use super::sentinel::Sentinel;
 use super::slots;
 use super::url::ReplicaAck;
-use super::url::{DEFAULT_TIMEOUT, MIN_IO};
+use super::url::DEFAULT_TIMEOUT;
 use crate::args::millis_ceil;
 use crate::contract::adapter::{Adapter, Lease, Renewal, Renewed};
 use crate::contract::info::LeaseInfo;
@@ -164,41 +166,41 @@ impl Redis {
 
     /// The Redis key of the lease on `key`.
     pub fn lease_key(&self, key: &str) -> String {
-        format!("{}:lease:{{{key}}}", self.namespace)
+        key_of(&self.namespace, "lease", key)
     }
 
     /// The Redis key of the fencing counter of `key`.
     pub fn fence_key(&self, key: &str) -> String {
-        format!("{}:fence:{{{key}}}", self.namespace)
+        key_of(&self.namespace, "fence", key)
     }
 
     /// The Redis key of the flag `key`.
     pub fn flag_key(&self, key: &str) -> String {
-        format!("{}:flag:{{{key}}}", self.namespace)
+        key_of(&self.namespace, "flag", key)
     }
 
     /// The pub/sub channel on which raising the flag `key` is announced.
     pub fn raised_channel(&self, key: &str) -> String {
-        format!("{}:raised:{{{key}}}", self.namespace)
+        key_of(&self.namespace, "raised", key)
     }
 
     /// The pub/sub channel on which releases of the lease on `key` were
     /// announced to every listener before per-line announcements (kept for
     /// the protocol document; nothing new publishes on it).
     pub fn released_channel(&self, key: &str) -> String {
-        format!("{}:released:{{{key}}}", self.namespace)
+        key_of(&self.namespace, "released", key)
     }
 
     /// The prefix of the channels on which a release of `key` is announced
     /// to the next waiting line: `{ns}:next:{KEY}:` followed by the line's
     /// id.
     pub fn line_channel_prefix(&self, key: &str) -> String {
-        format!("{}:next:{{{key}}}:", self.namespace)
+        line_channel(&self.namespace, key, "")
     }
 
     /// The Redis key of the holder description of the lease on `key`.
     pub fn info_key(&self, key: &str) -> String {
-        format!("{}:info:{{{key}}}", self.namespace)
+        key_of(&self.namespace, "info", key)
     }
 
     /// The connect/read/write timeout: every operation's wall-clock bound.
@@ -248,17 +250,17 @@ impl Redis {
         }
     }
 
+    /// Who this adapter's errors are about.
+    pub(crate) fn peer(&self) -> Peer<'_> {
+        Peer {
+            addr: &self.addr,
+            cluster: false,
+        }
+    }
+
     /// Time left until `deadline`, or the error that says there is none.
     pub(crate) fn left(&self, deadline: Instant) -> Result<Duration> {
-        deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| *d >= MIN_IO)
-            .ok_or_else(|| {
-                Error::Connection(format!(
-                    "Redis at {} did not answer in time (deadline passed)",
-                    self.addr
-                ))
-            })
+        io::left(deadline, self.peer())
     }
 
     /// Points both socket timeouts at `deadline`. A socket already aimed
@@ -358,38 +360,7 @@ impl Redis {
 
     pub(crate) fn map_err(&self, e: RedisError) -> Error {
         self.note_error(&e);
-        let addr = &self.addr;
-        if e.kind() == ErrorKind::AuthenticationFailed {
-            return Error::Config(format!("Redis at {addr} refused the credentials: {e}"));
-        }
-        if e.to_string().contains("certificate") {
-            return Error::Config(format!("TLS with Redis at {addr} failed: {e}"));
-        }
-        if e.is_connection_refusal() {
-            return Error::Connection(format!("cannot reach Redis at {addr}: connection refused"));
-        }
-        if e.is_timeout() {
-            return Error::Connection(format!("Redis at {addr} did not answer in time: {e}"));
-        }
-        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-            return Error::Connection(format!("lost the connection to Redis at {addr}: {e}"));
-        }
-        match e.kind() {
-            ErrorKind::InvalidClientConfig => {
-                Error::Config(format!("Redis client setup failed: {e}"))
-            }
-            ErrorKind::Server(ServerErrorKind::NoPerm) => {
-                Error::Config(format!("Redis at {addr} refused permission: {e}"))
-            }
-            _ => {
-                let text = e.to_string();
-                if text.contains("NOAUTH") || text.contains("WRONGPASS") {
-                    Error::Config(format!("Redis at {addr} refused the credentials: {text}"))
-                } else {
-                    Error::Backend(format!("Redis at {addr} answered with an error: {text}"))
-                }
-            }
-        }
+        io::error(&e, self.peer())
     }
 
     /// One tick on one connection: everything sent at once, each reply

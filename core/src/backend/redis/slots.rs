@@ -31,6 +31,7 @@
 //! [`crate::backend::redis::cluster`] uses the scripts, key and argument
 //! builders and reply readers here too.
 
+use super::keys::key_of;
 use super::replies::min_left_ms;
 use crate::args::millis_ceil;
 use crate::contract::adapter::{Lease, Renewal};
@@ -244,11 +245,6 @@ pub(crate) static SCRIPTS: LazyLock<SlotScripts> = LazyLock::new(|| SlotScripts 
     info: Script::new(SLOT_INFO_LUA),
     expires: Script::new(EXPIRES_LUA),
 });
-
-/// `{ns}:{kind}:{KEY}`.
-pub(crate) fn key_of(ns: &str, kind: &str, key: &str) -> String {
-    format!("{ns}:{kind}:{{{key}}}")
-}
 
 /// One script call: keys and arguments.
 pub(crate) type Call = (Vec<String>, Vec<String>);

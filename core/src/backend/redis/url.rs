@@ -26,10 +26,6 @@ pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
 /// Connect, read and write timeout of every connection.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The shortest socket timeout set (a zero timeout means "block forever"
-/// to the OS, and redis-rs refuses it).
-pub(crate) const MIN_IO: Duration = Duration::from_millis(1);
-
 /// How long a `WAIT` for replicas may take when the URL does not say.
 pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
 

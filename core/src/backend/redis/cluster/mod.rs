@@ -40,6 +40,8 @@
 //! owner and follows slot moves and failovers.
 
 use crate::args::{millis_ceil, mint_token};
+use crate::backend::redis::io::{self, Peer};
+use crate::backend::redis::keys::key_of;
 use crate::backend::redis::replies::{flag_from, holder_from, min_left_ms, renewed_from};
 use crate::backend::redis::scripts::{
     break_keys, queue_ttl_ms, ACQUIRE_LUA, BREAK, BREAK_LUA, LEAVE_QUEUE, LEAVE_QUEUE_LUA,
@@ -48,14 +50,13 @@ use crate::backend::redis::scripts::{
 use crate::backend::redis::slots::{self as slot, SCRIPTS as SLOT_SCRIPTS};
 use crate::backend::redis::url::{ReplicaAck, UrlParts};
 use crate::backend::redis::DEFAULT_TIMEOUT;
+use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing};
 use crate::contract::push::{FlagWatch, FlagWatcher, Registry};
 use crate::error::{Error, Result};
 use crate::runtime::fork::ForkLocal;
-use ::redis::{
-    Client, Cmd, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
-};
+use ::redis::{Client, Cmd, Connection, ConnectionLike, RedisError, Script, Value};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -260,7 +261,7 @@ impl RedisCluster {
     }
 
     fn key(&self, kind: &str, key: &str) -> String {
-        format!("{}:{kind}:{{{key}}}", self.namespace)
+        key_of(&self.namespace, kind, key)
     }
 
     /// The replica acknowledgement asked for.
@@ -839,60 +840,24 @@ pub(crate) fn slot_map_from(reply: Value, addr: &str) -> Result<SlotMap> {
     Ok(map)
 }
 
+/// Who an error is about: the node at `addr`.
+fn node(addr: &str) -> Peer<'_> {
+    Peer {
+        addr,
+        cluster: true,
+    }
+}
+
 fn left(deadline: Instant, addr: &str) -> Result<Duration> {
-    deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| *d >= MIN_IO)
-        .ok_or_else(|| {
-            Error::Connection(format!(
-                "Redis Cluster node {addr} did not answer in time (deadline passed)"
-            ))
-        })
+    io::left(deadline, node(addr))
 }
 
 fn aim(con: &Connection, deadline: Instant, addr: &str) -> Result<()> {
-    let l = left(deadline, addr)?;
-    con.set_read_timeout(Some(l))
-        .and_then(|()| con.set_write_timeout(Some(l)))
-        .map_err(|e| map_err(e, addr))
+    io::aim(con, deadline, node(addr)).map(drop)
 }
 
 fn map_err(e: RedisError, addr: &str) -> Error {
-    if e.kind() == ErrorKind::AuthenticationFailed {
-        return Error::Config(format!(
-            "Redis Cluster node {addr} refused the credentials: {e}"
-        ));
-    }
-    if e.to_string().contains("certificate") {
-        return Error::Config(format!("TLS with Redis Cluster node {addr} failed: {e}"));
-    }
-    if e.is_connection_refusal() {
-        return Error::Connection(format!(
-            "cannot reach Redis Cluster node {addr}: connection refused"
-        ));
-    }
-    if e.is_timeout() {
-        return Error::Connection(format!(
-            "Redis Cluster node {addr} did not answer in time: {e}"
-        ));
-    }
-    if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-        return Error::Connection(format!(
-            "lost the connection to Redis Cluster node {addr}: {e}"
-        ));
-    }
-    let text = e.to_string();
-    match e.kind() {
-        ErrorKind::Server(ServerErrorKind::NoPerm) => {
-            Error::Config(format!("Redis Cluster node {addr} refused permission: {e}"))
-        }
-        _ if text.contains("NOAUTH") || text.contains("WRONGPASS") => Error::Config(format!(
-            "Redis Cluster node {addr} refused the credentials: {text}"
-        )),
-        _ => Error::Backend(format!(
-            "Redis Cluster node {addr} answered with an error: {text}"
-        )),
-    }
+    io::error(&e, node(addr))
 }
 
 fn unexpected(what: &str, value: &Value) -> Error {
@@ -944,22 +909,6 @@ impl RedisCluster {
             )));
         }
         Ok(Some(lease))
-    }
-
-    /// The exclusive lease (`limit` 1) or one of `limit` slots; in `line`
-    /// of the key's wait queue when given ([`crate::waiting`]).
-    fn acquire_one(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-        line: Option<&str>,
-    ) -> Result<Option<Lease>> {
-        if limit <= 1 {
-            return self.acquire_exclusive(key, ttl, who, line);
-        }
-        self.acquire_slot(key, ttl, who, limit, line)
     }
 
     fn acquire_exclusive(
@@ -1018,31 +967,14 @@ impl RedisCluster {
 }
 
 impl Adapter for RedisCluster {
+    acquire_dispatch!();
+
     fn name(&self) -> &'static str {
         "redis-cluster"
     }
 
     fn io_timeout(&self) -> Duration {
         self.timeout
-    }
-
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        self.acquire_as(key, ttl, &Identity::of_process())
-    }
-
-    fn acquire_as(&self, key: &str, ttl: Duration, who: &Identity) -> Result<Option<Lease>> {
-        self.acquire_exclusive(key, ttl, who, None)
-    }
-
-    fn acquire_queued(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-        line: &str,
-    ) -> Result<Option<Lease>> {
-        self.acquire_one(key, ttl, who, limit, Some(line))
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
@@ -1110,16 +1042,6 @@ impl Adapter for RedisCluster {
             Value::Int(n) => Ok(n >= 1),
             other => Err(unexpected("EXISTS", &other)),
         }
-    }
-
-    fn acquire_limited(
-        &self,
-        key: &str,
-        ttl: Duration,
-        who: &Identity,
-        limit: u32,
-    ) -> Result<Option<Lease>> {
-        self.acquire_one(key, ttl, who, limit, None)
     }
 
     fn expires_in(&self, key: &str) -> Result<Option<Duration>> {
