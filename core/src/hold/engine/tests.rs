@@ -1,4 +1,13 @@
+use super::slab::{index_of, Entry, Slab};
+use super::state::State;
+use super::status::{HoldStatus, Ms};
+use super::threads::renew_early;
+use super::timers::Kind;
 use super::*;
+use crate::contract::adapter::Lease;
+use crate::signal::AbortSignal;
+use std::sync::Arc;
+use std::time::Duration;
 
 fn entry(at: Ms) -> Entry {
     Entry {
@@ -33,7 +42,7 @@ fn consistent(state: &mut State) {
             queued += 1;
             assert_eq!(
                 state.sched.renew_due.due[&at][pos as usize],
-                slot_of(id),
+                index_of(id),
                 "entry {id} is not where it says"
             );
         }
@@ -47,13 +56,13 @@ fn consistent(state: &mut State) {
 }
 
 #[test]
-fn slab_ids_do_not_find_a_reused_slot() {
+fn slab_ids_do_not_find_a_reused_cell() {
     let mut slab = Slab::default();
     let a = slab.insert(entry(1));
     assert!(slab.get(a).is_some());
     assert!(slab.remove(a).is_some());
     let b = slab.insert(entry(2));
-    assert_eq!(slot_of(a), slot_of(b), "the slot is reused");
+    assert_eq!(index_of(a), index_of(b), "the cell is reused");
     assert!(
         slab.get(a).is_none(),
         "an old id must not find the new hold"
@@ -122,7 +131,7 @@ fn take_ready_goes_early_by_the_entrys_allowance_only() {
     let State { entries, sched, .. } = &mut state;
     // At 6: the first may go 5 ms early (half of 10 ms), the second 1.
     let ready = sched.renew_due.take_ready(entries, 6, renew_early);
-    assert_eq!(ready, vec![slot_of(early)]);
+    assert_eq!(ready, vec![index_of(early)]);
     assert_eq!(sched.renew_due.first(), Some(10), "the other stays queued");
     consistent(&mut state);
 }

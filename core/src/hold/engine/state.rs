@@ -1,0 +1,259 @@
+//! The engine's state under its one lock, and what the threads share.
+
+use super::slab::index_of;
+use super::slab::Entry;
+use super::slab::Slab;
+use super::status::ms;
+use super::status::HoldStatus;
+use super::status::Ms;
+use super::timers::Kind;
+use super::timers::Schedule;
+use crate::contract::adapter::{Adapter, Lease};
+use crate::contract::push::{FlagWatch, FlagWatcher};
+use crate::runtime::sync::{Condvar, Mutex};
+use crate::signal::AbortSignal;
+use crate::stats::{bump, Event, EventKind, LostCause, Stats};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A batch for the I/O thread.
+#[derive(Default)]
+pub(crate) struct Job {
+    pub(crate) renew_ids: Vec<u64>,
+    pub(crate) renewals: Vec<(Arc<HoldStatus>, Duration, Duration)>,
+    pub(crate) check_ids: Vec<u64>,
+    pub(crate) checks: Vec<Arc<str>>,
+    pub(crate) deletes: Vec<Lease>,
+    pub(crate) deadline: Option<Instant>,
+    /// When the scheduler collected it: the next renewals and reads of its
+    /// holds are due an interval after this (not after the send, which
+    /// comes a little later: holds would drift a little each round, and
+    /// two batches half an interval apart would never merge).
+    pub(crate) collected: Option<Instant>,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) entries: Slab,
+    pub(crate) scheduler_running: bool,
+    pub(crate) io_running: bool,
+    /// A job is with the I/O thread (waiting or running).
+    pub(crate) io_busy: bool,
+    pub(crate) job: Option<Job>,
+    /// Entries lost by deadline while a renewal of theirs was in flight.
+    pub(crate) orphans: rustc_hash::FxHashSet<u64>,
+    /// Leases to delete in the background (holds dropped without release).
+    pub(crate) deletes: Vec<Lease>,
+    /// This engine's registration with the adapter's flag listener.
+    pub(crate) watch: Option<FlagWatch>,
+    /// The owner's counters and event queue ([`crate::stats`]; its locks
+    /// are leaves below this state's).
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) sched: Schedule,
+    /// The entries watching each stop key (so a push finds them without a
+    /// scan of every hold).
+    pub(crate) watching: HashMap<Arc<str>, rustc_hash::FxHashSet<u64>>,
+}
+
+impl State {
+    /// `id` no longer watches `key`.
+    pub(crate) fn unwatch(&mut self, key: &str, id: u64) {
+        if let Some(ids) = self.watching.get_mut(key) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.watching.remove(key);
+                if let Some(watch) = &self.watch {
+                    watch.unwatch_flag(key);
+                }
+            }
+        }
+    }
+
+    /// `id` watches `key` (the listener subscribes a key's channel while
+    /// any entry watches it: crate::contract::push).
+    pub(crate) fn watch_key(&mut self, key: Arc<str>, id: u64) {
+        let ids = self.watching.entry(key.clone()).or_default();
+        ids.insert(id);
+        if ids.len() == 1 {
+            if let Some(watch) = &self.watch {
+                watch.watch_flag(&key);
+            }
+        }
+    }
+
+    /// (Re)arms timer `kind` of entry `id` at its entry's time.
+    pub(crate) fn arm(&mut self, kind: Kind, id: u64) {
+        self.sched.of(kind).arm(&mut self.entries, index_of(id));
+    }
+
+    /// Moves timer `kind` of entry `id` to `at` (out of the queue at its
+    /// old time first: a queue finds an entry by its time).
+    pub(crate) fn schedule(&mut self, kind: Kind, id: u64, at: Ms) {
+        self.disarm(kind, id);
+        if let Some(e) = self.entries.get_mut(id) {
+            match kind {
+                Kind::Renew => e.next_renew = at,
+                Kind::Check => e.next_check = at,
+                Kind::Deadline => e.safe_deadline = at,
+            }
+            self.arm(kind, id);
+        }
+    }
+
+    pub(crate) fn disarm(&mut self, kind: Kind, id: u64) {
+        self.sched.of(kind).disarm(&mut self.entries, index_of(id));
+    }
+
+    /// Removes entry `id` (its timers and its stop-key watch).
+    pub(crate) fn remove_entry(&mut self, id: u64) -> Option<Entry> {
+        self.entries.get(id)?;
+        for kind in [Kind::Renew, Kind::Check, Kind::Deadline] {
+            self.disarm(kind, id);
+        }
+        let e = self.entries.remove(id)?;
+        if let Some(key) = &e.stop_key {
+            self.unwatch(key, id);
+        }
+        Some(e)
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) adapter: Arc<dyn Adapter>,
+    pub(crate) state: Mutex<State>,
+    /// Wakes the scheduler (new entry, batch done, deletes queued).
+    pub(crate) wake: Condvar,
+    /// Wakes the I/O thread (a job is ready).
+    pub(crate) io_wake: Condvar,
+    pub(crate) stats: Arc<Stats>,
+}
+
+impl Shared {
+    pub(crate) fn new(adapter: Arc<dyn Adapter>, stats: Arc<Stats>) -> Arc<Shared> {
+        Arc::new(Shared {
+            adapter,
+            state: Mutex::new(State {
+                stats: stats.clone(),
+                ..State::default()
+            }),
+            stats,
+            wake: Condvar::new(),
+            io_wake: Condvar::new(),
+        })
+    }
+}
+
+impl FlagWatcher for Shared {
+    fn raised(&self, key: &str) {
+        let mut trips = Trips::new();
+        bump(&self.stats.pushes_received, 1);
+        {
+            let mut state = self.state.lock();
+            let ids = state.watching.remove(key).unwrap_or_default();
+            if !ids.is_empty() {
+                if let Some(watch) = &state.watch {
+                    watch.unwatch_flag(key);
+                }
+            }
+            for id in ids {
+                let Some(e) = state.entries.get_mut(id) else {
+                    continue;
+                };
+                if e.stop_key.as_deref() == Some(key) {
+                    e.stop_key = None;
+                    let reason = format!("stop flag {key:?} raised");
+                    stopped(&self.stats, e, &reason);
+                    trips.push((e.signal.clone(), reason));
+                    state.disarm(Kind::Check, id);
+                }
+            }
+        }
+        trip_all(trips);
+        self.stats.flush();
+    }
+
+    fn poll_now(&self) {
+        // The stop-key index names exactly the entries that watch a flag.
+        self.read_now(|state| state.watching.values().flatten().copied().collect());
+    }
+
+    fn poll_flag(&self, key: &str) {
+        self.read_now(|state| {
+            state
+                .watching
+                .get(key)
+                .map(|ids| ids.iter().copied().collect())
+                .unwrap_or_default()
+        });
+    }
+}
+
+impl Shared {
+    /// Makes the flag reads of the entries `which` picks due now (read
+    /// again if one is in flight) and wakes the scheduler.
+    pub(crate) fn read_now(&self, which: impl FnOnce(&State) -> Vec<u64>) {
+        let mut state = self.state.lock();
+        let now = ms(Instant::now());
+        let ids = which(&state);
+        for &id in &ids {
+            if let Some(e) = state.entries.get_mut(id) {
+                e.recheck = true;
+            }
+            state.schedule(Kind::Check, id, now);
+        }
+        if !ids.is_empty() {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Counts a stop flag seen for `e` and queues its `stopped` event.
+pub(crate) fn stopped(stats: &Stats, e: &Entry, reason: &str) {
+    bump(&stats.stop_flags_seen, 1);
+    stats.emit(|| Event {
+        reason: Some(reason.to_owned()),
+        ..Event::new(EventKind::Stopped, e.lease().key(), e.lease().fence())
+    });
+}
+
+/// Counts a lost hold and queues its `lost` event.
+pub(crate) fn lost_hold(stats: &Stats, e: &Entry, cause: LostCause, reason: &str) {
+    stats.lost(cause);
+    stats.emit(|| Event {
+        reason: Some(reason.to_owned()),
+        cause: Some(cause),
+        ..Event::new(EventKind::Lost, e.lease().key(), e.lease().fence())
+    });
+}
+
+/// Counts a failed renewal attempt; the first since the last confirmed
+/// renewal (`e.last_error` still empty) queues `at_risk`.
+pub(crate) fn renewal_failed(stats: &Stats, e: &Entry, error: &str) {
+    bump(&stats.renewals_failed, 1);
+    if e.last_error.is_none() {
+        stats.emit(|| Event {
+            reason: Some(error.to_owned()),
+            ..Event::new(EventKind::AtRisk, e.lease().key(), e.lease().fence())
+        });
+    }
+}
+
+/// What [`Engine::unregister`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unregistered {
+    /// It was renewing; it is out now.
+    Removed,
+    /// It had already left (lost), or this is a forked child.
+    Gone,
+}
+
+pub(crate) type Trips = Vec<(AbortSignal, String)>;
+
+pub(crate) fn trip_all(trips: Trips) {
+    for (signal, reason) in trips {
+        if let Some(pending) = signal.trip(Some(&reason)) {
+            crate::signal::notify::run_later(pending);
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! What a hold registers with the engine ([`Registration`]), the status
+//! it shares with it ([`HoldStatus`]), the engine's constants and its
+//! clock (schedule milliseconds since one epoch).
+
+use crate::contract::adapter::Lease;
+use crate::signal::AbortSignal;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long an idle heartbeat thread lingers before exiting.
+pub const IDLE_EXIT: Duration = Duration::from_secs(2);
+/// Upper bound of the stop-flag tick.
+pub const MAX_TICK: Duration = Duration::from_secs(1);
+/// The engine's resolution: shorter heartbeats are treated as this.
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(1);
+/// The least default safety margin (unless a quarter of the ttl is less):
+/// room for the scheduler to wake up late on a loaded machine.
+pub const MIN_MARGIN: Duration = Duration::from_millis(25);
+
+/// The default safety margin for a hold: `min(ttl / 4, max(tick + io, 25 ms))`
+/// where `io` is the adapter's I/O timeout.
+pub fn default_margin(ttl: Duration, heartbeat: Duration, io_timeout: Duration) -> Duration {
+    let (_, tick) = intervals(ttl, heartbeat);
+    (ttl / 4).min((tick + io_timeout).max(MIN_MARGIN))
+}
+
+/// `(renew interval, tick)` for a hold.
+pub(crate) fn intervals(ttl: Duration, heartbeat: Duration) -> (Duration, Duration) {
+    let renew_every = heartbeat.min(ttl / 3).max(MIN_HEARTBEAT);
+    let tick = heartbeat.min(MAX_TICK).min(renew_every).max(MIN_HEARTBEAT);
+    (renew_every, tick)
+}
+
+/// What the engine and the [`crate::Hold`] share about one hold: the lease
+/// (batches borrow it; no copy per renewal) and its status.
+#[derive(Debug)]
+pub(crate) struct HoldStatus {
+    pub(crate) lease: Lease,
+    pub(crate) lost: AtomicBool,
+    /// When the work last called `touch` (nanoseconds since [`epoch`]).
+    touched: AtomicU64,
+}
+
+/// A process-wide base for instants stored as numbers (an hour before its
+/// first use, so no instant of this process's holds comes before it).
+pub(crate) fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(|| {
+        let now = Instant::now();
+        now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
+    })
+}
+
+/// The schedule's clock: whole milliseconds since [`epoch`].
+pub(crate) type Ms = u64;
+
+/// `t` in schedule milliseconds, rounded down (a due time or deadline
+/// rounded down comes early, never late).
+pub(crate) fn ms(t: Instant) -> Ms {
+    u64::try_from(t.saturating_duration_since(epoch()).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The instant of schedule millisecond `m`.
+pub(crate) fn instant(m: Ms) -> Instant {
+    epoch() + Duration::from_millis(m)
+}
+
+/// `d` in nanoseconds (durations are kept as numbers: 8 bytes, not 16).
+pub(crate) fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+pub(crate) fn dur(n: u64) -> Duration {
+    Duration::from_nanos(n)
+}
+
+impl HoldStatus {
+    pub(crate) fn new(lease: Lease) -> Self {
+        let status = HoldStatus {
+            lease,
+            lost: AtomicBool::new(false),
+            touched: AtomicU64::new(0),
+        };
+        status.touch();
+        status
+    }
+
+    /// Records progress now.
+    pub(crate) fn touch(&self) {
+        let nanos = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.touched.store(nanos, Ordering::Relaxed);
+    }
+
+    /// When the work last reported progress.
+    pub(crate) fn touched(&self) -> Instant {
+        epoch() + Duration::from_nanos(self.touched.load(Ordering::Relaxed))
+    }
+}
+
+pub(crate) struct Registration {
+    /// The lease and the status the hold shares with the engine.
+    pub status: Arc<HoldStatus>,
+    pub ttl: Duration,
+    pub heartbeat: Duration,
+    pub margin: Duration,
+    pub stop_key: Option<String>,
+    pub signal: AbortSignal,
+    /// When the acquire was sent, and when its answer came.
+    pub sent: Instant,
+    pub confirmed: Instant,
+    /// Hung-holder guard: no renewal past this age ([`crate::HoldOptions::max_hold`]).
+    pub max_hold: Option<Duration>,
+    /// Hung-holder guard, progress mode ([`crate::HoldOptions::progress_timeout`]).
+    pub progress_timeout: Option<Duration>,
+}
