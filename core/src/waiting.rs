@@ -740,7 +740,9 @@ impl<T> Waiting<T> {
         }
         let slice_end = slice.and_then(|s| Instant::now().checked_add(s));
         loop {
-            if self.signal.as_ref().is_some_and(AbortSignal::is_aborted) {
+            // An aborted signal ends a wait; a single try (no wait) is made
+            // anyway, as `Locks::hold` makes it (the hold starts aborted).
+            if self.waits && self.signal.as_ref().is_some_and(AbortSignal::is_aborted) {
                 return self.end(None);
             }
             if self.waits

@@ -71,3 +71,47 @@ pub fn start_hold(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signal::AbortSignal;
+
+    #[test]
+    fn a_hold_started_with_an_aborted_signal_is_granted_and_stays_aborted() {
+        let locks = Locks::memory();
+        let signal = AbortSignal::new();
+        signal.abort(Some("done already"));
+        let opts = HoldOptions {
+            signal: Some(signal.clone()),
+            ..HoldOptions::default()
+        };
+        let waiting = start_hold(Some(&locks), "pre", opts.clone())
+            .unwrap()
+            .unwrap();
+        assert!(!waiting.waits());
+        let hold = waiting
+            .wait()
+            .unwrap()
+            .expect("a single try is made anyway");
+        assert!(hold.signal().is_aborted());
+        // Waiting for it is different: an aborted signal ends a wait.
+        let waiting = HoldOptions {
+            wait: Some(std::time::Duration::from_secs(5)),
+            ..opts
+        };
+        let other = Locks::memory();
+        let started = start_hold(Some(&other), "pre2", waiting).unwrap().unwrap();
+        assert!(started.wait().unwrap().is_none());
+        hold.release().unwrap();
+    }
+
+    #[test]
+    fn nothing_configured_still_checks_the_arguments() {
+        let _ = configure(None);
+        assert!(start_hold(None, "", HoldOptions::default()).is_err());
+        assert!(start_hold(None, "k", HoldOptions::default())
+            .unwrap()
+            .is_none());
+    }
+}

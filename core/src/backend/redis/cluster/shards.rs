@@ -33,7 +33,7 @@
 //! Lock order: a reader's mailbox lock and the router's state lock are
 //! leaves; neither is held while calling the registry or doing I/O.
 
-use super::{slot_map_from, slot_of, SlotMap};
+use super::map::{slot_map_from, slot_of, SlotMap};
 use crate::backend::redis::listener::{channel_of, deliver};
 use crate::backend::redis::url::UrlParts;
 use crate::contract::push::{

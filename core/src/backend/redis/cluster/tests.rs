@@ -1,3 +1,4 @@
+use super::map::SlotMap;
 use super::*;
 
 #[test]
