@@ -14,7 +14,8 @@
 use crate::locks::RbLocks;
 use magnus::{function, method, prelude::*, Error, RHash, RModule, Ruby, Value};
 use mistri_locks::delivery;
-use mistri_locks::stats::{Event, EventHookHandle, StatValue};
+use mistri_locks::stats::StatValue;
+use mistri_locks::{Event, EventHookHandle};
 
 /// `stats` -> `{holds_active: 0, ..., beat_rtt_p50: 0.0001 or nil, ...}`.
 fn stats(ruby: &Ruby, rb_self: &RbLocks) -> Result<RHash, Error> {
