@@ -4,9 +4,10 @@
 # in one process (contract cases against Memory and a throwaway
 # redis-server on a free loopback port, Mistri drop-in, signals and
 # interrupts, cross-process, fork, RailsCache on Debian's ActiveSupport, and
-# a GC.stress pass), then builds the source gem, installs it into a
-# temporary GEM_HOME (compiling it) and requires it from outside the
-# checkout. Exits non-zero on any failure.
+# a GC.stress pass), then builds the source gem with the standard command
+# (`gem build mistri_locks.gemspec`), installs it into a temporary GEM_HOME
+# (compiling it) and requires it from outside the checkout. Exits non-zero
+# on any failure.
 #
 # Needs: cargo, ruby + ruby-dev (3.0+, minitest is bundled), libclang-dev,
 # redis-server, ruby-activesupport and ruby-redis. Honours CARGO_TARGET_DIR
@@ -25,10 +26,13 @@ ruby -I lib -I test -e '
 ' -- "$@"
 ruby -I lib -I test test/rails_cache_test.rb "$@"
 
-# The source gem, as a user installs it: package.sh packs the Rust sources
-# and runs `gem build`; `gem install --local` into a fresh GEM_HOME runs
-# extconf.rb and compiles the extension (release); then `require` it from
-# outside the checkout, with nothing of the checkout on the load path.
+# The source gem, as a user makes and installs it: the command every Ruby
+# developer types, `gem build mistri_locks.gemspec` in bindings/ruby (the
+# gemspec stages the Rust sources: stage_crates.rb); `gem install --local`
+# into a fresh GEM_HOME runs extconf.rb and compiles the extension
+# (release); then `require` it from outside the checkout, with nothing of
+# the checkout on the load path. First, a copy of bindings/ruby outside a
+# checkout with nothing staged must refuse to build, saying what to do.
 # Compiled dependencies are shared across runs (and with the Python sdist
 # check) through one CARGO_TARGET_DIR; the core and Ruby crates are
 # cleaned from it first, so they compile every time.
@@ -36,7 +40,25 @@ ruby -I lib -I test test/rails_cache_test.rb "$@"
 if [ "${SOURCE_BUILD:-1}" != 0 ]; then
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
-  gem="$(./package.sh "$work")"
+  echo "== gem build outside a checkout, nothing staged: refuses"
+  mkdir "$work/alone"
+  cp -R lib ext mistri_locks.gemspec stage_crates.rb README.md "$work/alone/"
+  rm -rf "$work/alone/ext/mistri_locks/crates" "$work/alone/lib/mistri_locks/mistri_locks.so"
+  if (cd "$work/alone" && gem build mistri_locks.gemspec >"$work/alone.log" 2>&1); then
+    cat "$work/alone.log"; echo "gem build made a gem that can't install"; exit 1
+  fi
+  grep -q "gem build mistri_locks.gemspec" "$work/alone.log" ||
+    { cat "$work/alone.log"; echo "the refusal does not say what to do"; exit 1; }
+  echo "   refused: $(grep -o "can't build an installable gem here" "$work/alone.log")"
+
+  version="$(ruby -r ./lib/mistri_locks/version -e 'print MistriLocks::VERSION')"
+  echo "== gem build mistri_locks.gemspec (in bindings/ruby)"
+  rm -f "mistri_locks-$version.gem"
+  gem build mistri_locks.gemspec >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+  gem="$work/mistri_locks-$version.gem"
+  mv "mistri_locks-$version.gem" "$gem"
+  tar -xOf "$gem" metadata.gz | gunzip | grep -q "ext/mistri_locks/crates/core/src/lib.rs" ||
+    { echo "the gem carries no Rust sources"; exit 1; }
   target_dir="$(cargo metadata --format-version 1 --no-deps |
     ruby -rjson -e 'print JSON.parse($stdin.read).fetch("target_directory")')"
   echo "== source gem: gem install --local $(basename "$gem") (cargo build --release)"
@@ -60,6 +82,10 @@ if [ "${SOURCE_BUILD:-1}" != 0 ]; then
     MistriLocks.locks = a
     fence = MistriLocks.hold("job", ttl: 2, heartbeat: 0.1) { |h| h.fence }
     raise "hold" unless fence.is_a?(Integer) && !a.held?("job")
+    MistriLocks.configure(b)
+    h = MistriLocks.hold("job", ttl: 2, heartbeat: 0.1)
+    raise "list" unless a.list("s")[:leases].map { |l| l[:key] } == ["src"]
+    raise "release_outcome" unless h.release_outcome == :released && h.release == false
     puts "   require \"mistri_locks\" from the installed gem: ok (#{so[0]})"
   ')
 fi

@@ -32,20 +32,26 @@ module MistriLocks
 
   class << self
     # The process-wide handle used by MistriLocks.hold (the object given to
-    # locks=), or nil.
+    # configure or locks=), or nil.
     attr_reader :locks
 
     # Sets (or with nil, clears) the process-wide handle: a MistriLocks::Locks
-    # (Memory, Redis, Local). The core keeps the one slot that holds use;
-    # @locks only remembers this Ruby object, so MistriLocks.locks returns it.
-    def locks=(locks)
+    # (Memory, Redis, Local), as configure(locks) does in Python and
+    # mistri_configure in C. Returns +locks+. The core keeps the one slot
+    # that holds use; @locks only remembers this Ruby object, so
+    # MistriLocks.locks returns it.
+    def configure(locks)
       unless locks.nil? || locks.is_a?(Locks)
-        raise TypeError, "MistriLocks.locks= takes a MistriLocks::Locks (Memory, Redis, Local) " \
+        raise TypeError, "MistriLocks.configure (and locks=) takes a MistriLocks::Locks (Memory, Redis, Local) " \
                          "or nil, got #{locks.class}"
       end
       _configure(locks)
       @locks = locks
     end
+
+    # MistriLocks.locks = handle: the same as configure(handle) (the mistri
+    # gem's `Mistri.locks = ...`).
+    alias locks= configure
 
     # Acquires +key+ on MistriLocks.locks and keeps it renewed every
     # +heartbeat+ seconds (and at least every ttl/3) until released; with a

@@ -1,8 +1,10 @@
 //! `MistriLocks::Hold`: a core [`Hold`] for Ruby.
 //!
-//! Native part: `key`, `fence`, `lost?`, and the plumbing `_release` and
-//! `_signal`. `lib/mistri_locks/hold.rb` adds `release`, `signal`, the block
-//! form and the delivery to a duck-typed `signal:` object.
+//! Native part: `key`, `fence`, `lost?`, `touch`, and the plumbing
+//! `_release` (the outcome as a Symbol) and `_signal`.
+//! `lib/mistri_locks/hold.rb` adds `release` (true/false, the seed's),
+//! `release_outcome`, `signal`, the block form and the delivery to a
+//! duck-typed `signal:` object.
 //!
 //! A Hold garbage-collected without `release` does no I/O in its free
 //! function: it leaves the heartbeat at once and hands the delete of its
@@ -13,7 +15,7 @@ use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
 use crate::signal::Signal;
 use crate::{args, error, waiting};
-use magnus::{method, prelude::*, Error, RModule, Ruby, Value};
+use magnus::{method, prelude::*, Error, RModule, Ruby, Symbol, Value};
 use mistri_locks::{Hold, ReleaseOutcome};
 
 /// `MistriLocks._hold(locks, key, ttl, heartbeat, stop_key, signal,
@@ -96,17 +98,24 @@ impl RbHold {
         self.hold.touch();
     }
 
-    /// `_release` -> true if this call deleted the lease; false if it was
-    /// already released, lost, gone, or this is a forked child's copy.
-    fn release(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
+    /// `_release` -> what the release did, as a Symbol: `:released` (this
+    /// call deleted the lease), `:not_held` (it had gone by the delete),
+    /// `:lost` (the hold was lost before), `:already_released`, or
+    /// `:other_process` (a forked child's copy: the parent's lease is left
+    /// alone). `Hold#release` is `release_outcome == :released`.
+    fn release(ruby: &Ruby, rb_self: &Self) -> Result<Symbol, Error> {
         let hold = &rb_self.hold;
-        // Waits for an in-flight tick and may do a round trip: without the
-        // GVL (no unblock function: cheap, and bounded by the core).
+        // May do a round trip: without the GVL (no unblock function: the
+        // core bounds it).
         let outcome = nogvl(ruby, || hold.release())?;
-        match outcome.map_err(|e| error::to_ruby(ruby, e))? {
-            ReleaseOutcome::Released => Ok(true),
-            _ => Ok(false),
-        }
+        let name = match outcome.map_err(|e| error::to_ruby(ruby, e))? {
+            ReleaseOutcome::Released => "released",
+            ReleaseOutcome::NotHeld => "not_held",
+            ReleaseOutcome::Lost => "lost",
+            ReleaseOutcome::AlreadyReleased => "already_released",
+            ReleaseOutcome::OtherProcess => "other_process",
+        };
+        Ok(ruby.to_symbol(name))
     }
 
     /// `_signal`: a new Ruby object around the hold's core signal.

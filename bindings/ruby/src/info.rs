@@ -1,9 +1,10 @@
-//! `Adapter#info(key)`: the core's [`LeaseInfo`] as a Hash with symbol keys.
+//! `Locks#info(key)` and `Locks#list(prefix)`: the core's [`LeaseInfo`] and
+//! [`Listing`] as Hashes with symbol keys (the same Hash for a lease either
+//! way, so code that reads `info` reads every lease of a `list`).
 
 use magnus::{prelude::*, Error, RHash, Ruby, Value};
-use mistri_locks::internals::unix_millis;
-use mistri_locks::HolderInfo;
-use mistri_locks::LeaseInfo;
+use mistri_locks::{FlagInfo, HolderInfo, LeaseInfo, Listing};
+use std::time::{Duration, SystemTime};
 
 /// `{key:, time_left:, holder:, fence:, acquired_at:, renewed_at:, ttl:,
 /// heartbeat:, limit:, holders:}`: seconds as Floats, times as Unix
@@ -14,15 +15,8 @@ use mistri_locks::LeaseInfo;
 /// holder's.
 pub fn to_hash(ruby: &Ruby, info: &LeaseInfo) -> Result<RHash, Error> {
     let h = ruby.hash_new();
-    let none = || ruby.qnil().as_value();
-    let float = |f: f64| ruby.float_from_f64(f).as_value();
     h.aset(ruby.to_symbol("key"), ruby.str_new(&info.key))?;
-    h.aset(
-        ruby.to_symbol("time_left"),
-        info.time_left
-            .map(|t| float(t.as_secs_f64()))
-            .unwrap_or_else(none),
-    )?;
+    h.aset(ruby.to_symbol("time_left"), seconds(ruby, info.time_left))?;
     describe(ruby, h, info.holder.as_ref())?;
     h.aset(ruby.to_symbol("limit"), info.limit)?;
     let holders = ruby.ary_new_capa(info.holders.len());
@@ -35,38 +29,71 @@ pub fn to_hash(ruby: &Ruby, info: &LeaseInfo) -> Result<RHash, Error> {
     Ok(h)
 }
 
+/// `{leases: [info Hash, ...], flags: [{key:, time_left:}, ...]}`, each
+/// sorted by key (the core sorts); a flag's `time_left:` is nil when it has
+/// no expiry.
+pub fn listing_to_hash(ruby: &Ruby, listing: &Listing) -> Result<RHash, Error> {
+    let leases = ruby.ary_new_capa(listing.leases.len());
+    for lease in &listing.leases {
+        leases.push(to_hash(ruby, lease)?)?;
+    }
+    let flags = ruby.ary_new_capa(listing.flags.len());
+    for flag in &listing.flags {
+        flags.push(flag_to_hash(ruby, flag)?)?;
+    }
+    let h = ruby.hash_new();
+    h.aset(ruby.to_symbol("leases"), leases)?;
+    h.aset(ruby.to_symbol("flags"), flags)?;
+    Ok(h)
+}
+
+fn flag_to_hash(ruby: &Ruby, flag: &FlagInfo) -> Result<RHash, Error> {
+    let h = ruby.hash_new();
+    h.aset(ruby.to_symbol("key"), ruby.str_new(&flag.key))?;
+    h.aset(ruby.to_symbol("time_left"), seconds(ruby, flag.time_left))?;
+    Ok(h)
+}
+
+/// A duration as Float seconds, or nil.
+fn seconds(ruby: &Ruby, d: Option<Duration>) -> Value {
+    d.map_or_else(
+        || ruby.qnil().as_value(),
+        |d| ruby.float_from_f64(d.as_secs_f64()).as_value(),
+    )
+}
+
+/// A wall-clock time as Float Unix seconds (millisecond precision, as the
+/// backends store it; a time before 1970 reads as 0).
+fn unix_seconds(ruby: &Ruby, t: SystemTime) -> Value {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    ruby.float_from_f64(since.as_millis() as f64 / 1000.0)
+        .as_value()
+}
+
+/// The keys [`describe`] sets.
+const HOLDER_FIELDS: [&str; 6] = [
+    "holder",
+    "fence",
+    "acquired_at",
+    "renewed_at",
+    "ttl",
+    "heartbeat",
+];
+
 /// One holder's fields into `h` (all nil for `None`).
 fn describe(ruby: &Ruby, h: RHash, d: Option<&HolderInfo>) -> Result<(), Error> {
     let set = |name: &str, v: Value| h.aset(ruby.to_symbol(name), v);
-    let none = || ruby.qnil().as_value();
-    let float = |f: f64| ruby.float_from_f64(f).as_value();
-    set(
-        "holder",
-        d.map(|d| ruby.str_new(&d.label).as_value())
-            .unwrap_or_else(none),
-    )?;
-    set(
-        "fence",
-        d.map(|d| ruby.integer_from_u64(d.fence).as_value())
-            .unwrap_or_else(none),
-    )?;
-    let secs = |t| float(unix_millis(t) as f64 / 1000.0);
-    set(
-        "acquired_at",
-        d.map(|d| secs(d.acquired_at)).unwrap_or_else(none),
-    )?;
-    set(
-        "renewed_at",
-        d.map(|d| secs(d.renewed_at)).unwrap_or_else(none),
-    )?;
-    set(
-        "ttl",
-        d.map(|d| float(d.ttl.as_secs_f64())).unwrap_or_else(none),
-    )?;
-    set(
-        "heartbeat",
-        d.map(|d| float(d.heartbeat.as_secs_f64()))
-            .unwrap_or_else(none),
-    )?;
+    let Some(d) = d else {
+        for name in HOLDER_FIELDS {
+            set(name, ruby.qnil().as_value())?;
+        }
+        return Ok(());
+    };
+    set("holder", ruby.str_new(&d.label).as_value())?;
+    set("fence", ruby.integer_from_u64(d.fence).as_value())?;
+    set("acquired_at", unix_seconds(ruby, d.acquired_at))?;
+    set("renewed_at", unix_seconds(ruby, d.renewed_at))?;
+    set("ttl", seconds(ruby, Some(d.ttl)))?;
+    set("heartbeat", seconds(ruby, Some(d.heartbeat)))?;
     Ok(())
 }

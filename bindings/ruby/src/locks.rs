@@ -5,10 +5,10 @@
 //!
 //! Native part: `release`, `held?`, `flag?`, `clear_flag`, `fence`,
 //! `break_lease`, `new_owner` (old name `sharing_adapter`), `active_holds`,
-//! and the plumbing
-//! `_acquire`, `_renew`, `_set_flag` behind the keyword-argument
-//! methods of `lib/mistri_locks/locks.rb` (a Ruby method with keywords
-//! is cheaper than a C method parsing a keyword Hash).
+//! `info`, and the plumbing `_acquire`, `_renew`, `_set_flag`, `_list`
+//! behind the methods with keywords or defaults of
+//! `lib/mistri_locks/locks.rb` (a Ruby method with keywords is cheaper than
+//! a C method parsing a keyword Hash).
 //!
 //! Memory operations keep the GVL: they take microseconds, less than
 //! releasing and retaking it. Backends that do I/O (Redis, Local) run
@@ -182,13 +182,23 @@ impl RbLocks {
         rb_self.run_keyed(ruby, key, |l, key| l.clear_flag(key).map(|()| true))
     }
 
-    /// The fencing number of this adapter's lease on `key`, or nil.
     /// Who holds `key`: a Hash, or nil when no live lease is there.
     fn info(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<Option<magnus::RHash>, Error> {
         let found = rb_self.run_keyed(ruby, key, |l, key| l.info(key))?;
         found.map(|i| crate::info::to_hash(ruby, &i)).transpose()
     }
 
+    /// `_list(prefix)` (behind `list(prefix = "")`): the live leases and
+    /// raised flags whose keys start with `prefix` (a String or Symbol;
+    /// `""`: all of this namespace or file), as `{leases: [...], flags:
+    /// [...]}` sorted by key.
+    fn list(ruby: &Ruby, rb_self: &Self, prefix: Value) -> Result<magnus::RHash, Error> {
+        let prefix = args::key(ruby, "prefix", prefix)?;
+        let listing = rb_self.run(ruby, |l| l.list(&prefix))?;
+        crate::info::listing_to_hash(ruby, &listing)
+    }
+
+    /// The fencing number of this adapter's lease on `key`, or nil.
     fn fence(ruby: &Ruby, rb_self: &Self, key: Value) -> Result<Option<u64>, Error> {
         let key = args::key(ruby, "key", key)?;
         Ok(rb_self.locks().fence(&key))
@@ -246,5 +256,6 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_private_method("_renew", method!(RbLocks::renew, 2))?;
     class.define_private_method("_set_flag", method!(RbLocks::set_flag, 2))?;
     class.define_method("info", method!(RbLocks::info, 1))?;
+    class.define_private_method("_list", method!(RbLocks::list, 1))?;
     Ok(())
 }

@@ -7,11 +7,15 @@
 # rb_sys gem: cargo and rb-sys (the crate) find Ruby through $RUBY.
 #
 # Where the Rust sources are, first found wins:
-# 1. crates/ next to this file: a source gem made by bindings/ruby/package.sh
-#    carries the core crate and the Ruby crate there, in a workspace of their
-#    own with the checkout's Cargo.lock (pruned to what they use).
-# 2. the checkout this file sits in (bindings/ruby/ext/mistri_locks in the
+# 1. the checkout this file sits in (bindings/ruby/ext/mistri_locks of the
 #    mistri_locks repository): `gem "mistri_locks", path:/git:` in a Gemfile.
+#    Its live sources, even if a `gem build` there left staged copies in
+#    crates/ (those are a snapshot that may be stale by now).
+# 2. crates/ next to this file: the source gem (`gem build
+#    mistri_locks.gemspec` in a checkout, or bindings/ruby/package.sh)
+#    carries the core crate and the Ruby crate there, in a workspace of
+#    their own with the checkout's Cargo.lock (pruned to what they use),
+#    and builds them with --locked.
 # Cargo needs crates.io (or its cache) for the dependencies, nothing else.
 #
 # CARGO_TARGET_DIR is honoured (share compiled dependencies between builds);
@@ -24,15 +28,18 @@ require "shellwords"
 here = __dir__
 vendored = File.join(here, "crates")
 checkout = File.expand_path("../../../..", here)
+in_checkout = File.file?(File.join(checkout, "core", "Cargo.toml")) &&
+              File.file?(File.join(checkout, "bindings", "ruby", "Cargo.toml")) &&
+              File.identical?(File.join(checkout, "bindings", "ruby", "ext", "mistri_locks"), here)
 workspace =
-  if File.file?(File.join(vendored, "Cargo.toml"))
-    vendored
-  elsif File.file?(File.join(checkout, "core", "Cargo.toml")) &&
-        File.file?(File.join(checkout, "bindings", "ruby", "Cargo.toml"))
+  if in_checkout
     checkout
+  elsif File.file?(File.join(vendored, "Cargo.toml"))
+    vendored
   else
     abort "mistri_locks: the Rust sources are missing (no #{vendored}, and not inside a mistri_locks " \
-          "checkout). Build the gem with bindings/ruby/package.sh, which packs them."
+          "checkout). Build the gem in a checkout with `gem build mistri_locks.gemspec` in bindings/ruby " \
+          "(or bindings/ruby/package.sh), which packs them."
   end
 locked = workspace == vendored ? "--locked" : ""
 

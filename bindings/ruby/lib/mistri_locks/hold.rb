@@ -11,7 +11,8 @@ module MistriLocks
   # progress_timeout:; cheap, a no-op without one).
   #
   # Forked children: a child's copy of its parent's Hold never renews, and
-  # its release touches nothing (returns false).
+  # its release touches nothing (returns false; release_outcome
+  # :other_process).
   #
   # A Hold that is garbage-collected unreleased is released by its finalizer
   # (on Redis that is a round trip during GC); use release or the block form.
@@ -24,13 +25,30 @@ module MistriLocks
     # MistriLocks::AbortSignal of the hold's own.
     attr_reader :signal
 
-    # Stops renewing and deletes the lease if it is still ours; returns only
-    # when no heartbeat tick can touch the lease again. Idempotent. Returns
-    # true if this call deleted the lease, false otherwise (already released,
-    # lost, expired, or a forked child's copy). Raises
+    # What Hold#release_outcome returns, one per ReleaseOutcome of the core.
+    RELEASE_OUTCOMES = %i[released not_held lost already_released other_process].freeze
+
+    # Stops renewing and deletes the lease if it is still ours. Idempotent.
+    # Returns without waiting for the heartbeat: from then on no tick renews
+    # the lease, and a renewal already in flight can't outlive the delete
+    # (renewals compare the owner token). Returns true if this call deleted
+    # the lease, false otherwise (already released, lost, expired, or a
+    # forked child's copy): release_outcome says which. Raises
     # MistriLocks::ConnectionError if Redis is unreachable (the hold has
-    # stopped renewing regardless; the lease expires within its ttl).
+    # stopped renewing regardless; the lease expires within its ttl, and
+    # releasing again retries the delete).
     def release
+      release_outcome == :released
+    end
+
+    # Releases as release does, and says what happened, as a Symbol:
+    #   :released          this call deleted the lease
+    #   :not_held          the hold was renewing, but the lease had gone
+    #                      (expired or taken) by the delete; nothing deleted
+    #   :lost              the hold had been lost before; nothing deleted
+    #   :already_released  an earlier release already ran
+    #   :other_process     a forked child's copy: the parent's lease is left alone
+    def release_outcome
       _release
     ensure
       # A trip noted just before the release is still delivered, then the

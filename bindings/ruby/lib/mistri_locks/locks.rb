@@ -25,7 +25,8 @@ module MistriLocks
   #                      sharing_adapter is its old name, until 0.3
   #   active_holds    -> how many holds this object's heartbeat renews
   #   info(key)       -> who holds key (a Hash: holder, fence, times, ttl,
-  #                      heartbeat, time_left), or nil
+  #                      heartbeat, time_left, limit, holders), or nil
+  #   stats           -> this owner's counters (a Hash; see events.rb)
   #   label, label=   -> what this handle's leases store as their holder
   #                      (default "host:pid ruby"; nil restores it)
   class Locks
@@ -55,6 +56,18 @@ module MistriLocks
 
     # Raises the flag +key+ for +ttl+ seconds (it needs no owner). Returns true.
     def set_flag(key, ttl: FLAG_TTL) = _set_flag(key, ttl)
+
+    # The live leases and raised flags whose keys start with +prefix+ (a
+    # String or Symbol; "" lists all of this namespace, or this Local file),
+    # what `mistri-locks list` shows:
+    #
+    #   locks.list("report:")
+    #   # => {leases: [{key: "report:7", holder: "web1:4242 ruby", fence: 12, ...}],
+    #   #     flags: [{key: "report:stop", time_left: 287.5}]}
+    #
+    # Each lease is the Hash info(key) returns; each flag a Hash {key:,
+    # time_left:} (seconds, nil if it has no expiry). Both sorted by key.
+    def list(prefix = "") = _list(prefix)
 
     # See MistriLocks.hold (this handle instead of MistriLocks.locks; the
     # same keywords, listed once in Hold.start).
