@@ -2,14 +2,14 @@
 //! the `with` block (or the caller's work) runs.
 
 use crate::args::{Heartbeat, Limit, MaxHold, ProgressTimeout, SafetyMargin, Seconds, Ttl, Wait};
+use crate::dispatcher::ensure_dispatcher;
 use crate::error::IntoPyResult;
 use crate::locks::PyLocks;
-use crate::signal::{ensure_dispatcher, forwarder, PyAbortSignal};
+use crate::signal::{forwarder, PyAbortSignal};
 use mistri_locks::{HoldOptions, Locks, ReleaseOutcome};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::PyTuple;
 use pyo3::PyTraverseError;
 
 /// A held lease, renewed in the background until released or lost.
@@ -82,29 +82,6 @@ pub(crate) fn hold_args(
     };
     let source = _locks.map(|l| l.locks());
     start(py, source, key, opts, signal, _cancel.as_deref())
-}
-
-/// `hold(key, *args, **kwargs)` on `locks` (`None`: the configured slot):
-/// calls `_hold` with `_locks=locks` (and `_cancel`, if given).
-pub(crate) fn forward<'py>(
-    py: Python<'py>,
-    locks: Option<&Bound<'py, PyAny>>,
-    key: Bound<'py, PyAny>,
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    static HOLD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let hold = HOLD.import(py, "mistri_locks._native", "_hold")?;
-    let all: Vec<_> = std::iter::once(key).chain(args.iter()).collect();
-    let all = PyTuple::new(py, all)?;
-    let kwargs = match kwargs {
-        Some(k) => k.copy()?,
-        None => PyDict::new(py),
-    };
-    if let Some(locks) = locks {
-        kwargs.set_item("_locks", locks)?;
-    }
-    hold.call(all, Some(&kwargs))
 }
 
 /// Starts a hold with `opts` (all but the signal) on `source` (`None`: the

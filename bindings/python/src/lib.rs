@@ -10,6 +10,7 @@
 
 mod aio;
 mod args;
+mod dispatcher;
 mod error;
 mod events;
 mod hold;
@@ -59,7 +60,7 @@ fn hold_configured<'py>(
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    hold::forward(py, None, key, args, kwargs)
+    args::forward_hold(py, None, key, args, kwargs)
 }
 
 #[pymodule]

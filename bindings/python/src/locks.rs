@@ -209,7 +209,7 @@ impl PyLocks {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        crate::hold::forward(slf.py(), Some(slf.as_any()), key, args, kwargs)
+        crate::args::forward_hold(slf.py(), Some(slf.as_any()), key, args, kwargs)
     }
 
     // asyncio (see `aio.rs`): coroutines that run the call off the loop.
