@@ -11,7 +11,7 @@ use crate::error::IntoPyResult;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::os::raw::c_char;
@@ -287,6 +287,31 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Limit {
             ))),
         }
     }
+}
+
+/// `hold(key, *args, **kwargs)` on `locks` (`None`: the configured slot):
+/// calls `_hold` (`hold.rs`), the one list of `hold`'s arguments, with
+/// `_locks=locks`. Here, not in `hold.rs`, so that `Locks.hold` reaches it
+/// without `locks.rs` and `hold.rs` importing each other.
+pub(crate) fn forward_hold<'py>(
+    py: Python<'py>,
+    locks: Option<&Bound<'py, PyAny>>,
+    key: Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    static HOLD: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let hold = HOLD.import(py, "mistri_locks._native", "_hold")?;
+    let all: Vec<_> = std::iter::once(key).chain(args.iter()).collect();
+    let all = PyTuple::new(py, all)?;
+    let kwargs = match kwargs {
+        Some(k) => k.copy()?,
+        None => PyDict::new(py),
+    };
+    if let Some(locks) = locks {
+        kwargs.set_item("_locks", locks)?;
+    }
+    hold.call(all, Some(&kwargs))
 }
 
 /// `type(obj).__name__`, for messages.

@@ -53,7 +53,7 @@ pub(crate) fn on_event(py: Python<'_>, locks: &Locks, callback: Bound<'_, PyAny>
             callback.get_type().name()?
         )));
     }
-    crate::signal::ensure_dispatcher(py)?;
+    crate::dispatcher::ensure_dispatcher(py)?;
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     // Registered before the core hook, so no event can find it missing.
     let mut hooks = HOOKS.lock();

@@ -2,14 +2,15 @@
 //! the `with` block (or the caller's work) runs.
 
 use crate::args::{Heartbeat, Limit, MaxHold, ProgressTimeout, SafetyMargin, Seconds, Ttl, Wait};
+use crate::dispatcher::ensure_dispatcher;
 use crate::error::IntoPyResult;
 use crate::locks::PyLocks;
-use crate::signal::{ensure_dispatcher, forwarder, PyAbortSignal};
+use crate::signal::{forwarder, PyAbortSignal};
 use mistri_locks::{HoldOptions, Locks, ReleaseOutcome};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 /// A held lease, renewed in the background until released or lost.
@@ -84,29 +85,6 @@ pub(crate) fn hold_args(
     start(py, source, key, opts, signal, _cancel.as_deref())
 }
 
-/// `hold(key, *args, **kwargs)` on `locks` (`None`: the configured slot):
-/// calls `_hold` with `_locks=locks` (and `_cancel`, if given).
-pub(crate) fn forward<'py>(
-    py: Python<'py>,
-    locks: Option<&Bound<'py, PyAny>>,
-    key: Bound<'py, PyAny>,
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    static HOLD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let hold = HOLD.import(py, "mistri_locks._native", "_hold")?;
-    let all: Vec<_> = std::iter::once(key).chain(args.iter()).collect();
-    let all = PyTuple::new(py, all)?;
-    let kwargs = match kwargs {
-        Some(k) => k.copy()?,
-        None => PyDict::new(py),
-    };
-    if let Some(locks) = locks {
-        kwargs.set_item("_locks", locks)?;
-    }
-    hold.call(all, Some(&kwargs))
-}
-
 /// Starts a hold with `opts` (all but the signal) on `source` (`None`: the
 /// configured slot), waiting as `opts.wait` says.
 fn start(
@@ -155,6 +133,24 @@ impl Hold {
         // Only `Drop` takes it out.
         self.hold.as_ref().expect("a Hold is never used after drop")
     }
+
+    /// The core's release, GIL-free.
+    fn release_core(&self, py: Python<'_>) -> PyResult<ReleaseOutcome> {
+        let hold = self.core();
+        py.detach(|| hold.release()).py_err(py)
+    }
+}
+
+/// The value of the `mistri_locks.ReleaseOutcome` member for `outcome`
+/// (`python/mistri_locks/_release.py`; the C face's names, lower case).
+fn outcome_name(outcome: ReleaseOutcome) -> &'static str {
+    match outcome {
+        ReleaseOutcome::Released => "released",
+        ReleaseOutcome::NotHeld => "not_held",
+        ReleaseOutcome::Lost => "lost",
+        ReleaseOutcome::AlreadyReleased => "already_released",
+        ReleaseOutcome::OtherProcess => "other_process",
+    }
 }
 
 #[pymethods]
@@ -162,18 +158,37 @@ impl Hold {
     /// Stops renewing and deletes the lease if it is still ours. Returns
     /// True if this call deleted it; False if it was already released,
     /// lost, gone, or this is a forked child's copy of a parent's hold
-    /// (which never touches the parent's lease). Returns only after no
-    /// heartbeat can touch the lease again.
+    /// (which never touches the parent's lease); `release_outcome()` says
+    /// which. Does not wait for the heartbeat: from this call on no tick
+    /// renews the lease, and a renewal in flight cannot outlive the delete.
+    /// The delete is bounded by the adapter's I/O timeout; if it cannot be
+    /// confirmed this raises (ConnectionError), and calling again retries.
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
-        let hold = self.core();
-        let outcome = py.detach(|| hold.release()).py_err(py)?;
-        Ok(outcome == ReleaseOutcome::Released)
+        Ok(self.release_core(py)? == ReleaseOutcome::Released)
+    }
+
+    /// `release()`, saying what happened: a `mistri_locks.ReleaseOutcome`,
+    /// `RELEASED` (this call deleted the lease), `NOT_HELD` (it had gone,
+    /// expired or taken, by the time of the delete), `LOST` (the hold had
+    /// been lost before), `ALREADY_RELEASED` (an earlier release ran), or
+    /// `OTHER_PROCESS` (a forked child's copy: the parent's lease was left
+    /// alone). Same errors as `release()`.
+    fn release_outcome<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let outcome = self.release_core(py)?;
+        static CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        let class = CLASS.import(py, "mistri_locks._release", "ReleaseOutcome")?;
+        class.call1((outcome_name(outcome),))
     }
 
     /// `release` as a coroutine (runs off the loop; if the awaiting task is
     /// cancelled, the release still completes).
     fn release_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         crate::aio::call(slf.py(), "release_hold", (slf,), None)
+    }
+
+    /// `release_outcome` as a coroutine (as `release_async`).
+    fn release_outcome_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::aio::call(slf.py(), "release_hold_outcome", (slf,), None)
     }
 
     /// Reports progress for `progress_timeout=`: the work is alive. Cheap
@@ -243,8 +258,8 @@ impl Drop for Hold {
         let Some(hold) = self.hold.take() else {
             return;
         };
-        // Dropping releases: a round trip, and a wait for an in-flight tick,
-        // so do it without the GIL. If no token can be had (interpreter
+        // Dropping releases: a round trip (the delete), so do it without
+        // the GIL. If no token can be had (interpreter
         // shutting down), the closure is dropped unrun and the hold with it:
         // the release then simply happens here.
         let _ = Python::try_attach(move |py| py.detach(move || drop(hold)));

@@ -10,6 +10,7 @@
 
 mod aio;
 mod args;
+mod dispatcher;
 mod error;
 mod events;
 mod hold;
@@ -21,6 +22,7 @@ mod waiting;
 use crate::hold::Hold;
 use crate::locks::PyLocks;
 use parking_lot::Mutex;
+use pyo3::exceptions::{PyDeprecationWarning, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -30,14 +32,55 @@ use pyo3::types::{PyDict, PyTuple};
 /// both under this lock.
 static CONFIGURED: Mutex<Option<Py<PyLocks>>> = Mutex::new(None);
 
-/// Sets (or with None, clears) the process-wide handle used by `hold()`.
+/// One argument of `configure`: a handle, None, or not given.
+enum Given<'py> {
+    Missing,
+    Handle(Option<Bound<'py, PyLocks>>),
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Given<'py> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if obj.is_none() {
+            return Ok(Given::Handle(None));
+        }
+        Ok(Given::Handle(Some(obj.cast::<PyLocks>()?.to_owned())))
+    }
+}
+
+/// Sets (or with None, clears) the process-wide handle used by `hold()`:
+/// `configure(locks)`. `configure(adapter=locks)`, the old spelling, still
+/// works until 0.3 and warns (DeprecationWarning).
 #[pyfunction]
-fn configure(adapter: Option<Bound<'_, PyLocks>>) {
+#[pyo3(signature = (locks = Given::Missing, *, adapter = Given::Missing))]
+fn configure<'py>(py: Python<'py>, locks: Given<'py>, adapter: Given<'py>) -> PyResult<()> {
+    let locks = match (locks, adapter) {
+        (Given::Handle(locks), Given::Missing) => locks,
+        (Given::Missing, Given::Handle(locks)) => {
+            let category = py.get_type::<PyDeprecationWarning>();
+            let message =
+                c"configure(adapter=...) is deprecated (removed in 0.3): use configure(locks)";
+            PyErr::warn(py, &category, message, 1)?;
+            locks
+        }
+        (Given::Missing, Given::Missing) => {
+            return Err(PyTypeError::new_err(
+                "configure() missing 1 required argument: 'locks' (a Locks, or None to clear)",
+            ))
+        }
+        (Given::Handle(_), Given::Handle(_)) => {
+            return Err(PyTypeError::new_err(
+                "configure() takes the handle once: configure(locks), not also adapter=",
+            ))
+        }
+    };
     let mut slot = CONFIGURED.lock();
-    let replaced = mistri_locks::configure(adapter.as_ref().map(|l| l.get().locks()));
-    let previous = std::mem::replace(&mut *slot, adapter.map(Bound::unbind));
+    let replaced = mistri_locks::configure(locks.as_ref().map(|l| l.get().locks()));
+    let previous = std::mem::replace(&mut *slot, locks.map(Bound::unbind));
     drop(slot);
     drop((replaced, previous)); // with the GIL held, outside the mutex
+    Ok(())
 }
 
 /// The configured handle, or None.
@@ -59,7 +102,7 @@ fn hold_configured<'py>(
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    hold::forward(py, None, key, args, kwargs)
+    args::forward_hold(py, None, key, args, kwargs)
 }
 
 #[pymodule]

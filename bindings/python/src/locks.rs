@@ -1,6 +1,7 @@
 //! `mistri_locks.Locks`, the owner handle (`Adapter` is its old name, an
 //! alias until 0.3), and its backends `Memory`, `Redis` and `Local`: the
-//! seed's seven token-less operations, plus `hold`.
+//! seed's seven token-less operations, plus `hold`, `info`, `list`,
+//! `active_holds` and `stats`.
 //!
 //! Every call converts its arguments first, then runs the core operation
 //! with the GIL released when the backend does I/O (a Redis round trip, an
@@ -162,13 +163,26 @@ impl PyLocks {
 
     /// Who holds `key` (label, fence, times, ttl, heartbeat, time left), as
     /// a dict; None when no live lease is there.
-    fn info<'py>(
-        &self,
-        py: Python<'py>,
-        key: Key<'_>,
-    ) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
+    fn info<'py>(&self, py: Python<'py>, key: Key<'_>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let found = self.run(py, |l| l.info(&key))?;
         found.map(|i| crate::info::to_dict(py, &i)).transpose()
+    }
+
+    /// The live leases and raised flags whose keys start with `prefix`
+    /// (`""`: every one in this namespace or file), as a dict
+    /// `{"leases": [...], "flags": [...]}`, each list sorted by key: a
+    /// lease as `info()` describes it, a flag as `{"key", "time_left"}`.
+    /// What `mistri-locks list` shows. GIL-free on Redis and Local.
+    #[pyo3(signature = (prefix = ""))]
+    fn list<'py>(&self, py: Python<'py>, prefix: &str) -> PyResult<Bound<'py, PyDict>> {
+        let listing = self.run(py, |l| l.list(prefix))?;
+        crate::info::listing_dict(py, &listing)
+    }
+
+    /// How many holds this object's heartbeat is renewing now (a released
+    /// or lost hold no longer counts).
+    fn active_holds(&self) -> usize {
+        self.locks.active_holds()
     }
 
     /// Raises the flag `key` for `ttl` seconds.
@@ -209,7 +223,7 @@ impl PyLocks {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        crate::hold::forward(slf.py(), Some(slf.as_any()), key, args, kwargs)
+        crate::args::forward_hold(slf.py(), Some(slf.as_any()), key, args, kwargs)
     }
 
     // asyncio (see `aio.rs`): coroutines that run the call off the loop.

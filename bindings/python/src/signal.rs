@@ -16,6 +16,7 @@
 //! with the GIL held, so no other thread can hold them across an `os.fork`.
 
 use crate::args::{wait_timeout, Seconds, Timeout};
+use crate::dispatcher::ensure_dispatcher;
 use mistri_locks::delivery::{self, Event, Next};
 use mistri_locks::CallbackHandle;
 use parking_lot::Mutex;
@@ -94,21 +95,6 @@ fn deliver(py: Python<'_>, events: Vec<Event>) {
             crate::events::deliver(py, id, reason.as_deref());
         }
     }
-}
-
-/// Makes sure this process runs the dispatcher thread (the core says when:
-/// once per process, again in a forked child).
-pub(crate) fn ensure_dispatcher(py: Python<'_>) -> PyResult<()> {
-    if !delivery::claim_host_thread() {
-        return Ok(());
-    }
-    let started = py
-        .import("mistri_locks._dispatch")
-        .and_then(|m| m.call_method0("start"));
-    if started.is_err() {
-        delivery::host_thread_ended();
-    }
-    started.map(drop)
 }
 
 /// The dispatcher thread's step: waits GIL-free up to `timeout` seconds (at

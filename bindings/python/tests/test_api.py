@@ -128,3 +128,45 @@ def test_one_vocabulary_with_old_names_as_aliases() -> None:
         assert owner.acquire("vocab", 5)
         assert not m.acquire("vocab", 5), "another owner, same store"
         owner.release("vocab")
+
+
+def test_configure_takes_the_handle_positionally_or_as_locks() -> None:
+    import warnings
+
+    locks = mistri_locks.Memory()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the current spelling never warns
+        mistri_locks.configure(locks)
+        assert mistri_locks.locks() is locks
+        mistri_locks.configure(None)
+        assert mistri_locks.locks() is None
+        mistri_locks.configure(locks=locks)
+        assert mistri_locks.locks() is locks
+        mistri_locks.configure(locks=None)
+    assert mistri_locks.locks() is None
+
+
+def test_configure_adapter_is_a_deprecated_alias() -> None:
+    locks = mistri_locks.Memory()
+    with pytest.warns(DeprecationWarning, match=r"configure\(adapter=\.\.\.\) is deprecated") as caught:
+        mistri_locks.configure(adapter=locks)  # type: ignore[call-overload]
+    assert caught[0].filename == __file__  # points at the caller
+    assert mistri_locks.locks() is locks
+    with mistri_locks.hold("via-alias", ttl=5, heartbeat=1) as h:  # type: ignore[union-attr]
+        assert h is not None and locks.held("via-alias")
+    with pytest.warns(DeprecationWarning):
+        mistri_locks.configure(adapter=None)  # type: ignore[call-overload]
+    assert mistri_locks.locks() is None
+
+
+def test_configure_needs_exactly_one_handle() -> None:
+    locks = mistri_locks.Memory()
+    with pytest.raises(TypeError, match="missing"):
+        mistri_locks.configure()  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="once"):
+        mistri_locks.configure(locks, adapter=locks)  # type: ignore[call-overload]
+    with pytest.raises(TypeError):
+        mistri_locks.configure(adapter="redis://localhost")  # type: ignore[call-overload]
+    with pytest.raises(TypeError):
+        mistri_locks.configure(locks, locks)  # type: ignore[call-overload]
+    assert mistri_locks.locks() is None

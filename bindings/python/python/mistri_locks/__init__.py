@@ -24,7 +24,14 @@ guard against hung holders.
 
 Names: ``Memory``, ``Redis`` and ``Local`` are ``Locks``: owner handles on
 one backend (``Adapter`` and ``sharing_adapter()`` are the old names of
-``Locks`` and ``new_owner()``, kept until 0.3).
+``Locks`` and ``new_owner()``, and ``configure(adapter=...)`` that of
+``configure(locks)``, kept until 0.3).
+
+Looking: ``locks.info(key)`` (a ``LeaseInfo`` dict, or None),
+``locks.list(prefix="")`` (a ``Listing``: the live leases and raised flags,
+what ``mistri-locks list`` shows), ``locks.active_holds()``,
+``locks.stats()``. ``hold.release()`` says whether it deleted the lease;
+``hold.release_outcome()`` says what happened (a ``ReleaseOutcome``).
 
 Threads: the heartbeat runs on a Rust thread that never calls Python.
 Callbacks registered with ``AbortSignal.on_abort`` and duck-typed ``signal=``
@@ -34,7 +41,8 @@ dispatcher thread ``mistri-locks-dispatch``.
 
 asyncio: ``async with mistri_locks.hold_async(key, ...) as h`` (``h`` is None
 when the lease is held elsewhere), ``adapter.hold_async(...)``,
-``await h.release_async()``, ``await signal.wait_async(timeout)``,
+``await h.release_async()`` (or ``h.release_outcome_async()``),
+``await signal.wait_async(timeout)``,
 ``signal.on_abort_async(cb)`` (``cb`` runs on the caller's loop and may be a
 coroutine function), ``signal.cancel_task(task)``, and the seven operations
 as ``adapter.acquire_async(...)`` etc. Nothing of it blocks the loop: see
@@ -62,6 +70,8 @@ from ._native import (
 )
 from . import _dispatch as _dispatch  # noqa: F401  (atexit hook)
 from ._aio import HoldContext, hold_async
+from ._info import FlagInfo, HolderInfo, LeaseInfo, Listing
+from ._release import ReleaseOutcome
 
 #: The old name of ``Locks`` (the owner handle), kept until 0.3.
 Adapter = Locks
@@ -76,11 +86,16 @@ __all__ = [
     "ConfigError",
     "ConnectionError",
     "Error",
+    "FlagInfo",
     "Hold",
+    "HolderInfo",
+    "LeaseInfo",
+    "Listing",
     "Local",
     "Locks",
     "Memory",
     "Redis",
+    "ReleaseOutcome",
     "SystemResourceError",
     "configure",
     "hold",

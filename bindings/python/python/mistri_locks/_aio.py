@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Optional, TypeVar, U
 
 if TYPE_CHECKING:
     from ._native import AbortSignal, Hold, Locks
+    from ._release import ReleaseOutcome
 
 T = TypeVar("T")
 
@@ -169,6 +170,11 @@ def hold_async(key: str, *args: Any, **kwargs: Any) -> HoldContext:
 async def release_hold(hold: Hold) -> bool:
     """``Hold.release_async``: ``Hold.release`` off the loop."""
     return await off_loop(hold.release)
+
+
+async def release_hold_outcome(hold: Hold) -> ReleaseOutcome:
+    """``Hold.release_outcome_async``: ``Hold.release_outcome`` off the loop."""
+    return await off_loop(hold.release_outcome)
 
 
 async def operation(bound: Callable[..., T], *args: Any) -> T:

@@ -1,0 +1,51 @@
+"""The shapes of ``Locks.info(key)`` and ``Locks.list(prefix)``: plain dicts
+at run time (``json.dumps`` takes them as they are), typed here for mypy.
+Seconds are floats; times are Unix seconds (wall clock, for people); time
+left is the backend's own clock. The native module builds them
+(``bindings/python/src/info.rs``)."""
+
+from __future__ import annotations
+
+from typing import Optional, TypedDict
+
+
+class HolderInfo(TypedDict):
+    """One holder's description, as it stored it with its lease."""
+
+    holder: str  #: its label (default ``host:pid language``)
+    fence: int  #: the fencing number of its acquisition
+    acquired_at: float
+    renewed_at: float  #: at first, the acquire time
+    ttl: float  #: of the last acquire or renewal
+    heartbeat: float  #: of its hold; 0 for a plain acquire
+
+
+class LeaseInfo(TypedDict):
+    """A live lease. For an exclusive lease the holder's fields are those of
+    ``holders[0]`` (all None if it stored no description); for an N-holder
+    lease they are None and ``holders`` lists every live slot's holder."""
+
+    key: str
+    time_left: Optional[float]  #: None: a lease with no expiry
+    holder: Optional[str]
+    fence: Optional[int]
+    acquired_at: Optional[float]
+    renewed_at: Optional[float]
+    ttl: Optional[float]
+    heartbeat: Optional[float]
+    limit: int  #: 1, or the newest holder's limit of an N-holder lease
+    holders: list[HolderInfo]  #: by fence
+
+
+class FlagInfo(TypedDict):
+    """A raised flag."""
+
+    key: str
+    time_left: Optional[float]  #: None: a flag with no expiry
+
+
+class Listing(TypedDict):
+    """What ``Locks.list(prefix)`` found, each list sorted by key."""
+
+    leases: list[LeaseInfo]
+    flags: list[FlagInfo]
