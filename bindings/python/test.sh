@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Python extension and runs its checks: no import cycle among
-# the crate's modules (import_cycles.py), mypy stubtest (the .pyi
+# the crate's modules (scripts/check_cycles.py), mypy stubtest (the .pyi
 # must match the native module), mypy --strict on the package, and pytest
 # (the contract suite against Memory and a throwaway redis-server, plus
 # signals, processes, fork, Ctrl-C, asyncio), then installs the sdist into a
@@ -36,7 +36,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1
     | "$venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')}"
 
 echo "== import cycles: the modules of src/"
-"$venv/bin/python" "$here/import_cycles.py"
+"$venv/bin/python" "$here/../../scripts/check_cycles.py" "$here/src"
 
 echo "== build: maturin develop (debug) into $venv"
 VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" "$venv/bin/maturin" develop -q
