@@ -147,9 +147,6 @@ impl HoldOptions {
         if let Some(label) = &self.label {
             check_key("label", label)?;
         }
-        if let Some(wait) = self.wait {
-            crate::waiting::check_wait(wait)?;
-        }
         crate::waiting::check_limit(self.limit)?;
         if let Some(max_hold) = self.max_hold {
             check_duration("max_hold", max_hold)?;
@@ -396,7 +393,7 @@ impl Hold {
         *state = Releasing::Done;
         if deleted {
             // This process's waiters on the key: the head tries now.
-            crate::waiting::released(self.engine.adapter(), &self.status.lease);
+            crate::waiting::lines::released(self.engine.adapter(), &self.status.lease);
         }
         Ok(if deleted {
             ReleaseOutcome::Released

@@ -331,9 +331,6 @@ impl Locks {
     ) -> Result<Waiting<bool>> {
         check_key("key", key)?;
         check_duration("ttl", ttl)?;
-        if let Some(wait) = opts.wait {
-            crate::waiting::check_wait(wait)?;
-        }
         crate::waiting::check_limit(opts.limit)?;
         let (try_locks, done_locks) = (self.clone(), self.clone());
         let (try_key, limit) = (key.to_owned(), opts.limit);
@@ -443,7 +440,7 @@ impl Locks {
         if let Some((owned, owner)) = self.owned() {
             if let Some(fence) = owned.memory.release_owned(key, owner) {
                 // This process's waiters on the key: the head tries now.
-                crate::waiting::released_fence(self.adapter(), key, fence);
+                crate::waiting::lines::released_fence(self.adapter(), key, fence);
                 return Ok(true);
             }
         }
@@ -459,7 +456,7 @@ impl Locks {
         })?;
         if released {
             // This process's waiters on the key: the head tries now.
-            crate::waiting::released(self.adapter(), &lease);
+            crate::waiting::lines::released(self.adapter(), &lease);
         }
         Ok(released)
     }
@@ -530,7 +527,7 @@ impl Locks {
         check_key("key", key)?;
         let broken = self.adapter().break_lease(key)?;
         if broken {
-            crate::waiting::released_key(self.adapter(), key);
+            crate::waiting::lines::released_key(self.adapter(), key);
         }
         Ok(broken)
     }

@@ -324,7 +324,7 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
             // that can't be deleted expires at its ttl.
             if shared.adapter.release(&lease).is_ok_and(|deleted| deleted) {
                 // Waiters of this process hear it at once ([`crate::waiting`]).
-                crate::waiting::released(&shared.adapter, &lease);
+                crate::waiting::lines::released(&shared.adapter, &lease);
             }
         }
     }

@@ -88,16 +88,20 @@
 //! never held while the registry lock is taken, nor while the backend is
 //! called.
 
+pub(crate) mod lines;
+
+pub use lines::WaitWaker;
+
 use crate::contract::adapter::{Adapter, Lease};
-use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
-use crate::runtime::fork::ForkLocal;
-use crate::runtime::sync::{Condvar, Mutex};
 use crate::signal::{AbortSignal, CallbackHandle, WakeToken};
-use rustc_hash::FxHashMap as HashMap;
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use lines::join;
+use lines::leave;
+use lines::pushes;
+use lines::Bell;
+use lines::Handoff;
+use lines::Place;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The most holders an N-holder lease may have.
@@ -112,10 +116,6 @@ pub const EXPIRY_SLACK: Duration = Duration::from_millis(2);
 /// A refused try after which the backend said no lease is there (it
 /// lapsed or was released in between): retry after this.
 const QUICK_RETRY: Duration = Duration::from_millis(5);
-
-/// How long a release is remembered, to recognise it when it is heard the
-/// other way too (a local release and its announcement).
-const OWN_RELEASE_MEMORY: Duration = Duration::from_secs(10);
 
 /// How to take a lease with [`crate::Locks::acquire_with`].
 #[derive(Debug, Clone)]
@@ -139,14 +139,17 @@ impl Default for AcquireOptions {
     }
 }
 
-/// Checks a wait: any duration (zero: try once; `Duration::MAX`: forever).
+/// Every `Duration` is a valid wait (zero: try once; `Duration::MAX`:
+/// forever): this checked nothing and is kept for one release.
+#[deprecated(note = "every Duration is a valid wait: nothing to check")]
+#[doc(hidden)]
 pub fn check_wait(wait: Duration) -> Result<()> {
     let _ = wait;
     Ok(())
 }
 
 /// Checks an N-holder limit: 1 ..= [`MAX_LIMIT`].
-pub fn check_limit(limit: u32) -> Result<()> {
+pub(crate) fn check_limit(limit: u32) -> Result<()> {
     if limit == 0 || limit > MAX_LIMIT {
         return Err(Error::InvalidArgument(format!(
             "limit must be between 1 and {MAX_LIMIT}, got {limit}"
@@ -162,446 +165,6 @@ pub enum Poll<T> {
     Ready(T),
     /// Not done yet: the slice passed, or [`WaitWaker::wake`] was called.
     Pending,
-}
-
-#[derive(Default)]
-struct BellState {
-    /// [`WaitWaker::wake`] calls ([`WakeToken`]s count these).
-    wakes: u64,
-    /// "Try now" rings: a release, a re-subscribe, the head before leaving
-    /// without the lease.
-    rings: u64,
-    /// The signal's abort (look at it now).
-    aborted: bool,
-    /// This waiter heads its line (only the head tries).
-    head: bool,
-    /// Set with `head` when the previous head left holding the lease: its
-    /// ttl, the longest until that lease could lapse.
-    lapse: Option<Duration>,
-}
-
-/// One waiter's wake-up: its state and a condition variable (std's, see
-/// `crate::runtime::sync`: a forked child inherits no phantom waiters).
-#[derive(Default)]
-struct Bell {
-    state: Mutex<BellState>,
-    changed: Condvar,
-}
-
-impl Bell {
-    fn ring(&self) {
-        let mut state = self.state.lock();
-        state.rings = state.rings.wrapping_add(1);
-        self.changed.notify_all();
-    }
-
-    /// Makes this waiter the head; `lapse` as in [`BellState::lapse`],
-    /// `ring` to make it try at once.
-    fn promote(&self, lapse: Option<Duration>, ring: bool) {
-        let mut state = self.state.lock();
-        state.head = true;
-        state.lapse = lapse;
-        if ring {
-            state.rings = state.rings.wrapping_add(1);
-        }
-        self.changed.notify_all();
-    }
-}
-
-/// Wakes a [`Waiting`] blocked in [`Waiting::poll`] (which then returns
-/// [`Poll::Pending`]); for a host's unblock function. Cheap to clone, any
-/// thread.
-#[derive(Clone)]
-pub struct WaitWaker {
-    bell: Arc<Bell>,
-}
-
-impl WaitWaker {
-    /// Makes the current (or next, if its token predates this call) poll
-    /// return [`Poll::Pending`].
-    pub fn wake(&self) {
-        let mut state = self.bell.state.lock();
-        state.wakes = state.wakes.wrapping_add(1);
-        self.bell.changed.notify_all();
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The registry of lines (module header).
-
-/// An adapter object's identity: the address of its data.
-fn adapter_id(adapter: &Arc<dyn Adapter>) -> usize {
-    Arc::as_ptr(adapter).cast::<()>() as usize
-}
-
-struct Line {
-    /// This line's name in the backend's queue of lines for the key
-    /// ([`Adapter::acquire_queued`]): random, kept while the line exists.
-    id: Arc<str>,
-    /// A waiter tried with `id` since the line last acquired: the backend
-    /// may have it queued.
-    asked: bool,
-    /// Waiters in arrival order; the front one is the head.
-    queue: VecDeque<(u64, Arc<Bell>)>,
-    /// Releases rung for lately (by fence), whether by this process's
-    /// release or by the announcement: the same release heard the other
-    /// way later rings nobody (one try saved per hand-off).
-    rung_for: Vec<(u64, Instant)>,
-}
-
-/// A fresh line id: 16 random hex digits.
-fn line_id() -> Arc<str> {
-    let token = crate::args::mint_token().unwrap_or_else(|_| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        format!("{:08x}{nanos:08x}", std::process::id())
-    });
-    Arc::from(&token[..16])
-}
-
-impl Line {
-    fn new(id: Arc<str>) -> Self {
-        Line {
-            id,
-            asked: false,
-            queue: VecDeque::new(),
-            rung_for: Vec::new(),
-        }
-    }
-
-    fn ring_head(&self) {
-        if let Some((_, bell)) = self.queue.front() {
-            bell.ring();
-        }
-    }
-
-    /// Rings the head for the release of `fence`, unless that release
-    /// rang it already (heard the other way: message or local call).
-    fn ring_for(&mut self, fence: u64) {
-        if let Some(at) = self.rung_for.iter().position(|(f, _)| *f == fence) {
-            self.rung_for.swap_remove(at);
-            return;
-        }
-        let now = Instant::now();
-        self.rung_for
-            .retain(|(_, at)| now.saturating_duration_since(*at) < OWN_RELEASE_MEMORY);
-        if self.rung_for.len() >= 64 {
-            self.rung_for.remove(0);
-        }
-        self.rung_for.push((fence, now));
-        self.ring_head();
-    }
-}
-
-/// The lines on one adapter object, and its listener registration.
-struct AdapterLines {
-    lines: HashMap<Arc<str>, Line>,
-    waiters: usize,
-    watcher: Arc<WaitWatcher>,
-    /// Kept while anyone waits; `None` if the adapter can't push.
-    watch: Option<FlagWatch>,
-    /// `watch_flags` was asked (by the first waiter, outside the lock).
-    watching: bool,
-}
-
-#[derive(Default)]
-struct LinesState {
-    adapters: HashMap<usize, AdapterLines>,
-    next_id: u64,
-    /// The ids of lines that ended lately, per (adapter, key): a line that
-    /// starts again soon takes the same id, so its subscription (kept
-    /// [`crate::contract::push::LINGER`] by the listener) is still live and its
-    /// releases are heard without a new subscribe.
-    recent: RecentLines,
-}
-
-/// How many ended lines' ids are remembered at most.
-const RECENT_LINES: usize = 4096;
-
-/// The ids of lines that ended lately ([`LinesState::recent`]).
-type RecentLines = HashMap<(usize, Arc<str>), (Arc<str>, Instant)>;
-
-/// The id for a new line of (`adapter`, `key`): the last one's if it
-/// ended within [`crate::contract::push::LINGER`], else a fresh one.
-fn line_id_for(recent: &mut RecentLines, adapter: usize, key: &Arc<str>) -> Arc<str> {
-    match recent.remove(&(adapter, key.clone())) {
-        Some((id, at)) if at.elapsed() < crate::contract::push::LINGER => id,
-        _ => line_id(),
-    }
-}
-
-/// Remembers the id of a line that ended.
-fn line_ended(recent: &mut RecentLines, adapter: usize, key: Arc<str>, id: Arc<str>) {
-    if recent.len() >= RECENT_LINES {
-        recent.retain(|_, (_, at)| at.elapsed() < crate::contract::push::LINGER);
-        if recent.len() >= RECENT_LINES {
-            recent.clear();
-        }
-    }
-    recent.insert((adapter, key), (id, Instant::now()));
-}
-
-#[derive(Default)]
-struct Lines {
-    state: parking_lot::Mutex<LinesState>,
-    /// Waiters in all lines: releases skip the registry when zero.
-    waiters: AtomicUsize,
-}
-
-static LINES: OnceLock<ForkLocal<Lines>> = OnceLock::new();
-
-fn lines() -> &'static Lines {
-    LINES
-        .get_or_init(|| ForkLocal::new(Lines::default(), |_| Lines::default()))
-        .get()
-}
-
-/// The registry if anyone waits (one atomic load when nobody ever did).
-fn lines_in_use() -> Option<&'static Lines> {
-    let lines = LINES.get()?.get();
-    (lines.waiters.load(Ordering::SeqCst) > 0).then_some(lines)
-}
-
-/// Tells this process's waiters on `key` that `lease` was just released
-/// through `adapter` (the release succeeded, or may have): the head of the
-/// line tries at once. Cheap when nobody waits (a few atomic loads). For
-/// every release path: [`crate::Locks::release`], [`Hold::release`] and the
-/// engine's background delete.
-pub(crate) fn released(adapter: &Arc<dyn Adapter>, lease: &Lease) {
-    released_fence(adapter, lease.key(), lease.fence());
-}
-
-/// [`released`] for the lease on `key` with fencing number `fence`.
-pub(crate) fn released_fence(adapter: &Arc<dyn Adapter>, key: &str, fence: u64) {
-    let Some(lines) = lines_in_use() else {
-        return;
-    };
-    let mut state = lines.state.lock();
-    let line = state
-        .adapters
-        .get_mut(&adapter_id(adapter))
-        .and_then(|a| a.lines.get_mut(key));
-    if let Some(line) = line {
-        line.ring_for(fence);
-    }
-}
-
-/// [`released`] for a release that names no lease ([`crate::Locks::break_lease`]).
-pub(crate) fn released_key(adapter: &Arc<dyn Adapter>, key: &str) {
-    let Some(lines) = lines_in_use() else {
-        return;
-    };
-    let state = lines.state.lock();
-    let line = state
-        .adapters
-        .get(&adapter_id(adapter))
-        .and_then(|a| a.lines.get(key));
-    if let Some(line) = line {
-        line.ring_head();
-    }
-}
-
-/// The lines on `adapter` hear releases by push (its listener runs).
-fn pushes(adapter: &Arc<dyn Adapter>) -> bool {
-    lines()
-        .state
-        .lock()
-        .adapters
-        .get(&adapter_id(adapter))
-        .is_some_and(|a| a.watch.is_some())
-}
-
-/// What the adapter's listener tells the lines of one adapter object.
-struct WaitWatcher {
-    adapter: usize,
-}
-
-impl FlagWatcher for WaitWatcher {
-    fn raised(&self, _key: &str) {}
-
-    fn poll_now(&self) {}
-
-    fn released(&self, key: &str, fence: Option<u64>) {
-        let Some(lines) = lines_in_use() else {
-            return;
-        };
-        let mut state = lines.state.lock();
-        let line = state
-            .adapters
-            .get_mut(&self.adapter)
-            .and_then(|a| a.lines.get_mut(key));
-        match (line, fence) {
-            (Some(line), Some(fence)) => line.ring_for(fence),
-            (Some(line), None) => line.ring_head(),
-            (None, _) => {}
-        }
-    }
-
-    fn released_any(&self) {
-        let Some(lines) = lines_in_use() else {
-            return;
-        };
-        let state = lines.state.lock();
-        if let Some(a) = state.adapters.get(&self.adapter) {
-            for line in a.lines.values() {
-                line.ring_head();
-            }
-        }
-    }
-}
-
-/// A waiter's place in a line.
-struct Place {
-    adapter: usize,
-    id: u64,
-    /// The line's id ([`Line::id`]).
-    line: Arc<str>,
-    /// The fork generation it was taken in (a child's registry is new).
-    generation: u64,
-}
-
-/// Joins the line of (`adapter`, `key`); the bell is promoted at once if
-/// the line was empty.
-fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
-    let lines = lines();
-    let aid = adapter_id(adapter);
-    let (id, line_id, must_watch) = {
-        let mut guard = lines.state.lock();
-        let state = &mut *guard;
-        state.next_id += 1;
-        let id = state.next_id;
-        let recent = &mut state.recent;
-        let a = state.adapters.entry(aid).or_insert_with(|| AdapterLines {
-            lines: HashMap::default(),
-            waiters: 0,
-            watcher: Arc::new(WaitWatcher { adapter: aid }),
-            watch: None,
-            watching: false,
-        });
-        a.waiters += 1;
-        let (lines_of, watch) = (&mut a.lines, &a.watch);
-        let line = lines_of.entry(key.clone()).or_insert_with(|| {
-            let id = line_id_for(recent, aid, key);
-            if let Some(watch) = watch {
-                watch.watch_line(key, &id);
-            }
-            Line::new(id)
-        });
-        let line_id = line.id.clone();
-        line.queue.push_back((id, bell.clone()));
-        if line.queue.len() == 1 {
-            bell.promote(None, false);
-        }
-        lines.waiters.fetch_add(1, Ordering::SeqCst);
-        let must_watch = (!a.watching).then(|| {
-            a.watching = true;
-            a.watcher.clone()
-        });
-        (id, line_id, must_watch)
-    };
-    if let Some(watcher) = must_watch {
-        // Outside the lock: this may start the listener thread.
-        let weak: Weak<dyn FlagWatcher> =
-            Arc::downgrade(&(watcher.clone() as Arc<dyn FlagWatcher>));
-        let watch = adapter.watch_flags(weak);
-        let mut state = lines.state.lock();
-        let mine = state
-            .adapters
-            .get_mut(&aid)
-            .filter(|a| Arc::ptr_eq(&a.watcher, &watcher));
-        let unused = match mine {
-            Some(a) => {
-                // The lines made before the watch existed.
-                if let Some(watch) = &watch {
-                    for (key, line) in &a.lines {
-                        watch.watch_line(key, &line.id);
-                    }
-                }
-                std::mem::replace(&mut a.watch, watch)
-            }
-            None => watch,
-        };
-        drop(state);
-        drop(unused);
-    }
-    Place {
-        adapter: aid,
-        id,
-        line: line_id,
-        generation: crate::runtime::fork::generation(),
-    }
-}
-
-/// What a head leaving its line passes to the next waiter.
-struct Handoff {
-    /// The next head tries at once.
-    ring: bool,
-    /// The leaver's rings when it last acted: a ring that came after (up
-    /// to the moment it is out of the line, judged under the registry
-    /// lock, so a release racing the leave is never lost) passes on too.
-    seen: Option<u64>,
-    /// Else it tries after this long at most ([`BellState::lapse`]).
-    lapse: Option<Duration>,
-    /// The leaver acquired (the backend took the line out of its queue).
-    acquired: bool,
-    /// The leaver tried with the line's id.
-    tried: bool,
-}
-
-/// Leaves the line; a head hands over to the next waiter (module header).
-/// True when the line is gone and the backend may still have it queued
-/// (the caller then asks it to forget the line).
-fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
-    if place.generation != crate::runtime::fork::generation() {
-        return false; // taken in the parent's registry, which is not ours
-    }
-    let lines = lines();
-    let mut state = lines.state.lock();
-    let Some(a) = state.adapters.get_mut(&place.adapter) else {
-        return false;
-    };
-    let Some(line) = a.lines.get_mut(key) else {
-        return false;
-    };
-    let Some(at) = line.queue.iter().position(|(id, _)| *id == place.id) else {
-        return false;
-    };
-    if handoff.acquired {
-        line.asked = false;
-    } else if handoff.tried {
-        line.asked = true;
-    }
-    let rung_meanwhile = handoff
-        .seen
-        .is_some_and(|seen| line.queue[at].1.state.lock().rings != seen);
-    line.queue.remove(at);
-    a.waiters -= 1;
-    lines.waiters.fetch_sub(1, Ordering::SeqCst);
-    if at == 0 {
-        if let Some((_, next)) = line.queue.front() {
-            next.promote(handoff.lapse, handoff.ring || rung_meanwhile);
-        }
-    }
-    let mut forget = false;
-    if line.queue.is_empty() {
-        forget = line.asked;
-        if let Some((key, line)) = a.lines.remove_entry(key) {
-            if let Some(watch) = &a.watch {
-                watch.unwatch_line(&key, &line.id);
-            }
-            line_ended(&mut state.recent, place.adapter, key, line.id);
-        }
-    }
-    let a = state.adapters.get(&place.adapter);
-    let gone = a
-        .is_some_and(|a| a.waiters == 0)
-        .then(|| state.adapters.remove(&place.adapter))
-        .flatten();
-    drop(state);
-    // Unregisters from the listener outside the lock.
-    drop(gone);
-    forget
 }
 
 // ---------------------------------------------------------------------------
@@ -977,72 +540,4 @@ pub(crate) fn acquire_waiting(
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::{AcquireOptions, HoldOptions, Locks};
-    use std::time::{Duration, Instant};
-
-    #[test]
-    fn a_waiting_acquire_gets_the_lease_when_it_is_released() {
-        let locks = Locks::memory();
-        let other = locks.new_owner();
-        assert!(locks.acquire("k", Duration::from_secs(10)).unwrap());
-        let t = std::thread::spawn(move || {
-            let opts = AcquireOptions {
-                wait: Some(Duration::from_secs(10)),
-                ..AcquireOptions::default()
-            };
-            other
-                .acquire_with("k", Duration::from_secs(10), &opts)
-                .unwrap()
-        });
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(locks.release("k").unwrap());
-        assert!(t.join().unwrap());
-    }
-
-    #[test]
-    fn an_owner_whose_own_lease_lapsed_takes_it_again_with_a_wait() {
-        let locks = Locks::memory();
-        let waiting = |limit| AcquireOptions {
-            wait: Some(Duration::from_millis(300)),
-            limit,
-            ..AcquireOptions::default()
-        };
-        for limit in [1, 2] {
-            let key = format!("k{limit}");
-            let opts = waiting(limit);
-            let short = AcquireOptions {
-                wait: None,
-                ..opts.clone()
-            };
-            assert!(locks
-                .acquire_with(&key, Duration::from_millis(50), &short)
-                .unwrap());
-            let first = locks.fence(&key).unwrap();
-            if limit > 1 {
-                // Still live: one owner takes one slot, not two.
-                assert!(!locks
-                    .acquire_with(&key, Duration::from_secs(5), &short)
-                    .unwrap());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-            assert!(locks
-                .acquire_with(&key, Duration::from_secs(5), &opts)
-                .unwrap());
-            assert!(locks.fence(&key).unwrap() > first);
-        }
-    }
-
-    #[test]
-    fn a_wait_that_runs_out_is_a_refusal() {
-        let locks = Locks::memory();
-        assert!(locks.acquire("k", Duration::from_secs(10)).unwrap());
-        let opts = HoldOptions {
-            wait: Some(Duration::from_millis(100)),
-            ..HoldOptions::default()
-        };
-        let started = Instant::now();
-        assert!(locks.new_owner().hold("k", opts).unwrap().is_none());
-        assert!(started.elapsed() >= Duration::from_millis(100));
-    }
-}
+mod tests;

@@ -1,0 +1,458 @@
+//! The lines of waiters of this process, one per (backend, key): who is
+//! at the head, the bells that wake them, the releases heard (pushed or
+//! local) and the hand-over to the next waiter; a line's id and its place
+//! in the backend's queue.
+
+use crate::contract::adapter::{Adapter, Lease};
+use crate::contract::push::{FlagWatch, FlagWatcher};
+use crate::runtime::fork::ForkLocal;
+use crate::runtime::sync::{Condvar, Mutex};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// How long a release is remembered, to recognise it when it is heard the
+/// other way too (a local release and its announcement).
+pub(crate) const OWN_RELEASE_MEMORY: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+pub(crate) struct BellState {
+    /// [`WaitWaker::wake`] calls ([`WakeToken`]s count these).
+    pub(crate) wakes: u64,
+    /// "Try now" rings: a release, a re-subscribe, the head before leaving
+    /// without the lease.
+    pub(crate) rings: u64,
+    /// The signal's abort (look at it now).
+    pub(crate) aborted: bool,
+    /// This waiter heads its line (only the head tries).
+    pub(crate) head: bool,
+    /// Set with `head` when the previous head left holding the lease: its
+    /// ttl, the longest until that lease could lapse.
+    pub(crate) lapse: Option<Duration>,
+}
+
+/// One waiter's wake-up: its state and a condition variable (std's, see
+/// `crate::runtime::sync`: a forked child inherits no phantom waiters).
+#[derive(Default)]
+pub(crate) struct Bell {
+    pub(crate) state: Mutex<BellState>,
+    pub(crate) changed: Condvar,
+}
+
+impl Bell {
+    pub(crate) fn ring(&self) {
+        let mut state = self.state.lock();
+        state.rings = state.rings.wrapping_add(1);
+        self.changed.notify_all();
+    }
+
+    /// Makes this waiter the head; `lapse` as in [`BellState::lapse`],
+    /// `ring` to make it try at once.
+    pub(crate) fn promote(&self, lapse: Option<Duration>, ring: bool) {
+        let mut state = self.state.lock();
+        state.head = true;
+        state.lapse = lapse;
+        if ring {
+            state.rings = state.rings.wrapping_add(1);
+        }
+        self.changed.notify_all();
+    }
+}
+
+/// Wakes a [`Waiting`] blocked in [`Waiting::poll`] (which then returns
+/// [`Poll::Pending`]); for a host's unblock function. Cheap to clone, any
+/// thread.
+#[derive(Clone)]
+pub struct WaitWaker {
+    pub(crate) bell: Arc<Bell>,
+}
+
+impl WaitWaker {
+    /// Makes the current (or next, if its token predates this call) poll
+    /// return [`Poll::Pending`].
+    pub fn wake(&self) {
+        let mut state = self.bell.state.lock();
+        state.wakes = state.wakes.wrapping_add(1);
+        self.bell.changed.notify_all();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The registry of lines (module header).
+
+/// An adapter object's identity: the address of its data.
+pub(crate) fn adapter_id(adapter: &Arc<dyn Adapter>) -> usize {
+    Arc::as_ptr(adapter).cast::<()>() as usize
+}
+
+pub(crate) struct Line {
+    /// This line's name in the backend's queue of lines for the key
+    /// ([`Adapter::acquire_queued`]): random, kept while the line exists.
+    pub(crate) id: Arc<str>,
+    /// A waiter tried with `id` since the line last acquired: the backend
+    /// may have it queued.
+    pub(crate) asked: bool,
+    /// Waiters in arrival order; the front one is the head.
+    pub(crate) queue: VecDeque<(u64, Arc<Bell>)>,
+    /// Releases rung for lately (by fence), whether by this process's
+    /// release or by the announcement: the same release heard the other
+    /// way later rings nobody (one try saved per hand-off).
+    pub(crate) rung_for: Vec<(u64, Instant)>,
+}
+
+/// A fresh line id: 16 random hex digits.
+pub(crate) fn line_id() -> Arc<str> {
+    let token = crate::args::mint_token().unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        format!("{:08x}{nanos:08x}", std::process::id())
+    });
+    Arc::from(&token[..16])
+}
+
+impl Line {
+    pub(crate) fn new(id: Arc<str>) -> Self {
+        Line {
+            id,
+            asked: false,
+            queue: VecDeque::new(),
+            rung_for: Vec::new(),
+        }
+    }
+
+    pub(crate) fn ring_head(&self) {
+        if let Some((_, bell)) = self.queue.front() {
+            bell.ring();
+        }
+    }
+
+    /// Rings the head for the release of `fence`, unless that release
+    /// rang it already (heard the other way: message or local call).
+    pub(crate) fn ring_for(&mut self, fence: u64) {
+        if let Some(at) = self.rung_for.iter().position(|(f, _)| *f == fence) {
+            self.rung_for.swap_remove(at);
+            return;
+        }
+        let now = Instant::now();
+        self.rung_for
+            .retain(|(_, at)| now.saturating_duration_since(*at) < OWN_RELEASE_MEMORY);
+        if self.rung_for.len() >= 64 {
+            self.rung_for.remove(0);
+        }
+        self.rung_for.push((fence, now));
+        self.ring_head();
+    }
+}
+
+/// The lines on one adapter object, and its listener registration.
+pub(crate) struct AdapterLines {
+    pub(crate) lines: HashMap<Arc<str>, Line>,
+    pub(crate) waiters: usize,
+    pub(crate) watcher: Arc<WaitWatcher>,
+    /// Kept while anyone waits; `None` if the adapter can't push.
+    pub(crate) watch: Option<FlagWatch>,
+    /// `watch_flags` was asked (by the first waiter, outside the lock).
+    pub(crate) watching: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct LinesState {
+    pub(crate) adapters: HashMap<usize, AdapterLines>,
+    pub(crate) next_id: u64,
+    /// The ids of lines that ended lately, per (adapter, key): a line that
+    /// starts again soon takes the same id, so its subscription (kept
+    /// [`crate::contract::push::LINGER`] by the listener) is still live and its
+    /// releases are heard without a new subscribe.
+    pub(crate) recent: RecentLines,
+}
+
+/// How many ended lines' ids are remembered at most.
+pub(crate) const RECENT_LINES: usize = 4096;
+
+/// The ids of lines that ended lately ([`LinesState::recent`]).
+pub(crate) type RecentLines = HashMap<(usize, Arc<str>), (Arc<str>, Instant)>;
+
+/// The id for a new line of (`adapter`, `key`): the last one's if it
+/// ended within [`crate::contract::push::LINGER`], else a fresh one.
+pub(crate) fn line_id_for(recent: &mut RecentLines, adapter: usize, key: &Arc<str>) -> Arc<str> {
+    match recent.remove(&(adapter, key.clone())) {
+        Some((id, at)) if at.elapsed() < crate::contract::push::LINGER => id,
+        _ => line_id(),
+    }
+}
+
+/// Remembers the id of a line that ended.
+pub(crate) fn line_ended(recent: &mut RecentLines, adapter: usize, key: Arc<str>, id: Arc<str>) {
+    if recent.len() >= RECENT_LINES {
+        recent.retain(|_, (_, at)| at.elapsed() < crate::contract::push::LINGER);
+        if recent.len() >= RECENT_LINES {
+            recent.clear();
+        }
+    }
+    recent.insert((adapter, key), (id, Instant::now()));
+}
+
+#[derive(Default)]
+pub(crate) struct Lines {
+    pub(crate) state: parking_lot::Mutex<LinesState>,
+    /// Waiters in all lines: releases skip the registry when zero.
+    pub(crate) waiters: AtomicUsize,
+}
+
+pub(crate) static LINES: OnceLock<ForkLocal<Lines>> = OnceLock::new();
+
+pub(crate) fn lines() -> &'static Lines {
+    LINES
+        .get_or_init(|| ForkLocal::new(Lines::default(), |_| Lines::default()))
+        .get()
+}
+
+/// The registry if anyone waits (one atomic load when nobody ever did).
+pub(crate) fn lines_in_use() -> Option<&'static Lines> {
+    let lines = LINES.get()?.get();
+    (lines.waiters.load(Ordering::SeqCst) > 0).then_some(lines)
+}
+
+/// Tells this process's waiters on `key` that `lease` was just released
+/// through `adapter` (the release succeeded, or may have): the head of the
+/// line tries at once. Cheap when nobody waits (a few atomic loads). For
+/// every release path: [`crate::Locks::release`], [`Hold::release`] and the
+/// engine's background delete.
+pub(crate) fn released(adapter: &Arc<dyn Adapter>, lease: &Lease) {
+    released_fence(adapter, lease.key(), lease.fence());
+}
+
+/// [`released`] for the lease on `key` with fencing number `fence`.
+pub(crate) fn released_fence(adapter: &Arc<dyn Adapter>, key: &str, fence: u64) {
+    let Some(lines) = lines_in_use() else {
+        return;
+    };
+    let mut state = lines.state.lock();
+    let line = state
+        .adapters
+        .get_mut(&adapter_id(adapter))
+        .and_then(|a| a.lines.get_mut(key));
+    if let Some(line) = line {
+        line.ring_for(fence);
+    }
+}
+
+/// [`released`] for a release that names no lease ([`crate::Locks::break_lease`]).
+pub(crate) fn released_key(adapter: &Arc<dyn Adapter>, key: &str) {
+    let Some(lines) = lines_in_use() else {
+        return;
+    };
+    let state = lines.state.lock();
+    let line = state
+        .adapters
+        .get(&adapter_id(adapter))
+        .and_then(|a| a.lines.get(key));
+    if let Some(line) = line {
+        line.ring_head();
+    }
+}
+
+/// The lines on `adapter` hear releases by push (its listener runs).
+pub(crate) fn pushes(adapter: &Arc<dyn Adapter>) -> bool {
+    lines()
+        .state
+        .lock()
+        .adapters
+        .get(&adapter_id(adapter))
+        .is_some_and(|a| a.watch.is_some())
+}
+
+/// What the adapter's listener tells the lines of one adapter object.
+pub(crate) struct WaitWatcher {
+    pub(crate) adapter: usize,
+}
+
+impl FlagWatcher for WaitWatcher {
+    fn raised(&self, _key: &str) {}
+
+    fn poll_now(&self) {}
+
+    fn released(&self, key: &str, fence: Option<u64>) {
+        let Some(lines) = lines_in_use() else {
+            return;
+        };
+        let mut state = lines.state.lock();
+        let line = state
+            .adapters
+            .get_mut(&self.adapter)
+            .and_then(|a| a.lines.get_mut(key));
+        match (line, fence) {
+            (Some(line), Some(fence)) => line.ring_for(fence),
+            (Some(line), None) => line.ring_head(),
+            (None, _) => {}
+        }
+    }
+
+    fn released_any(&self) {
+        let Some(lines) = lines_in_use() else {
+            return;
+        };
+        let state = lines.state.lock();
+        if let Some(a) = state.adapters.get(&self.adapter) {
+            for line in a.lines.values() {
+                line.ring_head();
+            }
+        }
+    }
+}
+
+/// A waiter's place in a line.
+pub(crate) struct Place {
+    pub(crate) adapter: usize,
+    pub(crate) id: u64,
+    /// The line's id ([`Line::id`]).
+    pub(crate) line: Arc<str>,
+    /// The fork generation it was taken in (a child's registry is new).
+    pub(crate) generation: u64,
+}
+
+/// Joins the line of (`adapter`, `key`); the bell is promoted at once if
+/// the line was empty.
+pub(crate) fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>) -> Place {
+    let lines = lines();
+    let aid = adapter_id(adapter);
+    let (id, line_id, must_watch) = {
+        let mut guard = lines.state.lock();
+        let state = &mut *guard;
+        state.next_id += 1;
+        let id = state.next_id;
+        let recent = &mut state.recent;
+        let a = state.adapters.entry(aid).or_insert_with(|| AdapterLines {
+            lines: HashMap::default(),
+            waiters: 0,
+            watcher: Arc::new(WaitWatcher { adapter: aid }),
+            watch: None,
+            watching: false,
+        });
+        a.waiters += 1;
+        let (lines_of, watch) = (&mut a.lines, &a.watch);
+        let line = lines_of.entry(key.clone()).or_insert_with(|| {
+            let id = line_id_for(recent, aid, key);
+            if let Some(watch) = watch {
+                watch.watch_line(key, &id);
+            }
+            Line::new(id)
+        });
+        let line_id = line.id.clone();
+        line.queue.push_back((id, bell.clone()));
+        if line.queue.len() == 1 {
+            bell.promote(None, false);
+        }
+        lines.waiters.fetch_add(1, Ordering::SeqCst);
+        let must_watch = (!a.watching).then(|| {
+            a.watching = true;
+            a.watcher.clone()
+        });
+        (id, line_id, must_watch)
+    };
+    if let Some(watcher) = must_watch {
+        // Outside the lock: this may start the listener thread.
+        let weak: Weak<dyn FlagWatcher> =
+            Arc::downgrade(&(watcher.clone() as Arc<dyn FlagWatcher>));
+        let watch = adapter.watch_flags(weak);
+        let mut state = lines.state.lock();
+        let mine = state
+            .adapters
+            .get_mut(&aid)
+            .filter(|a| Arc::ptr_eq(&a.watcher, &watcher));
+        let unused = match mine {
+            Some(a) => {
+                // The lines made before the watch existed.
+                if let Some(watch) = &watch {
+                    for (key, line) in &a.lines {
+                        watch.watch_line(key, &line.id);
+                    }
+                }
+                std::mem::replace(&mut a.watch, watch)
+            }
+            None => watch,
+        };
+        drop(state);
+        drop(unused);
+    }
+    Place {
+        adapter: aid,
+        id,
+        line: line_id,
+        generation: crate::runtime::fork::generation(),
+    }
+}
+
+/// What a head leaving its line passes to the next waiter.
+pub(crate) struct Handoff {
+    /// The next head tries at once.
+    pub(crate) ring: bool,
+    /// The leaver's rings when it last acted: a ring that came after (up
+    /// to the moment it is out of the line, judged under the registry
+    /// lock, so a release racing the leave is never lost) passes on too.
+    pub(crate) seen: Option<u64>,
+    /// Else it tries after this long at most ([`BellState::lapse`]).
+    pub(crate) lapse: Option<Duration>,
+    /// The leaver acquired (the backend took the line out of its queue).
+    pub(crate) acquired: bool,
+    /// The leaver tried with the line's id.
+    pub(crate) tried: bool,
+}
+
+/// Leaves the line; a head hands over to the next waiter (module header).
+/// True when the line is gone and the backend may still have it queued
+/// (the caller then asks it to forget the line).
+pub(crate) fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
+    if place.generation != crate::runtime::fork::generation() {
+        return false; // taken in the parent's registry, which is not ours
+    }
+    let lines = lines();
+    let mut state = lines.state.lock();
+    let Some(a) = state.adapters.get_mut(&place.adapter) else {
+        return false;
+    };
+    let Some(line) = a.lines.get_mut(key) else {
+        return false;
+    };
+    let Some(at) = line.queue.iter().position(|(id, _)| *id == place.id) else {
+        return false;
+    };
+    if handoff.acquired {
+        line.asked = false;
+    } else if handoff.tried {
+        line.asked = true;
+    }
+    let rung_meanwhile = handoff
+        .seen
+        .is_some_and(|seen| line.queue[at].1.state.lock().rings != seen);
+    line.queue.remove(at);
+    a.waiters -= 1;
+    lines.waiters.fetch_sub(1, Ordering::SeqCst);
+    if at == 0 {
+        if let Some((_, next)) = line.queue.front() {
+            next.promote(handoff.lapse, handoff.ring || rung_meanwhile);
+        }
+    }
+    let mut forget = false;
+    if line.queue.is_empty() {
+        forget = line.asked;
+        if let Some((key, line)) = a.lines.remove_entry(key) {
+            if let Some(watch) = &a.watch {
+                watch.unwatch_line(&key, &line.id);
+            }
+            line_ended(&mut state.recent, place.adapter, key, line.id);
+        }
+    }
+    let a = state.adapters.get(&place.adapter);
+    let gone = a
+        .is_some_and(|a| a.waiters == 0)
+        .then(|| state.adapters.remove(&place.adapter))
+        .flatten();
+    drop(state);
+    // Unregisters from the listener outside the lock.
+    drop(gone);
+    forget
+}
