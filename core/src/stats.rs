@@ -175,54 +175,6 @@ impl Event {
             cause: None,
         }
     }
-
-    /// The event as one string, for a face to pass through the host
-    /// delivery queue ([`crate::signal::delivery::post`]); [`Event::decode`] reads
-    /// it back. Format: `kind cause fence keylen:key[reason]`, where
-    /// `cause` is `-` for none and a reason is preceded by `|` (absent:
-    /// nothing follows the key).
-    pub fn encode(&self) -> String {
-        let cause = self.cause.map_or("-", LostCause::name);
-        let mut s = format!(
-            "{} {} {} {}:{}",
-            self.kind.name(),
-            cause,
-            self.fence,
-            self.key.len(),
-            self.key
-        );
-        if let Some(reason) = &self.reason {
-            s.push('|');
-            s.push_str(reason);
-        }
-        s
-    }
-
-    /// Reads an [`Event::encode`] string; `None` if it is not one.
-    pub fn decode(s: &str) -> Option<Event> {
-        let mut parts = s.splitn(4, ' ');
-        let kind = EventKind::from_name(parts.next()?)?;
-        let cause = match parts.next()? {
-            "-" => None,
-            name => Some(LostCause::from_name(name)?),
-        };
-        let fence = parts.next()?.parse().ok()?;
-        let rest = parts.next()?;
-        let (len, rest) = rest.split_once(':')?;
-        let len: usize = len.parse().ok()?;
-        let key = rest.get(..len)?.to_owned();
-        let reason = match rest.get(len..)? {
-            "" => None,
-            tail => Some(tail.strip_prefix('|')?.to_owned()),
-        };
-        Some(Event {
-            kind,
-            key,
-            fence,
-            reason,
-            cause,
-        })
-    }
 }
 
 /// Identifies a hook registered with [`Locks::on_event`], to remove it.
@@ -533,22 +485,6 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn events_survive_encoding() {
-        let mut e = Event::new(EventKind::Lost, "a b:c|d", 7);
-        e.cause = Some(LostCause::TooLate);
-        e.reason = Some("lease lost: x | y".into());
-        assert_eq!(Event::decode(&e.encode()), Some(e));
-        let plain = Event::new(EventKind::Refused, "", 0);
-        assert_eq!(Event::decode(&plain.encode()), Some(plain));
-        let empty_reason = Event {
-            reason: Some(String::new()),
-            ..Event::new(EventKind::Stopped, "k", 1)
-        };
-        assert_eq!(Event::decode(&empty_reason.encode()), Some(empty_reason));
-        assert_eq!(Event::decode("nonsense"), None);
-    }
 
     #[test]
     fn percentiles_over_the_window() {

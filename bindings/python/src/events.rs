@@ -58,7 +58,7 @@ pub(crate) fn on_event(py: Python<'_>, locks: &Locks, callback: Bound<'_, PyAny>
     // Registered before the core hook, so no event can find it missing.
     let mut hooks = HOOKS.lock();
     let map = hooks.get_or_insert_with(HashMap::new);
-    let core = locks.on_event(move |event| delivery::post(id, event.encode()));
+    let core = locks.on_event(move |event| delivery::post_event(id, event.clone()));
     map.insert(id, (callback.unbind(), core));
     Ok(id)
 }
@@ -81,24 +81,20 @@ pub(crate) fn remove_event_hook(locks: &Locks, handle: u64) -> bool {
     true
 }
 
-/// Delivers one event posted under listener `id`, on the dispatcher
-/// thread; `false` if `id` is not an event listener.
-pub(crate) fn deliver(py: Python<'_>, id: u64, payload: Option<&str>) -> bool {
-    if id < ID_BASE {
-        return false;
-    }
+/// Delivers a hold's event posted under listener `id`, on the dispatcher
+/// thread (nothing if its hook was removed meanwhile).
+pub(crate) fn deliver(py: Python<'_>, id: u64, event: &Event) {
     let callback = HOOKS
         .lock()
         .as_ref()
         .and_then(|m| m.get(&id).map(|(c, _)| c.clone_ref(py)));
-    let (Some(callback), Some(event)) = (callback, payload.and_then(Event::decode)) else {
-        return true;
+    let Some(callback) = callback else {
+        return;
     };
-    let result = event_dict(py, &event).and_then(|d| callback.bind(py).call1((d,)));
+    let result = event_dict(py, event).and_then(|d| callback.bind(py).call1((d,)));
     if let Err(err) = result {
         err.write_unraisable(py, Some(callback.bind(py)));
     }
-    true
 }
 
 fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict>> {

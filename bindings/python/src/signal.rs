@@ -17,7 +17,7 @@
 
 use crate::args::{wait_timeout, Seconds, Timeout};
 use crate::dispatcher::ensure_dispatcher;
-use mistri_locks::delivery::{self, Event, Next};
+use mistri_locks::delivery::{self, Delivery, Next, Payload};
 use mistri_locks::CallbackHandle;
 use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
@@ -82,17 +82,21 @@ fn call_reporting(py: Python<'_>, callback: &Bound<'_, PyAny>, reason: Option<&s
     }
 }
 
-/// Delivers core delivery events on this Python thread.
-fn deliver(py: Python<'_>, events: Vec<Event>) {
-    for (id, reason) in events {
-        let target = LISTENERS
-            .lock()
-            .as_ref()
-            .and_then(|map| map.get(&id)?.upgrade());
-        if let Some(callbacks) = target {
-            callbacks.fire(py, reason.as_deref());
-        } else {
-            crate::events::deliver(py, id, reason.as_deref());
+/// Delivers core deliveries on this Python thread: aborts to their
+/// signal's callbacks, hold events to their `on_event` hook.
+fn deliver(py: Python<'_>, events: Vec<Delivery>) {
+    for (id, payload) in events {
+        match payload {
+            Payload::Abort(reason) => {
+                let target = LISTENERS
+                    .lock()
+                    .as_ref()
+                    .and_then(|map| map.get(&id)?.upgrade());
+                if let Some(callbacks) = target {
+                    callbacks.fire(py, reason.as_deref());
+                }
+            }
+            Payload::Hold(event) => crate::events::deliver(py, id, &event),
         }
     }
 }

@@ -6,12 +6,29 @@
 
 use crate::nogvl;
 use magnus::{function, prelude::*, Error, RModule, Ruby};
-use mistri_locks::delivery::{self, Event, Next};
+use magnus::{RArray, Value};
+use mistri_locks::delivery::{self, Delivery, Next, Payload};
 
-/// `Delivery._wait_events` -> `[[id, reason], ...]`: the delivery thread's
+/// `[[id, note], ...]` for Ruby: an abort's note is its reason (or nil), a
+/// hold event's the event's Hash ([`crate::events::event_hash`]).
+pub fn notes(ruby: &Ruby, deliveries: Vec<Delivery>) -> Result<RArray, Error> {
+    let out = ruby.ary_new_capa(deliveries.len());
+    for (id, payload) in deliveries {
+        let note: Value = match payload {
+            Payload::Abort(reason) => {
+                reason.map_or(ruby.qnil().as_value(), |r| ruby.str_new(&r).as_value())
+            }
+            Payload::Hold(event) => crate::events::event_hash(ruby, &event)?.as_value(),
+        };
+        out.push(ruby.ary_new_from_values(&[ruby.integer_from_u64(id).as_value(), note]))?;
+    }
+    Ok(out)
+}
+
+/// `Delivery._wait_events` -> `[[id, note], ...]`: the delivery thread's
 /// wait, without the GVL and interruptible.
-fn wait_events(ruby: &Ruby) -> Result<Vec<Event>, Error> {
-    nogvl::wait(
+fn wait_events(ruby: &Ruby) -> Result<RArray, Error> {
+    let deliveries = nogvl::wait(
         ruby,
         delivery::wake_token,
         |since| match delivery::wait(since, None) {
@@ -20,7 +37,8 @@ fn wait_events(ruby: &Ruby) -> Result<Vec<Event>, Error> {
             Next::TimedOut | Next::Woken => None,
         },
         delivery::wake,
-    )
+    )?;
+    notes(ruby, deliveries)
 }
 
 pub fn init(_ruby: &Ruby, module: RModule) -> Result<(), Error> {

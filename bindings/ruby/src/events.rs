@@ -3,16 +3,15 @@
 //! every name) for Ruby.
 //!
 //! Native part: `stats` (a Hash with symbol keys), and the plumbing
-//! `_on_event(id)`, `_remove_event_hook(handle)` and
-//! `MistriLocks._decode_event(payload)`. `lib/mistri_locks/events.rb` keeps
-//! the blocks (so the GC sees them) and registers each with
-//! `MistriLocks::Delivery`. No Rust thread calls Ruby: the core's hook (on
-//! its notifier thread) only posts the encoded event to the host-delivery
-//! queue under the block's delivery id, and the Ruby delivery thread
-//! decodes it and calls the block.
+//! `_on_event(id)`, `_remove_event_hook(handle)` and [`event_hash`].
+//! `lib/mistri_locks/events.rb` keeps the blocks (so the GC sees them) and
+//! registers each with `MistriLocks::Delivery`. No Rust thread calls Ruby:
+//! the core's hook (on its notifier thread) only posts the event, typed, to
+//! the host-delivery queue under the block's delivery id, and the Ruby
+//! delivery thread hands the block its Hash.
 
 use crate::locks::RbLocks;
-use magnus::{function, method, prelude::*, Error, RHash, RModule, Ruby, Value};
+use magnus::{method, prelude::*, Error, RHash, RModule, Ruby, Value};
 use mistri_locks::delivery;
 use mistri_locks::{Event, EventHookHandle, StatValue};
 
@@ -34,7 +33,7 @@ fn stats(ruby: &Ruby, rb_self: &RbLocks) -> Result<RHash, Error> {
 fn on_event(rb_self: &RbLocks, id: u64) -> u64 {
     rb_self
         .locks()
-        .on_event(move |event| delivery::post(id, event.encode()))
+        .on_event(move |event| delivery::post_event(id, event.clone()))
         .as_u64()
 }
 
@@ -45,12 +44,9 @@ fn remove_event_hook(rb_self: &RbLocks, handle: u64) -> bool {
         .remove_event_hook(EventHookHandle::from_u64(handle))
 }
 
-/// `MistriLocks._decode_event(payload)` -> `{kind: :lost, key:, fence:,
-/// reason:, cause: :not_held}` (cause and reason may be nil), or nil.
-fn decode_event(ruby: &Ruby, payload: String) -> Result<Option<RHash>, Error> {
-    let Some(event) = Event::decode(&payload) else {
-        return Ok(None);
-    };
+/// A hold's event as Ruby sees it: `{kind: :lost, key:, fence:, reason:,
+/// cause: :not_held}` (cause and reason may be nil).
+pub fn event_hash(ruby: &Ruby, event: &Event) -> Result<RHash, Error> {
     let h = ruby.hash_new();
     let set = |name: &str, v: Value| h.aset(ruby.to_symbol(name), v);
     let nil = ruby.qnil().as_value();
@@ -70,7 +66,7 @@ fn decode_event(ruby: &Ruby, payload: String) -> Result<Option<RHash>, Error> {
             .cause
             .map_or(nil, |c| ruby.to_symbol(c.name()).as_value()),
     )?;
-    Ok(Some(h))
+    Ok(h)
 }
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
@@ -78,6 +74,5 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("stats", method!(stats, 0))?;
     class.define_private_method("_on_event", method!(on_event, 1))?;
     class.define_private_method("_remove_event_hook", method!(remove_event_hook, 1))?;
-    module.define_singleton_method("_decode_event", function!(decode_event, 1))?;
     Ok(())
 }

@@ -8,8 +8,9 @@
 //! `lib/mistri_locks/delivery.rb` for the Ruby glue).
 
 use crate::{args, nogvl};
+use magnus::RArray;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
-use mistri_locks::delivery::{self, Event};
+use mistri_locks::delivery;
 use mistri_locks::{AbortSignal, CallbackHandle, WaitOutcome};
 use std::time::Instant;
 
@@ -27,8 +28,9 @@ impl Signal {
     /// `_abort(reason)` -> `[tripped, notes]`: trips the signal; the notes
     /// of this signal's and its children's Ruby watchers are returned for
     /// delivery on this thread.
-    fn abort(&self, reason: Option<String>) -> (bool, Vec<Event>) {
-        delivery::abort(&self.0, reason.as_deref())
+    fn abort(ruby: &Ruby, rb_self: &Self, reason: Option<String>) -> Result<(bool, RArray), Error> {
+        let (tripped, deliveries) = delivery::abort(&rb_self.0, reason.as_deref());
+        Ok((tripped, crate::delivery::notes(ruby, deliveries)?))
     }
 
     fn is_aborted(&self) -> bool {
@@ -71,9 +73,9 @@ impl Signal {
     /// `_watch(id)` -> `[handle, notes]`: on abort, deliver to Ruby delivery
     /// id `id`. If the signal is already aborted the note is returned at
     /// once, for delivery on this thread.
-    fn watch(&self, id: u64) -> (u64, Vec<Event>) {
-        let (handle, events) = delivery::listen(&self.0, id);
-        (handle.as_u64(), events)
+    fn watch(ruby: &Ruby, rb_self: &Self, id: u64) -> Result<(u64, RArray), Error> {
+        let (handle, deliveries) = delivery::listen(&rb_self.0, id);
+        Ok((handle.as_u64(), crate::delivery::notes(ruby, deliveries)?))
     }
 
     /// `_unwatch(handle)` -> whether the watch was still registered.

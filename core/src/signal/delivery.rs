@@ -5,7 +5,7 @@
 //! No Rust thread may call into Python or Ruby. So a face that wants to
 //! hear a core signal's abort picks a *listener id* (a number it maps to
 //! its host object) and calls [`listen`]; when the signal trips, the core
-//! records an [`Event`] `(id, reason)`:
+//! records a [`Delivery`] `(id, Payload::Abort(reason))`:
 //! - on a host thread inside [`abort`] or [`listen`] (the host's own
 //!   `abort`, or listening to a signal that is aborted already): into that
 //!   call's return value, which the face delivers on the same thread before
@@ -38,14 +38,23 @@ use std::cell::RefCell;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// One abort to deliver: the face's listener id and the abort's reason.
-pub type Event = (u64, Option<String>);
+/// What one delivery carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// A signal's abort, with its reason.
+    Abort(Option<String>),
+    /// A hold's event, for an `on_event` hook ([`post_event`]).
+    Hold(crate::stats::Event),
+}
+
+/// One delivery: the face's listener id and what it carries.
+pub type Delivery = (u64, Payload);
 
 /// How a [`wait`] ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
     /// Events to deliver, oldest first (never empty).
-    Events(Vec<Event>),
+    Events(Vec<Delivery>),
     /// The timeout passed with nothing queued.
     TimedOut,
     /// [`wake`] was called since the token was read: check for interrupts
@@ -57,7 +66,7 @@ pub enum Next {
 
 #[derive(Default)]
 struct State {
-    events: Vec<Event>,
+    events: Vec<Delivery>,
     wakes: u64,
     host_thread: bool,
     stopped: bool,
@@ -78,11 +87,11 @@ fn queue() -> &'static Queue {
 
 thread_local! {
     /// Set while a host call runs [`abort`] or [`listen`] on this thread.
-    static CAPTURED: RefCell<Option<Vec<Event>>> = const { RefCell::new(None) };
+    static CAPTURED: RefCell<Option<Vec<Delivery>>> = const { RefCell::new(None) };
 }
 
-fn record(id: u64, reason: Option<&str>) {
-    let event = (id, reason.map(str::to_owned));
+fn record(id: u64, payload: Payload) {
+    let event = (id, payload);
     let event = CAPTURED.with(|c| match c.borrow_mut().as_mut() {
         Some(mine) => {
             mine.push(event);
@@ -98,7 +107,7 @@ fn record(id: u64, reason: Option<&str>) {
 }
 
 /// Runs `f`, keeping the events recorded on this thread meanwhile.
-fn capture<R>(f: impl FnOnce() -> R) -> (R, Vec<Event>) {
+fn capture<R>(f: impl FnOnce() -> R) -> (R, Vec<Delivery>) {
     let outer = CAPTURED.with(|c| c.borrow_mut().replace(Vec::new()));
     let r = f();
     let mine = CAPTURED.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer));
@@ -109,22 +118,22 @@ fn capture<R>(f: impl FnOnce() -> R) -> (R, Vec<Event>) {
 /// delivered once (see the module doc for where). If it is aborted already
 /// the event is returned here, for the caller to deliver on this thread.
 /// The handle removes the listener again ([`AbortSignal::remove_callback`]).
-pub fn listen(signal: &AbortSignal, id: u64) -> (CallbackHandle, Vec<Event>) {
-    capture(|| signal.on_abort(move |reason| record(id, reason)))
+pub fn listen(signal: &AbortSignal, id: u64) -> (CallbackHandle, Vec<Delivery>) {
+    capture(|| signal.on_abort(move |reason| record(id, Payload::Abort(reason.map(str::to_owned)))))
 }
 
-/// Queues `(id, payload)` for the host thread (or, on a host thread inside
-/// [`abort`]/[`listen`], for that call): how a face hears core events other
-/// than aborts, such as a hold's events ([`crate::stats::Event::encode`])
-/// forwarded by a hook that runs on the notifier thread.
-pub fn post(id: u64, payload: String) {
-    record(id, Some(&payload));
+/// Queues a hold's `event` for listener `id` on the host thread (or, on a
+/// host thread inside [`abort`]/[`listen`], for that call): how a face's
+/// `on_event` hook, which runs on the notifier thread, hands the event to
+/// host code, typed all the way.
+pub fn post_event(id: u64, event: crate::stats::Event) {
+    record(id, Payload::Hold(event));
 }
 
 /// Aborts `signal` on behalf of host code: returns whether this call
 /// tripped it, and the events of its listeners (and its children's), for
 /// the caller to deliver on this thread before it returns.
-pub fn abort(signal: &AbortSignal, reason: Option<&str>) -> (bool, Vec<Event>) {
+pub fn abort(signal: &AbortSignal, reason: Option<&str>) -> (bool, Vec<Delivery>) {
     capture(|| signal.abort(reason))
 }
 
@@ -209,16 +218,19 @@ mod tests {
         listen(&other, 2);
         let (tripped, mine) = abort(&signal, Some("mine"));
         assert!(tripped);
-        assert_eq!(mine, vec![(1, Some("mine".to_owned()))]);
+        assert_eq!(mine, vec![(1, Payload::Abort(Some("mine".to_owned())))]);
         assert!(!signal.remove_callback(handle), "ran once, gone");
         std::thread::spawn(move || other.abort(None))
             .join()
             .unwrap();
         let since = wake_token();
-        assert_eq!(wait(since, None), Next::Events(vec![(2, None)]));
+        assert_eq!(
+            wait(since, None),
+            Next::Events(vec![(2, Payload::Abort(None))])
+        );
         // already aborted: the event comes back at once, not queued
         let (_, late) = listen(&signal, 3);
-        assert_eq!(late, vec![(3, Some("mine".to_owned()))]);
+        assert_eq!(late, vec![(3, Payload::Abort(Some("mine".to_owned())))]);
         assert_eq!(wait(since, Some(Duration::from_millis(10))), Next::TimedOut);
         // a wake after the token was read, before the wait: not lost
         let since = wake_token();

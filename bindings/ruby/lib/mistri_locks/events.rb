@@ -63,11 +63,10 @@ module MistriLocks
 
     private
 
-    def _fire(payload)
+    def _fire(event)
       return if @removed
 
-      event = MistriLocks.__send__(:_decode_event, payload.to_s)
-      @block.call(event) if event
+      @block.call(event) if event.is_a?(Hash)
     rescue StandardError => e
       warn "mistri_locks: on_event block raised #{e.class}: #{e.message}"
     end
