@@ -14,7 +14,7 @@ use std::sync::{PoisonError, RwLock};
 // std's RwLock: no user-space waiter queue for a forked child to inherit.
 static CONFIGURED: RwLock<Option<Locks>> = RwLock::new(None);
 
-/// Sets (or with `None`, clears) the process-wide adapter. Returns the one
+/// Sets (or with `None`, clears) the process-wide handle (a [`Locks`]). Returns the one
 /// it replaces.
 pub fn configure(locks: Option<Locks>) -> Option<Locks> {
     std::mem::replace(
@@ -23,7 +23,7 @@ pub fn configure(locks: Option<Locks>) -> Option<Locks> {
     )
 }
 
-/// The process-wide adapter, if one is configured.
+/// The process-wide handle, if one is configured.
 pub fn locks() -> Option<Locks> {
     CONFIGURED
         .read()
@@ -31,7 +31,7 @@ pub fn locks() -> Option<Locks> {
         .clone()
 }
 
-/// [`Locks::hold`] on the configured adapter; `Ok(None)` when none is
+/// [`Locks::hold`] on the configured handle; `Ok(None)` when none is
 /// configured or the lease is held elsewhere.
 ///
 /// # Errors
