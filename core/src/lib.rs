@@ -90,63 +90,27 @@ pub mod internals {
     pub use crate::contract::push::{messages_heard, LINGER};
 }
 
-/// The old path of `crate::contract::adapter`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod adapter {
-    pub use crate::contract::adapter::*;
+/// Old module paths, kept for one release as deprecated aliases of where
+/// the modules went: use the names at the crate root.
+macro_rules! old_paths {
+    ($($old:ident => $($new:ident)::+;)*) => {$(
+        #[deprecated(note = "use the names at the crate root")]
+        #[doc(hidden)]
+        pub mod $old {
+            pub use crate::$($new)::+::*;
+        }
+    )*};
 }
-/// The old path of `crate::contract::fence`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod fence {
-    pub use crate::contract::fence::*;
-}
-/// The old path of `crate::contract::info`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod info {
-    pub use crate::contract::info::*;
-}
-/// The old path of `crate::contract::push`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod push {
-    pub use crate::contract::push::*;
-}
-/// The old path of `crate::backend::local`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod local {
-    pub use crate::backend::local::*;
-}
-/// The old path of `crate::backend::memory`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod memory {
-    pub use crate::backend::memory::*;
-}
-/// The old path of `crate::backend::redis`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod redis {
-    pub use crate::backend::redis::*;
-}
-/// The old path of `crate::backend::redis::cluster`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod redis_cluster {
-    pub use crate::backend::redis::cluster::*;
-}
-/// The old path of `crate::backend::redis::sentinel`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod redis_sentinel {
-    pub use crate::backend::redis::sentinel::*;
-}
-/// The old path of `crate::backend::redis::url`, kept for one release.
-#[deprecated(note = "use the names at the crate root")]
-#[doc(hidden)]
-pub mod redis_url {
-    pub use crate::backend::redis::url::*;
+
+old_paths! {
+    adapter => contract::adapter;
+    fence => contract::fence;
+    info => contract::info;
+    push => contract::push;
+    local => backend::local;
+    memory => backend::memory;
+    redis => backend::redis;
+    redis_cluster => backend::redis::cluster;
+    redis_sentinel => backend::redis::sentinel;
+    redis_url => backend::redis::url;
 }
