@@ -119,54 +119,6 @@ pub(crate) fn millis_ceil(d: Duration) -> u64 {
     ms.max(1) as u64
 }
 
-/// Bytes of OS randomness fetched at once for owner tokens.
-const TOKEN_POOL: usize = 4096;
-
-struct TokenPool {
-    generation: u64,
-    bytes: [u8; TOKEN_POOL],
-    used: usize,
-}
-
-thread_local! {
-    static TOKEN_POOL_TLS: std::cell::RefCell<TokenPool> = const {
-        std::cell::RefCell::new(TokenPool { generation: u64::MAX, bytes: [0; TOKEN_POOL], used: TOKEN_POOL })
-    };
-}
-
-/// A fresh owner token: 128 bits from the operating system's RNG, as 32
-/// lowercase hex characters.
-///
-/// The OS RNG is read 4 KiB at a time into a per-thread buffer (one
-/// `getrandom` call per 256 tokens, instead of one per acquire); each byte
-/// is used once, and a forked child throws the buffer away so it never
-/// mints its parent's tokens.
-pub(crate) fn mint_token() -> Result<String> {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let generation = crate::runtime::fork::generation();
-    TOKEN_POOL_TLS.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        if pool.generation != generation || pool.used + 16 > TOKEN_POOL {
-            getrandom::fill(&mut pool.bytes).map_err(|e| {
-                Error::System(format!("the OS random number generator failed: {e}"))
-            })?;
-            pool.used = 0;
-            pool.generation = generation;
-        }
-        let start = pool.used;
-        pool.used += 16;
-        let mut hex = Vec::with_capacity(32);
-        for b in &pool.bytes[start..start + 16] {
-            hex.push(HEX[usize::from(b >> 4)]);
-            hex.push(HEX[usize::from(b & 15)]);
-        }
-        // Forget the bytes once used.
-        pool.bytes[start..start + 16].fill(0);
-        // SAFETY: only ASCII hex digits went in, which is valid UTF-8.
-        Ok(unsafe { String::from_utf8_unchecked(hex) })
-    })
-}
-
 /// This process's fork generation: a number that differs in every forked
 /// child (bumped by a `pthread_atfork` child handler, so reading it is one
 /// atomic load, not a `getpid` call). The one fork detector of every face:
@@ -174,8 +126,8 @@ pub(crate) fn mint_token() -> Result<String> {
 ///
 /// # Examples
 /// ```
-/// let made_in = mistri_locks::args::fork_generation();
-/// assert_eq!(made_in, mistri_locks::args::fork_generation()); // same process
+/// let made_in = mistri_locks::fork_generation();
+/// assert_eq!(made_in, mistri_locks::fork_generation()); // same process
 /// ```
 pub fn fork_generation() -> u64 {
     crate::runtime::fork::generation()

@@ -104,7 +104,7 @@ pub(crate) struct Line {
 
 /// A fresh line id: 16 random hex digits.
 pub(crate) fn line_id() -> Arc<str> {
-    let token = crate::args::mint_token().unwrap_or_else(|_| {
+    let token = crate::runtime::token::mint_token().unwrap_or_else(|_| {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());

@@ -5,10 +5,10 @@ use super::store::ms;
 use super::store::now_ns;
 use super::store::ns;
 use super::store::Local;
-use crate::args::mint_token;
 use crate::contract::adapter::Lease;
 use crate::contract::info::{HolderInfo, Identity, LeaseInfo};
 use crate::error::Result;
+use crate::runtime::token::mint_token;
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::time::Duration;
 

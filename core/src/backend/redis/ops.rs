@@ -24,12 +24,13 @@ use super::slots::{
     renew_call, unexpected, Call, EXPIRES_LUA, SCRIPTS, SLOT_ACQUIRE_LUA, SLOT_INFO_LUA,
     SLOT_RELEASE_LUA, SLOT_RENEW_LUA,
 };
-use crate::args::{millis_ceil, mint_token};
+use crate::args::millis_ceil;
 use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing};
 use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::Result;
+use crate::runtime::token::mint_token;
 use ::redis::{Script, Value};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@ use super::client::unexpected;
 use super::client::Op;
 use super::client::RedisCluster;
 use super::client::RAISE_LUA;
-use crate::args::{millis_ceil, mint_token};
+use crate::args::millis_ceil;
 use crate::backend::redis::replies::{flag_from, min_left_ms, renewed_from};
 use crate::backend::redis::scripts::{
     break_keys, queue_ttl_ms, ACQUIRE_LUA, BREAK, BREAK_LUA, LEAVE_QUEUE, LEAVE_QUEUE_LUA,
@@ -17,6 +17,7 @@ use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing};
 use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
+use crate::runtime::token::mint_token;
 use ::redis::Value;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
