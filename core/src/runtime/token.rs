@@ -50,3 +50,20 @@ pub(crate) fn mint_token() -> Result<String> {
         Ok(unsafe { String::from_utf8_unchecked(hex) })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_unique_hex() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2000 {
+            // past several refills of the buffer
+            let t = mint_token().unwrap();
+            assert_eq!(t.len(), 32);
+            assert!(t.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')));
+            assert!(seen.insert(t));
+        }
+    }
+}
