@@ -5,25 +5,10 @@
 //! (`lib/mistri_locks/delivery.rb`).
 
 use crate::nogvl;
+use crate::notes::notes;
+use magnus::RArray;
 use magnus::{function, prelude::*, Error, RModule, Ruby};
-use magnus::{RArray, Value};
-use mistri_locks::delivery::{self, Delivery, Next, Payload};
-
-/// `[[id, note], ...]` for Ruby: an abort's note is its reason (or nil), a
-/// hold event's the event's Hash ([`crate::events::event_hash`]).
-pub fn notes(ruby: &Ruby, deliveries: Vec<Delivery>) -> Result<RArray, Error> {
-    let out = ruby.ary_new_capa(deliveries.len());
-    for (id, payload) in deliveries {
-        let note: Value = match payload {
-            Payload::Abort(reason) => {
-                reason.map_or(ruby.qnil().as_value(), |r| ruby.str_new(&r).as_value())
-            }
-            Payload::Hold(event) => crate::events::event_hash(ruby, &event)?.as_value(),
-        };
-        out.push(ruby.ary_new_from_values(&[ruby.integer_from_u64(id).as_value(), note]))?;
-    }
-    Ok(out)
-}
+use mistri_locks::delivery::{self, Next};
 
 /// `Delivery._wait_events` -> `[[id, note], ...]`: the delivery thread's
 /// wait, without the GVL and interruptible.

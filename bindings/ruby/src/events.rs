@@ -11,9 +11,9 @@
 //! delivery thread hands the block its Hash.
 
 use crate::locks::RbLocks;
-use magnus::{method, prelude::*, Error, RHash, RModule, Ruby, Value};
+use magnus::{method, prelude::*, Error, RHash, RModule, Ruby};
 use mistri_locks::delivery;
-use mistri_locks::{Event, EventHookHandle, StatValue};
+use mistri_locks::{EventHookHandle, StatValue};
 
 /// `stats` -> `{holds_active: 0, ..., beat_rtt_p50: 0.0001 or nil, ...}`.
 fn stats(ruby: &Ruby, rb_self: &RbLocks) -> Result<RHash, Error> {
@@ -42,31 +42,6 @@ fn remove_event_hook(rb_self: &RbLocks, handle: u64) -> bool {
     rb_self
         .locks()
         .remove_event_hook(EventHookHandle::from_u64(handle))
-}
-
-/// A hold's event as Ruby sees it: `{kind: :lost, key:, fence:, reason:,
-/// cause: :not_held}` (cause and reason may be nil).
-pub fn event_hash(ruby: &Ruby, event: &Event) -> Result<RHash, Error> {
-    let h = ruby.hash_new();
-    let set = |name: &str, v: Value| h.aset(ruby.to_symbol(name), v);
-    let nil = ruby.qnil().as_value();
-    set("kind", ruby.to_symbol(event.kind.name()).as_value())?;
-    set("key", ruby.str_new(&event.key).as_value())?;
-    set("fence", ruby.integer_from_u64(event.fence).as_value())?;
-    set(
-        "reason",
-        event
-            .reason
-            .as_deref()
-            .map_or(nil, |r| ruby.str_new(r).as_value()),
-    )?;
-    set(
-        "cause",
-        event
-            .cause
-            .map_or(nil, |c| ruby.to_symbol(c.name()).as_value()),
-    )?;
-    Ok(h)
 }
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {

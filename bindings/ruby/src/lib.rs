@@ -23,6 +23,7 @@ mod local;
 mod locks;
 mod memory;
 mod nogvl;
+mod notes;
 mod redis;
 mod signal;
 mod waiting;

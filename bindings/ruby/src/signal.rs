@@ -30,7 +30,7 @@ impl Signal {
     /// delivery on this thread.
     fn abort(ruby: &Ruby, rb_self: &Self, reason: Option<String>) -> Result<(bool, RArray), Error> {
         let (tripped, deliveries) = delivery::abort(&rb_self.0, reason.as_deref());
-        Ok((tripped, crate::delivery::notes(ruby, deliveries)?))
+        Ok((tripped, crate::notes::notes(ruby, deliveries)?))
     }
 
     fn is_aborted(&self) -> bool {
@@ -75,7 +75,7 @@ impl Signal {
     /// once, for delivery on this thread.
     fn watch(ruby: &Ruby, rb_self: &Self, id: u64) -> Result<(u64, RArray), Error> {
         let (handle, deliveries) = delivery::listen(&rb_self.0, id);
-        Ok((handle.as_u64(), crate::delivery::notes(ruby, deliveries)?))
+        Ok((handle.as_u64(), crate::notes::notes(ruby, deliveries)?))
     }
 
     /// `_unwatch(handle)` -> whether the watch was still registered.
