@@ -36,7 +36,7 @@
 //!   try once (anything announced in the gap). The listener is generic over
 //!   where it subscribes ([`ListenAt`]: this server, or the master the
 //!   sentinels name, followed across failovers); a cluster listens by
-//!   sharded pub/sub instead (`redis_shards.rs`).
+//!   sharded pub/sub instead (`cluster/shards.rs`).
 //! - Waiting ([`crate::waiting`]): the release script (and `break_lease`,
 //!   and a slot release) announces the release to the next live line of the
 //!   key's queue only, `PUBLISH {ns}:next:{KEY}:LINE <fence>`

@@ -31,7 +31,7 @@
 //! dropped, never reused. The state mutex is held only to read the map or
 //! push/pop a connection, never during I/O.
 //!
-//! Push ([`crate::contract::push`]) by sharded pub/sub (`redis_shards.rs`):
+//! Push ([`crate::contract::push`]) by sharded pub/sub (`shards.rs`):
 //! `set_flag` runs one script on the flag's slot owner that `SET`s the flag
 //! and then `SPUBLISH`es `{ns}:raised:{KEY}`; releases announce to the next
 //! waiting line with `SPUBLISH {ns}:next:{KEY}:LINE`. A message stays on
