@@ -144,7 +144,8 @@ pub unsafe extern "C" fn mistri_listing_lease(
     ffi_boundary!("mistri_listing_lease", {
         let out = try_out!(info);
         let leases = &try_ref_from_ptr!(listing).leases;
-        let lease = (leases.get(index)).ok_or_else(|| out_of_range("lease", index, leases.len()))?;
+        let lease =
+            (leases.get(index)).ok_or_else(|| out_of_range("lease", index, leases.len()))?;
         out.write(to_const_ptr(lease))
     })
 }

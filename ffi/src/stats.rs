@@ -279,7 +279,9 @@ fn stat_names() -> &'static [CString] {
 #[no_mangle]
 pub extern "C" fn mistri_stat_name(index: usize) -> *const c_char {
     ffi_boundary_or!("mistri_stat_name", std::ptr::null(), {
-        stat_names().get(index).map_or(std::ptr::null(), |n| n.as_ptr())
+        stat_names()
+            .get(index)
+            .map_or(std::ptr::null(), |n| n.as_ptr())
     })
 }
 
