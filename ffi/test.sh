@@ -2,7 +2,8 @@
 # Tests of the C ABI (ffi/): builds libmistri_locks, checks its SONAME and
 # header drift, compiles the C tests (gcc -std=c11 -Wall -Wextra -Werror
 # -pedantic) against the committed header, runs them (tests/c/contract.c,
-# tests/c/options.c, tests/c/waiting.c) on Memory and on a
+# tests/c/options.c, tests/c/waiting.c, tests/c/list_stats.c, ...) on
+# Memory, Local and on a
 # throwaway redis-server (a free 127.0.0.1 port), again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, runs the example worker
 # against that server with a stop raised from another process, and checks
@@ -66,6 +67,8 @@ gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/info.c "${LINK[@]}" -o "$WORK/info-a
 gcc "${CFLAGS[@]}" tests/c/waiting.c "${LINK[@]}" -o "$WORK/waiting"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/waiting.c "${LINK[@]}" -o "$WORK/waiting-asan"
 gcc "${CFLAGS[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events"
+gcc "${CFLAGS[@]}" tests/c/list_stats.c "${LINK[@]}" -o "$WORK/list-stats"
+gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/list_stats.c "${LINK[@]}" -o "$WORK/list-stats-asan"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events-asan"
 gcc "${CFLAGS[@]}" examples/c/worker.c "${LINK[@]}" -o "$WORK/worker"
 gcc "${CFLAGS[@]}" tests/c/quickstart.c "${LINK[@]}" -o "$WORK/quickstart"
@@ -77,6 +80,22 @@ assert blocks, "no C block in ffi/README.md"
 print(blocks[0])
 PY
 gcc "${CFLAGS[@]}" "$WORK/readme.c" "${LINK[@]}" -o "$WORK/readme"
+# A lease borrowed from a listing is const: handing it to
+# mistri_lease_info_free (which only takes what mistri_locks_info made) is
+# a compile error under the flags above, not a double free at run time.
+cat >"$WORK/free-borrowed.c" <<'C'
+#include "mistri_locks.h"
+void f(const mistri_listing *listing);
+void f(const mistri_listing *listing) {
+    const mistri_lease_info *info = NULL;
+    if (mistri_listing_lease(listing, 0, &info) == MISTRI_OK)
+        mistri_lease_info_free(info);
+}
+C
+if gcc "${CFLAGS[@]}" -c "$WORK/free-borrowed.c" -o "$WORK/free-borrowed.o" 2>/dev/null; then
+  die "freeing a listed lease compiled: it must not"
+fi
+echo "freeing a listed lease does not compile"
 # The header is also valid C++ (extern "C", no C-only constructs).
 if command -v g++ >/dev/null; then
   echo '#include "mistri_locks.h"' |
@@ -137,6 +156,9 @@ timeout 60 "$WORK/scale-out-asan"
 step "C tests of counters and hold events (stats, on_event)"
 timeout 300 "$WORK/events"
 
+step "C tests of list, stats, active_holds and the configured handle (Memory, Local, Redis)"
+timeout 300 "$WORK/list-stats" "$URL"
+
 step "C tests of waiting acquires and holds, N-holder limits and the hung-holder guard"
 timeout 300 "$WORK/waiting" "$URL"
 
@@ -158,6 +180,9 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   timeout 300 "$WORK/waiting-asan" "$URL"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  timeout 300 "$WORK/list-stats-asan" "$URL"
 
 step "example: examples/c/worker.c holds a lease until stopped from another process"
 export MISTRI_NAMESPACE="mistri:ffi-example:$$"

@@ -28,6 +28,9 @@
  *   MISTRI_INVALID_ARGUMENT. A wait timeout follows the rule every face
  *   shares: 0 just looks, up to 1e9 waits that long, above 1e9 or INFINITY
  *   waits without a timeout, NaN or negative is MISTRI_INVALID_ARGUMENT.
+ * - A struct the library fills (mistri_stats) starts with a size field that
+ *   the caller sets to sizeof the struct; fields are only ever appended, so
+ *   a program built against an older header keeps working.
  * - Hold options are a builder (mistri_hold_options_new, _set_*, _free,
  *   then mistri_hold_start_with), so options can be added without breaking
  *   callers. The struct mistri_hold_options and the functions that take it
@@ -116,7 +119,7 @@ typedef enum mistri_status {
    */
   MISTRI_INVALID_ARGUMENT = 7002,
   /**
-   * The adapter could not be set up as asked: an unparsable Redis URL,
+   * The handle could not be set up as asked: an unparsable Redis URL,
    * TLS setup, an authentication refusal.
    */
   MISTRI_CONFIG = 7003,
@@ -203,21 +206,22 @@ typedef struct mistri_acquire_options mistri_acquire_options;
 typedef struct mistri_event mistri_event;
 
 /**
- * A held lease, renewed in the background by the adapter's heartbeat
+ * A held lease, renewed in the background by its handle's heartbeat
  * thread until released or lost.
  *
  * States: renewing -> released (`mistri_hold_release`/`mistri_hold_free`)
  * or renewing -> lost (a renewal found the lease gone or taken, or no
  * renewal was confirmed by its safe deadline — send time of the last
  * confirmed renewal + ttl − a safety margin of
- * min(ttl/4, max(tick + the adapter's I/O timeout, 0.025 s)) — so the
+ * min(ttl/4, max(tick + the backend's I/O timeout, 0.025 s)) — so the
  * holder hears it before anyone else can take the lease: the signal trips
  * with a reason starting "lease lost"). A stop flag trips the signal too
  * but is not a loss: the hold keeps renewing until released.
  *
  * Ownership: made by `mistri_hold_start` or `mistri_hold_start_configured`;
  * freed by `mistri_hold_free` (which releases first if needed). The hold
- * keeps its adapter alive.
+ * keeps what it needs of its `mistri_locks` handle alive (the handle may
+ * be freed first).
  *
  * Threading: thread-safe. Getters and `mistri_hold_release` may be called
  * from any thread, concurrently; `mistri_hold_free` must be the last call.
@@ -251,7 +255,9 @@ typedef struct mistri_hold_options_builder mistri_hold_options_builder;
 
 /**
  * What `mistri_locks_info` found about a live lease: a snapshot, not kept
- * up to date. Free it with `mistri_lease_info_free`.
+ * up to date. Free it with `mistri_lease_info_free`. The leases of a
+ * listing (`mistri_listing_lease`) are read with the same getters but
+ * belong to the listing (a `const mistri_lease_info *`: never free them).
  *
  * The holder's description may be missing (a lease taken by a client that
  * stores none): then `mistri_lease_info_described` says false, the label
@@ -264,8 +270,25 @@ typedef struct mistri_hold_options_builder mistri_hold_options_builder;
 typedef struct mistri_lease_info mistri_lease_info;
 
 /**
- * An adapter: a backend (Memory, Local or Redis) plus the leases this handle has
- * acquired, and the heartbeat engine that renews its holds.
+ * What `mistri_locks_list` found: the live leases and the raised flags
+ * whose keys start with a prefix, each sorted by key. A snapshot, not
+ * kept up to date. Free it with `mistri_listing_free`.
+ *
+ * Leases: `mistri_listing_lease_count`, then `mistri_listing_lease(listing,
+ * i, &info)` gives a `const mistri_lease_info *` read with the
+ * `mistri_lease_info_*` getters (`mistri_lease_info_key` for its key); it
+ * belongs to the listing (do not pass it to `mistri_lease_info_free`).
+ * Flags: `mistri_listing_flag_count` and `mistri_listing_flag(listing, i,
+ * &key, &time_left)`.
+ *
+ * Threading: immutable; any thread may read it, one frees it (last).
+ */
+typedef struct mistri_listing mistri_listing;
+
+/**
+ * A handle (the core's `Locks`): a backend (Memory, Local or Redis) plus
+ * the leases this handle has acquired, and the heartbeat engine that renews
+ * its holds.
  *
  * Each handle is one *owner*: `mistri_locks_renew` and
  * `mistri_locks_release` only touch leases that this handle (or a handle
@@ -285,7 +308,7 @@ typedef struct mistri_lease_info mistri_lease_info;
  * Threading: thread-safe. Any number of threads may call any function on
  * the same handle at once, except `mistri_locks_free`, which must be the
  * last call on it. After `fork()`, the child may keep using the handle: a
- * Redis adapter reconnects, and the child forgets the parent's leases (it
+ * Redis handle reconnects, and the child forgets the parent's leases (it
  * can neither renew nor release them).
  */
 typedef struct mistri_locks mistri_locks;
@@ -310,7 +333,7 @@ typedef struct mistri_locks mistri_locks;
 typedef struct mistri_signal mistri_signal;
 
 /**
- * A callback run for each event of the holds of one adapter handle.
+ * A callback run for each event of the holds of one `mistri_locks` handle.
  *
  * `userdata` is the pointer given to `mistri_locks_on_event`; `event` is
  * valid only during the call.
@@ -320,7 +343,7 @@ typedef struct mistri_signal mistri_signal;
  * first failed renewal attempt since the last confirmed one),
  * `"renewed_late"` (a renewal confirmed after failed attempts), `"lost"`
  * (the hold is lost; `mistri_event_cause` says why: `"not_held"`,
- * `"too_late"` or `"deadline"`), `"stopped"` (its stop flag was seen),
+ * `"too_late"`, `"deadline"`, `"max_hold"` or `"stalled"`), `"stopped"` (its stop flag was seen),
  * `"released"` (released before being lost). Names may be added.
  *
  * It runs on the library's notifier thread (`mistri-notifier`), never on
@@ -394,6 +417,111 @@ typedef struct mistri_hold_options {
  * delays other callbacks, never renewals.
  */
 typedef void (*mistri_abort_callback)(void *userdata, const char *reason);
+
+/**
+ * Every counter of a `mistri_locks` handle at one instant
+ * (`mistri_locks_stats`). Counts are since the handle's owner was made
+ * (exact; `uint64_t`); round-trip times are seconds, NaN before the first
+ * beat.
+ *
+ * Set `size` to `sizeof(mistri_stats)` before the call:
+ *
+ * ```c
+ * mistri_stats stats = {.size = sizeof stats};
+ * if (mistri_locks_stats(locks, &stats) == MISTRI_OK)
+ *     printf("%llu holds\n", (unsigned long long)stats.holds_active);
+ * ```
+ *
+ * The library writes every field that fits in `size` bytes and leaves
+ * `size` (and any bytes past the fields it knows) alone. Fields are only
+ * ever appended, so a program built against an older header keeps
+ * working with a newer library, and the reverse leaves the newer fields
+ * untouched (zero, if the struct was initialised as above).
+ */
+typedef struct mistri_stats {
+  /**
+   * In: `sizeof(mistri_stats)` as the caller compiled it.
+   */
+  size_t size;
+  /**
+   * Holds being renewed now.
+   */
+  uint64_t holds_active;
+  /**
+   * Holds made (`acquired` events).
+   */
+  uint64_t holds_acquired;
+  /**
+   * Holds refused because the lease was held elsewhere.
+   */
+  uint64_t holds_refused;
+  /**
+   * Holds released before being lost.
+   */
+  uint64_t holds_released;
+  /**
+   * Renewals handed to the backend.
+   */
+  uint64_t renewals_sent;
+  /**
+   * Renewals confirmed.
+   */
+  uint64_t renewals_confirmed;
+  /**
+   * Renewal attempts that failed (error or no answer) and were retried.
+   */
+  uint64_t renewals_failed;
+  /**
+   * Renewals confirmed after failed attempts (`renewed_late` events).
+   */
+  uint64_t renewals_late;
+  /**
+   * Batches (renewals and stop-flag reads) sent to the backend.
+   */
+  uint64_t beats;
+  /**
+   * Batches that failed as a whole.
+   */
+  uint64_t beats_failed;
+  /**
+   * Median round trip of the last 128 beats, in seconds; NaN before the
+   * first.
+   */
+  double beat_rtt_p50;
+  /**
+   * 99th percentile of the same window, in seconds; NaN before the first.
+   */
+  double beat_rtt_p99;
+  /**
+   * Holds lost because a renewal found the lease gone or taken.
+   */
+  uint64_t lost_not_held;
+  /**
+   * Holds lost because a renewal arrived with too little life left.
+   */
+  uint64_t lost_too_late;
+  /**
+   * Holds lost because their safe deadline passed.
+   */
+  uint64_t lost_deadline;
+  /**
+   * Holds whose renewals `max_hold` ended (hung-holder guard).
+   */
+  uint64_t lost_max_hold;
+  /**
+   * Holds whose work stopped calling `mistri_hold_touch` (hung-holder
+   * guard).
+   */
+  uint64_t lost_stalled;
+  /**
+   * Stop flags seen raised (holds stopped).
+   */
+  uint64_t stop_flags_seen;
+  /**
+   * Stop-flag pushes received from the backend's listener.
+   */
+  uint64_t pushes_received;
+} mistri_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -509,30 +637,8 @@ enum mistri_status mistri_acquire_options_set_signal(struct mistri_acquire_optio
 enum mistri_status mistri_locks_acquire_with(const struct mistri_locks *locks, const char *key, double ttl, const struct mistri_acquire_options *options, bool *acquired);
 
 /**
- * Reads one counter of the adapter handle by name.
- *
- * Names: `holds_active`, `holds_acquired`, `holds_refused`,
- * `holds_released`, `renewals_sent`, `renewals_confirmed`,
- * `renewals_failed`, `renewals_late`, `beats`, `beats_failed`,
- * `lost_not_held`, `lost_too_late`, `lost_deadline`, `stop_flags_seen`,
- * `pushes_received` (counts since the handle was made; exact below 2^53),
- * and `beat_rtt_p50`, `beat_rtt_p99` (seconds, over the last 128 beats;
- * NaN before the first). More may be added.
- *
- * On `MISTRI_OK`, `*value` receives it.
- *
- * Errors: `MISTRI_NULL_ARGUMENT` (locks, name, value),
- * `MISTRI_INVALID_UTF8`, `MISTRI_INVALID_ARGUMENT` (an unknown name).
- *
- * # Safety
- * `locks` is NULL or a live handle; `name` is NULL or a NUL-terminated
- * string; `value` is NULL or writable.
- */
-enum mistri_status mistri_locks_stat(const struct mistri_locks *locks, const char *name, double *value);
-
-/**
  * Registers `callback` to run with `userdata` for every event of the holds
- * made through this adapter handle (see `mistri_event_callback`).
+ * made through this handle (see `mistri_event_callback`).
  *
  * `finalizer` (may be NULL) runs exactly once when the library is done
  * with `userdata`: when the callback is removed, or when the handle and
@@ -606,8 +712,10 @@ enum mistri_status mistri_event_fence(const struct mistri_event *event, uint64_t
 enum mistri_status mistri_event_reason(const struct mistri_event *event, const char **reason);
 
 /**
- * `"lost"` only: why, `"not_held"`, `"too_late"` or `"deadline"` (static);
- * otherwise NULL.
+ * `"lost"` only: why, `"not_held"`, `"too_late"`, `"deadline"`,
+ * `"max_hold"` (the hung-holder guard's maximum) or `"stalled"` (no
+ * `mistri_hold_touch` within the progress timeout) (static); otherwise
+ * NULL. Causes may be added.
  *
  * # Safety
  * `event` is NULL or the event of a running callback; `cause` is NULL or
@@ -616,7 +724,7 @@ enum mistri_status mistri_event_reason(const struct mistri_event *event, const c
 enum mistri_status mistri_event_cause(const struct mistri_event *event, const char **cause);
 
 /**
- * Acquires `key` through `locks` and keeps it renewed on the adapter's
+ * Acquires `key` through `locks` and keeps it renewed on the handle's
  * heartbeat thread until released; watches the stop flag every tick.
  * `options` (required) is read during the call only; the same builder may
  * start more holds.
@@ -639,12 +747,12 @@ enum mistri_status mistri_event_cause(const struct mistri_event *event, const ch
 enum mistri_status mistri_hold_start_with(const struct mistri_locks *locks, const char *key, const struct mistri_hold_options_builder *options, struct mistri_hold **out);
 
 /**
- * `mistri_hold_start_with` on the process-wide adapter
+ * `mistri_hold_start_with` on the process-wide handle
  * (`mistri_configure`).
  *
- * On `MISTRI_OK`, `*out` receives the new hold, or NULL if no adapter is
+ * On `MISTRI_OK`, `*out` receives the new hold, or NULL if no handle is
  * configured or the lease is held elsewhere (both refusals, not errors).
- * Arguments are checked even when no adapter is configured.
+ * Arguments are checked even when no handle is configured.
  *
  * # Safety
  * As `mistri_hold_start_with`, without `locks`.
@@ -655,7 +763,7 @@ enum mistri_status mistri_hold_start_configured_with(const char *key, const stru
  * Deprecated: use `mistri_hold_start_with` (a builder, which can also set
  * the safety margin). Kept unchanged for one release.
  *
- * Acquires `key` through `locks` and keeps it renewed on the adapter's
+ * Acquires `key` through `locks` and keeps it renewed on the handle's
  * heartbeat thread until released; watches `opts->stop_key` every tick.
  * `opts` NULL means `mistri_hold_options_default()`.
  *
@@ -679,11 +787,11 @@ enum mistri_status mistri_hold_start(const struct mistri_locks *locks, const cha
  * Deprecated: use `mistri_hold_start_configured_with`. Kept unchanged for
  * one release.
  *
- * `mistri_hold_start` on the process-wide adapter (`mistri_configure`).
+ * `mistri_hold_start` on the process-wide handle (`mistri_configure`).
  *
- * On `MISTRI_OK`, `*out` receives the new hold, or NULL if no adapter is
+ * On `MISTRI_OK`, `*out` receives the new hold, or NULL if no handle is
  * configured or the lease is held elsewhere (both refusals, not errors).
- * Arguments are checked even when no adapter is configured.
+ * Arguments are checked even when no handle is configured.
  *
  * # Safety
  * As `mistri_hold_start`, without `locks`.
@@ -694,7 +802,7 @@ enum mistri_status mistri_hold_start_configured(const char *key, const struct mi
  * Stops renewing and deletes the lease if it is still ours. Idempotent.
  * Does not wait for the heartbeat (a renewal in flight can't outlive the
  * delete: renewals compare the owner token); the delete is bounded by the
- * adapter's I/O timeout (Redis: 5 s unless set; Local: 5 s of lock wait).
+ * backend's I/O timeout (Redis: 5 s unless set; Local: 5 s of lock wait).
  * Does not free the hold (its getters keep working).
  *
  * On `MISTRI_OK`, if `outcome` is not NULL, `*outcome` says what happened.
@@ -791,12 +899,23 @@ enum mistri_status mistri_hold_signal(const struct mistri_hold *hold, struct mis
 enum mistri_status mistri_locks_info(const struct mistri_locks *locks, const char *key, struct mistri_lease_info **info);
 
 /**
- * Frees a snapshot. NULL is ignored.
+ * Frees a snapshot. NULL is ignored. Only for snapshots from
+ * `mistri_locks_info`: a lease of a listing is freed with its listing.
  *
  * # Safety
- * `info` is NULL or a snapshot not used again.
+ * `info` is NULL or a snapshot from `mistri_locks_info` not used again.
  */
 void mistri_lease_info_free(struct mistri_lease_info *info);
+
+/**
+ * The lease's key (without the namespace), owned by the snapshot (valid
+ * until it is freed, with its listing for a listed lease). A key
+ * containing a NUL byte is cut there.
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `key` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_key(const struct mistri_lease_info *info, const char **key);
 
 /**
  * Did the holder store a description (label, fence, times)?
@@ -808,7 +927,7 @@ enum mistri_status mistri_lease_info_described(const struct mistri_lease_info *i
 
 /**
  * The holder's label (e.g. `"build-7:4120 python"`), owned by the snapshot
- * (valid until `mistri_lease_info_free`); NULL when not described.
+ * (valid until the snapshot is freed); NULL when not described.
  *
  * # Safety
  * `info` is NULL or a live snapshot; `label` is NULL or writable.
@@ -865,8 +984,8 @@ enum mistri_status mistri_lease_info_holder_count(const struct mistri_lease_info
 
 /**
  * Holder `index` (0 ≤ index < `mistri_lease_info_holder_count`, by
- * fence): its label (owned by the snapshot, valid until
- * `mistri_lease_info_free`), fence, and when it acquired and last renewed
+ * fence): its label (owned by the snapshot, valid until it is freed),
+ * fence, and when it acquired and last renewed
  * (Unix seconds). Any out-param may be NULL (not wanted). An index out of
  * range is `MISTRI_INVALID_ARGUMENT`.
  *
@@ -897,8 +1016,76 @@ enum mistri_status mistri_locks_set_label(const struct mistri_locks *locks, cons
 enum mistri_status mistri_hold_options_set_label(struct mistri_hold_options_builder *options, const char *label);
 
 /**
- * Makes an in-process Memory adapter: real TTLs on a monotonic clock,
- * visible only inside this process.
+ * Lists the live leases and raised flags whose keys start with `prefix`
+ * (NULL or `""`: all of them in this handle's namespace or file), as the
+ * other faces' `list(prefix)`.
+ *
+ * On `MISTRI_OK`, `*listing` receives a new listing (free it with
+ * `mistri_listing_free`); an empty one when nothing matches.
+ *
+ * Errors: `MISTRI_NULL_ARGUMENT` (locks, listing), `MISTRI_INVALID_UTF8`
+ * (prefix), the backend's errors.
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `prefix` is NULL or a NUL-terminated
+ * string; `listing` is NULL or writable.
+ */
+enum mistri_status mistri_locks_list(const struct mistri_locks *locks, const char *prefix, struct mistri_listing **listing);
+
+/**
+ * Frees a listing and every lease and key it handed out. NULL is ignored.
+ *
+ * # Safety
+ * `listing` is NULL or a listing no other thread is using; neither it nor
+ * anything it handed out is used again.
+ */
+void mistri_listing_free(struct mistri_listing *listing);
+
+/**
+ * How many live leases the listing has.
+ *
+ * # Safety
+ * `listing` is NULL or a live listing; `count` is NULL or writable.
+ */
+enum mistri_status mistri_listing_lease_count(const struct mistri_listing *listing, size_t *count);
+
+/**
+ * Lease `index` (0 ≤ index < `mistri_listing_lease_count`, by key).
+ *
+ * On `MISTRI_OK`, `*info` points at it: read it with the
+ * `mistri_lease_info_*` getters; it belongs to the listing (valid until
+ * `mistri_listing_free`; never free it). An index out of range is
+ * `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `listing` is NULL or a live listing; `info` is NULL or writable.
+ */
+enum mistri_status mistri_listing_lease(const struct mistri_listing *listing, size_t index, const struct mistri_lease_info **info);
+
+/**
+ * How many raised flags the listing has.
+ *
+ * # Safety
+ * `listing` is NULL or a live listing; `count` is NULL or writable.
+ */
+enum mistri_status mistri_listing_flag_count(const struct mistri_listing *listing, size_t *count);
+
+/**
+ * Flag `index` (0 ≤ index < `mistri_listing_flag_count`, by key): its key
+ * (without the namespace; owned by the listing, valid until
+ * `mistri_listing_free`; a key containing a NUL byte is cut there) and the
+ * seconds it stays up unless cleared (`INFINITY` for a flag with no
+ * expiry). Either out-param may be NULL (not wanted). An index out of
+ * range is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `listing` is NULL or a live listing; each out-param is NULL or writable.
+ */
+enum mistri_status mistri_listing_flag(const struct mistri_listing *listing, size_t index, const char **key, double *time_left);
+
+/**
+ * Makes a handle on an in-process Memory backend: real TTLs on a
+ * monotonic clock, visible only inside this process.
  *
  * On `MISTRI_OK`, `*out` receives a new handle; free it with
  * `mistri_locks_free`.
@@ -909,7 +1096,7 @@ enum mistri_status mistri_hold_options_set_label(struct mistri_hold_options_buil
 enum mistri_status mistri_locks_memory_new(struct mistri_locks **out);
 
 /**
- * Makes a Redis adapter for `url` (`redis://[user:pass@]host:port/db`, or
+ * Makes a handle on Redis at `url` (`redis://[user:pass@]host:port/db`, or
  * `rediss://` for TLS), with every key under `namespace` (NULL means the
  * default, `"mistri:locks"`). Connections are opened on first use (a
  * small pool, reconnected after `fork()`), so an unreachable server shows
@@ -929,9 +1116,9 @@ enum mistri_status mistri_locks_memory_new(struct mistri_locks **out);
 enum mistri_status mistri_locks_redis_new(const char *url, const char *namespace_, struct mistri_locks **out);
 
 /**
- * Makes a Local adapter: leases and flags shared by every process on this
- * host that opens the same SQLite database file, with no server. `path`
- * is the file (created with mode 0600, its folder with 0700, if missing);
+ * Makes a handle on a Local backend: leases and flags shared by every
+ * process on this host that opens the same SQLite database file, with no
+ * server. `path` is the file (created with mode 0600, its folder with 0700, if missing);
  * NULL means `$MISTRI_LOCKS_LOCAL_PATH`, else the per-user default
  * `/var/tmp/mistri_locks-<uid>/locks.db` (the same for every process of the
  * user, whatever its environment).
@@ -953,7 +1140,7 @@ enum mistri_status mistri_locks_local_new(const char *path, struct mistri_locks 
 
 /**
  * Makes another owner on the same backend as `locks`: it shares the
- * backend (a Memory adapter's leases and flags, a Redis adapter's
+ * backend (a Memory backend's leases and flags, a Redis handle's
  * connection pool) but has its own acquired leases and its own heartbeat
  * engine, so it behaves like another process would.
  *
@@ -975,7 +1162,7 @@ enum mistri_status mistri_locks_new_owner(const struct mistri_locks *locks, stru
 enum mistri_status mistri_locks_sharing_adapter(const struct mistri_locks *locks, struct mistri_locks **out);
 
 /**
- * Frees an adapter handle. NULL is ignored.
+ * Frees a handle. NULL is ignored.
  *
  * Leases acquired with `mistri_locks_acquire` are not released (they expire
  * on their own); holds made from this handle keep running until released
@@ -1123,7 +1310,7 @@ enum mistri_status mistri_locks_break_lease(const struct mistri_locks *locks, co
 enum mistri_status mistri_locks_active_holds(const struct mistri_locks *locks, size_t *count);
 
 /**
- * Makes `locks` the process-wide adapter used by
+ * Makes `locks` the process-wide handle used by
  * `mistri_hold_start_configured` (the seed's `Mistri.locks = ...`),
  * replacing any configured before.
  *
@@ -1139,7 +1326,7 @@ enum mistri_status mistri_locks_active_holds(const struct mistri_locks *locks, s
 enum mistri_status mistri_configure(const struct mistri_locks *locks);
 
 /**
- * Clears the process-wide adapter: `mistri_hold_start_configured` then
+ * Clears the process-wide handle: `mistri_hold_start_configured` then
  * refuses (NULL hold) until `mistri_configure` is called again. Holds
  * already made keep running. Always `MISTRI_OK`.
  *
@@ -1148,10 +1335,10 @@ enum mistri_status mistri_configure(const struct mistri_locks *locks);
 enum mistri_status mistri_configure_clear(void);
 
 /**
- * Reads the process-wide adapter back.
+ * Reads the process-wide handle back.
  *
  * On `MISTRI_OK`, `*out` receives a new handle that shares the configured
- * adapter (same backend, same owner), to be freed with
+ * handle (same backend, same owner), to be freed with
  * `mistri_locks_free`, or NULL if none is configured.
  *
  * Threading: any thread.
@@ -1236,7 +1423,7 @@ enum mistri_status mistri_hold_options_set_signal(struct mistri_hold_options_bui
  * (more time to stop its work before anyone else can take the lease) at
  * the cost of more false alarms on a slow network.
  *
- * Unset, the margin is min(ttl/4, max(tick + the adapter's I/O timeout,
+ * Unset, the margin is min(ttl/4, max(tick + the backend's I/O timeout,
  * 0.025 s)). It must be > 0 (NaN, infinite, <= 0 or > 1e9 is
  * `MISTRI_INVALID_ARGUMENT` here) and less than half the ttl (checked when
  * the hold starts, `MISTRI_INVALID_ARGUMENT` naming `safety_margin`).
@@ -1482,6 +1669,57 @@ enum mistri_status mistri_signal_on_abort(const struct mistri_signal *signal, mi
  * registered on; `removed` is NULL or writable.
  */
 enum mistri_status mistri_signal_remove_callback(const struct mistri_signal *signal, uint64_t handle, bool *removed);
+
+/**
+ * Fills `*stats` with every counter of `locks`, taken at one instant.
+ *
+ * `stats->size` must be set by the caller to `sizeof(mistri_stats)` (see
+ * `mistri_stats`); on `MISTRI_OK` every field that fits in it is written,
+ * `size` is left as it is. Nothing is allocated; there is nothing to free.
+ *
+ * Errors: `MISTRI_NULL_ARGUMENT` (locks, stats), `MISTRI_INVALID_ARGUMENT`
+ * (`stats->size` smaller than the first version of the struct: not set).
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `stats` is NULL or points to a
+ * writable, aligned `mistri_stats` of at least `stats->size` bytes (its
+ * `size` field initialised).
+ */
+enum mistri_status mistri_locks_stats(const struct mistri_locks *locks, struct mistri_stats *stats);
+
+/**
+ * Reads one counter of `locks` by name (the by-name form of
+ * `mistri_locks_stats`, for counters a caller's header may not know).
+ *
+ * Names (`mistri_stat_name` lists them): `holds_active`,
+ * `holds_acquired`, `holds_refused`, `holds_released`, `renewals_sent`,
+ * `renewals_confirmed`, `renewals_failed`, `renewals_late`, `beats`,
+ * `beats_failed`, `lost_not_held`, `lost_too_late`, `lost_deadline`,
+ * `lost_max_hold`, `lost_stalled`, `stop_flags_seen`, `pushes_received`
+ * (counts since the handle was made; exact below 2^53), and
+ * `beat_rtt_p50`, `beat_rtt_p99` (seconds, over the last 128 beats; NaN
+ * before the first). More may be added.
+ *
+ * On `MISTRI_OK`, `*value` receives it.
+ *
+ * Errors: `MISTRI_NULL_ARGUMENT` (locks, name, value),
+ * `MISTRI_INVALID_UTF8`, `MISTRI_INVALID_ARGUMENT` (an unknown name).
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `name` is NULL or a NUL-terminated
+ * string; `value` is NULL or writable.
+ */
+enum mistri_status mistri_locks_stat(const struct mistri_locks *locks, const char *name, double *value);
+
+/**
+ * The name of counter `index` for `mistri_locks_stat` (static; never free
+ * it), or NULL when `index` is past the last: `for (size_t i = 0; (name =
+ * mistri_stat_name(i)) != NULL; i++)` visits every counter this library
+ * has, in a stable order.
+ *
+ * Threading: any thread.
+ */
+const char *mistri_stat_name(size_t index);
 
 #ifdef __cplusplus
 }  // extern "C"

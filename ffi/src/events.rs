@@ -1,19 +1,17 @@
-//! Counters and events of an adapter handle, for C: `mistri_locks_stat`
-//! (one counter by name, so new counters never change the ABI) and
-//! `mistri_locks_on_event` (a callback that receives an opaque
-//! `mistri_event`, read with getters). The names, and what each counter and
-//! event means, are the core's (`core/src/stats.rs`).
+//! Hold events of a `mistri_locks` handle, for C: `mistri_locks_on_event`
+//! (a callback that receives an opaque `mistri_event`, read with getters).
+//! The names, and what each event means, are the core's
+//! (`core/src/stats.rs`); the handle's counters are in `stats.rs`.
 //!
 //! Callbacks run on the library's notifier thread (`mistri-notifier`),
 //! never on a heartbeat thread and never under a library lock.
 
-use crate::args::{c_string_lossy, try_out, try_str};
+use crate::args::{c_string_lossy, try_out};
 use crate::handle::{try_ref_from_ptr, Castable};
 use crate::panic::ffi_boundary;
 use crate::signal::mistri_userdata_finalizer;
 use crate::status::{mistri_status, Failure};
-use mistri_core::Error;
-use mistri_core::{Event, EventHookHandle, StatValue};
+use mistri_core::{Event, EventHookHandle};
 use std::ffi::{c_char, c_void, CStr, CString};
 
 /// One event of a hold, handed to a `mistri_event_callback`. Read it with
@@ -54,6 +52,8 @@ fn static_c_name(name: &str) -> &'static CStr {
         "not_held" => c"not_held",
         "too_late" => c"too_late",
         "deadline" => c"deadline",
+        "max_hold" => c"max_hold",
+        "stalled" => c"stalled",
         _ => c"unknown",
     }
 }
@@ -70,7 +70,7 @@ impl CEvent {
     }
 }
 
-/// A callback run for each event of the holds of one adapter handle.
+/// A callback run for each event of the holds of one `mistri_locks` handle.
 ///
 /// `userdata` is the pointer given to `mistri_locks_on_event`; `event` is
 /// valid only during the call.
@@ -80,7 +80,7 @@ impl CEvent {
 /// first failed renewal attempt since the last confirmed one),
 /// `"renewed_late"` (a renewal confirmed after failed attempts), `"lost"`
 /// (the hold is lost; `mistri_event_cause` says why: `"not_held"`,
-/// `"too_late"` or `"deadline"`), `"stopped"` (its stop flag was seen),
+/// `"too_late"`, `"deadline"`, `"max_hold"` or `"stalled"`), `"stopped"` (its stop flag was seen),
 /// `"released"` (released before being lost). Names may be added.
 ///
 /// It runs on the library's notifier thread (`mistri-notifier`), never on
@@ -120,47 +120,8 @@ impl Drop for CEventHook {
     }
 }
 
-/// Reads one counter of the adapter handle by name.
-///
-/// Names: `holds_active`, `holds_acquired`, `holds_refused`,
-/// `holds_released`, `renewals_sent`, `renewals_confirmed`,
-/// `renewals_failed`, `renewals_late`, `beats`, `beats_failed`,
-/// `lost_not_held`, `lost_too_late`, `lost_deadline`, `stop_flags_seen`,
-/// `pushes_received` (counts since the handle was made; exact below 2^53),
-/// and `beat_rtt_p50`, `beat_rtt_p99` (seconds, over the last 128 beats;
-/// NaN before the first). More may be added.
-///
-/// On `MISTRI_OK`, `*value` receives it.
-///
-/// Errors: `MISTRI_NULL_ARGUMENT` (locks, name, value),
-/// `MISTRI_INVALID_UTF8`, `MISTRI_INVALID_ARGUMENT` (an unknown name).
-///
-/// # Safety
-/// `locks` is NULL or a live handle; `name` is NULL or a NUL-terminated
-/// string; `value` is NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn mistri_locks_stat(
-    locks: *const crate::locks::mistri_locks,
-    name: *const c_char,
-    value: *mut f64,
-) -> mistri_status {
-    ffi_boundary!("mistri_locks_stat", {
-        let out = try_out!(value);
-        let locks = try_ref_from_ptr!(locks);
-        let name = try_str!(name);
-        let got = locks
-            .stats()
-            .get(name)
-            .ok_or_else(|| Error::InvalidArgument(format!("no counter named {name:?}")))?;
-        out.write(match got {
-            StatValue::Count(n) => n as f64,
-            StatValue::Seconds(s) => s.unwrap_or(f64::NAN),
-        })
-    })
-}
-
 /// Registers `callback` to run with `userdata` for every event of the holds
-/// made through this adapter handle (see `mistri_event_callback`).
+/// made through this handle (see `mistri_event_callback`).
 ///
 /// `finalizer` (may be NULL) runs exactly once when the library is done
 /// with `userdata`: when the callback is removed, or when the handle and
@@ -293,8 +254,10 @@ pub unsafe extern "C" fn mistri_event_reason(
     })
 }
 
-/// `"lost"` only: why, `"not_held"`, `"too_late"` or `"deadline"` (static);
-/// otherwise NULL.
+/// `"lost"` only: why, `"not_held"`, `"too_late"`, `"deadline"`,
+/// `"max_hold"` (the hung-holder guard's maximum) or `"stalled"` (no
+/// `mistri_hold_touch` within the progress timeout) (static); otherwise
+/// NULL. Causes may be added.
 ///
 /// # Safety
 /// `event` is NULL or the event of a running callback; `cause` is NULL or
@@ -309,4 +272,21 @@ pub unsafe extern "C" fn mistri_event_cause(
         let event = try_ref_from_ptr!(event);
         out.write(event.cause.map_or(std::ptr::null(), |c| c.as_ptr()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mistri_core::{EventKind, LostCause};
+
+    #[test]
+    fn every_kind_and_cause_has_its_c_name() {
+        for kind in EventKind::ALL {
+            assert_eq!(static_c_name(kind.name()).to_str(), Ok(kind.name()));
+        }
+        for name in ["not_held", "too_late", "deadline", "max_hold", "stalled"] {
+            let cause = LostCause::from_name(name).expect("a cause of the core");
+            assert_eq!(static_c_name(cause.name()).to_str(), Ok(name));
+        }
+    }
 }

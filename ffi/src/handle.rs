@@ -3,11 +3,15 @@
 //! the helpers below do the NULL check, the cast and the borrow, so that an
 //! exported function is its logic only.
 //!
-//! Every handle is a `Box` of its [`Castable::RustType`] turned into a raw
-//! pointer by [`to_boxed_mut_ptr`] and given back exactly once to
-//! [`free_box`] (by a `_free` function, which accepts NULL). The C type
-//! itself is opaque (`_private: [u8; 0]`): C only ever holds the pointer,
-//! and this crate never builds a value of the C type.
+//! Every owned handle is a `Box` of its [`Castable::RustType`] turned into
+//! a raw pointer by [`to_boxed_mut_ptr`] and given back exactly once to
+//! [`free_box`] (by a `_free` function, which accepts NULL). A *borrowed*
+//! handle ([`to_const_ptr`]) points at a value that another handle owns
+//! (a lease of a `mistri_listing`): C receives it as a `const` pointer,
+//! reads it with the same getters, and never frees it (passing it to a
+//! `_free`, which takes a non-`const` pointer, is a compiler diagnostic).
+//! The C type itself is opaque (`_private: [u8; 0]`): C only ever holds
+//! the pointer, and this crate never builds a value of the C type.
 //!
 //! In an exported function:
 //! - `try_ref_from_ptr!(locks)` borrows the value behind a `*const` handle
@@ -32,17 +36,25 @@ pub(crate) fn to_boxed_mut_ptr<C: Castable>(value: C::RustType) -> *mut C {
     Box::into_raw(Box::new(value)).cast()
 }
 
+/// A borrowed handle for C to `value`, which stays owned by whatever holds
+/// it (valid as long as that owner lives and does not move or drop it).
+pub(crate) fn to_const_ptr<C: Castable>(value: &C::RustType) -> *const C {
+    (value as *const C::RustType).cast()
+}
+
 /// Borrows the value behind `ptr`, or fails naming `what` if it is NULL.
 ///
 /// # Safety
-/// `ptr` is NULL or was made by [`to_boxed_mut_ptr`] for this `C`, is not
-/// freed during `'a`, and is not borrowed mutably meanwhile.
+/// `ptr` is NULL or was made by [`to_boxed_mut_ptr`] or [`to_const_ptr`]
+/// for this `C`, is not freed (nor its owner) during `'a`, and is not
+/// borrowed mutably meanwhile.
 pub(crate) unsafe fn try_ref<'a, C: Castable>(
     ptr: *const C,
     what: &'static str,
 ) -> Result<&'a C::RustType, Failure> {
     // SAFETY: forwarded from this function's contract; the pointer came
-    // from a `Box<C::RustType>`, so it is aligned and initialised for it.
+    // from a `Box<C::RustType>` or a `&C::RustType`, so it is aligned and
+    // initialised for it.
     unsafe { ptr.cast::<C::RustType>().as_ref() }.ok_or(Failure::Null(what))
 }
 

@@ -43,21 +43,22 @@ fn outcome_of(outcome: ReleaseOutcome) -> mistri_release_outcome {
     }
 }
 
-/// A held lease, renewed in the background by the adapter's heartbeat
+/// A held lease, renewed in the background by its handle's heartbeat
 /// thread until released or lost.
 ///
 /// States: renewing -> released (`mistri_hold_release`/`mistri_hold_free`)
 /// or renewing -> lost (a renewal found the lease gone or taken, or no
 /// renewal was confirmed by its safe deadline — send time of the last
 /// confirmed renewal + ttl − a safety margin of
-/// min(ttl/4, max(tick + the adapter's I/O timeout, 0.025 s)) — so the
+/// min(ttl/4, max(tick + the backend's I/O timeout, 0.025 s)) — so the
 /// holder hears it before anyone else can take the lease: the signal trips
 /// with a reason starting "lease lost"). A stop flag trips the signal too
 /// but is not a loss: the hold keeps renewing until released.
 ///
 /// Ownership: made by `mistri_hold_start` or `mistri_hold_start_configured`;
 /// freed by `mistri_hold_free` (which releases first if needed). The hold
-/// keeps its adapter alive.
+/// keeps what it needs of its `mistri_locks` handle alive (the handle may
+/// be freed first).
 ///
 /// Threading: thread-safe. Getters and `mistri_hold_release` may be called
 /// from any thread, concurrently; `mistri_hold_free` must be the last call.
@@ -85,7 +86,7 @@ fn hold_handle(hold: Option<Hold>) -> *mut mistri_hold {
     })
 }
 
-/// Starts a hold on `locks`, or on the configured adapter if `None`.
+/// Starts a hold on `locks`, or on the configured handle if `None`.
 fn start(
     locks: Option<&mistri_core::Locks>,
     key: &str,
@@ -101,7 +102,7 @@ fn start(
     )?))
 }
 
-/// Acquires `key` through `locks` and keeps it renewed on the adapter's
+/// Acquires `key` through `locks` and keeps it renewed on the handle's
 /// heartbeat thread until released; watches the stop flag every tick.
 /// `options` (required) is read during the call only; the same builder may
 /// start more holds.
@@ -134,12 +135,12 @@ pub unsafe extern "C" fn mistri_hold_start_with(
     })
 }
 
-/// `mistri_hold_start_with` on the process-wide adapter
+/// `mistri_hold_start_with` on the process-wide handle
 /// (`mistri_configure`).
 ///
-/// On `MISTRI_OK`, `*out` receives the new hold, or NULL if no adapter is
+/// On `MISTRI_OK`, `*out` receives the new hold, or NULL if no handle is
 /// configured or the lease is held elsewhere (both refusals, not errors).
-/// Arguments are checked even when no adapter is configured.
+/// Arguments are checked even when no handle is configured.
 ///
 /// # Safety
 /// As `mistri_hold_start_with`, without `locks`.
@@ -159,7 +160,7 @@ pub unsafe extern "C" fn mistri_hold_start_configured_with(
 /// Deprecated: use `mistri_hold_start_with` (a builder, which can also set
 /// the safety margin). Kept unchanged for one release.
 ///
-/// Acquires `key` through `locks` and keeps it renewed on the adapter's
+/// Acquires `key` through `locks` and keeps it renewed on the handle's
 /// heartbeat thread until released; watches `opts->stop_key` every tick.
 /// `opts` NULL means `mistri_hold_options_default()`.
 ///
@@ -196,11 +197,11 @@ pub unsafe extern "C" fn mistri_hold_start(
 /// Deprecated: use `mistri_hold_start_configured_with`. Kept unchanged for
 /// one release.
 ///
-/// `mistri_hold_start` on the process-wide adapter (`mistri_configure`).
+/// `mistri_hold_start` on the process-wide handle (`mistri_configure`).
 ///
-/// On `MISTRI_OK`, `*out` receives the new hold, or NULL if no adapter is
+/// On `MISTRI_OK`, `*out` receives the new hold, or NULL if no handle is
 /// configured or the lease is held elsewhere (both refusals, not errors).
-/// Arguments are checked even when no adapter is configured.
+/// Arguments are checked even when no handle is configured.
 ///
 /// # Safety
 /// As `mistri_hold_start`, without `locks`.
@@ -223,7 +224,7 @@ pub unsafe extern "C" fn mistri_hold_start_configured(
 /// Stops renewing and deletes the lease if it is still ours. Idempotent.
 /// Does not wait for the heartbeat (a renewal in flight can't outlive the
 /// delete: renewals compare the owner token); the delete is bounded by the
-/// adapter's I/O timeout (Redis: 5 s unless set; Local: 5 s of lock wait).
+/// backend's I/O timeout (Redis: 5 s unless set; Local: 5 s of lock wait).
 /// Does not free the hold (its getters keep working).
 ///
 /// On `MISTRI_OK`, if `outcome` is not NULL, `*outcome` says what happened.

@@ -1,9 +1,10 @@
 //! `mistri_lease_info`: who holds a lease — the label its holder stored,
 //! the fence, when it was acquired and last renewed, its ttl, heartbeat and
-//! time left — read with `mistri_locks_info`. Labels: `mistri_locks_set_label`
-//! and `mistri_hold_options_set_label`.
+//! time left — read with `mistri_locks_info`, or as each lease of a
+//! `mistri_listing` (`listing.rs`, borrowed from the listing). Labels:
+//! `mistri_locks_set_label` and `mistri_hold_options_set_label`.
 
-use crate::args::{try_out, try_str};
+use crate::args::{c_string_lossy, try_out, try_str};
 use crate::handle::{free_box, to_boxed_mut_ptr, try_mut_from_ptr, try_ref_from_ptr, Castable};
 use crate::locks::mistri_locks;
 use crate::options::mistri_hold_options_builder;
@@ -14,7 +15,9 @@ use std::ffi::{c_char, CString};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What `mistri_locks_info` found about a live lease: a snapshot, not kept
-/// up to date. Free it with `mistri_lease_info_free`.
+/// up to date. Free it with `mistri_lease_info_free`. The leases of a
+/// listing (`mistri_listing_lease`) are read with the same getters but
+/// belong to the listing (a `const mistri_lease_info *`: never free them).
 ///
 /// The holder's description may be missing (a lease taken by a client that
 /// stores none): then `mistri_lease_info_described` says false, the label
@@ -29,9 +32,22 @@ pub struct mistri_lease_info {
 
 pub(crate) struct InfoSnapshot {
     info: LeaseInfo,
+    /// `info.key` as C reads it (cut at a NUL byte, as event keys are).
+    key: CString,
     label: Option<CString>,
     /// Each of `info.holders`' labels, as C reads them.
     labels: Vec<CString>,
+}
+
+impl InfoSnapshot {
+    pub(crate) fn new(info: LeaseInfo) -> Self {
+        InfoSnapshot {
+            key: c_string_lossy(&info.key),
+            label: info.holder.as_ref().map(|h| c_label(&h.label)),
+            labels: info.holders.iter().map(|h| c_label(&h.label)).collect(),
+            info,
+        }
+    }
 }
 
 fn c_label(label: &str) -> CString {
@@ -67,26 +83,38 @@ pub unsafe extern "C" fn mistri_locks_info(
         let out = try_out!(info);
         let found = try_ref_from_ptr!(locks).info(try_str!(key))?;
         out.write(found.map_or(std::ptr::null_mut(), |info| {
-            let label = info.holder.as_ref().map(|h| c_label(&h.label));
-            let labels = info.holders.iter().map(|h| c_label(&h.label)).collect();
-            to_boxed_mut_ptr(InfoSnapshot {
-                info,
-                label,
-                labels,
-            })
+            to_boxed_mut_ptr(InfoSnapshot::new(info))
         }))
     })
 }
 
-/// Frees a snapshot. NULL is ignored.
+/// Frees a snapshot. NULL is ignored. Only for snapshots from
+/// `mistri_locks_info`: a lease of a listing is freed with its listing.
 ///
 /// # Safety
-/// `info` is NULL or a snapshot not used again.
+/// `info` is NULL or a snapshot from `mistri_locks_info` not used again.
 #[no_mangle]
 pub unsafe extern "C" fn mistri_lease_info_free(info: *mut mistri_lease_info) {
     ffi_boundary_void!("mistri_lease_info_free", {
         // SAFETY: per this function's contract.
         unsafe { free_box(info) }
+    })
+}
+
+/// The lease's key (without the namespace), owned by the snapshot (valid
+/// until it is freed, with its listing for a listed lease). A key
+/// containing a NUL byte is cut there.
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; `key` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_key(
+    info: *const mistri_lease_info,
+    key: *mut *const c_char,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_key", {
+        let out = try_out!(key);
+        out.write(try_ref_from_ptr!(info).key.as_ptr())
     })
 }
 
@@ -106,7 +134,7 @@ pub unsafe extern "C" fn mistri_lease_info_described(
 }
 
 /// The holder's label (e.g. `"build-7:4120 python"`), owned by the snapshot
-/// (valid until `mistri_lease_info_free`); NULL when not described.
+/// (valid until the snapshot is freed); NULL when not described.
 ///
 /// # Safety
 /// `info` is NULL or a live snapshot; `label` is NULL or writable.
@@ -231,8 +259,8 @@ pub unsafe extern "C" fn mistri_lease_info_holder_count(
 }
 
 /// Holder `index` (0 ≤ index < `mistri_lease_info_holder_count`, by
-/// fence): its label (owned by the snapshot, valid until
-/// `mistri_lease_info_free`), fence, and when it acquired and last renewed
+/// fence): its label (owned by the snapshot, valid until it is freed),
+/// fence, and when it acquired and last renewed
 /// (Unix seconds). Any out-param may be NULL (not wanted). An index out of
 /// range is `MISTRI_INVALID_ARGUMENT`.
 ///

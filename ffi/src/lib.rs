@@ -20,7 +20,7 @@
 //!
 //! Modules, leaf first: `status` (statuses, the last error; uses nothing
 //! else here) ← `panic` ← `handle`, `args` ← `locks`, `signal`, `options`,
-//! `acquire`, `hold`, `events`.
+//! `acquire`, `hold`, `events`, `stats`, `info` ← `listing`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 // C type names are lowercase, like rustls-ffi's.
@@ -32,10 +32,12 @@ pub mod events;
 mod handle;
 pub mod hold;
 pub mod info;
+pub mod listing;
 pub mod locks;
 pub mod options;
 mod panic;
 pub mod signal;
+pub mod stats;
 pub mod status;
 
 use std::ffi::{c_char, c_int};

@@ -1,5 +1,5 @@
-//! `mistri_locks`: an adapter handle (Memory, Local or Redis) with the seven
-//! operations of the contract, and the process-wide configured adapter.
+//! `mistri_locks`: a handle on a backend (Memory, Local or Redis) with the
+//! seven operations of the contract, and the process-wide configured handle.
 
 use crate::args::{secs, try_out, try_str};
 use crate::handle::{free_box, to_boxed_mut_ptr, try_ref_from_ptr, Castable};
@@ -16,8 +16,9 @@ pub const MISTRI_HEARTBEAT: f64 = 60.0;
 /// `mistri_locks_set_flag` when you have no better value).
 pub const MISTRI_FLAG_TTL: f64 = 300.0;
 
-/// An adapter: a backend (Memory, Local or Redis) plus the leases this handle has
-/// acquired, and the heartbeat engine that renews its holds.
+/// A handle (the core's `Locks`): a backend (Memory, Local or Redis) plus
+/// the leases this handle has acquired, and the heartbeat engine that renews
+/// its holds.
 ///
 /// Each handle is one *owner*: `mistri_locks_renew` and
 /// `mistri_locks_release` only touch leases that this handle (or a handle
@@ -37,7 +38,7 @@ pub const MISTRI_FLAG_TTL: f64 = 300.0;
 /// Threading: thread-safe. Any number of threads may call any function on
 /// the same handle at once, except `mistri_locks_free`, which must be the
 /// last call on it. After `fork()`, the child may keep using the handle: a
-/// Redis adapter reconnects, and the child forgets the parent's leases (it
+/// Redis handle reconnects, and the child forgets the parent's leases (it
 /// can neither renew nor release them).
 pub struct mistri_locks {
     _private: [u8; 0],
@@ -54,8 +55,8 @@ fn locks_handle(locks: Locks) -> *mut mistri_locks {
     to_boxed_mut_ptr(locks)
 }
 
-/// Makes an in-process Memory adapter: real TTLs on a monotonic clock,
-/// visible only inside this process.
+/// Makes a handle on an in-process Memory backend: real TTLs on a
+/// monotonic clock, visible only inside this process.
 ///
 /// On `MISTRI_OK`, `*out` receives a new handle; free it with
 /// `mistri_locks_free`.
@@ -69,7 +70,7 @@ pub unsafe extern "C" fn mistri_locks_memory_new(out: *mut *mut mistri_locks) ->
     })
 }
 
-/// Makes a Redis adapter for `url` (`redis://[user:pass@]host:port/db`, or
+/// Makes a handle on Redis at `url` (`redis://[user:pass@]host:port/db`, or
 /// `rediss://` for TLS), with every key under `namespace` (NULL means the
 /// default, `"mistri:locks"`). Connections are opened on first use (a
 /// small pool, reconnected after `fork()`), so an unreachable server shows
@@ -99,9 +100,9 @@ pub unsafe extern "C" fn mistri_locks_redis_new(
     })
 }
 
-/// Makes a Local adapter: leases and flags shared by every process on this
-/// host that opens the same SQLite database file, with no server. `path`
-/// is the file (created with mode 0600, its folder with 0700, if missing);
+/// Makes a handle on a Local backend: leases and flags shared by every
+/// process on this host that opens the same SQLite database file, with no
+/// server. `path` is the file (created with mode 0600, its folder with 0700, if missing);
 /// NULL means `$MISTRI_LOCKS_LOCAL_PATH`, else the per-user default
 /// `/var/tmp/mistri_locks-<uid>/locks.db` (the same for every process of the
 /// user, whatever its environment).
@@ -131,7 +132,7 @@ pub unsafe extern "C" fn mistri_locks_local_new(
 }
 
 /// Makes another owner on the same backend as `locks`: it shares the
-/// backend (a Memory adapter's leases and flags, a Redis adapter's
+/// backend (a Memory backend's leases and flags, a Redis handle's
 /// connection pool) but has its own acquired leases and its own heartbeat
 /// engine, so it behaves like another process would.
 ///
@@ -165,7 +166,7 @@ pub unsafe extern "C" fn mistri_locks_sharing_adapter(
     unsafe { mistri_locks_new_owner(locks, out) }
 }
 
-/// Frees an adapter handle. NULL is ignored.
+/// Frees a handle. NULL is ignored.
 ///
 /// Leases acquired with `mistri_locks_acquire` are not released (they expire
 /// on their own); holds made from this handle keep running until released
@@ -396,7 +397,7 @@ pub unsafe extern "C" fn mistri_locks_active_holds(
     })
 }
 
-/// Makes `locks` the process-wide adapter used by
+/// Makes `locks` the process-wide handle used by
 /// `mistri_hold_start_configured` (the seed's `Mistri.locks = ...`),
 /// replacing any configured before.
 ///
@@ -420,7 +421,7 @@ pub unsafe extern "C" fn mistri_configure(locks: *const mistri_locks) -> mistri_
     })
 }
 
-/// Clears the process-wide adapter: `mistri_hold_start_configured` then
+/// Clears the process-wide handle: `mistri_hold_start_configured` then
 /// refuses (NULL hold) until `mistri_configure` is called again. Holds
 /// already made keep running. Always `MISTRI_OK`.
 ///
@@ -433,10 +434,10 @@ pub extern "C" fn mistri_configure_clear() -> mistri_status {
     })
 }
 
-/// Reads the process-wide adapter back.
+/// Reads the process-wide handle back.
 ///
 /// On `MISTRI_OK`, `*out` receives a new handle that shares the configured
-/// adapter (same backend, same owner), to be freed with
+/// handle (same backend, same owner), to be freed with
 /// `mistri_locks_free`, or NULL if none is configured.
 ///
 /// Threading: any thread.

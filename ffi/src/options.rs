@@ -169,7 +169,7 @@ pub unsafe extern "C" fn mistri_hold_options_set_signal(
 /// (more time to stop its work before anyone else can take the lease) at
 /// the cost of more false alarms on a slow network.
 ///
-/// Unset, the margin is min(ttl/4, max(tick + the adapter's I/O timeout,
+/// Unset, the margin is min(ttl/4, max(tick + the backend's I/O timeout,
 /// 0.025 s)). It must be > 0 (NaN, infinite, <= 0 or > 1e9 is
 /// `MISTRI_INVALID_ARGUMENT` here) and less than half the ttl (checked when
 /// the hold starts, `MISTRI_INVALID_ARGUMENT` naming `safety_margin`).

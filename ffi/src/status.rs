@@ -37,7 +37,7 @@ pub enum mistri_status {
     /// 1e9 seconds; a NaN or negative timeout; a safety margin not below
     /// half the ttl; a bad namespace.
     MISTRI_INVALID_ARGUMENT = 7002,
-    /// The adapter could not be set up as asked: an unparsable Redis URL,
+    /// The handle could not be set up as asked: an unparsable Redis URL,
     /// TLS setup, an authentication refusal.
     MISTRI_CONFIG = 7003,
     /// The backend could not be reached or stopped answering (connection

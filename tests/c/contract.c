@@ -74,7 +74,7 @@ static mistri_status redis_open(const backend *b, const char *ns, mistri_locks *
 static mistri_status redis_owner(const backend *b, const char *ns, const mistri_locks *first,
                                  mistri_locks **out)
 {
-    (void)first; /* a separate adapter object: its own connections too */
+    (void)first; /* a separate handle: its own connections too */
     return mistri_locks_redis_new(b->param, ns, out);
 }
 
@@ -93,7 +93,7 @@ static mistri_status local_open(const backend *b, const char *ns, mistri_locks *
 static mistri_status local_owner(const backend *b, const char *ns, const mistri_locks *first,
                                  mistri_locks **out)
 {
-    (void)first; /* a separate adapter object on the same file */
+    (void)first; /* a separate handle on the same file */
     return local_open(b, ns, out);
 }
 
@@ -1128,7 +1128,7 @@ static void bad_input_is_a_status_never_a_crash(const void *arg)
     CHECK_OK(mistri_hold_release(real, NULL)); /* outcome is optional */
     mistri_hold_free(real);
 
-    /* adapter makers and helpers */
+    /* handle makers and helpers */
     mistri_locks *l = NULL;
     size_t n = 0;
     CHECK_STATUS(mistri_locks_new_owner(NULL, &l), MISTRI_NULL_ARGUMENT);
@@ -1563,7 +1563,7 @@ static void signal_bad_input_is_a_status(const void *arg)
     mistri_signal_free(s);
 }
 
-static void adapters_and_process_wide_calls_reject_bad_input(const void *arg)
+static void handles_and_process_wide_calls_reject_bad_input(const void *arg)
 {
     (void)arg;
     static char sentinel;
@@ -1712,7 +1712,7 @@ static const test_case GENERAL[] = {
     CASE(freeing_an_unaborted_signal_runs_pending_finalizers),
     CASE(derived_signals_hear_the_parent_never_the_reverse),
     CASE(signal_bad_input_is_a_status),
-    CASE(adapters_and_process_wide_calls_reject_bad_input),
+    CASE(handles_and_process_wide_calls_reject_bad_input),
     CASE(local_refuses_unsafe_folders_and_symlinks),
     CASE(last_error_is_per_thread_and_status_names_are_stable),
 };

@@ -211,7 +211,7 @@ static void null_builder_is_a_status_and_free_null_is_fine(const void *arg)
     mistri_locks_free(locks);
 }
 
-static void builder_on_the_configured_adapter(const void *arg)
+static void builder_on_the_configured_handle(const void *arg)
 {
     (void)arg;
     mistri_locks *locks = NULL;
@@ -423,7 +423,7 @@ static const test_case CASES[] = {
     CASE(builder_options_reach_the_hold),
     CASE(builder_bad_values_are_statuses_with_messages),
     CASE(null_builder_is_a_status_and_free_null_is_fine),
-    CASE(builder_on_the_configured_adapter),
+    CASE(builder_on_the_configured_handle),
     CASE(deprecated_struct_path_still_works),
     CASE(wait_timeouts_follow_the_one_rule),
     CASE(a_larger_safety_margin_tells_the_holder_earlier),
