@@ -92,14 +92,12 @@ fn start(
     key: &str,
     opts: HoldOptions,
 ) -> Result<*mut mistri_hold, Failure> {
-    let signal = opts.signal.clone();
     let Some(waiting) = mistri_core::start_hold(locks, key, opts)? else {
         return Ok(std::ptr::null_mut()); // nothing configured
     };
-    Ok(hold_handle(crate::acquire::drive(
-        waiting,
-        signal.as_ref(),
-    )?))
+    // The hold's own signal ends its wait (the core wires it in): no
+    // callback of ours, and none at all for a single try.
+    Ok(hold_handle(waiting.wait()?))
 }
 
 /// Acquires `key` through `locks` and keeps it renewed on the handle's

@@ -4,10 +4,11 @@
 //! `TypedDict`s of `mistri_locks/_info.py` (`LeaseInfo`, `HolderInfo`,
 //! `FlagInfo`, `Listing`); a field added here is added there.
 
+use mistri_locks::internals::unix_millis;
 use mistri_locks::{FlagInfo, HolderInfo, LeaseInfo, Listing};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// `{"key", "time_left", "holder", "fence", "acquired_at", "renewed_at",
 /// "ttl", "heartbeat", "limit", "holders"}`: seconds as floats, times as
@@ -72,6 +73,5 @@ fn describe(d: &Bound<'_, PyDict>, h: Option<&HolderInfo>) -> PyResult<()> {
 /// Unix seconds of a wall-clock time, to the millisecond the backends
 /// store (0 before 1970), as the CLI's `*_at_ms` fields.
 fn unix_secs(t: SystemTime) -> f64 {
-    let ms = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    ms as f64 / 1000.0
+    unix_millis(t) as f64 / 1000.0
 }

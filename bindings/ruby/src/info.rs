@@ -3,6 +3,7 @@
 //! way, so code that reads `info` reads every lease of a `list`).
 
 use magnus::{prelude::*, Error, RHash, Ruby, Value};
+use mistri_locks::internals::unix_millis;
 use mistri_locks::{FlagInfo, HolderInfo, LeaseInfo, Listing};
 use std::time::{Duration, SystemTime};
 
@@ -65,8 +66,7 @@ fn seconds(ruby: &Ruby, d: Option<Duration>) -> Value {
 /// A wall-clock time as Float Unix seconds (millisecond precision, as the
 /// backends store it; a time before 1970 reads as 0).
 fn unix_seconds(ruby: &Ruby, t: SystemTime) -> Value {
-    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    ruby.float_from_f64(since.as_millis() as f64 / 1000.0)
+    ruby.float_from_f64(unix_millis(t) as f64 / 1000.0)
         .as_value()
 }
 

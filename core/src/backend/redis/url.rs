@@ -18,6 +18,7 @@
 //! `replica_timeout=SECONDS` (default 0.5 s). Every other query parameter
 //! goes to the redis crate unchanged.
 
+use super::replies::redact;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -234,18 +235,18 @@ pub(crate) fn url_problem(url: &str, why: &str) -> String {
     if !known {
         return format!(
             "unknown scheme {scheme:?} in {:?}: expected one of {SCHEMES}",
-            redact(url)
+            redact(url, url)
         );
     }
     if scheme.ends_with("unix") {
         return format!(
             "{why} (in {:?}: expected {scheme}:///path/to/redis.sock)",
-            redact(url)
+            redact(url, url)
         );
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let bad = |what: String| format!("{what} in {:?}", redact(url));
+    let bad = |what: String| format!("{what} in {:?}", redact(url, url));
     for one in hostport.split(',') {
         if one.starts_with('[') {
             let Some(end) = one.find(']') else {
@@ -280,33 +281,11 @@ pub(crate) fn url_problem(url: &str, why: &str) -> String {
     if !scheme.contains('+') && !db.is_empty() && db.parse::<u32>().is_err() {
         return bad(format!("the database {db:?} is not a number"));
     }
-    format!("{why} (in {:?})", redact(url))
+    format!("{why} (in {:?})", redact(url, url))
 }
 
 fn valid_port(port: &str) -> bool {
     port.parse::<u16>().is_ok_and(|p| p > 0)
-}
-
-/// `url` with its password replaced by `***`.
-fn redact(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-            match authority.rsplit_once('@') {
-                Some((userinfo, _)) => {
-                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-                    let masked = if userinfo.contains(':') {
-                        format!("{user}:***")
-                    } else {
-                        user.to_owned()
-                    };
-                    format!("{scheme}://{masked}{}", &rest[userinfo.len()..])
-                }
-                None => url.to_owned(),
-            }
-        }
-        None => url.to_owned(),
-    }
 }
 
 #[cfg(test)]
@@ -352,9 +331,10 @@ mod tests {
         assert!(says("localhost:6379").contains("is not a URL"));
         assert!(says("redis://[::1").contains("no closing ']'"));
         assert!(says("redis://h:port").contains("the port \"port\""));
-        assert!(says("redis://u:secret@h:0").contains("u:***@h:0"));
+        assert!(says("redis://u:secret@h:0").contains("***@h:0"));
         assert!(!says("redis://u:secret@h:0").contains("secret"));
         assert!(says("redis://h/abc").contains("the database \"abc\""));
         assert!(says("redis://:pw@").contains("no host"));
+        assert!(!says("redis://:pw@").contains("pw"));
     }
 }
