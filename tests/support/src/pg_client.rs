@@ -55,6 +55,8 @@ pub struct PgClient {
     inbuf: Vec<u8>,
     /// Backend process id (from BackendKeyData).
     pid: i32,
+    /// The row count of the last CommandComplete (`INSERT 0 1` -> 1).
+    affected: u64,
 }
 
 /// An asynchronous notification heard on a connection that ran `LISTEN`.
@@ -136,6 +138,7 @@ impl PgClient {
             out: Vec::with_capacity(1024),
             inbuf: Vec::with_capacity(8192),
             pid: 0,
+            affected: 0,
         };
         // StartupMessage: length, protocol 3.0, name/value pairs, 0.
         let mut body = Vec::new();
@@ -259,7 +262,17 @@ impl PgClient {
                     }
                     current.push(row);
                 }
-                b'C' if !current.is_empty() => rows = std::mem::take(&mut current),
+                b'C' => {
+                    let tag = String::from_utf8_lossy(msg.strip_suffix(b"\0").unwrap_or(&msg));
+                    self.affected = tag
+                        .rsplit(' ')
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
+                    if !current.is_empty() {
+                        rows = std::mem::take(&mut current);
+                    }
+                }
                 b'E' => failure = Some(error_text(&msg)),
                 b'Z' => {
                     return Ok(match failure {
@@ -313,6 +326,13 @@ impl PgClient {
         self.message(b'S', &[]);
         self.send().map_err(|e| e.to_string())?;
         self.collect().map_err(|e| e.to_string())?
+    }
+
+    /// [`PgClient::query`] for a statement without rows: how many rows it
+    /// touched (the count of its command tag, `UPDATE 1` -> 1).
+    pub fn execute(&mut self, sql: &str, params: &[&str]) -> Result<u64, String> {
+        self.query(sql, params)?;
+        Ok(self.affected)
     }
 
     /// Runs `sql` with the simple query protocol (statements separated by

@@ -239,6 +239,12 @@ fn pg_client_queries_errors_nulls_and_notifications() {
     let rows = c.query("SELECT v FROM t ORDER BY v", &[]).unwrap();
     assert_eq!(rows.len(), 3);
     assert!(c.query("UPDATE t SET v = v + 1", &[]).unwrap().is_empty());
+    assert_eq!(
+        c.execute("UPDATE t SET v = v + 1 WHERE v > $1", &["2"])
+            .unwrap(),
+        2
+    );
+    assert_eq!(c.execute("INSERT INTO t VALUES (9)", &[]).unwrap(), 1);
     // Unix socket, LISTEN/NOTIFY.
     let mut listener =
         PgClient::connect_unix(&server.socket_dir(), server.port(), "postgres", "postgres")
