@@ -280,6 +280,26 @@ pub trait Adapter: Send + Sync + 'static {
     /// did.
     fn release(&self, lease: &Lease) -> Result<bool>;
 
+    /// [`Adapter::release`], answered by `deadline`: networked adapters
+    /// wait for the server at most until the earlier of their I/O timeout
+    /// and `deadline`, which the engine sets to the instant the lease can
+    /// no longer be alive on the server (the send time of its last
+    /// confirmed renewal, or of the acquire, plus its ttl). Past it there
+    /// is nothing left to release. A timeout drops the connection (a late
+    /// reply must not be read as the next command's).
+    ///
+    /// Returns whether it deleted the lease; `Err` with
+    /// [`crate::Error::Connection`] when no answer came in time. The
+    /// default ignores `deadline` and calls [`Adapter::release`], for
+    /// adapters whose release does not block.
+    ///
+    /// # Errors
+    /// As [`Adapter::release`], plus a timeout at `deadline`.
+    fn release_by(&self, lease: &Lease, deadline: Instant) -> Result<bool> {
+        let _ = deadline;
+        self.release(lease)
+    }
+
     /// Is a live lease on `key` (anyone's)?
     fn held(&self, key: &str) -> Result<bool>;
 

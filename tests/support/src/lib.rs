@@ -4,7 +4,12 @@
 //! port, with no persistence, in its own temporary directory, and stops it
 //! on drop. The server is also told to die with the thread that started it
 //! (`PR_SET_PDEATHSIG`), so a test killed outright leaves nothing behind.
+//! [`PgServer`] and [`PgBouncer`] do the same for PostgreSQL (initdb into a
+//! temporary folder; as the `postgres` user when run as root) and for a
+//! PgBouncer in transaction pooling mode.
 
+mod postgres;
+pub use postgres::{pg_bindir, PgAuth, PgBouncer, PgConfig, PgServer};
 mod proxy;
 pub use proxy::Proxy;
 mod topology;

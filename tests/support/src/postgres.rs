@@ -1,0 +1,893 @@
+//! Throwaway PostgreSQL servers and PgBouncers on loopback, for tests and
+//! benchmarks: [`PgServer`] (initdb into a temporary folder, the
+//! postmaster on a free 127.0.0.1 port) and [`PgBouncer`] (transaction
+//! pooling in front of one).
+//!
+//! - **Binaries**: Debian puts the server's binaries where
+//!   `pg_config --bindir` says (`/usr/lib/postgresql/15/bin`), not on PATH;
+//!   `PG_BINDIR` overrides. `pgbouncer` is looked up on PATH and in
+//!   `/usr/sbin`. Install both with `bash scripts/setup`.
+//! - **Root**: `initdb` and `postgres` refuse to run as root (CI runs as
+//!   root). Then every server process runs as the `postgres` user (the
+//!   Debian package creates it): the temporary folder is handed to it and
+//!   the processes are spawned with its uid and gid (what
+//!   `runuser -u postgres --` does, without a `runuser` process in between,
+//!   so the postmaster is our own child). As any other user they run as
+//!   that user.
+//! - **Lifetime**: the postmaster (and pgbouncer) is spawned directly (not
+//!   through `pg_ctl`, which would detach it) and told to die with the
+//!   thread that started it (`PR_SET_PDEATHSIG`), so a test killed outright
+//!   leaves nothing behind; its backends notice their postmaster's death
+//!   and exit too. [`Drop`] (also while a panicking test unwinds) stops the
+//!   server and removes the folder.
+//! - **Settings**: trust auth on the unix socket (inside the temporary
+//!   folder) and, unless [`PgConfig::password`] is set, over TCP;
+//!   `fsync=off` and `full_page_writes=off` for speed; `synchronous_commit`
+//!   stays on, so a commit has reached the kernel when it returns and
+//!   survives [`PgServer::restart`] and [`PgServer::crash_restart`] (not a
+//!   machine crash).
+//!
+//! SQL from the tests goes through `psql` (from the same bindir) over the
+//! unix socket, with a wall-clock deadline: [`PgServer::sql`].
+
+use std::ffi::CString;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long a server gets to come up (initdb excluded) or go down.
+const START_WITHIN: Duration = Duration::from_secs(30);
+const STOP_WITHIN: Duration = Duration::from_secs(10);
+/// Default deadline of [`PgServer::sql`].
+const SQL_WITHIN: Duration = Duration::from_secs(20);
+
+/// How TCP clients authenticate when a password is set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PgAuth {
+    /// `scram-sha-256` (the password is stored as a SCRAM secret).
+    #[default]
+    ScramSha256,
+    /// `md5` (the password is stored as an MD5 hash).
+    Md5,
+}
+
+/// What to start.
+#[derive(Clone, Debug, Default)]
+pub struct PgConfig {
+    /// A password for the `postgres` user, required over TCP (the unix
+    /// socket stays trust, for [`PgServer::sql`]).
+    pub password: Option<String>,
+    /// How TCP clients prove the password (only with `password`).
+    pub auth: PgAuth,
+    /// Extra `-c name=value` settings for the postmaster.
+    pub settings: Vec<(String, String)>,
+}
+
+/// The user the server processes run as, when we are root.
+#[derive(Clone, Copy)]
+struct RunAs {
+    uid: u32,
+    gid: u32,
+}
+
+fn run_as() -> Option<RunAs> {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    static POSTGRES: OnceLock<RunAs> = OnceLock::new();
+    Some(*POSTGRES.get_or_init(|| {
+        let name = CString::new("postgres").expect("no NUL");
+        // SAFETY: `name` is a valid NUL-terminated string that outlives the
+        // call; getpwnam returns NULL or a pointer to a static record,
+        // which is copied out at once, before anything else here could
+        // call getpwnam again (this runs once, under the OnceLock).
+        let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+        assert!(
+            !pw.is_null(),
+            "running as root, but there is no `postgres` user to run the server as \
+             (install the server: bash scripts/setup, or apt-get install postgresql)"
+        );
+        // SAFETY: `pw` is non-null and points to a valid passwd record.
+        let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+        RunAs { uid, gid }
+    }))
+}
+
+/// The folder of the server binaries (`initdb`, `postgres`, `psql`).
+pub fn pg_bindir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("PG_BINDIR") {
+            return PathBuf::from(dir);
+        }
+        if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+            let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            if out.status.success() && dir.join("postgres").exists() {
+                return dir;
+            }
+        }
+        // Debian's layout, newest first, when pg_config is absent.
+        let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|p| p.join("postgres").exists())
+            .collect();
+        found.sort();
+        found.pop().unwrap_or_else(|| {
+            panic!(
+                "PostgreSQL server binaries not found (pg_config --bindir, /usr/lib/postgresql/*/bin); \
+                 install them: bash scripts/setup (apt-get install postgresql)"
+            )
+        })
+    })
+    .clone()
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A temporary folder the server user can use: under `TMPDIR` unless we
+/// are root and that is not reachable by others, then under `/tmp`.
+fn make_base(prefix: &str, port: u16, owner: Option<RunAs>) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let mut parent = std::env::temp_dir();
+    if owner.is_some() {
+        let reachable = std::fs::metadata(&parent)
+            .map(|m| m.permissions().mode() & 0o001 != 0)
+            .unwrap_or(false);
+        if !reachable {
+            parent = PathBuf::from("/tmp");
+        }
+    }
+    let base = parent.join(format!("{prefix}-{}-{port}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).expect("create temporary folder");
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    if let Some(o) = owner {
+        std::os::unix::fs::chown(&base, Some(o.uid), Some(o.gid)).expect("chown to postgres");
+    }
+    base
+}
+
+/// A command that runs as the server user (when root) in `dir`.
+fn command(program: &Path, dir: &Path) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(program);
+    cmd.current_dir(dir).stdin(Stdio::null());
+    if let Some(o) = run_as() {
+        // std drops the supplementary groups (setgroups(0)) before setuid.
+        cmd.uid(o.uid).gid(o.gid);
+        cmd.env("USER", "postgres").env("HOME", dir);
+    }
+    cmd
+}
+
+/// [`command`] that dies with the thread that spawns it.
+fn dying_with_thread(mut cmd: Command) -> Command {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl is async-signal-safe and touches no memory of
+        // ours; it runs in the child between fork and exec, after std has
+        // changed the uid (which would clear the setting), so it sticks.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+    }
+    cmd
+}
+
+/// Runs `cmd` to completion within `within`, killing it past that.
+/// Returns (success, stdout, stderr).
+fn run_within(mut cmd: Command, within: Duration) -> Result<(bool, String, String), String> {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{cmd:?} not runnable: {e}"))?;
+    // Drain both pipes on threads so a chatty child never blocks.
+    let mut out_pipe = child.stdout.take().expect("stdout piped");
+    let mut err_pipe = child.stderr.take().expect("stderr piped");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out_pipe.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    match status {
+        Some(status) => Ok((status.success(), out, err)),
+        None => Err(format!("{cmd:?} did not finish within {within:?}: {err}")),
+    }
+}
+
+/// A running throwaway PostgreSQL server.
+pub struct PgServer {
+    child: Option<Child>,
+    port: u16,
+    base: PathBuf,
+    config: PgConfig,
+    frozen: bool,
+}
+
+impl PgServer {
+    /// Starts a server with trust auth. Panics (a test helper) if the
+    /// binaries are missing or it won't come up.
+    pub fn start() -> PgServer {
+        Self::start_with(PgConfig::default())
+    }
+
+    /// Starts a server whose TCP clients must give `password` (as
+    /// `postgres`), proven by `auth`.
+    pub fn with_password_auth(password: &str, auth: PgAuth) -> PgServer {
+        Self::start_with(PgConfig {
+            password: Some(password.to_owned()),
+            auth,
+            ..PgConfig::default()
+        })
+    }
+
+    /// Starts a server with `config`.
+    pub fn start_with(config: PgConfig) -> PgServer {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::try_start(&config) {
+                Ok(server) => return server,
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start a PostgreSQL server: {last}");
+    }
+
+    fn try_start(config: &PgConfig) -> Result<PgServer, String> {
+        let port = free_port();
+        let owner = run_as();
+        let base = make_base("mistri-pg", port, owner);
+        let mut server = PgServer {
+            child: None,
+            port,
+            base,
+            config: config.clone(),
+            frozen: false,
+        };
+        // On failure, `server`'s Drop removes the folder.
+        server.initdb()?;
+        server.spawn()?;
+        if let Some(password) = &config.password {
+            let encryption = match config.auth {
+                PgAuth::ScramSha256 => "scram-sha-256",
+                PgAuth::Md5 => "md5",
+            };
+            let quoted = password.replace('\'', "''");
+            server.try_sql(
+                &format!(
+                    "SET password_encryption = '{encryption}'; \
+                     ALTER USER postgres PASSWORD '{quoted}';"
+                ),
+                SQL_WITHIN,
+            )?;
+        }
+        Ok(server)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.base.join("data")
+    }
+
+    fn initdb(&self) -> Result<(), String> {
+        let mut cmd = command(&pg_bindir().join("initdb"), &self.base);
+        cmd.arg("-D")
+            .arg(self.data_dir())
+            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8"])
+            .args(["--locale=C", "--no-sync", "--no-instructions"]);
+        match run_within(cmd, Duration::from_secs(120))? {
+            (true, _, _) => {}
+            (false, out, err) => return Err(format!("initdb failed: {out}{err}")),
+        }
+        let method = match (&self.config.password, self.config.auth) {
+            (None, _) => "trust",
+            (Some(_), PgAuth::ScramSha256) => "scram-sha-256",
+            (Some(_), PgAuth::Md5) => "md5",
+        };
+        let hba = format!(
+            "local all all trust\n\
+             host all all 127.0.0.1/32 {method}\n\
+             host all all ::1/128 {method}\n"
+        );
+        std::fs::write(self.data_dir().join("pg_hba.conf"), hba)
+            .map_err(|e| format!("write pg_hba.conf: {e}"))
+    }
+
+    /// Spawns the postmaster on `self.port` and waits until it accepts
+    /// connections.
+    fn spawn(&mut self) -> Result<(), String> {
+        let data = self.data_dir();
+        // A postmaster that was killed leaves its pid file; ours is gone
+        // (we waited for it), so the file is stale.
+        let _ = std::fs::remove_file(data.join("postmaster.pid"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.base.join("postgres.log"))
+            .map_err(|e| format!("open log: {e}"))?;
+        if let Some(o) = run_as() {
+            let _ = std::os::unix::fs::chown(self.base.join("postgres.log"), Some(o.uid), None);
+        }
+        let mut cmd = command(&pg_bindir().join("postgres"), &self.base);
+        cmd.arg("-D")
+            .arg(&data)
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            .arg(format!("unix_socket_directories={}", self.base.display()))
+            .args(["-c", "fsync=off"])
+            .args(["-c", "full_page_writes=off", "-c", "shared_buffers=32MB"])
+            .args([
+                "-c",
+                "max_connections=200",
+                "-c",
+                "log_min_messages=warning",
+            ])
+            .args(["-c", "logging_collector=off"]);
+        for (name, value) in &self.config.settings {
+            cmd.arg("-c").arg(format!("{name}={value}"));
+        }
+        let err_log = log.try_clone().map_err(|e| e.to_string())?;
+        cmd.stdout(log).stderr(err_log);
+        let child = dying_with_thread(cmd)
+            .spawn()
+            .map_err(|e| format!("postgres not runnable: {e}"))?;
+        self.child = Some(child);
+        self.frozen = false;
+        let deadline = Instant::now() + START_WITHIN;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(format!(
+                    "postgres exited early ({status}); log: {}",
+                    self.log_tail()
+                ));
+            }
+            if self.pid_file_ready() && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                self.halt();
+                return Err(format!(
+                    "postgres did not come up within {START_WITHIN:?}; log: {}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `postmaster.pid` names our child and says `ready`.
+    fn pid_file_ready(&self) -> bool {
+        let Some(child) = &self.child else {
+            return false;
+        };
+        let Ok(text) = std::fs::read_to_string(self.data_dir().join("postmaster.pid")) else {
+            return false;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        lines.first().map(|l| l.trim()) == Some(&child.id().to_string())
+            && lines.get(7).map(|l| l.trim()) == Some("ready")
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.base.join("postgres.log")).unwrap_or_default();
+        let start = log.len().saturating_sub(2000);
+        log.get(start..).unwrap_or(&log).to_owned()
+    }
+
+    /// The port it listens on (127.0.0.1 only).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`, with the password if
+    /// one is set.
+    pub fn url(&self) -> String {
+        match &self.config.password {
+            Some(p) => format!(
+                "postgres://postgres:{}@127.0.0.1:{}/postgres",
+                percent_encode(p),
+                self.port
+            ),
+            None => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
+        }
+    }
+
+    /// The folder holding the unix socket (`.s.PGSQL.PORT`); libpq-style
+    /// URLs reach it as `postgres://postgres@/postgres?host=DIR&port=PORT`.
+    pub fn socket_dir(&self) -> PathBuf {
+        self.base.clone()
+    }
+
+    /// The password set for `postgres`, if any.
+    pub fn password(&self) -> Option<&str> {
+        self.config.password.as_deref()
+    }
+
+    /// The postmaster's process id (panics if it is stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+
+    /// The server's processes: the postmaster first, then its live
+    /// children (backends and auxiliary processes), read from /proc.
+    pub fn pids(&self) -> Vec<i32> {
+        let Some(child) = &self.child else {
+            return Vec::new();
+        };
+        let pm = i32::try_from(child.id()).expect("pid fits i32");
+        let mut pids = vec![pm];
+        pids.extend(children_of(pm));
+        pids
+    }
+
+    /// Runs `sql` with psql over the unix socket (as `postgres`, trust)
+    /// and returns its unaligned, tuples-only output (`|`-separated
+    /// columns, one row a line). Panics on an SQL error or after 20 s.
+    pub fn sql(&self, sql: &str) -> String {
+        self.try_sql(sql, SQL_WITHIN)
+            .unwrap_or_else(|e| panic!("psql failed: {e}"))
+    }
+
+    /// [`PgServer::sql`] returning the error (psql's stderr, or the
+    /// deadline passing) instead of panicking.
+    pub fn try_sql(&self, sql: &str, within: Duration) -> Result<String, String> {
+        let mut cmd = Command::new(pg_bindir().join("psql"));
+        cmd.current_dir(&self.base)
+            .stdin(Stdio::null())
+            .arg("-h")
+            .arg(&self.base)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .env("PGCONNECT_TIMEOUT", "5")
+            .env_remove("PGPASSWORD")
+            .env_remove("PGSERVICE");
+        psql_output(cmd, within)
+    }
+
+    /// Stops the postmaster and every backend with SIGSTOP: connections
+    /// stay open, the kernel still accepts and buffers, nothing answers.
+    /// Its clock keeps running. No-op if already frozen.
+    pub fn freeze(&mut self) {
+        if self.frozen {
+            return;
+        }
+        // The postmaster first, so it forks no new backend meanwhile; then
+        // its children, read again until none is left running.
+        let Some(child) = &self.child else { return };
+        let pm = i32::try_from(child.id()).expect("pid fits i32");
+        signal(pm, libc::SIGSTOP);
+        for _ in 0..3 {
+            for pid in children_of(pm) {
+                signal(pid, libc::SIGSTOP);
+            }
+        }
+        self.frozen = true;
+    }
+
+    /// Resumes a frozen server (SIGCONT, the backends first); it then
+    /// serves what was buffered.
+    pub fn thaw(&mut self) {
+        if !self.frozen {
+            return;
+        }
+        if let Some(child) = &self.child {
+            let pm = i32::try_from(child.id()).expect("pid fits i32");
+            for pid in children_of(pm) {
+                signal(pid, libc::SIGCONT);
+            }
+            signal(pm, libc::SIGCONT);
+        }
+        self.frozen = false;
+    }
+
+    /// Whether [`PgServer::freeze`] is in force.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// Stops the server (fast shutdown: open connections are closed) and
+    /// starts it again on the same port with the same data. Panics if it
+    /// won't come back.
+    pub fn restart(&mut self) {
+        self.restart_after(Duration::ZERO);
+    }
+
+    /// [`PgServer::restart`] with the port left dead for `downtime` in
+    /// between (connections are refused then).
+    pub fn restart_after(&mut self, downtime: Duration) {
+        self.shutdown(libc::SIGINT);
+        std::thread::sleep(downtime);
+        self.respawn();
+    }
+
+    /// Kills the server as a crash would (SIGKILL to the postmaster and
+    /// every backend) and starts it again on the same port; it recovers
+    /// committed data from its WAL.
+    pub fn crash_restart(&mut self) {
+        let pids = self.pids();
+        for pid in &pids {
+            signal(*pid, libc::SIGKILL);
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        // Backends of a killed postmaster exit on their own; make sure.
+        wait_gone(pids.get(1..).unwrap_or(&[]));
+        self.frozen = false;
+        self.respawn();
+    }
+
+    fn respawn(&mut self) {
+        let deadline = Instant::now() + START_WITHIN;
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() >= deadline => {
+                    panic!("postgres did not come back on port {}: {e}", self.port)
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Shuts down with `sig` (SIGINT fast, SIGQUIT immediate) and waits;
+    /// SIGKILL to every process past [`STOP_WITHIN`].
+    fn shutdown(&mut self, sig: libc::c_int) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pm = i32::try_from(child.id()).expect("pid fits i32");
+        let backends = children_of(pm);
+        if self.frozen {
+            for pid in &backends {
+                signal(*pid, libc::SIGCONT);
+            }
+            signal(pm, libc::SIGCONT);
+            self.frozen = false;
+        }
+        signal(pm, sig);
+        let deadline = Instant::now() + STOP_WITHIN;
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                for pid in children_of(pm) {
+                    signal(pid, libc::SIGKILL);
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        wait_gone(&backends);
+    }
+
+    /// Stops right away (immediate shutdown), without waiting for a
+    /// checkpoint.
+    fn halt(&mut self) {
+        self.shutdown(libc::SIGQUIT);
+    }
+
+    /// Stops the server (immediate shutdown) and removes its folder.
+    /// Idempotent; Drop calls it.
+    pub fn stop(&mut self) {
+        self.halt();
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs a psql command within `within`: its output or its error.
+fn psql_output(cmd: Command, within: Duration) -> Result<String, String> {
+    match run_within(cmd, within)? {
+        (true, out, _) => Ok(out.trim_end_matches('\n').to_owned()),
+        (false, out, err) => Err(format!("{}{}", err.trim(), out.trim())),
+    }
+}
+
+/// Process ids whose parent is `parent` (Linux: /proc/PID/stat).
+fn children_of(parent: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces or ')'.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let ppid = fields.next().and_then(|s| s.parse().ok());
+        // A zombie is an exited backend its postmaster has not reaped yet.
+        if ppid == Some(parent) && state != Some("Z") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn signal(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill takes no pointers. `pid` is our child (not yet reaped)
+    // or one of its children read from /proc just now; a child that has
+    // exited meanwhile makes kill fail with ESRCH, which is ignored.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Waits (up to [`STOP_WITHIN`]) until none of `pids` exists any more.
+fn wait_gone(pids: &[i32]) {
+    let deadline = Instant::now() + STOP_WITHIN;
+    while Instant::now() < deadline {
+        let alive = pids.iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .map(|s| !s.contains(") Z "))
+                .unwrap_or(false)
+        });
+        if !alive {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A throwaway PgBouncer in `pool_mode = transaction` in front of a
+/// [`PgServer`], on its own free loopback port: session state (LISTEN,
+/// advisory locks, prepared statements across transactions) does not
+/// survive between transactions through it, as with a production pooler.
+pub struct PgBouncer {
+    child: Option<Child>,
+    port: u16,
+    base: PathBuf,
+    password: Option<String>,
+}
+
+impl PgBouncer {
+    /// Starts one in front of `server` (every database name is forwarded
+    /// to it), with a small server pool (5 connections). Panics if
+    /// pgbouncer is missing or won't come up.
+    pub fn start(server: &PgServer) -> PgBouncer {
+        Self::start_with_pool(server, 5)
+    }
+
+    /// [`PgBouncer::start`] with `pool_size` server connections per
+    /// user and database.
+    pub fn start_with_pool(server: &PgServer, pool_size: u32) -> PgBouncer {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::try_start(server, pool_size) {
+                Ok(bouncer) => return bouncer,
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start pgbouncer: {last}");
+    }
+
+    fn try_start(server: &PgServer, pool_size: u32) -> Result<PgBouncer, String> {
+        let port = free_port();
+        let owner = run_as();
+        let base = make_base("mistri-pgbouncer", port, owner);
+        let mut bouncer = PgBouncer {
+            child: None,
+            port,
+            base,
+            password: server.password().map(str::to_owned),
+        };
+        let (auth_type, secret) = match server.password() {
+            // pgbouncer 1.18 does SCRAM to both sides from a plain-text
+            // userlist entry.
+            Some(p) => ("scram-sha-256", p.replace('"', "\"\"")),
+            None => ("trust", String::new()),
+        };
+        let server_password = match server.password() {
+            Some(p) => format!(" password={}", p.replace('\'', "\\'")),
+            None => String::new(),
+        };
+        let ini = format!(
+            "[databases]\n\
+             * = host=127.0.0.1 port={pg_port}{server_password}\n\
+             [pgbouncer]\n\
+             listen_addr = 127.0.0.1\n\
+             listen_port = {port}\n\
+             unix_socket_dir =\n\
+             auth_type = {auth_type}\n\
+             auth_file = {base}/userlist.txt\n\
+             pool_mode = transaction\n\
+             default_pool_size = {pool_size}\n\
+             max_client_conn = 500\n\
+             ignore_startup_parameters = extra_float_digits,search_path,options\n\
+             logfile = {base}/pgbouncer.log\n\
+             pidfile =\n\
+             admin_users = postgres\n\
+             server_check_delay = 0\n",
+            pg_port = server.port(),
+            base = bouncer.base.display(),
+        );
+        let files = [
+            ("pgbouncer.ini", ini),
+            ("userlist.txt", format!("\"postgres\" \"{secret}\"\n")),
+        ];
+        for (name, text) in files {
+            let path = bouncer.base.join(name);
+            std::fs::write(&path, text).map_err(|e| format!("write {name}: {e}"))?;
+            if let Some(o) = owner {
+                let _ = std::os::unix::fs::chown(&path, Some(o.uid), Some(o.gid));
+            }
+        }
+        let mut cmd = command(&pgbouncer_binary(), &bouncer.base);
+        cmd.arg(bouncer.base.join("pgbouncer.ini"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = dying_with_thread(cmd)
+            .spawn()
+            .map_err(|e| format!("pgbouncer not runnable (bash scripts/setup): {e}"))?;
+        bouncer.child = Some(child);
+        let deadline = Instant::now() + START_WITHIN;
+        loop {
+            if let Some(status) = bouncer
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bouncer.child = None;
+                let log =
+                    std::fs::read_to_string(bouncer.base.join("pgbouncer.log")).unwrap_or_default();
+                return Err(format!("pgbouncer exited early ({status}): {log}"));
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(bouncer);
+            }
+            if Instant::now() >= deadline {
+                return Err("pgbouncer did not listen within 30 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The port it listens on (127.0.0.1 only).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres` for the bouncer's
+    /// port (with the server's password, if any).
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(p) => format!(
+                "postgres://postgres:{}@127.0.0.1:{}/postgres",
+                percent_encode(p),
+                self.port
+            ),
+            None => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
+        }
+    }
+
+    /// Runs `sql` with psql through the bouncer (TCP); output as
+    /// [`PgServer::sql`]. Panics on error or after 20 s.
+    pub fn sql(&self, sql: &str) -> String {
+        let mut cmd = Command::new(pg_bindir().join("psql"));
+        cmd.current_dir(&self.base)
+            .stdin(Stdio::null())
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "postgres", "-d", "postgres"])
+            .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .env("PGCONNECT_TIMEOUT", "5");
+        match &self.password {
+            Some(p) => cmd.env("PGPASSWORD", p),
+            None => cmd.env_remove("PGPASSWORD"),
+        };
+        psql_output(cmd, SQL_WITHIN).unwrap_or_else(|e| panic!("psql via pgbouncer failed: {e}"))
+    }
+
+    /// Stops it (SIGINT: immediate shutdown) and removes its folder.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = i32::try_from(child.id()).expect("pid fits i32");
+            signal(pid, libc::SIGINT);
+            let deadline = Instant::now() + STOP_WITHIN;
+            while !matches!(child.try_wait(), Ok(Some(_))) {
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn pgbouncer_binary() -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|d| d.join("pgbouncer"))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!("pgbouncer not found (install it: bash scripts/setup, or apt-get install pgbouncer)")
+        })
+}
