@@ -10,8 +10,8 @@
 //! Backends implement [`Adapter`]: [`Memory`] (one process), [`Local`] (the
 //! processes of one host, through an SQLite file, no server), [`Redis`]
 //! (any number of processes on any hosts, any language, per
-//! `docs/PROTOCOL.md`; one server, or the master Sentinel names) and
-//! [`RedisCluster`]. [`open`] picks one from a URL.
+//! `docs/PROTOCOL.md`; one server, or the master Sentinel names),
+//! [`RedisCluster`] and [`Postgres`] (tables in a PostgreSQL database). [`open`] picks one from a URL.
 //! [`Locks`] wraps one with the seed's seven token-less operations.
 //!
 //! ```
@@ -62,6 +62,7 @@ pub use args::{check_key, duration_from_secs, fork_generation, wait_timeout_from
 pub use backend::local::{default_path as local_default_path, Local};
 pub use backend::memory::Memory;
 pub use backend::open;
+pub use backend::postgres::Postgres;
 pub use backend::redis::cluster::RedisCluster;
 pub use backend::redis::url::ReplicaAck;
 pub use backend::redis::{Redis, DEFAULT_NAMESPACE, DEFAULT_URL};
@@ -84,6 +85,9 @@ pub use waiting::{AcquireOptions, Poll, WaitWaker, Waiting, MAX_LIMIT};
 #[doc(hidden)]
 pub mod internals {
     pub use crate::backend::local::{user_default_path, PATH_ENV};
+    pub use crate::backend::postgres::{
+        DEFAULT_SCHEMA as POSTGRES_SCHEMA, DEFAULT_TIMEOUT as POSTGRES_TIMEOUT,
+    };
     pub use crate::backend::redis::cluster::slot_of;
     pub use crate::backend::redis::{ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA};
     pub use crate::contract::info::{default_label, set_language, unix_millis};

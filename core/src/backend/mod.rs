@@ -1,11 +1,13 @@
 //! The backends: [`memory::Memory`] (one process), [`local::Local`] (the
 //! processes of one host, an SQLite file), [`redis`] (one server, the
-//! master Sentinel names, or a Cluster), and [`open`], the one dispatcher
+//! master Sentinel names, or a Cluster), [`postgres`] (tables in a
+//! PostgreSQL database), and [`open`], the one dispatcher
 //! from a URL every face goes through. Each implements
 //! [`crate::Adapter`] and nothing above it.
 
 pub(crate) mod local;
 pub(crate) mod memory;
+pub(crate) mod postgres;
 pub(crate) mod redis;
 
 use crate::contract::adapter::Adapter;
@@ -25,6 +27,9 @@ use std::sync::Arc;
 /// `min_replicas` / `replica_timeout`.
 pub fn open(url: &str, namespace: &str) -> Result<Arc<dyn Adapter>> {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+    if scheme == "postgres" || scheme == "postgresql" {
+        return Ok(Arc::new(postgres::Postgres::open(url, namespace)?));
+    }
     let (rest, ack, sentinel_params) = take_own_params(url)?;
     let tls = scheme.starts_with("rediss");
     let base = if tls { "rediss" } else { "redis" };

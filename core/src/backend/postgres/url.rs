@@ -1,0 +1,445 @@
+//! `postgres://` / `postgresql://` URLs, read as libpq reads them, plus
+//! this backend's own parameters (`schema`, `listen`, `listen_host`,
+//! `listen_port`). See `docs/PROTOCOL.md`, "Postgres".
+
+use crate::error::{Error, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where a connection goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A TCP host and port.
+    Tcp { host: String, port: u16 },
+    /// A unix socket: `DIR/.s.PGSQL.PORT`.
+    Unix { dir: PathBuf, port: u16 },
+}
+
+impl Target {
+    /// `host:port` or the socket's path, for messages.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Target::Tcp { host, port } if host.contains(':') => format!("[{host}]:{port}"),
+            Target::Tcp { host, port } => format!("{host}:{port}"),
+            Target::Unix { dir, port } => format!("{}/.s.PGSQL.{port}", dir.display()),
+        }
+    }
+}
+
+/// `sslmode`: the libpq modes this client implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SslMode {
+    /// Plain TCP.
+    Disable,
+    /// TLS if the server offers it, else plain (libpq's default).
+    Prefer,
+    /// TLS or nothing (the certificate is not verified, as libpq's
+    /// `require` without a root certificate).
+    Require,
+}
+
+/// Where the push listener's `LISTEN` connection goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Listen {
+    /// Where the operations go (the URL's own host).
+    Same,
+    /// No listener: the heartbeat's tick is the floor (a transaction
+    /// pooler, where `LISTEN` cannot work).
+    Off,
+    /// Another host/port with the same credentials (a direct connection
+    /// beside a pooler).
+    At(Target),
+}
+
+/// A parsed URL.
+#[derive(Debug, Clone)]
+pub(crate) struct PgConfig {
+    pub(crate) user: String,
+    pub(crate) password: Option<String>,
+    pub(crate) dbname: String,
+    pub(crate) target: Target,
+    pub(crate) ssl: SslMode,
+    pub(crate) application_name: Option<String>,
+    pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) schema: String,
+    pub(crate) listen: Listen,
+}
+
+/// The default schema of the tables.
+pub const DEFAULT_SCHEMA: &str = "mistri_locks";
+
+/// Checks that `name` is a plain lower-case SQL identifier (letters,
+/// digits, `_`, starting with a letter or `_`, at most 63 bytes): it is
+/// written into statements unquoted-safe (and quoted anyway).
+pub(crate) fn check_schema(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit()
+        && !name.starts_with("pg_");
+    if ok {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "schema must be a lower-case SQL identifier (a-z, 0-9, _, not starting with a digit or pg_, at most 63 bytes): {name:?}"
+    )))
+}
+
+/// `url` with its password replaced by `***`.
+pub(crate) fn mask(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("{userinfo}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    // A password in the query string too.
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let q: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some(("password", _)) => "password=***".to_owned(),
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", q.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+fn bad(url: &str, what: &str) -> Error {
+    Error::Config(format!("cannot use Postgres URL {}: {what}", mask(url)))
+}
+
+/// Percent-decodes `s` (`+` stays `+`, as libpq does).
+fn decode(s: &str, url: &str, part: &str) -> Result<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| bad(url, &format!("bad percent-encoding in the {part}")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad(url, &format!("the {part} is not UTF-8")))
+}
+
+fn port_of(s: &str, url: &str, part: &str) -> Result<u16> {
+    s.parse::<u16>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| bad(url, &format!("{part} {s:?} is not a port number (1-65535)")))
+}
+
+/// The directory libpq uses when no host is given: Debian's socket
+/// directory if it exists, else `/tmp`.
+fn default_socket_dir() -> PathBuf {
+    let debian = PathBuf::from("/var/run/postgresql");
+    if debian.is_dir() {
+        debian
+    } else {
+        PathBuf::from("/tmp")
+    }
+}
+
+fn target_of(host: &str, port: u16) -> Target {
+    if host.is_empty() {
+        Target::Unix {
+            dir: default_socket_dir(),
+            port,
+        }
+    } else if host.starts_with('/') {
+        Target::Unix {
+            dir: PathBuf::from(host),
+            port,
+        }
+    } else {
+        Target::Tcp {
+            host: host.to_owned(),
+            port,
+        }
+    }
+}
+
+/// Parses `url`.
+///
+/// # Errors
+/// [`Error::Config`] naming the part that is wrong (the password masked).
+pub(crate) fn parse(url: &str) -> Result<PgConfig> {
+    let rest = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+        .ok_or_else(|| bad(url, "the scheme must be postgres:// or postgresql://"))?;
+    let (before_query, query) = match rest.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match before_query.split_once('/') {
+        Some((a, p)) => (a, p),
+        None => (before_query, ""),
+    };
+    let (userinfo, hostport) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let (mut user, mut password) = (None, None);
+    if let Some(info) = userinfo {
+        let (u, p) = match info.split_once(':') {
+            Some((u, p)) => (u, Some(p)),
+            None => (info, None),
+        };
+        if !u.is_empty() {
+            user = Some(decode(u, url, "user name")?);
+        }
+        password = p.map(|p| decode(p, url, "password")).transpose()?;
+    }
+    if hostport.contains(',') {
+        return Err(bad(
+            url,
+            "several hosts are not supported (name one host; put a failover address behind one name)",
+        ));
+    }
+    let (mut host, mut port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (h, after) = v6
+            .split_once(']')
+            .ok_or_else(|| bad(url, "an IPv6 host must be written [addr]"))?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(port_of(p, url, "the port")?),
+            None if after.is_empty() => None,
+            None => return Err(bad(url, "junk after the IPv6 host")),
+        };
+        (h.to_owned(), port)
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (decode(h, url, "host")?, Some(port_of(p, url, "the port")?)),
+            None => (decode(hostport, url, "host")?, None),
+        }
+    };
+    let mut dbname = (!path.is_empty())
+        .then(|| decode(path, url, "database name"))
+        .transpose()?;
+    let mut ssl = SslMode::Prefer;
+    let mut application_name = None;
+    let mut connect_timeout = None;
+    let mut schema = DEFAULT_SCHEMA.to_owned();
+    let mut listen_off = false;
+    let (mut listen_host, mut listen_port) = (None, None);
+    for pair in query.into_iter().flat_map(|q| q.split('&')) {
+        if pair.is_empty() {
+            continue;
+        }
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| bad(url, &format!("query parameter {pair:?} has no value")))?;
+        let v = decode(v, url, &format!("value of {k}"))?;
+        match k {
+            "host" => host = v,
+            "port" => port = Some(port_of(&v, url, "port")?),
+            "user" => user = Some(v),
+            "password" => password = Some(v),
+            "dbname" => dbname = Some(v),
+            "sslmode" => {
+                ssl = match v.as_str() {
+                    "disable" => SslMode::Disable,
+                    "allow" | "prefer" => SslMode::Prefer,
+                    "require" => SslMode::Require,
+                    "verify-ca" | "verify-full" => {
+                        return Err(bad(
+                            url,
+                            &format!(
+                                "sslmode={v} (certificate verification) is not built in this client; use sslmode=require (encrypted, certificate not verified) or a local TLS-verifying proxy"
+                            ),
+                        ))
+                    }
+                    other => {
+                        return Err(bad(
+                            url,
+                            &format!("sslmode {other:?} is not one of disable, allow, prefer, require"),
+                        ))
+                    }
+                }
+            }
+            "application_name" => application_name = Some(v),
+            "connect_timeout" => {
+                let secs: u64 = v.parse().map_err(|_| {
+                    bad(url, &format!("connect_timeout {v:?} is not a whole number of seconds"))
+                })?;
+                // libpq: 0 means none; below 2 counts as 2.
+                connect_timeout = (secs > 0).then(|| Duration::from_secs(secs.max(2)));
+            }
+            "schema" => {
+                check_schema(&v)
+                    .map_err(|e| bad(url, e.message()))?;
+                schema = v;
+            }
+            "listen" => match v.as_str() {
+                "off" | "false" | "0" => listen_off = true,
+                "on" | "true" | "1" => listen_off = false,
+                other => {
+                    return Err(bad(url, &format!("listen {other:?} is not on or off")));
+                }
+            },
+            "listen_host" => listen_host = Some(v),
+            "listen_port" => listen_port = Some(port_of(&v, url, "listen_port")?),
+            other => {
+                return Err(bad(url, &format!("unknown query parameter {other:?}")));
+            }
+        }
+    }
+    let port = port.unwrap_or(5432);
+    let user = user
+        .or_else(|| std::env::var("PGUSER").ok())
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "postgres".to_owned());
+    if user.is_empty() {
+        return Err(bad(url, "the user name is empty"));
+    }
+    let dbname = dbname.unwrap_or_else(|| user.clone());
+    let target = target_of(&host, port);
+    if matches!(target, Target::Unix { .. }) && ssl == SslMode::Require {
+        return Err(bad(
+            url,
+            "sslmode=require over a unix socket (TLS is for TCP)",
+        ));
+    }
+    let listen = if listen_off {
+        Listen::Off
+    } else if listen_host.is_some() || listen_port.is_some() {
+        Listen::At(target_of(
+            listen_host.as_deref().unwrap_or(&host),
+            listen_port.unwrap_or(port),
+        ))
+    } else {
+        Listen::Same
+    };
+    Ok(PgConfig {
+        user,
+        password,
+        dbname,
+        target,
+        ssl,
+        application_name,
+        connect_timeout,
+        schema,
+        listen,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_urls_parse() {
+        let c = parse("postgres://al%40x:p%3Ass@db.example:6543/app?sslmode=require&application_name=w1&connect_timeout=1&schema=locks_2").unwrap();
+        assert_eq!(c.user, "al@x");
+        assert_eq!(c.password.as_deref(), Some("p:ss"));
+        assert_eq!(
+            c.target,
+            Target::Tcp {
+                host: "db.example".into(),
+                port: 6543
+            }
+        );
+        assert_eq!(c.dbname, "app");
+        assert_eq!(c.ssl, SslMode::Require);
+        assert_eq!(c.application_name.as_deref(), Some("w1"));
+        assert_eq!(c.connect_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(c.schema, "locks_2");
+        assert_eq!(c.listen, Listen::Same);
+    }
+
+    #[test]
+    fn defaults_follow_libpq() {
+        let c = parse("postgresql://bob@127.0.0.1").unwrap();
+        assert_eq!(c.dbname, "bob");
+        assert_eq!(c.ssl, SslMode::Prefer);
+        assert_eq!(c.schema, DEFAULT_SCHEMA);
+        assert_eq!(c.target.describe(), "127.0.0.1:5432");
+        let v6 = parse("postgres://u@[::1]:7/d").unwrap();
+        assert_eq!(v6.target.describe(), "[::1]:7");
+    }
+
+    #[test]
+    fn unix_sockets() {
+        let c = parse("postgres://u@%2Ftmp%2Fpg:5433/d").unwrap();
+        assert_eq!(c.target.describe(), "/tmp/pg/.s.PGSQL.5433");
+        let q = parse("postgres://u@/d?host=/run/pg&port=6000").unwrap();
+        assert_eq!(q.target.describe(), "/run/pg/.s.PGSQL.6000");
+    }
+
+    #[test]
+    fn listen_options() {
+        assert_eq!(
+            parse("postgres://u@h/d?listen=off").unwrap().listen,
+            Listen::Off
+        );
+        assert_eq!(
+            parse("postgres://u@h:6432/d?listen_port=5432")
+                .unwrap()
+                .listen,
+            Listen::At(Target::Tcp {
+                host: "h".into(),
+                port: 5432
+            })
+        );
+    }
+
+    #[test]
+    fn bad_urls_name_the_part_and_mask_the_password() {
+        let cases = [
+            ("postgres://u:secret@h:99999/d", "port"),
+            ("postgres://u:secret@h/d?sslmode=verify-full", "verify-full"),
+            ("postgres://u:secret@h/d?sslmode=maybe", "sslmode"),
+            ("postgres://u:secret@h/d?schema=Bad-Name", "schema"),
+            ("postgres://u:secret@h/d?frobnicate=1", "frobnicate"),
+            ("postgres://u:secret@h/d?listen=sometimes", "listen"),
+            ("postgres://u:secret@h1,h2/d", "several hosts"),
+            ("postgres://u:secret@h/d%zz", "percent"),
+            (
+                "postgres://u:secret@h/d?connect_timeout=soon",
+                "connect_timeout",
+            ),
+            ("mysql://u:secret@h/d", "scheme"),
+        ];
+        for (url, part) in cases {
+            let err = parse(url).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, Error::Config(_)), "{url}: {text}");
+            assert!(text.contains(part), "{url}: {text}");
+            assert!(!text.contains("secret"), "{url}: {text}");
+        }
+        assert_eq!(
+            mask("postgres://u:secret@h/d?password=x&a=b"),
+            "postgres://u:***@h/d?password=***&a=b"
+        );
+    }
+
+    #[test]
+    fn schema_names_are_checked() {
+        assert!(check_schema("mistri_locks").is_ok());
+        for bad in ["", "A", "1x", "a-b", "pg_x", "a b", &"x".repeat(64)] {
+            assert!(check_schema(bad).is_err(), "{bad}");
+        }
+    }
+}
