@@ -526,7 +526,7 @@ fn schema_prints_the_ddl() {
         ddl.trim_end(),
         mistri_locks::Postgres::schema_sql("cli_ddl").unwrap().trim_end()
     );
-    assert!(ddl.contains("cli_ddl.fence_check"), "{ddl}");
+    assert!(ddl.contains("\"cli_ddl\".fence_check"), "{ddl}");
     server.sql(&ddl);
     server.sql(&ddl);
     let url = format!("{}?schema=cli_ddl", server.url());
@@ -550,7 +550,7 @@ fn schema_prints_the_ddl() {
         .output()
         .unwrap();
     let default = String::from_utf8(default.stdout).unwrap();
-    assert!(default.contains("mistri_locks.fence_check"), "{default}");
+    assert!(default.contains("\"mistri_locks\".fence_check"), "{default}");
     // A name that is not a plain identifier: bad usage, one line.
     let bad = Command::new(BIN)
         .env_remove("MISTRI_LOCKS_URL")

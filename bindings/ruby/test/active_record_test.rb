@@ -178,7 +178,7 @@ class ActiveRecordTest < Minitest::Test
     assert_raises(MistriLocks::ConfigError) { MistriLocks::Postgres.schema_sql(schema: 'bad"name') }
     schema = "rb_#{SecureRandom.hex(4)}"
     sql = MistriLocks::Postgres.schema_sql(schema: schema)
-    assert_includes sql, "#{schema}.fence_check"
+    assert_includes sql, %("#{schema}".fence_check)
     locks = MistriLocks::Postgres.new(url: TestPostgres.url, schema: schema, namespace: ns)
     assert locks.acquire("in-schema", ttl: 5)
     assert_equal "1", TestPostgres.psql("SELECT count(*) FROM #{schema}.leases WHERE key = 'in-schema'")
