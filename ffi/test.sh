@@ -4,14 +4,16 @@
 # -pedantic) against the committed header, runs them (tests/c/contract.c,
 # tests/c/options.c, tests/c/waiting.c, tests/c/list_stats.c, ...) on
 # Memory, Local and on a
-# throwaway redis-server (a free 127.0.0.1 port), again under
+# throwaway redis-server (a free 127.0.0.1 port), contract.c also on a
+# throwaway PostgreSQL (tests/support/throwaway_postgres.py), again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, runs the example worker
 # against that server with a stop raised from another process, and checks
 # `make -C ffi install PREFIX=...` + pkg-config by building the quick start
 # against the installed copy.
 #
 # Usage: ffi/test.sh        (honours CARGO_TARGET_DIR; needs gcc, make,
-#                            pkg-config, redis-server, python3)
+#                            pkg-config, redis-server, python3, the
+#                            PostgreSQL server and psql)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -25,7 +27,9 @@ TARGET_DIR=$(cargo metadata --format-version 1 --no-deps |
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mistri-ffi-test.XXXXXX")
 REDIS_PID=""
 WORKER_PID=""
+PG_DIR=""
 cleanup() {
+  [ -n "$PG_DIR" ] && python3 "$ROOT/tests/support/throwaway_postgres.py" stop "$PG_DIR" || true
   [ -n "$WORKER_PID" ] && kill "$WORKER_PID" 2>/dev/null || true
   [ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null || true
   [ -n "$REDIS_PID" ] && wait "$REDIS_PID" 2>/dev/null || true
@@ -140,11 +144,17 @@ done
 URL="redis://127.0.0.1:$PORT/0"
 echo "redis-server pid $REDIS_PID at $URL"
 
+step "start a throwaway PostgreSQL on a free 127.0.0.1 port"
+PG_DIR=$(mktemp -u /tmp/mistri-ffi-pg.XXXXXX)
+PG_URL=$(python3 "$ROOT/tests/support/throwaway_postgres.py" start "$PG_DIR") ||
+  die "could not start PostgreSQL (scripts/setup installs postgresql)"
+echo "postgres at $PG_URL"
+
 export MISTRI_TEST_LOCAL_DIR="$WORK/local"
 mkdir -p "$MISTRI_TEST_LOCAL_DIR"
 
-step "C tests (Memory, Redis, Local, two processes)"
-timeout 600 "$WORK/contract" "$URL"
+step "C tests (Memory, Redis, Local, Postgres, two processes)"
+timeout 600 "$WORK/contract" "$URL" "$PG_URL"
 
 step "C tests of the hold options builder, the deprecated struct and wait timeouts"
 timeout 300 "$WORK/options" "$URL"
@@ -167,7 +177,7 @@ step "C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # the malloc that ASan intercepts, so a leaked handle or string shows up.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  timeout 900 "$WORK/contract-asan" "$URL"
+  timeout 900 "$WORK/contract-asan" "$URL" "$PG_URL"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   timeout 300 "$WORK/options-asan" "$URL"

@@ -286,7 +286,8 @@ typedef struct mistri_lease_info mistri_lease_info;
 typedef struct mistri_listing mistri_listing;
 
 /**
- * A handle (the core's `Locks`): a backend (Memory, Local or Redis) plus
+ * A handle (the core's `Locks`): a backend (Memory, Local, Redis or
+ * Postgres) plus
  * the leases this handle has acquired, and the heartbeat engine that renews
  * its holds.
  *
@@ -295,12 +296,12 @@ typedef struct mistri_listing mistri_listing;
  * obtained from it with `mistri_configured`) acquired. Two handles made by
  * `mistri_locks_memory_new` are two separate backends; use
  * `mistri_locks_new_owner` for a second owner on the same Memory
- * backend. Two Redis handles on the same server and namespace (or two
+ * backend. Two Redis (or Postgres) handles on the same server and namespace (or two
  * Local handles on the same file) are two
  * owners of the same leases and flags, in this process or any other.
  *
  * Ownership: made by `mistri_locks_memory_new`, `mistri_locks_local_new`,
- * `mistri_locks_redis_new`,
+ * `mistri_locks_redis_new`, `mistri_locks_postgres_new`,
  * `mistri_locks_new_owner` or `mistri_configured`; freed by
  * `mistri_locks_free`. Holds made from it keep what they need alive, so it
  * may be freed before them.
@@ -308,7 +309,7 @@ typedef struct mistri_listing mistri_listing;
  * Threading: thread-safe. Any number of threads may call any function on
  * the same handle at once, except `mistri_locks_free`, which must be the
  * last call on it. After `fork()`, the child may keep using the handle: a
- * Redis handle reconnects, and the child forgets the parent's leases (it
+ * Redis or Postgres handle reconnects, and the child forgets the parent's leases (it
  * can neither renew nor release them).
  */
 typedef struct mistri_locks mistri_locks;
@@ -1098,7 +1099,9 @@ enum mistri_status mistri_locks_memory_new(struct mistri_locks **out);
 /**
  * Makes a handle on Redis at `url` (`redis://[user:pass@]host:port/db`, or
  * `rediss://` for TLS), with every key under `namespace` (NULL means the
- * default, `"mistri:locks"`). Connections are opened on first use (a
+ * default, `"mistri:locks"`). It opens any backend URL the core knows, so
+ * a `postgres://` URL (taken from a `MISTRI_LOCKS_URL`, say) gives the
+ * same handle as `mistri_locks_postgres_new`. Connections are opened on first use (a
  * small pool, reconnected after `fork()`), so an unreachable server shows
  * as `MISTRI_CONNECTION` from the first operation, not from here.
  *
@@ -1114,6 +1117,38 @@ enum mistri_status mistri_locks_memory_new(struct mistri_locks **out);
  * or writable.
  */
 enum mistri_status mistri_locks_redis_new(const char *url, const char *namespace_, struct mistri_locks **out);
+
+/**
+ * Makes a handle on PostgreSQL at `url`: `postgres://` or `postgresql://`
+ * with libpq's conventions (`postgres://user:pass@host:port/dbname`,
+ * `?sslmode=`, `?application_name=`, `?host=/socket/dir` for a unix
+ * socket), plus `?schema=NAME` for where the tables live (default
+ * `mistri_locks`, created on first use; `mistri-locks schema` prints the
+ * DDL for a role that may not run it). Every key lives under `namespace`
+ * (NULL means the default, `"mistri:locks"`). Leases are rows judged by
+ * the database's clock; every operation is one statement or one short
+ * transaction, so a transaction pooler (PgBouncer) works too. The
+ * application can refuse a stale holder's write inside its own
+ * transaction with `SELECT mistri_locks.fence_check(resource, fence)`
+ * (see docs/PROTOCOL.md).
+ *
+ * `mistri_locks_redis_new` accepts the same URLs (it dispatches on the
+ * scheme); this constructor accepts only PostgreSQL ones.
+ *
+ * On `MISTRI_OK`, `*out` receives a new handle; free it with
+ * `mistri_locks_free`. Connections are reopened after `fork()`.
+ *
+ * Errors: `MISTRI_CONFIG` (unparsable URL, another scheme, a bad
+ * parameter), `MISTRI_INVALID_ARGUMENT` (namespace empty or containing
+ * `{` or `}`), `MISTRI_CONNECTION` (if the server is unreachable while the
+ * handle opens), `MISTRI_NULL_ARGUMENT` (url, out), `MISTRI_INVALID_UTF8`.
+ * Messages never contain the password.
+ *
+ * # Safety
+ * `url` and `namespace_` are NULL or NUL-terminated strings; `out` is NULL
+ * or writable.
+ */
+enum mistri_status mistri_locks_postgres_new(const char *url, const char *namespace_, struct mistri_locks **out);
 
 /**
  * Makes a handle on a Local backend: leases and flags shared by every

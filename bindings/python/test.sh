@@ -2,7 +2,8 @@
 # Builds the Python extension and runs its checks: no import cycle among
 # the crate's modules (scripts/check_cycles.py), mypy stubtest (the .pyi
 # must match the native module), mypy --strict on the package, and pytest
-# (the contract suite against Memory and a throwaway redis-server, plus
+# (the contract suite against Memory, Local, a throwaway redis-server and a
+# throwaway PostgreSQL, plus
 # signals, processes, fork, Ctrl-C, asyncio), then installs the sdist into a
 # fresh virtualenv (compiling it) and imports it from outside the checkout.
 #
@@ -19,7 +20,9 @@ cd "$here"
 python="${PYTHON:-python3}"
 venv="${VENV:-$here/.venv}"
 # Pinned so a rerun needs no network and results don't drift.
-tools=("maturin>=1.16,<1.17" "pytest>=8,<10" "mypy>=1.18,<3" "typing_extensions>=4.10")
+# psycopg: tests/test_postgres.py writes through fence_check as an app would.
+tools=("maturin>=1.16,<1.17" "pytest>=8,<10" "mypy>=1.18,<3" "typing_extensions>=4.10"
+       "psycopg[binary]>=3.1,<4")
 stamp="$venv/.mistri-tools"
 want="$("$python" -c 'import sys; print(sys.version)') ${tools[*]}"
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Ruby face's test entry point: builds the extension (debug), runs the
 # whole minitest suite
-# in one process (contract cases against Memory and a throwaway
-# redis-server on a free loopback port, Mistri drop-in, signals and
+# in one process (contract cases against Memory, Local, a throwaway
+# redis-server and a throwaway PostgreSQL on free loopback ports, Mistri drop-in, signals and
 # interrupts, cross-process, fork, RailsCache on Debian's ActiveSupport, and
 # a GC.stress pass), then builds the source gem with the standard command
 # (`gem build mistri_locks.gemspec`), installs it into a temporary GEM_HOME
@@ -10,7 +10,8 @@
 # on any failure.
 #
 # Needs: cargo, ruby + ruby-dev (3.0+, minitest is bundled), libclang-dev,
-# redis-server, ruby-activesupport and ruby-redis. Honours CARGO_TARGET_DIR
+# redis-server, ruby-activesupport and ruby-redis, the PostgreSQL server
+# and psql, ruby-activerecord, ruby-pg and ruby-sqlite3. Honours CARGO_TARGET_DIR
 # and SOURCE_BUILD=0 (skip the source gem). Extra minitest arguments pass
 # through, e.g. `test.sh -n /Fork/`.
 set -euo pipefail
@@ -22,9 +23,14 @@ cd "$here"
 # RailsCache runs in a process of its own: ActiveSupport's heap would make
 # every GC of the GC.stress pass (and so its timings) several times slower.
 ruby -I lib -I test -e '
-  Dir["test/*_test.rb"].sort.each { |f| require File.expand_path(f) unless f.end_with?("/rails_cache_test.rb") }
+  Dir["test/*_test.rb"].sort.each do |f|
+    require File.expand_path(f) unless f.end_with?("/rails_cache_test.rb", "/active_record_test.rb")
+  end
 ' -- "$@"
 ruby -I lib -I test test/rails_cache_test.rb "$@"
+# ActiveRecord (Postgres.from_active_record, RailsCache on Solid Cache,
+# fence_check from a transaction): its own process, for the same reason.
+ruby -I lib -I test test/active_record_test.rb "$@"
 
 # The source gem, as a user makes and installs it: the command every Ruby
 # developer types, `gem build mistri_locks.gemspec` in bindings/ruby (the

@@ -1,7 +1,8 @@
 //! `mistri-locks`: the operator's command for mistri_locks leases and stop
 //! flags — see who holds what (`status`, `list`), ask a holder to stop
 //! (`stop`, `clear`), break a lease (`break`), and run a command while
-//! holding a lease (`run`).
+//! holding a lease (`run`); `schema` prints the Postgres backend's DDL for
+//! a team whose application role may not run it.
 //!
 //! Exit statuses (also in `--help` and the README):
 //!
@@ -44,6 +45,8 @@ const AFTER_HELP: &str = "\
 Backend: --url or $MISTRI_LOCKS_URL: redis://[user:pass@]host[:port][/db], rediss://… (TLS),
 redis+cluster://h1:p1,h2:p2 (Cluster), redis+sentinel://s1:p1,s2:p2/service[/db] (Sentinel),
 rediss+cluster://…, rediss+sentinel://… (optional ?min_replicas=N&replica_timeout=SECONDS),
+postgres://[user:pass@]host[:port]/dbname or postgresql://… (libpq's conventions:
+?sslmode=, ?application_name=, ?host=/socket/dir; ?schema=NAME, default mistri_locks),
 or a path to a Local database file (default: the Local adapter's per-user file,
 $MISTRI_LOCKS_LOCAL_PATH or /var/tmp/mistri_locks-<uid>/locks.db).
 
@@ -58,10 +61,10 @@ executable/not found.";
 #[derive(Parser, Debug)]
 #[command(name = "mistri-locks", version, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Backend: redis://…, rediss://…, redis+cluster://…, redis+sentinel://… or a Local database path.
+    /// Backend: redis://…, rediss://…, redis+cluster://…, redis+sentinel://…, postgres://… or a Local database path.
     #[arg(long, global = true, env = "MISTRI_LOCKS_URL", value_name = "URL")]
     url: Option<String>,
-    /// Redis key namespace (Redis only).
+    /// Key namespace (Redis and Postgres).
     #[arg(long, global = true, default_value = mistri_locks::DEFAULT_NAMESPACE, value_name = "NS")]
     namespace: String,
     #[command(subcommand)]
@@ -113,11 +116,38 @@ enum Command {
     /// Run a command while holding the lease on KEY.
     #[command(after_help = run::AFTER_HELP)]
     Run(run::RunArgs),
+    /// Print the Postgres backend's DDL (idempotent: tables, functions, fence_check) for a DBA to run.
+    #[command(after_help = SCHEMA_HELP)]
+    Schema {
+        /// The schema to create (default: the --url's ?schema=, else mistri_locks).
+        #[arg(long, value_name = "NAME")]
+        schema: Option<String>,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+const SCHEMA_HELP: &str = "\
+For a team whose application role may not run DDL: an owner runs the output once
+(psql -f, a migration), the application then finds the schema ready. Running it
+again changes nothing; it refuses to touch a schema a newer release made.
+Example: mistri-locks schema --schema app_locks | psql \"$DATABASE_URL\"";
+
+/// The default schema of the Postgres backend.
+const DEFAULT_SCHEMA: &str = "mistri_locks";
+
+/// The `?schema=` of a postgres:// URL, if it names one.
+fn schema_in_url(url: &str) -> Option<&str> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return None;
+    }
+    let query = url.split_once('?')?.1;
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("schema="))
 }
 
 /// A non-empty key.
@@ -212,9 +242,15 @@ fn open(url: Option<&str>, namespace: &str) -> Result<Locks, Failure> {
                 Error::Config(m) => Failure::usage(format!("bad URL: {m}")),
                 other => other.into(),
             })?),
+        Some("postgres" | "postgresql") => Ok(Locks::new(
+            mistri_locks::Postgres::open(url, namespace).map_err(|e| match e {
+                Error::Config(m) => Failure::usage(format!("bad URL: {m}")),
+                other => other.into(),
+            })?,
+        )),
         Some("file") => Ok(Locks::local(Some(std::path::Path::new(&url[7..])))?),
         Some(other) => Err(Failure::usage(format!(
-            "bad URL {url:?}: unknown scheme {other:?} (use redis://, rediss://, redis+cluster://, redis+sentinel:// or a path to a Local database)"
+            "bad URL {url:?}: unknown scheme {other:?} (use redis://, rediss://, redis+cluster://, redis+sentinel://, postgres:// or a path to a Local database)"
         ))),
         None => Ok(Locks::local(Some(std::path::Path::new(url)))?),
     }
@@ -278,6 +314,21 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
         );
         return Ok(0);
     }
+    if let Command::Schema { schema } = &cli.command {
+        let schema = schema
+            .as_deref()
+            .or_else(|| cli.url.as_deref().and_then(schema_in_url))
+            .unwrap_or(DEFAULT_SCHEMA);
+        let sql = mistri_locks::Postgres::schema_sql(schema).map_err(|e| match e {
+            Error::Config(m) => Failure::usage(format!("bad schema name: {m}")),
+            other => other.into(),
+        })?;
+        print!("{sql}");
+        if !sql.ends_with('\n') {
+            println!();
+        }
+        return Ok(0);
+    }
     let locks = open(cli.url.as_deref(), &cli.namespace)?;
     match cli.command {
         Command::Status { keys, view } => show::status(&locks, &keys, &view),
@@ -302,7 +353,7 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
         }
         Command::Break { key, yes } => break_lease(&locks, &key, yes),
         Command::Run(args) => run::run(&locks, args),
-        Command::Completions { .. } => Ok(0),
+        Command::Completions { .. } | Command::Schema { .. } => Ok(0),
     }
 }
 
@@ -360,6 +411,14 @@ mod tests {
         for bad in ["", "abc", "-1", "NaN", "5x"] {
             assert!(wait(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn schema_from_the_url() {
+        assert_eq!(schema_in_url("postgres://h/db?sslmode=disable&schema=app"), Some("app"));
+        assert_eq!(schema_in_url("postgresql://h/db?schema=x"), Some("x"));
+        assert_eq!(schema_in_url("postgres://h/db"), None);
+        assert_eq!(schema_in_url("redis://h/0?schema=x"), None);
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! Drives the built `mistri-locks` binary against a Local database file and
-//! a real throwaway redis-server (127.0.0.1, a free port).
+//! Drives the built `mistri-locks` binary against a Local database file, a
+//! real throwaway redis-server and a real throwaway PostgreSQL (127.0.0.1,
+//! free ports).
 
 use mistri_locks::{HoldOptions, Locks};
-use mistri_locks_testkit::{unique, RedisServer};
+use mistri_locks_testkit::{unique, PgServer, RedisServer};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -30,6 +31,14 @@ impl Backend {
     }
 
     fn redis(server: &RedisServer) -> Self {
+        Backend {
+            url: server.url(),
+            namespace: unique("mistri:cli"),
+            dir: None,
+        }
+    }
+
+    fn postgres(server: &PgServer) -> Self {
         Backend {
             url: server.url(),
             namespace: unique("mistri:cli"),
@@ -495,6 +504,63 @@ fn on_redis() {
     all(&Backend::redis(&server));
 }
 
+#[test]
+fn on_postgres() {
+    let server = PgServer::start();
+    all(&Backend::postgres(&server));
+}
+
+/// `mistri-locks schema` prints DDL that a DBA runs (twice: idempotent);
+/// the application's handle then finds its tables there.
+#[test]
+fn schema_prints_the_ddl() {
+    let server = PgServer::start();
+    let out = Command::new(BIN)
+        .env_remove("MISTRI_LOCKS_URL")
+        .args(["schema", "--schema", "cli_ddl"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ddl = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        ddl.trim_end(),
+        mistri_locks::Postgres::schema_sql("cli_ddl").unwrap().trim_end()
+    );
+    assert!(ddl.contains("\"cli_ddl\".fence_check"), "{ddl}");
+    server.sql(&ddl);
+    server.sql(&ddl);
+    let url = format!("{}?schema=cli_ddl", server.url());
+    let locks = Locks::redis(&url, "mistri:cli").unwrap();
+    assert!(locks.acquire("after-ddl", Duration::from_secs(5)).unwrap());
+    assert_eq!(
+        server.sql("SELECT count(*) FROM cli_ddl.leases WHERE key = 'after-ddl'").trim(),
+        "1"
+    );
+    // Without --schema: the URL's ?schema=, else mistri_locks.
+    let from_url = Command::new(BIN)
+        .env("MISTRI_LOCKS_URL", &url)
+        .arg("schema")
+        .output()
+        .unwrap();
+    assert_eq!(from_url.status.code(), Some(0));
+    assert_eq!(String::from_utf8(from_url.stdout).unwrap(), ddl);
+    let default = Command::new(BIN)
+        .env_remove("MISTRI_LOCKS_URL")
+        .arg("schema")
+        .output()
+        .unwrap();
+    let default = String::from_utf8(default.stdout).unwrap();
+    assert!(default.contains("\"mistri_locks\".fence_check"), "{default}");
+    // A name that is not a plain identifier: bad usage, one line.
+    let bad = Command::new(BIN)
+        .env_remove("MISTRI_LOCKS_URL")
+        .args(["schema", "--schema", "x; DROP TABLE y"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert_eq!(stderr(&bad).lines().count(), 1);
+}
+
 /// Bad input: one line on stderr, a non-zero status, never a panic.
 #[test]
 fn bad_input_is_one_line_and_non_zero() {
@@ -532,6 +598,8 @@ fn bad_input_is_one_line_and_non_zero() {
             1,
         ),
         (vec!["--url", &refused_db, "status"], 1),
+        (vec!["--url", "postgres://127.0.0.1/db?sslmode=bogus", "status"], 2),
+        (vec!["--url", "postgresql://127.0.0.1:1/db", "status"], 1),
         (vec!["run", "k", "--", "/nonexistent/command"], 127),
         (vec!["completions", "nosh"], 2),
     ];
@@ -562,6 +630,7 @@ fn help_for_every_command_and_completions() {
         vec!["break", "--help"],
         vec!["run", "--help"],
         vec!["completions", "--help"],
+        vec!["schema", "--help"],
         vec!["help", "run"],
     ] {
         let out = Command::new(BIN).args(&cmd).output().unwrap();

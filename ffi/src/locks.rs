@@ -1,4 +1,4 @@
-//! `mistri_locks`: a handle on a backend (Memory, Local or Redis) with the
+//! `mistri_locks`: a handle on a backend (Memory, Local, Redis or Postgres) with the
 //! seven operations of the contract, and the process-wide configured handle.
 
 use crate::args::{secs, try_out, try_str};
@@ -16,7 +16,8 @@ pub const MISTRI_HEARTBEAT: f64 = 60.0;
 /// `mistri_locks_set_flag` when you have no better value).
 pub const MISTRI_FLAG_TTL: f64 = 300.0;
 
-/// A handle (the core's `Locks`): a backend (Memory, Local or Redis) plus
+/// A handle (the core's `Locks`): a backend (Memory, Local, Redis or
+/// Postgres) plus
 /// the leases this handle has acquired, and the heartbeat engine that renews
 /// its holds.
 ///
@@ -25,12 +26,12 @@ pub const MISTRI_FLAG_TTL: f64 = 300.0;
 /// obtained from it with `mistri_configured`) acquired. Two handles made by
 /// `mistri_locks_memory_new` are two separate backends; use
 /// `mistri_locks_new_owner` for a second owner on the same Memory
-/// backend. Two Redis handles on the same server and namespace (or two
+/// backend. Two Redis (or Postgres) handles on the same server and namespace (or two
 /// Local handles on the same file) are two
 /// owners of the same leases and flags, in this process or any other.
 ///
 /// Ownership: made by `mistri_locks_memory_new`, `mistri_locks_local_new`,
-/// `mistri_locks_redis_new`,
+/// `mistri_locks_redis_new`, `mistri_locks_postgres_new`,
 /// `mistri_locks_new_owner` or `mistri_configured`; freed by
 /// `mistri_locks_free`. Holds made from it keep what they need alive, so it
 /// may be freed before them.
@@ -38,7 +39,7 @@ pub const MISTRI_FLAG_TTL: f64 = 300.0;
 /// Threading: thread-safe. Any number of threads may call any function on
 /// the same handle at once, except `mistri_locks_free`, which must be the
 /// last call on it. After `fork()`, the child may keep using the handle: a
-/// Redis handle reconnects, and the child forgets the parent's leases (it
+/// Redis or Postgres handle reconnects, and the child forgets the parent's leases (it
 /// can neither renew nor release them).
 pub struct mistri_locks {
     _private: [u8; 0],
@@ -72,7 +73,9 @@ pub unsafe extern "C" fn mistri_locks_memory_new(out: *mut *mut mistri_locks) ->
 
 /// Makes a handle on Redis at `url` (`redis://[user:pass@]host:port/db`, or
 /// `rediss://` for TLS), with every key under `namespace` (NULL means the
-/// default, `"mistri:locks"`). Connections are opened on first use (a
+/// default, `"mistri:locks"`). It opens any backend URL the core knows, so
+/// a `postgres://` URL (taken from a `MISTRI_LOCKS_URL`, say) gives the
+/// same handle as `mistri_locks_postgres_new`. Connections are opened on first use (a
 /// small pool, reconnected after `fork()`), so an unreachable server shows
 /// as `MISTRI_CONNECTION` from the first operation, not from here.
 ///
@@ -97,6 +100,49 @@ pub unsafe extern "C" fn mistri_locks_redis_new(
         let namespace =
             try_str!(opt namespace_, "namespace").unwrap_or(mistri_core::DEFAULT_NAMESPACE);
         out.write(locks_handle(Locks::redis(try_str!(url), namespace)?))
+    })
+}
+
+/// Makes a handle on PostgreSQL at `url`: `postgres://` or `postgresql://`
+/// with libpq's conventions (`postgres://user:pass@host:port/dbname`,
+/// `?sslmode=`, `?application_name=`, `?host=/socket/dir` for a unix
+/// socket), plus `?schema=NAME` for where the tables live (default
+/// `mistri_locks`, created on first use; `mistri-locks schema` prints the
+/// DDL for a role that may not run it). Every key lives under `namespace`
+/// (NULL means the default, `"mistri:locks"`). Leases are rows judged by
+/// the database's clock; every operation is one statement or one short
+/// transaction, so a transaction pooler (PgBouncer) works too. The
+/// application can refuse a stale holder's write inside its own
+/// transaction with `SELECT mistri_locks.fence_check(resource, fence)`
+/// (see docs/PROTOCOL.md).
+///
+/// `mistri_locks_redis_new` accepts the same URLs (it dispatches on the
+/// scheme); this constructor accepts only PostgreSQL ones.
+///
+/// On `MISTRI_OK`, `*out` receives a new handle; free it with
+/// `mistri_locks_free`. Connections are reopened after `fork()`.
+///
+/// Errors: `MISTRI_CONFIG` (unparsable URL, another scheme, a bad
+/// parameter), `MISTRI_INVALID_ARGUMENT` (namespace empty or containing
+/// `{` or `}`), `MISTRI_CONNECTION` (if the server is unreachable while the
+/// handle opens), `MISTRI_NULL_ARGUMENT` (url, out), `MISTRI_INVALID_UTF8`.
+/// Messages never contain the password.
+///
+/// # Safety
+/// `url` and `namespace_` are NULL or NUL-terminated strings; `out` is NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_locks_postgres_new(
+    url: *const c_char,
+    namespace_: *const c_char,
+    out: *mut *mut mistri_locks,
+) -> mistri_status {
+    ffi_boundary!("mistri_locks_postgres_new", {
+        let out = try_out!(out);
+        let namespace =
+            try_str!(opt namespace_, "namespace").unwrap_or(mistri_core::DEFAULT_NAMESPACE);
+        let postgres = mistri_core::Postgres::open(try_str!(url), namespace)?;
+        out.write(locks_handle(Locks::new(postgres)))
     })
 }
 

@@ -2,10 +2,11 @@
  * The C contract tests of mistri_locks, against the committed header and
  * the built library.
  *
- *   contract [REDIS_URL]
+ *   contract [REDIS_URL [POSTGRES_URL]]
  *
  * Runs, once per backend in BACKENDS (Memory, Redis at REDIS_URL or
- * $MISTRI_TEST_REDIS_URL, Local in $MISTRI_TEST_LOCAL_DIR): every case of
+ * $MISTRI_TEST_REDIS_URL, Local in $MISTRI_TEST_LOCAL_DIR, Postgres at
+ * POSTGRES_URL or $MISTRI_TEST_POSTGRES_URL): every case of
  * tests/contract/cases.txt (shared with the Rust, Python and Ruby suites;
  * $MISTRI_CONTRACT_CASES overrides the path), then the cases only C can
  * state (NULL and non-UTF-8 arguments, C callbacks and their threads, fork,
@@ -42,7 +43,7 @@ extern char **environ;
 
 typedef struct backend {
     const char *name;
-    const char *param; /* Redis: the URL; Memory: unused */
+    const char *param; /* Redis, Postgres: the URL; Local: a folder; Memory: unused */
     bool cross_process;
     /* A first owner on a fresh backend (a fresh namespace on Redis). */
     mistri_status (*open)(const struct backend *b, const char *ns, mistri_locks **out);
@@ -78,6 +79,19 @@ static mistri_status redis_owner(const backend *b, const char *ns, const mistri_
     return mistri_locks_redis_new(b->param, ns, out);
 }
 
+/* Postgres: a fresh namespace per fixture in one database, as on Redis. */
+static mistri_status postgres_open(const backend *b, const char *ns, mistri_locks **out)
+{
+    return mistri_locks_postgres_new(b->param, ns, out);
+}
+
+static mistri_status postgres_owner(const backend *b, const char *ns, const mistri_locks *first,
+                                    mistri_locks **out)
+{
+    (void)first; /* a separate handle: its own connections too */
+    return mistri_locks_postgres_new(b->param, ns, out);
+}
+
 /* Local: one database file per fixture, named after its namespace, in the
  * folder given as the backend's param. */
 static mistri_status local_open(const backend *b, const char *ns, mistri_locks **out)
@@ -101,6 +115,7 @@ static backend BACKENDS[] = {
     {"memory", NULL, false, memory_open, memory_owner},
     {"redis", NULL /* URL, from argv */, true, redis_open, redis_owner},
     {"local", NULL /* a folder, from MISTRI_TEST_LOCAL_DIR */, true, local_open, local_owner},
+    {"postgres", NULL /* URL, from argv */, true, postgres_open, postgres_owner},
 };
 #define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -1582,6 +1597,22 @@ static void handles_and_process_wide_calls_reject_bad_input(const void *arg)
     CHECK_STATUS(mistri_locks_redis_new("redis://127.0.0.1:6379/0", "a{b}", &l),
                  MISTRI_INVALID_ARGUMENT);
     CHECK_LAST_ERROR_HAS("namespace");
+    CHECK_STATUS(mistri_locks_postgres_new(NULL, NULL, &l), MISTRI_NULL_ARGUMENT);
+    CHECK_LAST_ERROR_HAS("url must not be NULL");
+    CHECK_STATUS(mistri_locks_postgres_new("postgres://127.0.0.1:1/db", NULL, NULL),
+                 MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(mistri_locks_postgres_new("not a url", NULL, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("mistri_locks_postgres_new: configuration error");
+    /* another scheme is not a PostgreSQL URL */
+    CHECK_STATUS(mistri_locks_postgres_new("redis://127.0.0.1:6379/0", NULL, &l), MISTRI_CONFIG);
+    CHECK_STATUS(mistri_locks_postgres_new("postgres://127.0.0.1:1/db", "bad\xff", &l),
+                 MISTRI_INVALID_UTF8);
+    CHECK_STATUS(mistri_locks_postgres_new("postgres://127.0.0.1:1/db", "", &l),
+                 MISTRI_INVALID_ARGUMENT);
+    CHECK_STATUS(mistri_locks_postgres_new("postgres://u:s3cret@127.0.0.1:1/db?sslmode=bogus",
+                                           NULL, &l),
+                 MISTRI_CONFIG);
+    CHECK(strstr(mistri_last_error(), "s3cret") == NULL); /* no password in messages */
     CHECK_STATUS(mistri_locks_local_new("", &l), MISTRI_INVALID_ARGUMENT);
     CHECK_STATUS(mistri_locks_local_new("bad\xff.db", &l), MISTRI_INVALID_UTF8);
     CHECK_STATUS(mistri_locks_local_new(NULL, NULL), MISTRI_NULL_ARGUMENT);
@@ -1724,12 +1755,15 @@ int main(int argc, char **argv)
         return holder_main(argv[2], argv[3], argv[4], argv[5], argv[6]);
     const char *url = argc > 1 ? argv[1] : getenv("MISTRI_TEST_REDIS_URL");
     const char *only = getenv("MISTRI_TEST_ONLY"); /* run cases whose name contains this */
-    if (url == NULL || url[0] == '\0') {
-        fprintf(stderr, "usage: %s REDIS_URL (a throwaway server: the tests write to it)\n",
+    const char *pg_url = argc > 2 ? argv[2] : getenv("MISTRI_TEST_POSTGRES_URL");
+    if (url == NULL || url[0] == '\0' || pg_url == NULL || pg_url[0] == '\0') {
+        fprintf(stderr,
+                "usage: %s REDIS_URL POSTGRES_URL (throwaway servers: the tests write to them)\n",
                 argv[0]);
         return 2;
     }
     BACKENDS[1].param = url;
+    BACKENDS[3].param = pg_url;
     const char *local_dir = getenv("MISTRI_TEST_LOCAL_DIR");
     if (local_dir == NULL || local_dir[0] == '\0') {
         fprintf(stderr, "MISTRI_TEST_LOCAL_DIR must name a scratch folder for the Local backend\n");

@@ -22,8 +22,10 @@ int main(int argc, char **argv)
     char stop[256];
     snprintf(stop, sizeof stop, "stop:%s", key);
     mistri_locks *locks = NULL;
-    if (mistri_locks_redis_new(url, ns, &locks) != MISTRI_OK)
-        return fail("redis_new");
+    bool postgres = strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0;
+    if ((postgres ? mistri_locks_postgres_new(url, ns, &locks)
+                  : mistri_locks_redis_new(url, ns, &locks)) != MISTRI_OK)
+        return fail(postgres ? "postgres_new" : "redis_new");
     int rc = 2;
     bool held = false;
     if (strcmp(cmd, "hold") == 0) {

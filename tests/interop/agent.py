@@ -9,7 +9,10 @@ import sys
 import mistri_locks
 
 cmd, url, ns, key = sys.argv[1:5]
-locks = mistri_locks.Redis(url=url, namespace=ns)
+if url.startswith(("postgres://", "postgresql://")):
+    locks = mistri_locks.Postgres(url, namespace=ns)
+else:
+    locks = mistri_locks.Redis(url=url, namespace=ns)
 stop = "stop:" + key
 if cmd == "hold":
     hold = locks.hold(key, ttl=5, heartbeat=0.2, stop_key=stop)

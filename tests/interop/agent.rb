@@ -7,7 +7,11 @@ require "mistri_locks"
 
 $stdout.sync = true
 cmd, url, ns, key = ARGV
-locks = MistriLocks::Redis.new(url: url, namespace: ns)
+locks = if url.start_with?("postgres://", "postgresql://")
+          MistriLocks::Postgres.new(url: url, namespace: ns)
+        else
+          MistriLocks::Redis.new(url: url, namespace: ns)
+        end
 stop = "stop:#{key}"
 case cmd
 when "hold"

@@ -1,4 +1,5 @@
-"""The interop matrix: on one throwaway redis-server, every language holds a
+"""The interop matrix: on one throwaway redis-server, then on one throwaway
+PostgreSQL (tests/support/throwaway_postgres.py), every language holds a
 lease with a stop key while every language (itself included) sees it held
 and raises the stop flag; the holder's signal must trip within a tick, the
 lease must then be free, and fencing numbers must rise across all rounds.
@@ -117,6 +118,23 @@ def check_info(holder, pid, fence, url, ns, key):
     return None
 
 
+def matrix(backend, url, workdir):
+    """Every holder x every stopper on one backend; (passed, failed)."""
+    ns, key = f"mistri:interop:{os.getpid()}", "job"
+    passed = failed = 0
+    last_fence = 0
+    for holder in AGENTS:
+        for stopper in AGENTS:
+            ok, detail, fence = round_trip(holder, stopper, url, ns, key, workdir)
+            if ok and fence <= last_fence:
+                ok, detail = False, f"fence {fence} after {last_fence}"
+            last_fence = max(last_fence, fence or 0)
+            print(f"{'ok  ' if ok else 'FAIL'} {backend:<8} hold: {holder:<6} stop: {stopper:<6} {detail}")
+            passed += ok
+            failed += not ok
+    return passed, failed
+
+
 def main():
     root = sys.argv[1]
     AGENTS["c"] = [sys.argv[2]]
@@ -124,24 +142,25 @@ def main():
     AGENTS["ruby"] = ["ruby", "-I", os.path.join(root, "bindings/ruby/lib"),
                       os.path.join(root, "tests/interop/agent.rb")]
     CLI.append(sys.argv[4])
+    sys.path.insert(0, os.path.join(root, "tests/support"))
+    import throwaway_postgres
+
     with tempfile.TemporaryDirectory(prefix="mistri-interop-") as workdir:
         redis, url = start_redis(workdir)
         try:
-            ns, key = f"mistri:interop:{os.getpid()}", "job"
-            passed = failed = 0
-            last_fence = 0
-            for holder in AGENTS:
-                for stopper in AGENTS:
-                    ok, detail, fence = round_trip(holder, stopper, url, ns, key, workdir)
-                    if ok and fence <= last_fence:
-                        ok, detail = False, f"fence {fence} after {last_fence}"
-                    last_fence = max(last_fence, fence or 0)
-                    print(f"{'ok  ' if ok else 'FAIL'} hold: {holder:<6} stop: {stopper:<6} {detail}")
-                    passed += ok
-                    failed += not ok
+            passed, failed = matrix("redis", url, workdir)
         finally:
             redis.kill()
             redis.wait()
+        try:
+            postgres = throwaway_postgres.start()
+        except RuntimeError as e:
+            sys.exit(f"interop: {e}")
+        try:
+            p, f = matrix("postgres", postgres.url, workdir)
+            passed, failed = passed + p, failed + f
+        finally:
+            postgres.stop()
     print(f"interop: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

@@ -115,6 +115,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<locks::Memory>()?;
     m.add_class::<locks::Redis>()?;
     m.add_class::<locks::Local>()?;
+    m.add_class::<locks::Postgres>()?;
     m.add_class::<Hold>()?;
     m.add_class::<signal::PyAbortSignal>()?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;

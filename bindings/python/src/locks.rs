@@ -1,5 +1,6 @@
 //! `mistri_locks.Locks`, the owner handle (`Adapter` is its old name, an
-//! alias until 0.3), and its backends `Memory`, `Redis` and `Local`: the
+//! alias until 0.3), and its backends `Memory`, `Redis`, `Local` and
+//! `Postgres`: the
 //! seed's seven token-less operations, plus `hold`, `info`, `list`,
 //! `active_holds` and `stats`.
 //!
@@ -20,8 +21,8 @@ use pyo3::types::{PyDict, PyTuple};
 use pyo3::PyClass;
 use std::path::PathBuf;
 
-/// An owner of leases on one backend (use `Memory()`, `Redis(...)` or
-/// `Local(...)`).
+/// An owner of leases on one backend (use `Memory()`, `Redis(...)`,
+/// `Local(...)` or `Postgres(...)`).
 #[pyclass(subclass, frozen, module = "mistri_locks", name = "Locks")]
 pub(crate) struct PyLocks {
     locks: Locks,
@@ -442,5 +443,71 @@ impl Local {
 
     fn __repr__(&self) -> String {
         format!("<mistri_locks.Local path={:?}>", self.path)
+    }
+}
+
+/// Leases and flags in a PostgreSQL database, shared by every process (and
+/// language) that speaks the protocol: rows judged by the database's
+/// clock, one statement or one short transaction per operation (so
+/// PgBouncer in transaction mode works too), LISTEN/NOTIFY where the
+/// connection allows it.
+///
+/// `url`: `postgres://` or `postgresql://` with libpq's conventions
+/// (`postgres://user:pass@host:5432/dbname?sslmode=require`, a unix socket
+/// with `?host=/run/postgresql`). `schema`: where the tables live (default
+/// `mistri_locks`, created on first use); give it here or as `?schema=` in
+/// the URL, not both (a `ValueError`). An unparsable URL is a
+/// `ConfigError`. `Postgres.schema_sql()` returns the DDL for a role that
+/// may not run it (e.g. in a Django migration's `RunSQL`).
+#[pyclass(extends = PyLocks, frozen, module = "mistri_locks")]
+pub(crate) struct Postgres {
+    namespace: String,
+}
+
+#[pymethods]
+impl Postgres {
+    #[new]
+    #[pyo3(signature = (url, *, schema = None, namespace = String::from(mistri_locks::DEFAULT_NAMESPACE), label = None))]
+    fn new(
+        py: Python<'_>,
+        url: String,
+        schema: Option<String>,
+        namespace: String,
+        label: Option<String>,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let url = crate::args::url_with_schema(&url, schema.as_deref())
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let postgres = py
+            .detach(|| mistri_locks::Postgres::open(&url, &namespace))
+            .py_err(py)?;
+        let locks = labelled(py, Locks::new(postgres), label)?;
+        Ok(PyClassInitializer::from(PyLocks::new(locks)).add_subclass(Postgres { namespace }))
+    }
+
+    /// The DDL that creates (or, run again, leaves as it is) the tables and
+    /// the `fence_check` function in `schema`: for teams whose application
+    /// role may not run DDL (`mistri-locks schema` prints the same).
+    #[staticmethod]
+    #[pyo3(signature = (schema = String::from("mistri_locks")))]
+    fn schema_sql(py: Python<'_>, schema: String) -> PyResult<String> {
+        mistri_locks::Postgres::schema_sql(&schema).py_err(py)
+    }
+
+    /// Another owner on the same database and connections: its own leases
+    /// and heartbeat. Two of these behave like two processes.
+    fn new_owner(slf: PyRef<'_, Self>) -> PyResult<Py<Postgres>> {
+        let namespace = slf.namespace.clone();
+        slf.as_super().new_owner_as(slf.py(), Postgres { namespace })
+    }
+
+    /// The key namespace.
+    #[getter]
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn __repr__(&self) -> String {
+        // Never the URL: it may carry a password.
+        format!("<mistri_locks.Postgres namespace={:?}>", self.namespace)
     }
 }

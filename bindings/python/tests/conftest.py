@@ -1,5 +1,5 @@
-"""Fixtures: a throwaway redis-server, and the backend factories the
-contract suite is parametrized over.
+"""Fixtures: a throwaway redis-server and PostgreSQL, and the backend
+factories the contract suite is parametrized over.
 
 Adding a backend (e.g. "local", an SQLite file) means adding one factory
 class and one line in ``BACKENDS``.
@@ -20,6 +20,9 @@ from typing import Callable, Iterator
 import pytest
 
 import mistri_locks
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests", "support"))
+import throwaway_postgres  # noqa: E402  (tests/support/throwaway_postgres.py)
 
 
 def free_port() -> int:
@@ -91,6 +94,18 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[throwaway_postgres.Server]:
+    """A throwaway PostgreSQL for the session (initdb as the postgres user
+    when root, a free loopback port), stopped and removed afterwards."""
+    try:
+        server = throwaway_postgres.start()
+    except RuntimeError as e:
+        pytest.fail(f"{e} (scripts/setup installs postgresql)")
+    yield server
+    server.stop()
+
+
 class MemoryBackend:
     """One in-process store; owners share it like processes share Redis."""
 
@@ -151,10 +166,33 @@ class RedisBackend:
 
 
 
+class PostgresBackend:
+    """A unique namespace in the session's PostgreSQL database; each owner
+    is a separate adapter object with its own connections."""
+
+    name = "postgres"
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.server: throwaway_postgres.Server = request.getfixturevalue("postgres_server")
+        self.namespace = f"mistri:test:{uuid.uuid4().hex}"
+        self.first = self.owner()
+
+    def adapter(self) -> mistri_locks.Adapter:
+        return self.first
+
+    def owner(self) -> mistri_locks.Adapter:
+        return mistri_locks.Postgres(self.server.url, namespace=self.namespace)
+
+    def delete_lease(self, key: str) -> None:
+        # Behind the holder's back, as an operator would.
+        assert mistri_locks.Postgres(self.server.url, namespace=self.namespace).break_lease(key)
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], object]] = {
     "memory": MemoryBackend,
     "redis": RedisBackend,
     "local": LocalBackend,
+    "postgres": PostgresBackend,
 }
 
 

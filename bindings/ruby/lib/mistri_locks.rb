@@ -8,7 +8,10 @@
 #     work_one_item until hold.signal.aborted?
 #   end
 #
-# Every handle (MistriLocks::Memory, Redis, Local: a MistriLocks::Locks) is a drop-in for
+# On the PostgreSQL a Rails app already runs:
+#   MistriLocks.locks = MistriLocks::Postgres.from_active_record   # or .new(url: "postgres://...")
+#
+# Every handle (MistriLocks::Memory, Redis, Local, Postgres: a MistriLocks::Locks) is a drop-in for
 # `Mistri.locks = ...` in the mistri gem: the seven methods acquire(key, ttl:),
 # renew(key, ttl:), release(key), held?(key), set_flag(key, ttl: 300),
 # flag?(key), clear_flag(key), with fractional-second TTLs.
@@ -22,6 +25,7 @@ require_relative "mistri_locks/delivery"
 require_relative "mistri_locks/abort_signal"
 require_relative "mistri_locks/hold"
 require_relative "mistri_locks/locks"
+require_relative "mistri_locks/postgres"
 require_relative "mistri_locks/events"
 
 module MistriLocks
@@ -36,13 +40,13 @@ module MistriLocks
     attr_reader :locks
 
     # Sets (or with nil, clears) the process-wide handle: a MistriLocks::Locks
-    # (Memory, Redis, Local), as configure(locks) does in Python and
+    # (Memory, Redis, Local, Postgres), as configure(locks) does in Python and
     # mistri_configure in C. Returns +locks+. The core keeps the one slot
     # that holds use; @locks only remembers this Ruby object, so
     # MistriLocks.locks returns it.
     def configure(locks)
       unless locks.nil? || locks.is_a?(Locks)
-        raise TypeError, "MistriLocks.configure (and locks=) takes a MistriLocks::Locks (Memory, Redis, Local) " \
+        raise TypeError, "MistriLocks.configure (and locks=) takes a MistriLocks::Locks (Memory, Redis, Local, Postgres) " \
                          "or nil, got #{locks.class}"
       end
       _configure(locks)

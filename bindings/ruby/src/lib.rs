@@ -24,6 +24,7 @@ mod locks;
 mod memory;
 mod nogvl;
 mod notes;
+mod postgres;
 mod redis;
 mod signal;
 mod waiting;
@@ -56,5 +57,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     memory::init(ruby, module)?;
     redis::init(ruby, module)?;
     local::init(ruby, module)?;
+    postgres::init(ruby, module)?;
     Ok(())
 }

@@ -1,8 +1,9 @@
 # frozen_string_literal: true
 
-# Shared by every test file: the extension, a throwaway redis-server on a
-# free loopback port (started once, on first use, stopped at exit), and the
-# backend factories the contract suite is parametrized over.
+# Shared by every test file: the extension, a throwaway redis-server and a
+# throwaway PostgreSQL on free loopback ports (each started once, on first
+# use, stopped at exit), and the backend factories the contract suite is
+# parametrized over.
 
 $LOAD_PATH.unshift File.expand_path("../lib", __dir__)
 require "mistri_locks"
@@ -96,6 +97,42 @@ module TestRedis
   end
 end
 
+# A PostgreSQL for this test run: tests/support/throwaway_postgres.py
+# (initdb as the postgres user when root, pg_ctl on a free loopback port),
+# stopped and removed at exit by the process that started it.
+module TestPostgres
+  SCRIPT = File.expand_path("../../../tests/support/throwaway_postgres.py", __dir__)
+
+  class << self
+    def url
+      start unless @url
+      @url
+    end
+
+    # Runs +sql+ with psql as the superuser (in +database+); the unaligned output.
+    def psql(positional = nil, sql: positional, database: "mistri")
+      port = url[%r{:(\d+)/}, 1]
+      out = IO.popen(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", port,
+                      "-U", "postgres", "-d", database, "-c", sql], err: %i[child out], &:read)
+      raise "psql failed: #{out}" unless $?.success?
+
+      out.strip
+    end
+
+    private
+
+    def start
+      dir = File.join(Dir.tmpdir, "mistri-rb-pg-#{Process.pid}-#{SecureRandom.hex(4)}")
+      url = IO.popen(["python3", SCRIPT, "start", dir], &:read).strip
+      raise "could not start PostgreSQL (scripts/setup installs postgresql)" unless $?.success? && !url.empty?
+
+      owner = Process.pid
+      at_exit { system("python3", SCRIPT, "stop", dir) if Process.pid == owner }
+      @url = url
+    end
+  end
+end
+
 # A scratch folder for Local database files, removed at exit.
 module TestLocal
   def self.dir
@@ -144,11 +181,24 @@ module Backends
     def delete_lease(key) = owner.break_lease(key) || raise("no lease on #{key}")
   end
 
+  class Postgres
+    def initialize
+      # One server per run; a fresh namespace per test keeps tests apart.
+      @namespace = "mistri:test:#{SecureRandom.hex(6)}"
+      @first = owner
+    end
+
+    def locks = @first
+    def owner = MistriLocks::Postgres.new(url: TestPostgres.url, namespace: @namespace)
+    def delete_lease(key) = owner.break_lease(key) || raise("no lease on #{key}")
+  end
+
   # Adding a backend is one line here.
   FACTORIES = {
     "Memory" => -> { Memory.new },
     "Redis" => -> { Redis.new },
     "Local" => -> { Local.new },
+    "Postgres" => -> { Postgres.new },
   }.freeze
 
   # Defines one Minitest class per backend, named "#{backend}#{suffix}",

@@ -13,6 +13,12 @@ keeps a lease renewed on a heartbeat, watches a stop flag, and trips an
         while not h.signal.aborted:
             ...  # one unit of work
 
+On the PostgreSQL a Django or Celery fleet already runs:
+``mistri_locks.Postgres("postgres://app@db/app")`` (tables in the schema
+``mistri_locks``, created on first use; ``Postgres.schema_sql()`` is the DDL).
+A write can refuse a stale holder inside its own transaction with
+``SELECT mistri_locks.fence_check(resource, fence)``.
+
 (``hold`` returns None when the lease is held elsewhere or nothing is
 configured: check for it before ``with`` in real code.)
 
@@ -22,8 +28,8 @@ expiry; GIL-free, Ctrl-C interrupts it). ``limit=N`` shares a lease among N
 holders; ``max_hold=`` and ``progress_timeout=`` (with ``Hold.touch()``)
 guard against hung holders.
 
-Names: ``Memory``, ``Redis`` and ``Local`` are ``Locks``: owner handles on
-one backend (``Adapter`` and ``sharing_adapter()`` are the old names of
+Names: ``Memory``, ``Redis``, ``Local`` and ``Postgres`` are ``Locks``:
+owner handles on one backend (``Adapter`` and ``sharing_adapter()`` are the old names of
 ``Locks`` and ``new_owner()``, and ``configure(adapter=...)`` that of
 ``configure(locks)``, kept until 0.3).
 
@@ -62,6 +68,7 @@ from ._native import (
     Local,
     Locks,
     Memory,
+    Postgres,
     Redis,
     SystemResourceError,
     configure,
@@ -94,6 +101,7 @@ __all__ = [
     "Local",
     "Locks",
     "Memory",
+    "Postgres",
     "Redis",
     "ReleaseOutcome",
     "SystemResourceError",

@@ -18,6 +18,7 @@ __all__ = [
     "Memory",
     "Redis",
     "Local",
+    "Postgres",
     "Hold",
     "AbortSignal",
     "configure",
@@ -191,6 +192,22 @@ class Local(Locks):
     def sharing_adapter(self) -> Local: ...
     @property
     def path(self) -> pathlib.Path: ...
+
+@final
+class Postgres(Locks):
+    def __new__(
+        cls,
+        url: str,
+        *,
+        schema: Optional[str] = None,
+        namespace: str = ...,
+        label: Optional[str] = None,
+    ) -> Self: ...
+    @staticmethod
+    def schema_sql(schema: str = "mistri_locks") -> str: ...
+    def new_owner(self) -> Postgres: ...
+    @property
+    def namespace(self) -> str: ...
 
 @overload
 def configure(locks: Optional[Locks]) -> None: ...

@@ -22,6 +22,18 @@ module MistriLocks
   #   process), one backend per store object: two RailsCache.new on the same
   #   store are two owners that see each other's leases, as two processes
   #   on one Redis would.
+  # - SolidCache::Store (Rails 8's default cache; also
+  #   ActiveSupport::Cache::SolidCacheStore): the cache's database, found
+  #   through SolidCache::Record (the ActiveRecord base class of its
+  #   tables: connection_db_config in each of its shards). On PostgreSQL a
+  #   MistriLocks::Postgres on that database (tables in the schema
+  #   "mistri_locks", beside the cache's own); on SQLite a MistriLocks::Local
+  #   on a file next to the cache database (storage/production_cache.sqlite3
+  #   -> storage/production_cache.mistri_locks.sqlite3), so the processes of
+  #   one host, and containers that mount the same storage/ (the old and the
+  #   new one during a deploy), share it. MySQL (and a cache spread over
+  #   several databases) raise ConfigError: a lease must live in one place
+  #   that can compare-and-delete with the database's clock.
   # - Any other store (FileStore, MemCacheStore, NullStore, a
   #   Redis::Distributed store, ...) raises MistriLocks::ConfigError: owner
   #   checks need an atomic compare-and-delete (and compare-and-renew),
@@ -36,8 +48,13 @@ module MistriLocks
   # BestEffort): RailsCache is a factory, so the object answers every
   # native method (hold, fence, info, new_owner, ...).
   module RailsCache
-    SUPPORTED = "ActiveSupport::Cache::RedisCacheStore (the native Redis adapter) and " \
-                "ActiveSupport::Cache::MemoryStore (the native Memory adapter, one process)"
+    SUPPORTED = "ActiveSupport::Cache::RedisCacheStore (the native Redis adapter), " \
+                "ActiveSupport::Cache::MemoryStore (the native Memory adapter, one process) and " \
+                "SolidCache::Store on PostgreSQL (the native Postgres adapter) or SQLite (the native Local adapter)"
+
+    # What SolidCache::Store maps to, for its error messages.
+    SOLID_CACHE_SUPPORTED = "Solid Cache on PostgreSQL (MistriLocks::Postgres on the cache's database) or on " \
+                            "SQLite (MistriLocks::Local on a file next to the cache's database)"
 
     # Memory backends by MemoryStore object (weakly: a dropped store drops them).
     @memories = ObjectSpace::WeakMap.new
@@ -52,6 +69,8 @@ module MistriLocks
           Redis.new(url: redis_url(cache), namespace: namespace)
         elsif memory_store?(cache)
           memory_for(cache).new_owner
+        elsif solid_cache_store?(cache)
+          solid_cache_locks(cache, namespace)
         elsif best_effort
           BestEffort.new(cache: cache, namespace: namespace)
         else
@@ -75,7 +94,68 @@ module MistriLocks
         url_from(connection_settings(client))
       end
 
+      # The ActiveRecord db config of a SolidCache::Store's database (raises
+      # ConfigError for a cache over several databases).
+      def solid_cache_db_config(store)
+        record = ::SolidCache::Record
+        configs = []
+        shards = store.respond_to?(:shard_options) ? Array(store.shard_options) : []
+        if shards.any? && record.respond_to?(:with_shard)
+          shards.each { |shard| record.with_shard(shard) { configs << record.connection_db_config } }
+        elsif record.respond_to?(:each_shard)
+          record.each_shard { configs << record.connection_db_config }
+        else
+          configs << record.connection_db_config
+        end
+        configs.uniq! { |c| place_of(c) }
+        if configs.size > 1
+          raise ConfigError, "MistriLocks::RailsCache: this Solid Cache spreads over #{configs.size} databases " \
+                             "(#{configs.map(&:name).join(", ")}); a lease must live in one. Pass " \
+                             "MistriLocks::Postgres.from_active_record(...) or MistriLocks::Postgres.new(url:) instead."
+        end
+        configs.first or raise ConfigError, "MistriLocks::RailsCache: SolidCache::Record has no database"
+      end
+
       private
+
+      def solid_cache_store?(cache)
+        defined?(::SolidCache::Store) && cache.is_a?(::SolidCache::Store)
+      end
+
+      def solid_cache_locks(store, namespace)
+        config = solid_cache_db_config(store)
+        adapter = config.adapter.to_s
+        if Postgres::ADAPTERS.match?(adapter)
+          Postgres.from_active_record(config, namespace: namespace)
+        elsif adapter.match?(/sqlite/i)
+          Local.new(path: local_path_beside(config))
+        else
+          raise ConfigError, "MistriLocks::RailsCache supports #{SOLID_CACHE_SUPPORTED}; this Solid Cache's " \
+                             "database (#{config.name}) uses #{adapter.inspect}. For another database, give the " \
+                             "locks a server of their own: MistriLocks::Postgres.new(url:) or MistriLocks::Redis.new(url:)."
+        end
+      end
+
+      # Where one database lives, to tell shards on one database from many.
+      def place_of(config)
+        h = config.configuration_hash
+        [config.adapter.to_s, h[:host].to_s, h[:port].to_s, h[:database].to_s]
+      end
+
+      # storage/production_cache.sqlite3 -> storage/production_cache.mistri_locks.sqlite3
+      # (one file per cache database, so development and test stay apart).
+      def local_path_beside(config)
+        database = config.configuration_hash[:database].to_s
+        if database.empty? || database.include?(":memory:") || database.start_with?("file::memory")
+          raise ConfigError, "MistriLocks::RailsCache: this Solid Cache uses an in-memory SQLite database " \
+                             "(#{config.name}), which other processes cannot see; use MistriLocks::Local.new(path:) " \
+                             "or MistriLocks::Memory.new for one process."
+        end
+        database = database.delete_prefix("file:").split("?", 2).first
+        root = defined?(::Rails) && ::Rails.respond_to?(:root) && ::Rails.root ? ::Rails.root.to_s : Dir.pwd
+        path = File.expand_path(database, root)
+        File.join(File.dirname(path), "#{File.basename(path, ".*")}.mistri_locks.sqlite3")
+      end
 
       def default_cache
         defined?(::Rails) && ::Rails.respond_to?(:cache) ? ::Rails.cache : nil

@@ -1,0 +1,156 @@
+# frozen_string_literal: true
+
+require "uri"
+
+module MistriLocks
+  # Leases and flags in a PostgreSQL database, shared by every process and
+  # language that speaks the mistri_locks protocol: rows judged by the
+  # database's clock, one statement or one short transaction per operation
+  # (so PgBouncer in transaction mode works too), LISTEN/NOTIFY where the
+  # connection allows it (else the tick poll).
+  #
+  #   MistriLocks.locks = MistriLocks::Postgres.new(url: ENV.fetch("DATABASE_URL"))
+  #   MistriLocks.locks = MistriLocks::Postgres.from_active_record   # the app's own database
+  #
+  # +url+: postgres:// or postgresql:// with libpq's conventions
+  # (postgres://user:pass@host:5432/dbname?sslmode=require, a unix socket
+  # as ?host=/run/postgresql). +schema+: where the tables live (default
+  # "mistri_locks", created on first use), here or as ?schema= in the URL,
+  # not both (an ArgumentError). An unparsable URL is a
+  # MistriLocks::ConfigError. Postgres.schema_sql is the DDL for a role that
+  # may not run it.
+  #
+  # Fencing at the resource: inside the application's own transaction,
+  # SELECT mistri_locks.fence_check(resource, fence) raises when a higher
+  # fence was already seen for +resource+, so a stale holder's write rolls
+  # back whole:
+  #
+  #   ActiveRecord::Base.transaction do
+  #     ActiveRecord::Base.connection.select_value(ActiveRecord::Base.sanitize_sql_array(
+  #       ["SELECT mistri_locks.fence_check(?, ?)", "report:#{report.id}", hold.fence]))
+  #     report.update!(body: body)
+  #   end
+  class Postgres < Locks
+    DEFAULT_SCHEMA = "mistri_locks"
+
+    # ActiveRecord adapters that speak to PostgreSQL.
+    ADAPTERS = /\A(postgresql|postgis|postgres)\z/i
+
+    class << self
+      def new(url:, schema: nil, namespace: Redis::DEFAULT_NAMESPACE, label: nil)
+        _open(url_with_schema(url, schema), namespace).tap { |locks| locks.label = label unless label.nil? }
+      end
+
+      # The DDL that creates (or, run again, leaves as it is) the tables and
+      # the fence_check function in +schema+: for a role that may not run
+      # DDL (`mistri-locks schema` prints the same), e.g. in a migration:
+      #   execute MistriLocks::Postgres.schema_sql
+      def schema_sql(schema: DEFAULT_SCHEMA) = _schema_sql(String(schema))
+
+      # A Postgres on the database an ActiveRecord connection uses: +source+
+      # is a model class (default ActiveRecord::Base, the app's primary
+      # database; an abstract class such as SolidCache::Record names its own
+      # database), a connection pool, an ActiveRecord::DatabaseConfigurations
+      # config or its configuration Hash. The URL is built from the config's
+      # host, port, database, username, password, sslmode and
+      # application_name; ActiveRecord's own connections are not shared (the
+      # core keeps its own, with deadlines on every call). A database that is
+      # not PostgreSQL is a ConfigError.
+      #
+      # (Named after what it reads, like the rest of Ruby's from_* and
+      # ActiveRecord's own connection_db_config: any of the objects a Rails
+      # app has at hand works, and +new+ stays the one URL constructor.)
+      def from_active_record(source = default_record, schema: nil, namespace: Redis::DEFAULT_NAMESPACE, label: nil)
+        config = ActiveRecordConfig.hash_of(source)
+        adapter = config[:adapter].to_s
+        unless ADAPTERS.match?(adapter)
+          raise ConfigError, "MistriLocks::Postgres.from_active_record needs a PostgreSQL database " \
+                             "(adapter postgresql); #{ActiveRecordConfig.describe(source)} uses #{adapter.inspect}"
+        end
+        new(url: url_from_config(config), schema: schema, namespace: namespace, label: label)
+      end
+
+      # The postgres:// URL of an ActiveRecord-style configuration Hash
+      # (host, port, database, username, password, sslmode,
+      # application_name; a host starting with "/" is a unix socket folder,
+      # no host at all libpq's default socket folder, as ActiveRecord's pg
+      # adapter does).
+      def url_from_config(config)
+        config = config.transform_keys(&:to_sym)
+        user = config[:username] || config[:user]
+        password = config[:password]
+        auth = if user.to_s.empty? && password.to_s.empty? then ""
+               else "#{escape(user.to_s)}#{":#{escape(password.to_s)}" unless password.to_s.empty?}@"
+               end
+        host = config[:host].to_s
+        query = {}
+        if host.start_with?("/")
+          query[:host] = host
+          host = ""
+        elsif host.include?(":") && !host.start_with?("[")
+          host = "[#{host}]" # IPv6
+        end
+        port = config[:port] ? ":#{Integer(config[:port])}" : ""
+        query[:sslmode] = config[:sslmode] if config[:sslmode]
+        query[:application_name] = config[:application_name] if config[:application_name]
+        database = escape(config[:database].to_s)
+        url = "postgres://#{auth}#{host}#{port}/#{database}"
+        query.empty? ? url : "#{url}?#{URI.encode_www_form(query)}"
+      end
+
+      private
+
+      # +url+ with ?schema= added (or as it is for schema nil); a schema in
+      # the URL and in the argument is the caller's ambiguity to resolve.
+      def url_with_schema(url, schema)
+        url = String(url)
+        return url if schema.nil?
+
+        query = url.partition("?").last
+        if query.split("&").any? { |pair| pair.split("=", 2).first == "schema" }
+          raise ArgumentError, "schema #{schema.to_s.inspect} given twice: the URL has ?schema= too; give it once"
+        end
+
+        "#{url}#{url.include?("?") ? "&" : "?"}schema=#{escape(schema.to_s)}"
+      end
+
+      def escape(part) = URI.encode_www_form_component(part).gsub("+", "%20")
+
+      def default_record
+        raise ArgumentError, "MistriLocks::Postgres.from_active_record: ActiveRecord is not loaded (pass a source)" unless defined?(::ActiveRecord::Base)
+
+        ::ActiveRecord::Base
+      end
+    end
+    private_class_method :_open, :_schema_sql
+  end
+
+  # Reads the database configuration of an ActiveRecord source (a model
+  # class, a connection pool, a db config or a Hash) through ActiveRecord's
+  # public surface: connection_db_config / db_config / configuration_hash.
+  module ActiveRecordConfig
+    class << self
+      def db_config_of(source)
+        if source.respond_to?(:connection_db_config) then source.connection_db_config
+        elsif source.respond_to?(:db_config) then source.db_config
+        elsif source.respond_to?(:configuration_hash) then source
+        end
+      end
+
+      def hash_of(source)
+        return source.transform_keys(&:to_sym) if source.is_a?(Hash)
+
+        config = db_config_of(source)
+        if config.nil?
+          raise TypeError, "expected an ActiveRecord model class, connection pool, db config or Hash, got #{source.class}"
+        end
+
+        config.configuration_hash.transform_keys(&:to_sym).merge(adapter: config.adapter)
+      end
+
+      def describe(source)
+        source.is_a?(Module) ? source.name.to_s : source.class.name.to_s
+      end
+    end
+  end
+end

@@ -1,0 +1,42 @@
+//! `MistriLocks::Postgres`: leases and flags in a PostgreSQL database (the
+//! core's Postgres adapter), shared with every process (Ruby, Python, C,
+//! Rust) speaking the project's protocol.
+//!
+//! `lib/mistri_locks/postgres.rb` defines `Postgres.new(url:, schema:,
+//! namespace:)`, `from_active_record` and `schema_sql` (the Ruby idiom:
+//! keywords, the schema joined into the URL, the URL built from an
+//! ActiveRecord database config); they call `_open` and `_schema_sql`.
+//! Opening may talk to the server, so it runs without the GVL.
+
+use crate::error;
+use crate::locks::RbLocks;
+use crate::nogvl::nogvl;
+use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, RString, Ruby};
+use mistri_locks::Locks;
+
+/// `MistriLocks::Postgres._open(url, namespace)`.
+fn open(
+    ruby: &Ruby,
+    class: RClass,
+    url: RString,
+    namespace: RString,
+) -> Result<Obj<RbLocks>, Error> {
+    let url = url.to_string()?;
+    let namespace = namespace.to_string()?;
+    let postgres = nogvl(ruby, || mistri_locks::Postgres::open(&url, &namespace))?
+        .map_err(|e| error::to_ruby(ruby, e))?;
+    Ok(ruby.obj_wrap_as(RbLocks::new(Locks::new(postgres)), class))
+}
+
+/// `MistriLocks::Postgres._schema_sql(schema)`: the core's DDL.
+fn schema_sql(ruby: &Ruby, _class: RClass, schema: RString) -> Result<String, Error> {
+    mistri_locks::Postgres::schema_sql(&schema.to_string()?).map_err(|e| error::to_ruby(ruby, e))
+}
+
+pub fn init(_ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    let base: RClass = module.const_get("Locks")?;
+    let class = module.define_class("Postgres", base)?;
+    class.define_singleton_method("_open", method!(open, 2))?;
+    class.define_singleton_method("_schema_sql", method!(schema_sql, 1))?;
+    Ok(())
+}
