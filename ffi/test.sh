@@ -142,6 +142,8 @@ for attempt in 1 2 3 4 5; do
 done
 [ -n "$REDIS_PID" ] || die "could not start redis-server (apt-get install redis-server)"
 URL="redis://127.0.0.1:$PORT/0"
+# list_stats freezes it for a moment (a release bounded by the lease's end).
+export MISTRI_TEST_REDIS_PID="$REDIS_PID"
 echo "redis-server pid $REDIS_PID at $URL"
 
 step "start a throwaway PostgreSQL on a free 127.0.0.1 port"

@@ -399,6 +399,7 @@ impl<'f> Run<'f> {
                     ReleaseOutcome::Lost => "lost",
                     ReleaseOutcome::NotHeld => "not_held",
                     ReleaseOutcome::OtherProcess => "other_process",
+                    ReleaseOutcome::Expired => "expired",
                 };
                 check(expect.is_none_or(|e| e[0] == name), || {
                     format!("got {name}")

@@ -30,6 +30,12 @@ pub enum mistri_release_outcome {
     /// This is a forked child's copy of its parent's hold: the parent's lease
     /// was left alone.
     MISTRI_RELEASE_OTHER_PROCESS = 5,
+    /// No answer to the delete came before the lease's end (the arrival of
+    /// the answer to its last confirmed renewal, or to the acquire, + ttl:
+    /// the latest instant it can be alive on the backend), and no renewal
+    /// of it was left unanswered: it has lapsed by expiry. Nothing is left
+    /// to retry.
+    MISTRI_RELEASE_EXPIRED = 6,
 }
 
 fn outcome_of(outcome: ReleaseOutcome) -> mistri_release_outcome {
@@ -40,6 +46,7 @@ fn outcome_of(outcome: ReleaseOutcome) -> mistri_release_outcome {
         ReleaseOutcome::Lost => MISTRI_RELEASE_LOST,
         ReleaseOutcome::AlreadyReleased => MISTRI_RELEASE_ALREADY_RELEASED,
         ReleaseOutcome::OtherProcess => MISTRI_RELEASE_OTHER_PROCESS,
+        ReleaseOutcome::Expired => MISTRI_RELEASE_EXPIRED,
     }
 }
 
@@ -221,16 +228,21 @@ pub unsafe extern "C" fn mistri_hold_start_configured(
 
 /// Stops renewing and deletes the lease if it is still ours. Idempotent.
 /// Does not wait for the heartbeat (a renewal in flight can't outlive the
-/// delete: renewals compare the owner token); the delete is bounded by the
-/// backend's I/O timeout (Redis: 5 s unless set; Local: 5 s of lock wait).
+/// delete: renewals compare the owner token). The delete is bounded twice:
+/// by the backend's I/O timeout (Redis: 5 s unless set; Local: 5 s of lock
+/// wait) and by the lease's end (the arrival of the answer to its last
+/// confirmed renewal + ttl); reaching the lease's end first is
+/// `MISTRI_OK` with `MISTRI_RELEASE_EXPIRED`, not an error.
 /// Does not free the hold (its getters keep working).
 ///
 /// On `MISTRI_OK`, if `outcome` is not NULL, `*outcome` says what happened.
 ///
-/// Errors: the backend's errors if the delete could not be confirmed (e.g.
-/// Redis unreachable); the hold has stopped renewing regardless, so the
-/// lease expires on its own within its ttl, and calling release again
-/// retries the delete.
+/// Errors: the backend's errors (`MISTRI_ERR_CONNECTION`, ...) if the
+/// delete could not be confirmed before the lease's end (e.g. Redis
+/// unreachable, the connection cut), or by then while a renewal of it was
+/// unanswered (the backend may have applied it); the hold has stopped
+/// renewing regardless, so the lease expires on its own within its ttl,
+/// and calling release again retries the delete.
 ///
 /// # Safety
 /// `hold` is NULL or a live hold; `outcome` is NULL or writable.

@@ -570,6 +570,8 @@ static const char *outcome_name(mistri_release_outcome o)
         return "already_released";
     case MISTRI_RELEASE_OTHER_PROCESS:
         return "other_process";
+    case MISTRI_RELEASE_EXPIRED:
+        return "expired";
     }
     return "?";
 }

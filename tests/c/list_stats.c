@@ -17,12 +17,14 @@
 #include "harness.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 static const char *g_url;
@@ -449,6 +451,52 @@ static void the_configured_handle_is_the_same_owner(const void *arg)
     mistri_locks_free(locks);
 }
 
+/* Release is bounded by the lease too: the server frozen (SIGSTOP) right
+ * after a confirmed renewal, mistri_hold_release returns MISTRI_OK with
+ * MISTRI_RELEASE_EXPIRED by the lease's end (ttl 2 s), not after the
+ * adapter's 5 s timeout. */
+static void release_expires_at_the_lease_end(const void *arg)
+{
+    (void)arg;
+    const char *pid_text = getenv("MISTRI_TEST_REDIS_PID");
+    REQUIRE(pid_text != NULL && pid_text[0] != '\0');
+    pid_t pid = (pid_t)strtol(pid_text, NULL, 10);
+    mistri_locks *locks = open_backend("redis");
+    REQUIRE(locks != NULL);
+    mistri_hold_options_builder *opts = NULL;
+    mistri_hold *hold = NULL;
+    REQUIRE_OK(mistri_hold_options_new(&opts));
+    CHECK_OK(mistri_hold_options_set_ttl(opts, 2));
+    CHECK_OK(mistri_hold_options_set_heartbeat(opts, 0.5));
+    REQUIRE_OK(mistri_hold_start_with(locks, "expiring", opts, &hold));
+    mistri_hold_options_free(opts);
+    REQUIRE(hold != NULL);
+    mistri_stats stats = {.size = sizeof stats};
+    REQUIRE_OK(mistri_locks_stats(locks, &stats));
+    uint64_t before = stats.renewals_confirmed;
+    double until = now_s() + 3;
+    while (stats.renewals_confirmed == before && now_s() < until) {
+        sleep_s(0.001);
+        CHECK_OK(mistri_locks_stats(locks, &stats));
+    }
+    REQUIRE(stats.renewals_confirmed > before);
+    sleep_s(0.03);
+    REQUIRE(kill(pid, SIGSTOP) == 0);
+    double start = now_s();
+    mistri_release_outcome outcome = MISTRI_RELEASE_LOST;
+    mistri_status s = mistri_hold_release(hold, &outcome);
+    double took = now_s() - start;
+    kill(pid, SIGCONT);
+    printf("  release with the server frozen: %.3f s\n", took);
+    CHECK_STATUS(s, MISTRI_OK);
+    CHECK(outcome == MISTRI_RELEASE_EXPIRED);
+    CHECK(took > 1.6 && took < 2.5); /* the old release waited 5 s */
+    CHECK_OK(mistri_hold_release(hold, &outcome));
+    CHECK(outcome == MISTRI_RELEASE_ALREADY_RELEASED);
+    mistri_hold_free(hold);
+    mistri_locks_free(locks);
+}
+
 int main(int argc, char **argv)
 {
     g_url = argc > 1 ? argv[1] : getenv("MISTRI_TEST_REDIS_URL");
@@ -466,5 +514,7 @@ int main(int argc, char **argv)
         harness_run("the configured handle is the same owner", b,
                     the_configured_handle_is_the_same_owner, b);
     }
+    harness_run("release expires at the lease's end", "redis", release_expires_at_the_lease_end,
+                NULL);
     return harness_summary();
 }

@@ -150,6 +150,7 @@ fn outcome_name(outcome: ReleaseOutcome) -> &'static str {
         ReleaseOutcome::Lost => "lost",
         ReleaseOutcome::AlreadyReleased => "already_released",
         ReleaseOutcome::OtherProcess => "other_process",
+        ReleaseOutcome::Expired => "expired",
     }
 }
 
@@ -161,8 +162,12 @@ impl Hold {
     /// (which never touches the parent's lease); `release_outcome()` says
     /// which. Does not wait for the heartbeat: from this call on no tick
     /// renews the lease, and a renewal in flight cannot outlive the delete.
-    /// The delete is bounded by the adapter's I/O timeout; if it cannot be
-    /// confirmed this raises (ConnectionError), and calling again retries.
+    /// The delete is bounded by the adapter's I/O timeout and by the
+    /// lease's end (the answer to its last confirmed renewal + ttl): when
+    /// the lease's end comes first it has lapsed, and this returns False
+    /// (`release_outcome()`: `EXPIRED`). If the delete cannot be confirmed
+    /// before the lease's end this raises (ConnectionError), and calling
+    /// again retries.
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
         Ok(self.release_core(py)? == ReleaseOutcome::Released)
     }
@@ -170,9 +175,10 @@ impl Hold {
     /// `release()`, saying what happened: a `mistri_locks.ReleaseOutcome`,
     /// `RELEASED` (this call deleted the lease), `NOT_HELD` (it had gone,
     /// expired or taken, by the time of the delete), `LOST` (the hold had
-    /// been lost before), `ALREADY_RELEASED` (an earlier release ran), or
+    /// been lost before), `ALREADY_RELEASED` (an earlier release ran),
     /// `OTHER_PROCESS` (a forked child's copy: the parent's lease was left
-    /// alone). Same errors as `release()`.
+    /// alone), or `EXPIRED` (no answer came before the lease's end: it has
+    /// lapsed by expiry). Same errors as `release()`.
     fn release_outcome<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let outcome = self.release_core(py)?;
         static CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();

@@ -14,7 +14,7 @@ from mistri_locks import ReleaseOutcome
 
 def test_the_outcomes_are_a_str_enum() -> None:
     assert [o.value for o in ReleaseOutcome] == [
-        "released", "not_held", "lost", "already_released", "other_process",
+        "released", "not_held", "lost", "already_released", "other_process", "expired",
     ]
     assert ReleaseOutcome.RELEASED == "released" and isinstance(ReleaseOutcome.LOST, str)
     assert ReleaseOutcome("not_held") is ReleaseOutcome.NOT_HELD
@@ -113,3 +113,38 @@ def test_release_outcome_async(backend) -> None:
     assert asyncio.run(main()) == [ReleaseOutcome.RELEASED, ReleaseOutcome.ALREADY_RELEASED]
     assert not locks.held("job")
 
+
+
+def test_a_release_unanswered_by_the_lease_end_is_expired() -> None:
+    """Release is bounded by the lease too: with the server frozen (SIGSTOP)
+    right after a confirmed renewal, release returns by the lease's end
+    (ttl 2 s), not the adapter's 5 s timeout, and says EXPIRED; the plain
+    release() would answer False."""
+    import signal as signals
+    import time
+
+    from conftest import RedisServer
+
+    server = RedisServer()
+    try:
+        locks = mistri_locks.Redis(url=server.url, namespace="mistri:py:expired")
+        hold = locks.hold("job", ttl=2.0, heartbeat=0.5)
+        assert hold is not None
+        before = locks.stats()["renewals_confirmed"]
+        deadline = time.monotonic() + 3
+        while locks.stats()["renewals_confirmed"] == before:
+            assert time.monotonic() < deadline, "no renewal"
+            time.sleep(0.001)
+        time.sleep(0.03)
+        os.kill(server.proc.pid, signals.SIGSTOP)
+        try:
+            start = time.monotonic()
+            outcome = hold.release_outcome()
+            took = time.monotonic() - start
+        finally:
+            os.kill(server.proc.pid, signals.SIGCONT)
+        assert outcome is ReleaseOutcome.EXPIRED, outcome
+        assert 1.6 < took < 2.5, took  # the old release waited 5 s
+        assert hold.release_outcome() is ReleaseOutcome.ALREADY_RELEASED
+    finally:
+        server.stop()

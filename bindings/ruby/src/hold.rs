@@ -100,9 +100,10 @@ impl RbHold {
 
     /// `_release` -> what the release did, as a Symbol: `:released` (this
     /// call deleted the lease), `:not_held` (it had gone by the delete),
-    /// `:lost` (the hold was lost before), `:already_released`, or
+    /// `:lost` (the hold was lost before), `:already_released`,
     /// `:other_process` (a forked child's copy: the parent's lease is left
-    /// alone). `Hold#release` is `release_outcome == :released`.
+    /// alone), or `:expired` (no answer before the lease's end: it has
+    /// lapsed). `Hold#release` is `release_outcome == :released`.
     fn release(ruby: &Ruby, rb_self: &Self) -> Result<Symbol, Error> {
         let hold = &rb_self.hold;
         // May do a round trip: without the GVL (no unblock function: the
@@ -114,6 +115,7 @@ impl RbHold {
             ReleaseOutcome::Lost => "lost",
             ReleaseOutcome::AlreadyReleased => "already_released",
             ReleaseOutcome::OtherProcess => "other_process",
+            ReleaseOutcome::Expired => "expired",
         };
         Ok(ruby.to_symbol(name))
     }

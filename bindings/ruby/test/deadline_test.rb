@@ -56,6 +56,37 @@ class DeadlineTest < Minitest::Test
     end
   end
 
+  # Release is bounded by the lease too: the server frozen right after a
+  # confirmed renewal, release_outcome returns by the lease's end (ttl 2 s),
+  # not the adapter's 5 s timeout, and says :expired.
+  def test_a_release_unanswered_by_the_lease_end_is_expired
+    with_own_redis do |pid, url|
+      locks = MistriLocks::Redis.new(url: url, namespace: "mistri:rb:expired")
+      hold = locks.hold("job", ttl: 2.0, heartbeat: 0.5)
+      refute_nil hold
+      before = locks.stats[:renewals_confirmed]
+      deadline = Clock.now + 3
+      while locks.stats[:renewals_confirmed] == before
+        raise "no renewal" if Clock.now > deadline
+
+        sleep 0.001
+      end
+      sleep 0.03
+      Process.kill(:STOP, pid)
+      begin
+        start = Clock.now
+        outcome = hold.release_outcome
+        took = Clock.now - start
+      ensure
+        Process.kill(:CONT, pid)
+      end
+      assert_equal :expired, outcome
+      assert_operator took, :>, 1.6
+      assert_operator took, :<, 2.5 # the old release waited 5 s
+      assert_equal :already_released, hold.release_outcome
+    end
+  end
+
   def test_bad_safety_margins_are_clear_errors
     adapter = MistriLocks::Memory.new
     [0.5, 0.9, 0, -1, Float::NAN].each do |margin|

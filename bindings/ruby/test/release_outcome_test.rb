@@ -80,7 +80,7 @@ module ReleaseOutcomeCases
   end
 
   def test_every_outcome_is_listed
-    assert_equal %i[released not_held lost already_released other_process], MistriLocks::Hold::RELEASE_OUTCOMES
+    assert_equal %i[released not_held lost already_released other_process expired], MistriLocks::Hold::RELEASE_OUTCOMES
   end
 
   def test_release_outcome_in_the_block_form_and_after_it

@@ -3,7 +3,9 @@
 //! State machine (one way only):
 //!
 //! ```text
-//!   acquire ──► renewing ──► deleting ──► released   (release() or Drop)
+//!   acquire ──► renewing ──► deleting ──► released   (release() or Drop;
+//!                  │             │             also when the lease's end
+//!                  │             │             came first: Expired)
 //!                  │             │  (the delete failed: release() again
 //!                  │             │   retries it; no renewals meanwhile)
 //!                  └──────► lost        (a renewal found it gone/taken, or
@@ -19,7 +21,17 @@
 //! waiting for a tick in flight), then compare-and-deletes the lease: a
 //! renewal in flight compares the token too, so it either lands before the
 //! delete (and is undone) or after (and finds nothing); once `release`
-//! returns `Released`, no tick re-stamps the lease. `release_in_background`
+//! returns `Released`, no tick re-stamps the lease.
+//!
+//! The delete is bounded by the lease's own end as well as by the
+//! adapter's I/O timeout ([`crate::Adapter::release_by`]): the engine keeps,
+//! in the status it shares with the hold, the latest instant the lease can
+//! be alive (the arrival of the answer to its last confirmed renewal, or to
+//! the acquire, + ttl: the backend applied that renewal before answering)
+//! and whether a renewal sent since is unanswered. A delete unanswered at
+//! that instant reports [`ReleaseOutcome::Expired`] (the lease has lapsed),
+//! unless a renewal is unanswered (the backend may have applied it: an
+//! error, and a retry is bounded by the adapter's timeout). `release_in_background`
 //! hands the delete to the engine's I/O thread instead (no I/O on the
 //! caller's thread: for garbage collectors). A Hold copied into a forked child (it is not
 //! `Clone`, but `fork` copies memory) neither renews nor releases: the child
@@ -178,6 +190,14 @@ pub enum ReleaseOutcome {
     AlreadyReleased,
     /// This is a forked child's copy: the parent's lease was left alone.
     OtherProcess,
+    /// No answer to the delete came before the lease's end — the arrival
+    /// of the answer to its last confirmed renewal (or to the acquire) +
+    /// ttl, the latest instant it can be alive on the backend — and no
+    /// renewal of it was left unanswered: it has lapsed by expiry (unless
+    /// the delete itself took and only its answer was lost). Either way it
+    /// is gone, and nothing is left to retry; later calls report
+    /// [`ReleaseOutcome::AlreadyReleased`].
+    Expired,
 }
 
 /// A held lease, renewed in the background until released or lost.
@@ -292,7 +312,9 @@ impl Hold {
         let margin = opts.margin_for(adapter.as_ref());
         let key = lease.key().to_owned();
         let signal = opts.signal.unwrap_or_default();
-        let status = Arc::new(HoldStatus::new(lease));
+        // The backend applied the acquire before it answered: the lease
+        // lapses by the answer's arrival + ttl unless renewed.
+        let status = Arc::new(HoldStatus::new(lease, confirmed + opts.ttl));
         let reg = Registration {
             ttl: opts.ttl,
             heartbeat: opts.heartbeat,
@@ -365,13 +387,25 @@ impl Hold {
     /// leaves the engine no tick renews it, and a renewal already in flight
     /// can't outlive the delete (renewals compare the owner token, so one
     /// that reaches the backend after the delete finds nothing to extend).
-    /// The delete itself is bounded by the adapter's I/O timeout (Redis: its
-    /// `timeout`, 5 s by default; Local: 5 s of lock wait; Memory: none).
+    ///
+    /// The delete is bounded twice: by the adapter's I/O timeout (Redis: its
+    /// `timeout`, 5 s by default; Local: 5 s of lock wait; Memory: none) and
+    /// by the lease's own end — the arrival of the answer to its last
+    /// confirmed renewal (or to the acquire) + ttl, after which the lease
+    /// can't be alive on the backend any more. Reaching the lease's end
+    /// first is [`ReleaseOutcome::Expired`], not an error: the lease is
+    /// gone.
     ///
     /// # Errors
-    /// The adapter's error if the delete could not be confirmed (e.g. Redis
-    /// unreachable): the hold has stopped renewing, so the lease expires
-    /// within its ttl, and calling `release` again retries the delete.
+    /// The adapter's error if the delete could not be confirmed before the
+    /// lease's end (e.g. Redis unreachable, the connection reset): the hold
+    /// has stopped renewing, so the lease expires within its ttl, and
+    /// calling `release` again retries the delete. Also
+    /// [`Error::Connection`] when the lease's end passed without an answer
+    /// but a renewal of it was left unanswered (in flight, or failed): the
+    /// backend may have applied that renewal, so the lease may live until
+    /// a ttl after it arrived; calling `release` again retries the delete,
+    /// bounded by the adapter's timeout.
     pub fn release(&self) -> Result<ReleaseOutcome> {
         if self.generation != fork_generation() {
             return Ok(ReleaseOutcome::OtherProcess);
@@ -389,7 +423,30 @@ impl Hold {
             }
             Releasing::Deleting => {}
         }
-        let deleted = self.engine.adapter().release(&self.status.lease)?;
+        let Some(by) = self.status.delete_by(Instant::now()) else {
+            *state = Releasing::Done;
+            return Ok(ReleaseOutcome::Expired);
+        };
+        let deleted = match self.engine.adapter().release_by(&self.status.lease, by) {
+            Ok(deleted) => deleted,
+            Err(e) => {
+                let (until, unanswered) = self.status.alive_until();
+                if Instant::now() < until {
+                    // Before the lease's end: may still be alive (retry).
+                    return Err(e);
+                }
+                if !unanswered {
+                    *state = Releasing::Done;
+                    return Ok(ReleaseOutcome::Expired);
+                }
+                return Err(Error::Connection(format!(
+                    "{e}; the release of {:?} could not be confirmed before the lease's end, \
+                     and a renewal of it was left unanswered: if the backend applied it, the \
+                     lease lives until a ttl after it arrived",
+                    self.status.lease.key()
+                )));
+            }
+        };
         *state = Releasing::Done;
         if deleted {
             // This process's waiters on the key: the head tries now.
@@ -421,7 +478,9 @@ impl Hold {
             if was == Releasing::Holding {
                 self.released();
             }
-            self.engine.delete_later(self.status.lease.clone());
+            if let Some(until) = self.status.delete_by(Instant::now()) {
+                self.engine.delete_later(self.status.lease.clone(), until);
+            }
         }
     }
 

@@ -21,6 +21,11 @@
 //!   already in flight keep flowing; a round trip takes at least `2 d`.
 //! - End of stream from one peer is passed on (after the held bytes) as a
 //!   half-close; a reset or error closes both sides of that connection.
+//! - **`sever(true)`**: every live connection is closed at once, both
+//!   sides (held bytes are discarded), and every connection accepted while
+//!   it is on is closed as soon as it is accepted, never connected
+//!   upstream: the client sees its connection cut, as when a middlebox
+//!   restarts. `sever(false)` forwards new connections again.
 //!
 //! Threads: one acceptor (non-blocking accept polled every 2 ms), two pumps
 //! per connection (reads with a 5 ms timeout). All of them check a stop
@@ -40,6 +45,7 @@ const POLL: Duration = Duration::from_millis(5);
 struct Switches {
     stop: AtomicBool,
     blackhole: AtomicBool,
+    sever: AtomicBool,
     /// Delay in nanoseconds.
     delay_ns: AtomicU64,
     connections: AtomicU64,
@@ -94,6 +100,7 @@ impl Proxy {
         let switches = Arc::new(Switches {
             stop: AtomicBool::new(false),
             blackhole: AtomicBool::new(false),
+            sever: AtomicBool::new(false),
             delay_ns: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             live: Mutex::new(Vec::new()),
@@ -117,6 +124,18 @@ impl Proxy {
     /// anything; bytes are held meanwhile and delivered on resume.
     pub fn blackhole(&self, on: bool) {
         self.switches.blackhole.store(on, Ordering::SeqCst);
+    }
+
+    /// Closes (`true`) every live connection and each new one as it is
+    /// accepted, until called with `false`.
+    pub fn sever(&self, on: bool) {
+        self.switches.sever.store(on, Ordering::SeqCst);
+        if on {
+            let live: Vec<_> = self.switches.live.lock().unwrap().drain(..).collect();
+            for connection in live {
+                connection.close_and_join();
+            }
+        }
     }
 
     /// Holds every chunk read from now on for `delay` before forwarding it.
@@ -170,6 +189,9 @@ fn accept_loop(listener: TcpListener, upstream: SocketAddr, switches: &Arc<Switc
             connection.close_and_join();
         }
         match listener.accept() {
+            Ok((client, _)) if switches.sever.load(Ordering::SeqCst) => {
+                let _ = client.shutdown(Shutdown::Both);
+            }
             Ok((client, _)) => {
                 if let Err(e) = connect(client, upstream, switches) {
                     eprintln!("proxy: could not connect upstream {upstream}: {e}");

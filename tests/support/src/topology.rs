@@ -131,6 +131,12 @@ struct Node {
 }
 
 impl Node {
+    fn pause(&self, on: bool) {
+        let signal = if on { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill takes no pointers; the pid is our own child's.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+    }
+
     fn stop(&mut self) {
         // SAFETY: kill takes no pointers; the pid is our own child's.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGCONT) };
@@ -385,6 +391,14 @@ impl RedisCluster {
             node.stop();
         }
     }
+
+    /// Freezes (`true`: SIGSTOP) or thaws (`false`: SIGCONT) the node on
+    /// `port`: its connections stay open, it answers nothing meanwhile.
+    pub fn pause(&self, port: u16, on: bool) {
+        if let Some(node) = self.nodes.iter().find(|n| n.port == port) {
+            node.pause(on);
+        }
+    }
 }
 
 impl Drop for RedisCluster {
@@ -603,6 +617,16 @@ impl RedisSentinels {
         for node in std::iter::once(&mut self.master).chain(self.replicas.iter_mut()) {
             if node.port == port {
                 node.stop();
+            }
+        }
+    }
+
+    /// Freezes (`true`: SIGSTOP) or thaws (`false`: SIGCONT) the data node
+    /// on `port`.
+    pub fn pause(&self, port: u16, on: bool) {
+        for node in std::iter::once(&self.master).chain(self.replicas.iter()) {
+            if node.port == port {
+                node.pause(on);
             }
         }
     }

@@ -25,6 +25,11 @@ class ReleaseOutcome(str, enum.Enum):
     #: A forked child's copy of a parent's hold: the parent's lease was left
     #: alone.
     OTHER_PROCESS = "other_process"
+    #: No answer to the delete came before the lease's end (the answer to
+    #: its last confirmed renewal + ttl, the latest instant it can be alive
+    #: on the server) and no renewal of it was unanswered: it has lapsed by
+    #: expiry. Nothing is left to retry.
+    EXPIRED = "expired"
 
     def __str__(self) -> str:
         return str.__str__(self)  # the value

@@ -26,17 +26,22 @@ module MistriLocks
     attr_reader :signal
 
     # What Hold#release_outcome returns, one per ReleaseOutcome of the core.
-    RELEASE_OUTCOMES = %i[released not_held lost already_released other_process].freeze
+    RELEASE_OUTCOMES = %i[released not_held lost already_released other_process expired].freeze
 
     # Stops renewing and deletes the lease if it is still ours. Idempotent.
     # Returns without waiting for the heartbeat: from then on no tick renews
     # the lease, and a renewal already in flight can't outlive the delete
     # (renewals compare the owner token). Returns true if this call deleted
     # the lease, false otherwise (already released, lost, expired, or a
-    # forked child's copy): release_outcome says which. Raises
-    # MistriLocks::ConnectionError if Redis is unreachable (the hold has
+    # forked child's copy): release_outcome says which. The delete is
+    # bounded twice: by the adapter's I/O timeout and by the lease's end
+    # (the answer to its last confirmed renewal + ttl); when the lease's end
+    # comes first the lease has lapsed: false (release_outcome :expired),
+    # not an error. Raises MistriLocks::ConnectionError if the delete can't
+    # be confirmed before the lease's end (Redis unreachable, the connection
+    # cut; or by then, while a renewal was unanswered) — the hold has
     # stopped renewing regardless; the lease expires within its ttl, and
-    # releasing again retries the delete).
+    # releasing again retries the delete.
     def release
       release_outcome == :released
     end
@@ -48,6 +53,8 @@ module MistriLocks
     #   :lost              the hold had been lost before; nothing deleted
     #   :already_released  an earlier release already ran
     #   :other_process     a forked child's copy: the parent's lease is left alone
+    #   :expired           no answer before the lease's end: it has lapsed by
+    #                      expiry; nothing to retry
     def release_outcome
       _release
     ensure

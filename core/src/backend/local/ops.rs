@@ -40,13 +40,12 @@ impl Adapter for Local {
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
-        if lease.slotted() {
-            return self.release_slot(lease);
-        }
-        self.delete_owned(
-            "DELETE FROM leases WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4",
-            lease,
-        )
+        self.release_until(lease, Instant::now() + BUSY_TIMEOUT)
+    }
+
+    fn release_by(&self, lease: &Lease, deadline: Instant) -> Result<bool> {
+        // Waiting for the database's write lock ends at the earlier one.
+        self.release_until(lease, deadline.min(Instant::now() + BUSY_TIMEOUT))
     }
 
     fn held(&self, key: &str) -> Result<bool> {

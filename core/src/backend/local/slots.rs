@@ -10,7 +10,7 @@ use crate::contract::info::{HolderInfo, Identity, LeaseInfo};
 use crate::error::Result;
 use crate::runtime::token::mint_token;
 use rusqlite::{params, Connection, TransactionBehavior};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub(crate) const SLOT_SELECT: &str = "SELECT key, expires_ns, holder, fence, acquired_ms, renewed_ms, ttl_ms, heartbeat_ms, lim FROM slots";
 
@@ -108,19 +108,28 @@ impl Local {
         Ok(Some(fence as u64))
     }
 
-    pub(crate) fn release_slot(&self, lease: &Lease) -> Result<bool> {
-        self.delete_owned(
-            "DELETE FROM slots WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4",
-            lease,
-        )
+    /// The release of `lease` (an exclusive lease or a slot), waiting for
+    /// locks until `deadline` at the latest.
+    pub(crate) fn release_until(&self, lease: &Lease, deadline: Instant) -> Result<bool> {
+        let delete = if lease.slotted() {
+            "DELETE FROM slots WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4"
+        } else {
+            "DELETE FROM leases WHERE key = ?1 AND token = ?2 AND expires_ns > ?3 AND boot = ?4"
+        };
+        self.delete_owned(delete, lease, deadline)
     }
 
     /// A release: `delete` (parameters key, token, now, boot) of the live
     /// row `lease` owns, and in the same transaction the next line of the
     /// key's queue; after the commit that line's doorbell is rung (the line
     /// that wakes finds the lease free). True if the row was deleted.
-    pub(crate) fn delete_owned(&self, delete: &str, lease: &Lease) -> Result<bool> {
-        let (deleted, next) = self.with_con(true, |con, now| {
+    pub(crate) fn delete_owned(
+        &self,
+        delete: &str,
+        lease: &Lease,
+        deadline: Instant,
+    ) -> Result<bool> {
+        let (deleted, next) = self.with_con_until(true, deadline, |con, now| {
             let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let n = tx.prepare_cached(delete)?.execute(params![
                 lease.key(),

@@ -75,6 +75,42 @@ impl Redis {
     }
 }
 
+impl Redis {
+    /// The release, ending by `by` if that comes before the timeout (a
+    /// timed-out connection is dropped).
+    fn release_until(&self, lease: &Lease, by: Option<Instant>) -> Result<bool> {
+        if lease.slotted() {
+            let call = release_call(self.namespace(), lease);
+            let reply = self.with_con_by(by, |con, deadline| {
+                self.eval(
+                    con,
+                    deadline,
+                    &SCRIPTS.release,
+                    SLOT_RELEASE_LUA,
+                    &call.0,
+                    &call.1,
+                )
+            })?;
+            return match reply {
+                Value::Int(n) => Ok(n == 1),
+                other => Err(unexpected("slot release", &other, &self.addr)),
+            };
+        }
+        let reply = self.with_con_by(by, |con, deadline| {
+            self.eval_with(con, deadline, &self.release, RELEASE_LUA, (3, 3), |w| {
+                let (ns, key) = (&self.namespace, lease.key());
+                w.key(ns, "lease", key)
+                    .key(ns, "queue", key)
+                    .key(ns, "queued", key)
+                    .bulk(lease.token().as_bytes())
+                    .key_then(ns, "next", key, ":")
+                    .int(lease.fence());
+            })
+        })?;
+        Ok(reply == Value::Int(1))
+    }
+}
+
 impl Adapter for Redis {
     acquire_dispatch!();
 
@@ -119,21 +155,11 @@ impl Adapter for Redis {
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
-        if lease.slotted() {
-            return self.release_slot(lease);
-        }
-        let reply = self.with_con(|con, deadline| {
-            self.eval_with(con, deadline, &self.release, RELEASE_LUA, (3, 3), |w| {
-                let (ns, key) = (&self.namespace, lease.key());
-                w.key(ns, "lease", key)
-                    .key(ns, "queue", key)
-                    .key(ns, "queued", key)
-                    .bulk(lease.token().as_bytes())
-                    .key_then(ns, "next", key, ":")
-                    .int(lease.fence());
-            })
-        })?;
-        Ok(reply == Value::Int(1))
+        self.release_until(lease, None)
+    }
+
+    fn release_by(&self, lease: &Lease, deadline: Instant) -> Result<bool> {
+        self.release_until(lease, Some(deadline))
     }
 
     fn held(&self, key: &str) -> Result<bool> {
@@ -357,14 +383,6 @@ impl Redis {
             self.forget_master();
         }
         self.acked(renewed_from(&reply, &self.addr), acked)
-    }
-
-    pub(super) fn release_slot(&self, lease: &Lease) -> Result<bool> {
-        let call = release_call(self.namespace(), lease);
-        match self.run_slot(&SCRIPTS.release, SLOT_RELEASE_LUA, &call)? {
-            Value::Int(n) => Ok(n == 1),
-            other => Err(unexpected("slot release", &other, &self.addr)),
-        }
     }
 
     pub(super) fn slot_info(&self, key: &str) -> Result<Option<LeaseInfo>> {

@@ -288,7 +288,22 @@ impl Redis {
         &self,
         f: impl FnOnce(&mut Con, Instant) -> ::redis::RedisResult<T>,
     ) -> Result<T> {
-        let deadline = Instant::now() + self.timeout;
+        self.with_con_by(None, f)
+    }
+
+    /// [`Redis::with_con`] ending by `by` if that comes before the
+    /// timeout: connecting, sending and reading all end then, and a
+    /// connection that timed out is dropped (a late reply must never be
+    /// read as the next command's).
+    pub(crate) fn with_con_by<T>(
+        &self,
+        by: Option<Instant>,
+        f: impl FnOnce(&mut Con, Instant) -> ::redis::RedisResult<T>,
+    ) -> Result<T> {
+        let mut deadline = Instant::now() + self.timeout;
+        if let Some(by) = by {
+            deadline = deadline.min(by);
+        }
         let epoch = self.master_epoch();
         let mut con = self.checkout(deadline)?;
         self.aim(&mut con, deadline)?;

@@ -263,11 +263,13 @@ impl Engine {
     /// Deletes `lease` on the I/O thread, soon; for holds dropped where no
     /// I/O may happen (a Ruby GC free function). If no thread can be
     /// started, the lease is left to expire at its ttl.
-    pub(crate) fn delete_later(&self, lease: Lease) {
+    /// `until`: the instant past which the delete is not worth waiting for
+    /// ([`HoldStatus::delete_by`]).
+    pub(crate) fn delete_later(&self, lease: Lease, until: std::time::Instant) {
         let shared = self.shared();
         let mut state = shared.state.lock();
         if ensure_threads(shared, &mut state).is_ok() {
-            state.deletes.push(lease);
+            state.deletes.push((lease, until));
             shared.wake.notify_one();
         }
     }

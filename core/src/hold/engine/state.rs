@@ -24,7 +24,8 @@ pub(crate) struct Job {
     pub(crate) renewals: Vec<(Arc<HoldStatus>, Duration, Duration)>,
     pub(crate) check_ids: Vec<u64>,
     pub(crate) checks: Vec<Arc<str>>,
-    pub(crate) deletes: Vec<Lease>,
+    /// Leases to delete, each with the latest instant it can be alive.
+    pub(crate) deletes: Vec<(Lease, Instant)>,
     pub(crate) deadline: Option<Instant>,
     /// When the scheduler collected it: the next renewals and reads of its
     /// holds are due an interval after this (not after the send, which
@@ -43,8 +44,9 @@ pub(crate) struct State {
     pub(crate) job: Option<Job>,
     /// Entries lost by deadline while a renewal of theirs was in flight.
     pub(crate) orphans: rustc_hash::FxHashSet<u64>,
-    /// Leases to delete in the background (holds dropped without release).
-    pub(crate) deletes: Vec<Lease>,
+    /// Leases to delete in the background (holds dropped without release),
+    /// each with the instant past which the delete is not worth waiting for.
+    pub(crate) deletes: Vec<(Lease, Instant)>,
     /// This engine's registration with the adapter's flag listener.
     pub(crate) watch: Option<FlagWatch>,
     /// The owner's counters and event queue ([`crate::stats`]; its locks

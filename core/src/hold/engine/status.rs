@@ -40,6 +40,17 @@ pub(crate) struct HoldStatus {
     pub(crate) lost: AtomicBool,
     /// When the work last called `touch` (nanoseconds since [`epoch`]).
     touched: AtomicU64,
+    /// The latest instant the lease can be alive on the backend as far as
+    /// the confirmed answers go (nanoseconds since [`epoch`]): the arrival
+    /// of the answer to its last confirmed renewal (or to the acquire) +
+    /// ttl. The backend applied that renewal before it answered, so the
+    /// lease lapses by then unless a later renewal took ([`HoldStatus::unanswered`]).
+    /// The bound of a release ([`crate::Hold::release`]).
+    alive_until: AtomicU64,
+    /// A renewal was sent after the last confirmed one and no answer came
+    /// (it is in flight, or it failed): the backend may have applied it,
+    /// so the lease may outlive `alive_until`.
+    unanswered: AtomicBool,
 }
 
 /// A process-wide base for instants stored as numbers (an hour before its
@@ -66,6 +77,11 @@ pub(crate) fn instant(m: Ms) -> Instant {
     epoch() + Duration::from_millis(m)
 }
 
+/// `t` as nanoseconds since [`epoch`].
+fn since_epoch(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// `d` in nanoseconds (durations are kept as numbers: 8 bytes, not 16).
 pub(crate) fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -76,14 +92,57 @@ pub(crate) fn dur(n: u64) -> Duration {
 }
 
 impl HoldStatus {
-    pub(crate) fn new(lease: Lease) -> Self {
+    /// The status of `lease`, whose acquire was answered when it can be
+    /// alive until `alive_until` at the latest.
+    pub(crate) fn new(lease: Lease, alive_until: Instant) -> Self {
         let status = HoldStatus {
             lease,
             lost: AtomicBool::new(false),
             touched: AtomicU64::new(0),
+            alive_until: AtomicU64::new(since_epoch(alive_until)),
+            unanswered: AtomicBool::new(false),
         };
         status.touch();
         status
+    }
+
+    /// A renewal of the lease is being sent.
+    pub(crate) fn renewing(&self) {
+        self.unanswered.store(true, Ordering::SeqCst);
+    }
+
+    /// A renewal was confirmed by an answer that arrived when the lease
+    /// could be alive until `until` at the latest (answer time + ttl).
+    pub(crate) fn renewed(&self, until: Instant) {
+        self.alive_until
+            .fetch_max(since_epoch(until), Ordering::SeqCst);
+        self.unanswered.store(false, Ordering::SeqCst);
+    }
+
+    /// Until when a delete of the lease is worth waiting for, seen at
+    /// `now`: the latest instant it can be alive ([`HoldStatus::alive_until`]).
+    /// `None` when that has passed and no renewal is unanswered: the lease
+    /// has lapsed, nothing is left to delete. Past it with a renewal
+    /// unanswered, the lease may have been extended by that renewal: the
+    /// adapter's own I/O timeout bounds the delete then (`now` + an hour;
+    /// every networked adapter caps it).
+    pub(crate) fn delete_by(&self, now: Instant) -> Option<Instant> {
+        let (until, unanswered) = self.alive_until();
+        if until > now {
+            Some(until)
+        } else if unanswered {
+            Some(now + Duration::from_secs(3600))
+        } else {
+            None
+        }
+    }
+
+    /// The latest instant the lease can be alive as the confirmed answers
+    /// tell, and whether a renewal since is unanswered (then it may live
+    /// longer).
+    pub(crate) fn alive_until(&self) -> (Instant, bool) {
+        let until = epoch() + Duration::from_nanos(self.alive_until.load(Ordering::SeqCst));
+        (until, self.unanswered.load(Ordering::SeqCst))
     }
 
     /// Records progress now.

@@ -7,11 +7,14 @@ use super::*;
 use crate::contract::adapter::Lease;
 use crate::signal::AbortSignal;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn entry(at: Ms) -> Entry {
     Entry {
-        status: Arc::new(HoldStatus::new(Lease::new("k", "t", 1))),
+        status: Arc::new(HoldStatus::new(
+            Lease::new("k", "t", 1),
+            Instant::now() + Duration::from_secs(60),
+        )),
         signal: AbortSignal::new(),
         stop_key: None,
         last_error: None,

@@ -176,6 +176,7 @@ pub(crate) fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) ->
                 continue;
             }
             e.in_flight = true;
+            e.status.renewing();
             job.renew_ids.push(id);
             job.renewals.push((
                 e.status.clone(),
@@ -319,10 +320,21 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
         }
         trip_all(trips);
         shared.stats.flush();
-        for lease in deletes {
-            // Best effort, bounded by the adapter's own timeout; a lease
-            // that can't be deleted expires at its ttl.
-            if shared.adapter.release(&lease).is_ok_and(|deleted| deleted) {
+        for (lease, until) in deletes {
+            // Best effort, bounded by the lease's own end (waiting longer
+            // is pointless), by the adapter's timeout, and by the earliest
+            // safe deadline of the engine's holds (a delete must not keep
+            // their renewals waiting); a lease that can't be deleted
+            // expires at its ttl.
+            let mut by = until;
+            if let Some(first) = shared.state.lock().sched.deadlines.first() {
+                by = by.min(instant(first));
+            }
+            if shared
+                .adapter
+                .release_by(&lease, by)
+                .is_ok_and(|deleted| deleted)
+            {
                 // Waiters of this process hear it at once ([`crate::waiting`]).
                 crate::waiting::lines::released(&shared.adapter, &lease);
             }
@@ -337,7 +349,7 @@ pub(crate) fn apply(
     sent: Instant,
     done: Instant,
     trips: &mut Trips,
-    deletes: &mut Vec<Lease>,
+    deletes: &mut Vec<(Lease, Instant)>,
 ) {
     let beat = match result {
         Ok(beat) => beat,
@@ -375,11 +387,17 @@ pub(crate) fn apply(
                 Err(e) => Err(Error::Backend(e.to_string())),
             },
         );
+        let (status, ttl, _) = &job.renewals[i];
+        if answer.as_ref().is_ok_and(|r| *r == Renewed::Yes) {
+            // Also for a hold released meanwhile: its release is bounded by
+            // this (module header of crate::hold).
+            status.renewed(done + *ttl);
+        }
         let Some(e) = state.entries.get_mut(id) else {
             // Released (its holder deletes it) or lost by deadline while
             // this renewal was in flight: if the renewal took, undo it.
             if answer.as_ref().is_ok_and(|r| *r == Renewed::Yes) && state.orphans.contains(&id) {
-                deletes.push(job.renewals[i].0.lease.clone());
+                deletes.push((status.lease.clone(), done + *ttl));
             }
             continue;
         };

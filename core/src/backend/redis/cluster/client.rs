@@ -492,7 +492,16 @@ impl RedisCluster {
     }
 
     pub(crate) fn one(&self, op: Op) -> Result<(Value, bool)> {
-        let deadline = Instant::now() + self.timeout;
+        self.one_by(op, None)
+    }
+
+    /// [`RedisCluster::one`] ending by `by` if that comes before the timeout
+    /// (connections that time out are dropped, as in every batch).
+    pub(crate) fn one_by(&self, op: Op, by: Option<Instant>) -> Result<(Value, bool)> {
+        let mut deadline = Instant::now() + self.timeout;
+        if let Some(by) = by {
+            deadline = deadline.min(by);
+        }
         let mut answers = self.run(std::slice::from_ref(&op), deadline);
         answers.pop().unwrap_or_else(|| {
             Err(Error::Backend(
@@ -503,7 +512,12 @@ impl RedisCluster {
 
     /// A plain command's reply, server errors as [`Error::Backend`].
     pub(crate) fn query(&self, op: Op) -> Result<Value> {
-        let (value, _) = self.one(op)?;
+        self.query_by(op, None)
+    }
+
+    /// [`RedisCluster::query`] ending by `by` if that comes before the timeout.
+    pub(crate) fn query_by(&self, op: Op, by: Option<Instant>) -> Result<Value> {
+        let (value, _) = self.one_by(op, by)?;
         if let Value::ServerError(e) = &value {
             return Err(Error::Backend(format!(
                 "Redis Cluster answered with an error: {e:?}"

@@ -117,6 +117,47 @@ impl RedisCluster {
     }
 }
 
+impl RedisCluster {
+    /// The release, ending by `by` if that comes before the timeout.
+    fn release_until(&self, lease: &Lease, by: Option<Instant>) -> Result<bool> {
+        if lease.slotted() {
+            let (keys, mut args) = slot::release_call(&self.namespace, lease);
+            args.push("SPUBLISH".to_owned());
+            let op = self.slot_op(
+                &SLOT_SCRIPTS.release,
+                slot::SLOT_RELEASE_LUA,
+                (keys, args),
+                true,
+            );
+            return match self.query_by(op, by)? {
+                Value::Int(n) => Ok(n == 1),
+                other => Err(unexpected("release", &other)),
+            };
+        }
+        let op = self.script_op(
+            &self.release,
+            RELEASE_LUA,
+            &[
+                self.key("lease", lease.key()),
+                self.key("queue", lease.key()),
+                self.key("queued", lease.key()),
+            ],
+            // Announced to the next waiting line only, by sharded pub/sub
+            // on the key's slot owner (no message crosses the bus).
+            &[
+                lease.token().to_owned(),
+                format!("{}:", self.key("next", lease.key())),
+                lease.fence().to_string(),
+                "SPUBLISH".to_owned(),
+            ],
+        );
+        match self.query_by(op, by)? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("release", &other)),
+        }
+    }
+}
+
 impl Adapter for RedisCluster {
     acquire_dispatch!();
 
@@ -148,41 +189,11 @@ impl Adapter for RedisCluster {
     }
 
     fn release(&self, lease: &Lease) -> Result<bool> {
-        if lease.slotted() {
-            let (keys, mut args) = slot::release_call(&self.namespace, lease);
-            args.push("SPUBLISH".to_owned());
-            let op = self.slot_op(
-                &SLOT_SCRIPTS.release,
-                slot::SLOT_RELEASE_LUA,
-                (keys, args),
-                true,
-            );
-            return match self.query(op)? {
-                Value::Int(n) => Ok(n == 1),
-                other => Err(unexpected("release", &other)),
-            };
-        }
-        let op = self.script_op(
-            &self.release,
-            RELEASE_LUA,
-            &[
-                self.key("lease", lease.key()),
-                self.key("queue", lease.key()),
-                self.key("queued", lease.key()),
-            ],
-            // Announced to the next waiting line only, by sharded pub/sub
-            // on the key's slot owner (no message crosses the bus).
-            &[
-                lease.token().to_owned(),
-                format!("{}:", self.key("next", lease.key())),
-                lease.fence().to_string(),
-                "SPUBLISH".to_owned(),
-            ],
-        );
-        match self.query(op)? {
-            Value::Int(n) => Ok(n == 1),
-            other => Err(unexpected("release", &other)),
-        }
+        self.release_until(lease, None)
+    }
+
+    fn release_by(&self, lease: &Lease, deadline: Instant) -> Result<bool> {
+        self.release_until(lease, Some(deadline))
     }
 
     fn held(&self, key: &str) -> Result<bool> {
