@@ -5,6 +5,7 @@
 //! on drop. The server is also told to die with the thread that started it
 //! (`PR_SET_PDEATHSIG`), so a test killed outright leaves nothing behind.
 
+pub mod history;
 mod proxy;
 pub use proxy::Proxy;
 mod topology;
