@@ -777,7 +777,7 @@ fn fence_order(key: &str, list: &[&Tenure], report: &mut Report) {
     for b in by_inv {
         while done < list.len() && list[done].cmp < b.inv {
             let a = list[done];
-            if best.is_none_or(|x| a.fence > x.fence) {
+            if best.map_or(true, |x| a.fence > x.fence) {
                 best = Some(a);
             }
             done += 1;
