@@ -446,8 +446,10 @@ pub struct Report {
     pub inversions: Vec<String>,
     /// Rule 3 violations.
     pub late_renewals: Vec<String>,
-    /// Rule 4 violations.
+    /// Rule 4 violations by plain refusals.
     pub unexplained_refusals: Vec<String>,
+    /// Rule 4 violations by waits that ran out.
+    pub unexplained_waits: Vec<String>,
     /// Told → the next tenure of the key started, ns, sorted.
     pub leads_ns: Vec<u64>,
 }
@@ -459,6 +461,7 @@ impl Report {
             && self.inversions.is_empty()
             && self.late_renewals.is_empty()
             && self.unexplained_refusals.is_empty()
+            && self.unexplained_waits.is_empty()
     }
 
     /// The smallest and the median lead (ms), if any takeover followed a
@@ -479,6 +482,7 @@ impl Report {
             ("fence inversion", &self.inversions),
             ("late renewal", &self.late_renewals),
             ("unexplained refusal", &self.unexplained_refusals),
+            ("wait ran out on a free key", &self.unexplained_waits),
         ] {
             for v in list.iter().take(5) {
                 out.push_str(&format!("  {rule}: {v}\n"));
@@ -504,8 +508,8 @@ impl fmt::Display for Report {
             f,
             "acquisitions {} (holds {}, slots {}, by waiting {}), told {}, renewals {}, \
              refused {}, waits ran out {}, acquire errors {}, open {}; faults injected {}; \
-             overlaps {}, fence inversions {}, late renewals {}, unexplained refusals {}; \
-             lead of told before takeover: {lead}",
+             overlaps {}, fence inversions {}, late renewals {}, unexplained refusals {}, \
+             waits ran out on a free key {}; lead of told before takeover: {lead}",
             self.acquisitions,
             self.holds,
             self.slots,
@@ -521,6 +525,7 @@ impl fmt::Display for Report {
             self.inversions.len(),
             self.late_renewals.len(),
             self.unexplained_refusals.len(),
+            self.unexplained_waits.len(),
         )
     }
 }
@@ -849,7 +854,12 @@ fn refusal_rule(
             most = most.max(now);
         }
         if most < i64::from(limit.max(1)) {
-            report.unexplained_refusals.push(format!(
+            let list = if waited {
+                &mut report.unexplained_waits
+            } else {
+                &mut report.unexplained_refusals
+            };
+            list.push(format!(
                 "{key} (limit {limit}): {} {:.3} ms long with at most {most} lease(s) possibly live",
                 if waited {
                     "a wait that ran out"
@@ -1111,12 +1121,7 @@ mod tests {
         h.push(rel("c", 3000, 3001));
         h.push(ran_out("never-held", 10, 20));
         let report = check(&h);
-        assert_eq!(
-            report.unexplained_refusals.len(),
-            2,
-            "{}",
-            report.violations()
-        );
+        assert_eq!(report.unexplained_waits.len(), 2, "{}", report.violations());
         // On an N-holder key one live slot of two does not explain it.
         let sem = vec![
             slot("s1", 0, 1, 1),
@@ -1127,7 +1132,7 @@ mod tests {
                 cmp: 20 * MS,
             },
         ];
-        assert_eq!(check(&sem).unexplained_refusals.len(), 1);
+        assert_eq!(check(&sem).unexplained_waits.len(), 1);
     }
 
     #[test]
