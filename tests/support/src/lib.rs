@@ -13,6 +13,7 @@ mod pg_client;
 pub use pg_client::{Notification, PgClient, Rows};
 mod postgres;
 pub use postgres::{pg_bindir, PgAuth, PgBouncer, PgConfig, PgServer};
+pub mod history;
 mod proxy;
 pub use proxy::Proxy;
 mod topology;

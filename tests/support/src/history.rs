@@ -1,0 +1,1168 @@
+//! A history of lease operations, recorded by every process of a soak, and
+//! a checker that judges the whole history against the promises of
+//! docs/RELIABILITY.md.
+//!
+//! # Recording
+//!
+//! Every process (or thread) appends [`Record`]s, one line each, to its own
+//! file through a [`Recorder`]; the parent reads every file back with
+//! [`read_dir`] and calls [`check`]. Instants are nanoseconds of one clock
+//! shared by every process of the host (`CLOCK_MONOTONIC`, [`clock_ns`]):
+//! the recorder never reads the clock itself, callers pass what they read.
+//!
+//! An operation that talks to a backend has two instants: its *invocation*
+//! (read just before the call) and its *completion* (read just after the
+//! answer came back). What it did on the backend happened somewhere in
+//! between; the checker uses the bound that can only make it stricter or
+//! only make it more lenient, rule by rule, as written below.
+//!
+//! # Tenures
+//!
+//! A successful acquire opens a *tenure*: the span in which its caller may
+//! act as the holder. It starts at the acquire's **completion** (the caller
+//! cannot act before it knows) and ends at the earliest of:
+//! - the **invocation** of its release (the caller stops acting before it
+//!   releases);
+//! - the instant it was **told** the lease may be lost ([`Record::Told`];
+//!   the soak reads the clock in the signal's `on_abort` callback, which
+//!   runs after the signal tripped, so the recorded end is never early);
+//! - for a lease that is not renewed by a hold ([`Record::Hold`] absent):
+//!   the acquire's **invocation** + its ttl, the least the lease is sure to
+//!   live (a plain lease's caller must stop by then: nobody tells it).
+//!
+//! A tenure with none of these (its process died without a record) lasts
+//! to the end of the history. Every choice above makes a tenure at least as
+//! long as the holder's real one, so an overlap can be reported that did
+//! not happen (a late callback), never hidden — except one shorter than the
+//! gap between an acquire's answer and the clock read after it.
+//!
+//! # The rules ([`check`])
+//!
+//! 1. **Mutual exclusion.** At no instant are more than `limit` tenures of
+//!    one key open (1 for an exclusive key; an N-holder key's acquires
+//!    record their N). Ends sort before starts at the same instant.
+//! 2. **Fences rise in acquisition order.** Two acquires of a key are
+//!    ordered when one completed before the other was invoked (then its
+//!    grant certainly came first); for every such pair the later one's
+//!    fence must be strictly greater. Acquires whose calls overlapped in
+//!    time are not ordered (their grants could have gone either way). A
+//!    reused fence or a counter that goes back is caught here.
+//! 3. **No renewal after told, none after release.** No renewal of a
+//!    tenure that the backend confirmed was *invoked* after its holder was
+//!    told, or after its release returned (one invoked before may still be
+//!    in flight: that is allowed, the backend's owner and `min_left` checks
+//!    keep it from extending a lease it no longer may).
+//! 4. **A wait that ran out was refused by a holder.** Every waiting
+//!    acquire that ran out ([`Record::WaitRanOut`]), and every plain
+//!    refusal ([`Record::Refused`]) on a key that no waiter ever used (a
+//!    waiter's queue entry refuses plain acquires by design), must have
+//!    overlapped a span in which `limit` leases of the key may have been
+//!    live. A lease may be live from its acquire's invocation until its
+//!    release's completion when the release said it deleted or found
+//!    nothing; otherwise (lost, a failed release, an acquire whose answer
+//!    never came, [`Record::AcquireFailed`]) until its last known instant
+//!    + ttl, pushed out to the end of any [`Record::Fault`] window that
+//!    covered it (a request held by a silent proxy or a frozen server is
+//!    served when the fault ends). This rule is lenient by construction:
+//!    it catches a waiter that gives up on a key nobody could have held.
+//!
+//! The report also gives the **lead** of each takeover: for a tenure ended
+//! by being told, on an exclusive key, the time from told to the start of
+//! the next tenure of that key.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// `CLOCK_MONOTONIC` in ns: one clock for every process of the host
+/// (the same clock as `core/tests/common::mono_ns`).
+pub fn clock_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// How a release went, as the backend answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// The lease was ours and is deleted.
+    Deleted,
+    /// Nothing of ours was there (expired or taken).
+    NotHeld,
+    /// No answer (a connection error, a timeout).
+    Failed,
+}
+
+impl Released {
+    fn word(self) -> &'static str {
+        match self {
+            Released::Deleted => "deleted",
+            Released::NotHeld => "notheld",
+            Released::Failed => "failed",
+        }
+    }
+    fn parse(word: &str) -> Option<Released> {
+        Some(match word {
+            "deleted" => Released::Deleted,
+            "notheld" => Released::NotHeld,
+            "failed" => Released::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// One operation as it happened. `id` names a tenure (one successful
+/// acquire), unique across the whole history; keys contain no spaces.
+/// Instants are [`clock_ns`] nanoseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// An acquire that succeeded: the tenure `id` on `key` with `fence`,
+    /// taken with `limit` (1: exclusive) for `ttl_ns`; `waited`: by a
+    /// waiting acquire (its key has a queue).
+    Acquired {
+        /// The tenure.
+        id: String,
+        /// The key.
+        key: String,
+        /// 1 for an exclusive lease, N for a slot of an N-holder lease.
+        limit: u32,
+        /// The lease's ttl.
+        ttl_ns: u64,
+        /// Invocation and completion of the call.
+        inv: u64,
+        /// See `inv`.
+        cmp: u64,
+        /// The fencing number it returned.
+        fence: u64,
+        /// Taken by a waiting acquire.
+        waited: bool,
+    },
+    /// The tenure is a hold's: renewed by a heartbeat and told on loss.
+    Hold {
+        /// The tenure.
+        id: String,
+    },
+    /// A renewal of the tenure that the backend confirmed.
+    Renewed {
+        /// The tenure.
+        id: String,
+        /// Invocation and completion of the call.
+        inv: u64,
+        /// See `inv`.
+        cmp: u64,
+    },
+    /// The holder was told it may have lost the lease, at `at`.
+    Told {
+        /// The tenure.
+        id: String,
+        /// When (read in the signal's callback).
+        at: u64,
+    },
+    /// The tenure's release.
+    Release {
+        /// The tenure.
+        id: String,
+        /// Invocation and completion of the call.
+        inv: u64,
+        /// See `inv`.
+        cmp: u64,
+        /// What the backend said.
+        outcome: Released,
+    },
+    /// A plain (non-waiting) acquire refused: the key was held.
+    Refused {
+        /// The key.
+        key: String,
+        /// The limit asked for.
+        limit: u32,
+        /// Invocation and completion of the call.
+        inv: u64,
+        /// See `inv`.
+        cmp: u64,
+    },
+    /// A waiting acquire that ran out of time without the lease.
+    WaitRanOut {
+        /// The key.
+        key: String,
+        /// The limit asked for.
+        limit: u32,
+        /// Invocation and completion of the wait.
+        inv: u64,
+        /// See `inv`.
+        cmp: u64,
+    },
+    /// An acquire with no answer (an error): it may have taken the lease.
+    AcquireFailed {
+        /// The key.
+        key: String,
+        /// The ttl asked for.
+        ttl_ns: u64,
+        /// Invocation and completion of the call.
+        inv: u64,
+        /// See `inv`.
+        cmp: u64,
+    },
+    /// A fault injected by the harness from `start` to `end` (`kind`: one
+    /// word, e.g. `silence`, `delay`, `reset`, `sigstop`, `restart`).
+    Fault {
+        /// What.
+        kind: String,
+        /// When it began.
+        start: u64,
+        /// When it was lifted.
+        end: u64,
+    },
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Record::Acquired {
+                id,
+                key,
+                limit,
+                ttl_ns,
+                inv,
+                cmp,
+                fence,
+                waited,
+            } => write!(
+                f,
+                "A {id} {key} {limit} {ttl_ns} {inv} {cmp} {fence} {}",
+                u8::from(*waited)
+            ),
+            Record::Hold { id } => write!(f, "H {id}"),
+            Record::Renewed { id, inv, cmp } => write!(f, "R {id} {inv} {cmp}"),
+            Record::Told { id, at } => write!(f, "T {id} {at}"),
+            Record::Release {
+                id,
+                inv,
+                cmp,
+                outcome,
+            } => write!(f, "L {id} {inv} {cmp} {}", outcome.word()),
+            Record::Refused {
+                key,
+                limit,
+                inv,
+                cmp,
+            } => write!(f, "N {key} {limit} {inv} {cmp}"),
+            Record::WaitRanOut {
+                key,
+                limit,
+                inv,
+                cmp,
+            } => write!(f, "W {key} {limit} {inv} {cmp}"),
+            Record::AcquireFailed {
+                key,
+                ttl_ns,
+                inv,
+                cmp,
+            } => write!(f, "E {key} {ttl_ns} {inv} {cmp}"),
+            Record::Fault { kind, start, end } => write!(f, "F {kind} {start} {end}"),
+        }
+    }
+}
+
+impl Record {
+    /// Parses one line written by [`Record`]'s `Display`; `None` for a
+    /// malformed line (say, the last one of a process killed mid-write).
+    pub fn parse(line: &str) -> Option<Record> {
+        let f: Vec<&str> = line.split(' ').collect();
+        let n = |i: usize| -> Option<u64> { f.get(i)?.parse().ok() };
+        let s = |i: usize| -> Option<String> { f.get(i).map(|s| (*s).to_owned()) };
+        let want = |len: usize| (f.len() == len).then_some(());
+        Some(match *f.first()? {
+            "A" => {
+                want(9)?;
+                Record::Acquired {
+                    id: s(1)?,
+                    key: s(2)?,
+                    limit: f[3].parse().ok()?,
+                    ttl_ns: n(4)?,
+                    inv: n(5)?,
+                    cmp: n(6)?,
+                    fence: n(7)?,
+                    waited: f[8] == "1",
+                }
+            }
+            "H" => {
+                want(2)?;
+                Record::Hold { id: s(1)? }
+            }
+            "R" => {
+                want(4)?;
+                Record::Renewed {
+                    id: s(1)?,
+                    inv: n(2)?,
+                    cmp: n(3)?,
+                }
+            }
+            "T" => {
+                want(3)?;
+                Record::Told {
+                    id: s(1)?,
+                    at: n(2)?,
+                }
+            }
+            "L" => {
+                want(5)?;
+                Record::Release {
+                    id: s(1)?,
+                    inv: n(2)?,
+                    cmp: n(3)?,
+                    outcome: Released::parse(f[4])?,
+                }
+            }
+            "N" | "W" => {
+                want(5)?;
+                let (key, limit, inv, cmp) = (s(1)?, f[2].parse().ok()?, n(3)?, n(4)?);
+                if f[0] == "N" {
+                    Record::Refused {
+                        key,
+                        limit,
+                        inv,
+                        cmp,
+                    }
+                } else {
+                    Record::WaitRanOut {
+                        key,
+                        limit,
+                        inv,
+                        cmp,
+                    }
+                }
+            }
+            "E" => {
+                want(5)?;
+                Record::AcquireFailed {
+                    key: s(1)?,
+                    ttl_ns: n(2)?,
+                    inv: n(3)?,
+                    cmp: n(4)?,
+                }
+            }
+            "F" => {
+                want(4)?;
+                Record::Fault {
+                    kind: s(1)?,
+                    start: n(2)?,
+                    end: n(3)?,
+                }
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// Appends records to one file, one line each, buffered (call
+/// [`Recorder::flush`] before the process ends). Shared between threads.
+pub struct Recorder {
+    out: Mutex<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Recorder {
+    /// Creates (or appends to) `path`. Panics (a test helper) if it can't.
+    pub fn create(path: &Path) -> Recorder {
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+        Recorder {
+            out: Mutex::new(std::io::BufWriter::with_capacity(1 << 16, file)),
+        }
+    }
+
+    /// Appends one record.
+    pub fn record(&self, record: &Record) {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        writeln!(out, "{record}").expect("write a history record");
+    }
+
+    /// Writes out what is buffered.
+    pub fn flush(&self) {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        out.flush().expect("flush the history");
+    }
+}
+
+/// Every record of every `*.history` file in `dir` (malformed lines are
+/// counted in the second value and skipped).
+pub fn read_dir(dir: &Path) -> (Vec<Record>, usize) {
+    let mut records = Vec::new();
+    let mut bad = 0;
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "history"))
+        .collect();
+    entries.sort();
+    for path in entries {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for line in text.lines() {
+            match Record::parse(line) {
+                Some(r) => records.push(r),
+                None => bad += 1,
+            }
+        }
+    }
+    (records, bad)
+}
+
+/// What [`check`] found.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    /// Successful acquires (tenures).
+    pub acquisitions: usize,
+    /// Of which holds (renewed by a heartbeat).
+    pub holds: usize,
+    /// Of which on N-holder keys.
+    pub slots: usize,
+    /// Of which by waiting acquires.
+    pub waited: usize,
+    /// Tenures ended by being told.
+    pub told: usize,
+    /// Confirmed renewals.
+    pub renewals: usize,
+    /// Plain refusals, waits that ran out, acquires with no answer.
+    pub refused: usize,
+    /// See `refused`.
+    pub waits_ran_out: usize,
+    /// See `refused`.
+    pub acquire_errors: usize,
+    /// Faults injected (records of the harness).
+    pub faults: usize,
+    /// Tenures with no end at all (to the end of the history).
+    pub open: usize,
+    /// Rule 1 violations.
+    pub overlaps: Vec<String>,
+    /// Rule 2 violations.
+    pub inversions: Vec<String>,
+    /// Rule 3 violations.
+    pub late_renewals: Vec<String>,
+    /// Rule 4 violations by plain refusals.
+    pub unexplained_refusals: Vec<String>,
+    /// Rule 4 violations by waits that ran out.
+    pub unexplained_waits: Vec<String>,
+    /// Told → the next tenure of the key started, ns, sorted.
+    pub leads_ns: Vec<u64>,
+}
+
+impl Report {
+    /// No rule broken.
+    pub fn ok(&self) -> bool {
+        self.overlaps.is_empty()
+            && self.inversions.is_empty()
+            && self.late_renewals.is_empty()
+            && self.unexplained_refusals.is_empty()
+            && self.unexplained_waits.is_empty()
+    }
+
+    /// The smallest and the median lead (ms), if any takeover followed a
+    /// told.
+    pub fn lead_ms(&self) -> Option<(f64, f64)> {
+        let l = &self.leads_ns;
+        if l.is_empty() {
+            return None;
+        }
+        Some((l[0] as f64 / 1e6, l[l.len() / 2] as f64 / 1e6))
+    }
+
+    /// Every violation, a few per rule, one a line.
+    pub fn violations(&self) -> String {
+        let mut out = String::new();
+        for (rule, list) in [
+            ("overlap", &self.overlaps),
+            ("fence inversion", &self.inversions),
+            ("late renewal", &self.late_renewals),
+            ("unexplained refusal", &self.unexplained_refusals),
+            ("wait ran out on a free key", &self.unexplained_waits),
+        ] {
+            for v in list.iter().take(5) {
+                out.push_str(&format!("  {rule}: {v}\n"));
+            }
+            if list.len() > 5 {
+                out.push_str(&format!("  ... {} more of {rule}\n", list.len() - 5));
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lead = match self.lead_ms() {
+            Some((min, p50)) => format!(
+                "min {min:.1} ms / p50 {p50:.1} ms over {} takeovers",
+                self.leads_ns.len()
+            ),
+            None => "no takeover after a told".to_owned(),
+        };
+        write!(
+            f,
+            "acquisitions {} (holds {}, slots {}, by waiting {}), told {}, renewals {}, \
+             refused {}, waits ran out {}, acquire errors {}, open {}; faults injected {}; \
+             overlaps {}, fence inversions {}, late renewals {}, unexplained refusals {}, \
+             waits ran out on a free key {}; lead of told before takeover: {lead}",
+            self.acquisitions,
+            self.holds,
+            self.slots,
+            self.waited,
+            self.told,
+            self.renewals,
+            self.refused,
+            self.waits_ran_out,
+            self.acquire_errors,
+            self.open,
+            self.faults,
+            self.overlaps.len(),
+            self.inversions.len(),
+            self.late_renewals.len(),
+            self.unexplained_refusals.len(),
+            self.unexplained_waits.len(),
+        )
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Tenure {
+    id: String,
+    key: String,
+    limit: u32,
+    ttl: u64,
+    inv: u64,
+    cmp: u64,
+    fence: u64,
+    hold: bool,
+    told: Option<u64>,
+    release: Option<(u64, u64, Released)>,
+    renewals: Vec<(u64, u64)>,
+}
+
+impl Tenure {
+    /// The end of the tenure (module header); `u64::MAX`: none.
+    fn end(&self) -> u64 {
+        let mut end = u64::MAX;
+        if let Some((inv, _, _)) = self.release {
+            end = end.min(inv);
+        }
+        if let Some(t) = self.told {
+            end = end.min(t);
+        }
+        if !self.hold {
+            end = end.min(self.inv.saturating_add(self.ttl));
+        }
+        end.max(self.cmp)
+    }
+
+    /// The latest instant the lease may be live on the backend (rule 4).
+    fn live_until(&self, faults: &[(u64, u64)]) -> u64 {
+        if let Some((_, cmp, Released::Deleted | Released::NotHeld)) = self.release {
+            return cmp;
+        }
+        let mut last = self.cmp;
+        for &(_, cmp) in &self.renewals {
+            last = last.max(cmp);
+        }
+        if let Some(t) = self.told {
+            last = last.max(t);
+        }
+        if let Some((_, cmp, _)) = self.release {
+            last = last.max(cmp);
+        }
+        pushed_past_faults(self.inv, last, faults).saturating_add(self.ttl)
+    }
+}
+
+/// `last`, or the end of the latest fault window overlapping
+/// `[from, last]` if later.
+fn pushed_past_faults(from: u64, last: u64, faults: &[(u64, u64)]) -> u64 {
+    faults
+        .iter()
+        .filter(|&&(s, e)| s <= last && e >= from)
+        .fold(last, |acc, &(_, e)| acc.max(e))
+}
+
+/// Checks a whole history (module header: the rules).
+pub fn check(records: &[Record]) -> Report {
+    let mut report = Report::default();
+    let mut tenures: HashMap<&str, Tenure> = HashMap::new();
+    let mut faults = Vec::new();
+    let mut refusals: Vec<(&str, u32, u64, u64, bool)> = Vec::new(); // key, limit, inv, cmp, waited
+    let mut failed: Vec<(&str, u64, u64, u64)> = Vec::new(); // key, ttl, inv, cmp
+    let mut queued_keys: std::collections::HashSet<&str> = Default::default();
+    for r in records {
+        match r {
+            Record::Acquired {
+                id,
+                key,
+                limit,
+                ttl_ns,
+                inv,
+                cmp,
+                fence,
+                waited,
+            } => {
+                let t = tenures.entry(id).or_default();
+                t.id.clone_from(id);
+                t.key.clone_from(key);
+                t.limit = *limit;
+                t.ttl = *ttl_ns;
+                t.inv = *inv;
+                t.cmp = *cmp;
+                t.fence = *fence;
+                if *waited {
+                    queued_keys.insert(key);
+                }
+            }
+            Record::Hold { id } => tenures.entry(id).or_default().hold = true,
+            Record::Renewed { id, inv, cmp } => {
+                tenures.entry(id).or_default().renewals.push((*inv, *cmp));
+            }
+            Record::Told { id, at } => {
+                let t = tenures.entry(id).or_default();
+                t.told = Some(t.told.map_or(*at, |was| was.min(*at)));
+            }
+            Record::Release {
+                id,
+                inv,
+                cmp,
+                outcome,
+            } => {
+                let t = tenures.entry(id).or_default();
+                // A retried release: the first call ends the tenure, the
+                // last one says how it went.
+                let first = t.release.map_or(*inv, |(i, _, _)| i.min(*inv));
+                t.release = Some((first, *cmp, *outcome));
+            }
+            Record::Refused {
+                key,
+                limit,
+                inv,
+                cmp,
+            } => refusals.push((key, *limit, *inv, *cmp, false)),
+            Record::WaitRanOut {
+                key,
+                limit,
+                inv,
+                cmp,
+            } => {
+                queued_keys.insert(key);
+                refusals.push((key, *limit, *inv, *cmp, true));
+            }
+            Record::AcquireFailed {
+                key,
+                ttl_ns,
+                inv,
+                cmp,
+            } => failed.push((key, *ttl_ns, *inv, *cmp)),
+            Record::Fault { start, end, .. } => faults.push((*start, *end)),
+        }
+    }
+    // Records of a tenure whose acquire line is missing cannot be judged.
+    tenures.retain(|_, t| !t.key.is_empty());
+
+    report.acquisitions = tenures.len();
+    report.faults = faults.len();
+    report.acquire_errors = failed.len();
+    let mut by_key: BTreeMap<&str, Vec<&Tenure>> = BTreeMap::new();
+    for t in tenures.values() {
+        by_key.entry(&t.key).or_default().push(t);
+        report.holds += usize::from(t.hold);
+        report.slots += usize::from(t.limit > 1);
+        report.renewals += t.renewals.len();
+        if t.end() == u64::MAX {
+            report.open += 1;
+        }
+        if t.told.is_some_and(|told| t.end() == told) {
+            report.told += 1;
+        }
+    }
+    report.waited = records
+        .iter()
+        .filter(|r| matches!(r, Record::Acquired { waited: true, .. }))
+        .count();
+
+    for (key, list) in &mut by_key {
+        list.sort_by(|a, b| (a.cmp, &a.id).cmp(&(b.cmp, &b.id)));
+        exclusion(key, list, &mut report);
+        fence_order(key, list, &mut report);
+        if list.iter().all(|t| t.limit == 1) {
+            leads(list, &mut report);
+        }
+    }
+    for t in tenures.values() {
+        for &(inv, cmp) in &t.renewals {
+            if let Some(told) = t.told.filter(|&told| inv > told) {
+                report.late_renewals.push(format!(
+                    "{} on {}: a renewal sent {:.3} ms after it was told was confirmed (at {cmp})",
+                    t.id,
+                    t.key,
+                    (inv - told) as f64 / 1e6
+                ));
+            }
+            if let Some((_, rel, _)) = t.release.filter(|&(_, rel, _)| inv > rel) {
+                report.late_renewals.push(format!(
+                    "{} on {}: a renewal sent {:.3} ms after its release returned was confirmed",
+                    t.id,
+                    t.key,
+                    (inv - rel) as f64 / 1e6
+                ));
+            }
+        }
+    }
+    refusal_rule(
+        &refusals,
+        &failed,
+        &by_key,
+        &queued_keys,
+        &faults,
+        &mut report,
+    );
+    report.leads_ns.sort_unstable();
+    report
+}
+
+/// Rule 1 on one key's tenures (sorted by start).
+fn exclusion(key: &str, list: &[&Tenure], report: &mut Report) {
+    let limit = list.iter().map(|t| t.limit.max(1)).min().unwrap_or(1) as usize;
+    // (instant, 0 = end / 1 = start, index): ends first at a tie.
+    let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(list.len() * 2);
+    for (i, t) in list.iter().enumerate() {
+        events.push((t.cmp, 1, i));
+        if t.end() != u64::MAX {
+            events.push((t.end(), 0, i));
+        }
+    }
+    events.sort_unstable();
+    let mut inside: BTreeMap<usize, ()> = BTreeMap::new();
+    for (at, kind, i) in events {
+        if kind == 0 {
+            inside.remove(&i);
+            continue;
+        }
+        if inside.len() >= limit {
+            let others: Vec<String> = inside
+                .keys()
+                .map(|&j| {
+                    let o = list[j];
+                    let ends = match o.end() {
+                        u64::MAX => "never ends".to_owned(),
+                        e => format!("ends {:.3} ms later", (e - at) as f64 / 1e6),
+                    };
+                    format!("{} (fence {}, {ends})", o.id, o.fence)
+                })
+                .collect();
+            report.overlaps.push(format!(
+                "{key} (limit {limit}): {} (fence {}) started while {} already inside: {}",
+                list[i].id,
+                list[i].fence,
+                inside.len(),
+                others.join(", ")
+            ));
+        }
+        inside.insert(i, ());
+    }
+}
+
+/// Rule 2 on one key's tenures.
+fn fence_order(key: &str, list: &[&Tenure], report: &mut Report) {
+    // `list` is sorted by completion; walk the acquires by invocation,
+    // keeping the highest fence of those completed before it.
+    let mut by_inv: Vec<&Tenure> = list.to_vec();
+    by_inv.sort_by_key(|t| t.inv);
+    let mut done = 0;
+    let mut best: Option<&Tenure> = None;
+    for b in by_inv {
+        while done < list.len() && list[done].cmp < b.inv {
+            let a = list[done];
+            if best.map_or(true, |x| a.fence > x.fence) {
+                best = Some(a);
+            }
+            done += 1;
+        }
+        if let Some(a) = best.filter(|a| b.fence <= a.fence) {
+            report.inversions.push(format!(
+                "{key}: {} got fence {} after {} (fence {}) had completed",
+                b.id, b.fence, a.id, a.fence
+            ));
+        }
+    }
+}
+
+/// Takeover leads on one exclusive key's tenures (sorted by start).
+fn leads(list: &[&Tenure], report: &mut Report) {
+    for (i, a) in list.iter().enumerate() {
+        let Some(told) = a.told.filter(|&t| t == a.end()) else {
+            continue;
+        };
+        if let Some(b) = list[i + 1..].iter().find(|b| b.cmp >= told) {
+            report.leads_ns.push(b.cmp - told);
+        }
+    }
+}
+
+/// Rule 4.
+fn refusal_rule(
+    refusals: &[(&str, u32, u64, u64, bool)],
+    failed: &[(&str, u64, u64, u64)],
+    by_key: &BTreeMap<&str, Vec<&Tenure>>,
+    queued: &std::collections::HashSet<&str>,
+    faults: &[(u64, u64)],
+    report: &mut Report,
+) {
+    // Per key: the spans in which a lease may have been live.
+    let mut live: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for (key, list) in by_key {
+        let spans = live.entry(key).or_default();
+        for t in list {
+            spans.push((t.inv, t.live_until(faults)));
+        }
+    }
+    for &(key, ttl, inv, cmp) in failed {
+        let until = pushed_past_faults(inv, cmp, faults).saturating_add(ttl);
+        live.entry(key).or_default().push((inv, until));
+    }
+    for &(key, limit, inv, cmp, waited) in refusals {
+        if waited {
+            report.waits_ran_out += 1;
+        } else {
+            report.refused += 1;
+            if queued.contains(key) {
+                continue; // a waiter's queue entry may refuse it
+            }
+        }
+        let spans = live.get(key).map(Vec::as_slice).unwrap_or(&[]);
+        // The most spans live at once inside [inv, cmp].
+        let mut events: Vec<(u64, i8)> = Vec::new();
+        for &(s, e) in spans {
+            if s <= cmp && e >= inv {
+                events.push((s.max(inv), 1));
+                events.push((e.min(cmp), -1));
+            }
+        }
+        events.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let (mut now, mut most) = (0i64, 0i64);
+        for (_, d) in events {
+            now += i64::from(d);
+            most = most.max(now);
+        }
+        if most < i64::from(limit.max(1)) {
+            let list = if waited {
+                &mut report.unexplained_waits
+            } else {
+                &mut report.unexplained_refusals
+            };
+            list.push(format!(
+                "{key} (limit {limit}): {} {:.3} ms long with at most {most} lease(s) possibly live",
+                if waited {
+                    "a wait that ran out"
+                } else {
+                    "a refusal"
+                },
+                (cmp - inv) as f64 / 1e6
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn acq(id: &str, key: &str, inv: u64, cmp: u64, fence: u64) -> Record {
+        Record::Acquired {
+            id: id.into(),
+            key: key.into(),
+            limit: 1,
+            ttl_ns: 1000 * MS,
+            inv: inv * MS,
+            cmp: cmp * MS,
+            fence,
+            waited: false,
+        }
+    }
+    fn slot(id: &str, inv: u64, cmp: u64, fence: u64) -> Record {
+        match acq(id, "sem", inv, cmp, fence) {
+            Record::Acquired {
+                id,
+                key,
+                ttl_ns,
+                inv,
+                cmp,
+                fence,
+                ..
+            } => Record::Acquired {
+                id,
+                key,
+                limit: 2,
+                ttl_ns,
+                inv,
+                cmp,
+                fence,
+                waited: false,
+            },
+            _ => unreachable!(),
+        }
+    }
+    fn hold(id: &str) -> Record {
+        Record::Hold { id: id.into() }
+    }
+    fn rel(id: &str, inv: u64, cmp: u64) -> Record {
+        Record::Release {
+            id: id.into(),
+            inv: inv * MS,
+            cmp: cmp * MS,
+            outcome: Released::Deleted,
+        }
+    }
+    fn told(id: &str, at: u64) -> Record {
+        Record::Told {
+            id: id.into(),
+            at: at * MS,
+        }
+    }
+    fn renewed(id: &str, inv: u64, cmp: u64) -> Record {
+        Record::Renewed {
+            id: id.into(),
+            inv: inv * MS,
+            cmp: cmp * MS,
+        }
+    }
+    fn ran_out(key: &str, inv: u64, cmp: u64) -> Record {
+        Record::WaitRanOut {
+            key: key.into(),
+            limit: 1,
+            inv: inv * MS,
+            cmp: cmp * MS,
+        }
+    }
+
+    /// A valid history using every kind of record: two holds handing a
+    /// key over (one by release, one by being told), a plain lease, an
+    /// N-holder key with two holders at once, renewals, a wait that ran out
+    /// while the key was held, a refusal, a failed acquire and a fault.
+    fn valid() -> Vec<Record> {
+        vec![
+            acq("a", "k", 0, 2, 10),
+            hold("a"),
+            renewed("a", 300, 302),
+            ran_out("k", 100, 400),
+            rel("a", 500, 501),
+            acq("b", "k", 499, 503, 11), // invoked before a's release: fine
+            hold("b"),
+            renewed("b", 700, 702),
+            told("b", 1200),
+            renewed("b", 1190, 1250), // in flight when told: allowed
+            Record::Fault {
+                kind: "silence".into(),
+                start: 1000 * MS,
+                end: 2000 * MS,
+            },
+            acq("c", "k", 1500, 1701, 12),
+            Record::Refused {
+                key: "plain".into(),
+                limit: 1,
+                inv: 30 * MS,
+                cmp: 31 * MS,
+            },
+            acq("p", "plain", 0, 1, 5), // plain: ends at 0 + ttl
+            acq("q", "plain", 999, 1001, 6),
+            Record::AcquireFailed {
+                key: "lost-reply".into(),
+                ttl_ns: 1000 * MS,
+                inv: 0,
+                cmp: 5 * MS,
+            },
+            Record::Refused {
+                key: "lost-reply".into(),
+                limit: 1,
+                inv: 900 * MS,
+                cmp: 901 * MS,
+            },
+            slot("s1", 0, 1, 20),
+            slot("s2", 0, 2, 21),
+            rel("s1", 50, 51),
+            slot("s3", 52, 53, 22),
+            rel("s2", 60, 61),
+            rel("s3", 70, 71),
+        ]
+    }
+
+    #[test]
+    fn accepts_a_valid_history() {
+        let report = check(&valid());
+        assert!(report.ok(), "{report}\n{}", report.violations());
+        assert_eq!(report.acquisitions, 8);
+        assert_eq!(report.holds, 2);
+        assert_eq!(report.slots, 3);
+        assert_eq!(report.told, 1);
+        assert_eq!(report.renewals, 3);
+        assert_eq!(report.faults, 1);
+        assert_eq!(report.waits_ran_out, 1);
+        // b told at 1200, c started at 1701.
+        assert_eq!(report.leads_ns, vec![501 * MS]);
+    }
+
+    #[test]
+    fn records_round_trip_through_their_lines() {
+        for r in valid() {
+            assert_eq!(Record::parse(&r.to_string()), Some(r.clone()), "{r}");
+        }
+        assert_eq!(Record::parse("A cut 1 2"), None);
+        assert_eq!(Record::parse(""), None);
+    }
+
+    #[test]
+    fn two_holders_at_once_are_an_overlap() {
+        let mut h = valid();
+        // d takes k while c (never told, never released) is inside.
+        h.push(acq("d", "k", 1800, 1801, 13));
+        h.push(hold("d"));
+        h.push(hold("c"));
+        let report = check(&h);
+        assert_eq!(report.overlaps.len(), 1, "{}", report.violations());
+        assert!(report.overlaps[0].contains("d (fence 13)"), "{report:?}");
+        assert!(report.overlaps[0].contains("c (fence 12"), "{report:?}");
+        assert!(report.inversions.is_empty());
+    }
+
+    #[test]
+    fn a_holder_told_after_the_takeover_is_an_overlap() {
+        let h = vec![
+            acq("a", "k", 0, 1, 1),
+            hold("a"),
+            told("a", 300),
+            acq("b", "k", 250, 299, 2), // started 1 ms before a was told
+            hold("b"),
+        ];
+        let report = check(&h);
+        assert_eq!(report.overlaps.len(), 1, "{report}");
+    }
+
+    #[test]
+    fn a_plain_lease_is_inside_only_for_its_ttl() {
+        // p's ttl (1 s) from its invocation bounds it: q after that is fine,
+        // q before it is not.
+        let ok = vec![acq("p", "k", 0, 1, 1), acq("q", "k", 999, 1000, 2)];
+        assert!(check(&ok).ok());
+        let bad = vec![acq("p", "k", 0, 1, 1), acq("q", "k", 998, 999, 2)];
+        assert_eq!(check(&bad).overlaps.len(), 1);
+    }
+
+    #[test]
+    fn more_than_n_holders_of_an_n_holder_key_is_an_overlap() {
+        let mut h = valid();
+        h.push(slot("s4", 52, 54, 23)); // s2 and s3 are inside
+        let report = check(&h);
+        assert_eq!(report.overlaps.len(), 1, "{}", report.violations());
+        assert!(report.overlaps[0].contains("limit 2"), "{report:?}");
+    }
+
+    #[test]
+    fn a_reused_fence_is_an_inversion() {
+        let mut h = valid();
+        h.push(acq("d", "k", 2000, 2001, 12)); // c's fence again
+        h.push(hold("c"));
+        h.push(told("c", 1900));
+        let report = check(&h);
+        assert!(report.overlaps.is_empty(), "{}", report.violations());
+        assert_eq!(report.inversions.len(), 1, "{}", report.violations());
+        assert!(
+            report.inversions[0].contains("d got fence 12"),
+            "{report:?}"
+        );
+    }
+
+    #[test]
+    fn a_fence_going_back_is_an_inversion_but_concurrent_calls_are_unordered() {
+        let back = vec![
+            acq("a", "k", 0, 1, 5),
+            rel("a", 2, 3),
+            acq("b", "k", 4, 5, 4),
+        ];
+        assert_eq!(check(&back).inversions.len(), 1);
+        // b's call began before a's answer came: either grant may have
+        // come first.
+        let unordered = vec![
+            acq("a", "k", 0, 3, 5),
+            rel("a", 4, 5),
+            acq("b", "k", 2, 6, 4),
+        ];
+        let report = check(&unordered);
+        assert!(report.inversions.is_empty(), "{}", report.violations());
+    }
+
+    #[test]
+    fn a_renewal_sent_after_told_or_after_release_is_late() {
+        let mut h = valid();
+        h.push(renewed("b", 1201, 1203));
+        h.push(renewed("a", 502, 503));
+        let report = check(&h);
+        assert_eq!(report.late_renewals.len(), 2, "{}", report.violations());
+        assert!(
+            report.late_renewals[0].contains("after it was told")
+                || report.late_renewals[1].contains("after it was told")
+        );
+    }
+
+    #[test]
+    fn a_wait_that_ran_out_on_a_free_key_is_unexplained() {
+        let mut h = valid();
+        h.push(ran_out("k", 5000, 5300)); // c released long before
+        h.push(rel("c", 3000, 3001));
+        h.push(ran_out("never-held", 10, 20));
+        let report = check(&h);
+        assert_eq!(report.unexplained_waits.len(), 2, "{}", report.violations());
+        // On an N-holder key one live slot of two does not explain it.
+        let sem = vec![
+            slot("s1", 0, 1, 1),
+            Record::WaitRanOut {
+                key: "sem".into(),
+                limit: 2,
+                inv: 10 * MS,
+                cmp: 20 * MS,
+            },
+        ];
+        assert_eq!(check(&sem).unexplained_waits.len(), 1);
+    }
+
+    #[test]
+    fn a_refusal_explained_only_by_a_request_held_in_a_fault_is_accepted() {
+        // The failed acquire's request sat in a silent proxy until 3 s:
+        // its lease may live until 3 s + ttl.
+        let h = vec![
+            Record::AcquireFailed {
+                key: "k".into(),
+                ttl_ns: 1000 * MS,
+                inv: 0,
+                cmp: 500 * MS,
+            },
+            Record::Fault {
+                kind: "silence".into(),
+                start: 0,
+                end: 3000 * MS,
+            },
+            Record::Refused {
+                key: "k".into(),
+                limit: 1,
+                inv: 3500 * MS,
+                cmp: 3501 * MS,
+            },
+        ];
+        assert!(check(&h).ok());
+        let without_fault: Vec<Record> = h
+            .into_iter()
+            .filter(|r| !matches!(r, Record::Fault { .. }))
+            .collect();
+        assert_eq!(check(&without_fault).unexplained_refusals.len(), 1);
+    }
+}
