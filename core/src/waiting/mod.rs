@@ -89,6 +89,8 @@
 //! called.
 
 pub(crate) mod lines;
+#[cfg(all(test, loom))]
+mod loom_models;
 
 pub use lines::WaitWaker;
 
