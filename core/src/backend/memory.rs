@@ -44,7 +44,13 @@ use crate::contract::adapter::{Adapter, Lease, Renewal, Renewed};
 use crate::contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 use crate::error::Result;
 use crate::runtime::fork::ForkLocal;
+#[cfg(not(loom))]
 use parking_lot::Mutex;
+// Under loom the store's lock is a model point: the engine and waiting
+// models interleave the backend's compare-and-renew with the holder's
+// compare-and-delete (runtime/sync.rs).
+#[cfg(loom)]
+use crate::runtime::sync::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -100,6 +100,15 @@ pub(crate) fn enter_section() -> Section {
     }
 }
 
+/// For the loom models (`hold/engine/loom_models.rs`): from now on this
+/// process counts as a forked child, as after `fork()` (a loom model
+/// cannot fork; the threads that would not exist in a child are the
+/// model's threads that never unlock).
+#[cfg(all(test, loom))]
+pub(crate) fn pretend_fork() {
+    in_child();
+}
+
 /// The current fork generation: different in every forked child.
 pub(crate) fn generation() -> u64 {
     static INSTALL: Once = Once::new();

@@ -23,6 +23,8 @@
 //! is taken, and never while callbacks run.
 
 pub mod delivery;
+#[cfg(all(test, loom))]
+mod loom_models;
 pub(crate) mod notify;
 
 use crate::runtime::sync::{Condvar, Mutex};

@@ -16,6 +16,9 @@
 //!
 //! Lock order: the queue lock is a leaf, never held while callbacks run.
 
+// Under loom the queue and its thread are not built (see `run_later`).
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
 use crate::runtime::fork::ForkLocal;
 use crate::runtime::sync::{Condvar, Mutex};
 use crate::signal::PendingCallbacks;
@@ -35,6 +38,7 @@ struct Notifier {
     ready: Condvar,
 }
 
+#[cfg(not(loom))]
 fn notifier() -> &'static Notifier {
     static NOTIFIER: OnceLock<ForkLocal<Notifier>> = OnceLock::new();
     NOTIFIER
@@ -44,6 +48,7 @@ fn notifier() -> &'static Notifier {
 
 /// Queues `pending` to run on the notifier thread. If no thread can be
 /// started (the OS refuses), the callbacks run here rather than never.
+#[cfg(not(loom))]
 pub(crate) fn run_later(pending: PendingCallbacks) {
     let n = notifier();
     let mut queue = n.queue.lock();
@@ -65,12 +70,22 @@ pub(crate) fn run_later(pending: PendingCallbacks) {
     }
 }
 
+/// Under loom the callbacks run on the tripping thread: a model has no
+/// notifier thread (it would wait for work forever, and loom's timed waits
+/// never time out). The latch and every waiter's wake-up come first either
+/// way (`AbortSignal::trip`).
+#[cfg(loom)]
+pub(crate) fn run_later(pending: PendingCallbacks) {
+    pending.run();
+}
+
 /// Queues `task` (a face's or the stats' event delivery) to run on the
 /// notifier thread, in order with the signals' callbacks.
 pub(crate) fn run_task(task: impl FnOnce() + Send + 'static) {
     run_later(PendingCallbacks::task(task));
 }
 
+#[cfg(not(loom))]
 fn serve(n: &'static Notifier) {
     let mut queue = n.queue.lock();
     loop {

@@ -5,12 +5,19 @@
 
 use crate::contract::adapter::{Adapter, Lease};
 use crate::contract::push::{FlagWatch, FlagWatcher};
+#[cfg(not(loom))]
 use crate::runtime::fork::ForkLocal;
 use crate::runtime::sync::{Condvar, Mutex};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
+// std's also under loom: `waiters` is read and written SeqCst only, and a
+// std atomic in a model is read in interleaving order, which is exactly
+// SeqCst; loom's would treat it as AcqRel (loom's README) and report
+// stale reads that SeqCst forbids.
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+#[cfg(not(loom))]
+use std::sync::OnceLock;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// How long a release is remembered, to recognise it when it is heard the
@@ -195,15 +202,25 @@ pub(crate) fn line_ended(recent: &mut RecentLines, adapter: usize, key: Arc<str>
     recent.insert((adapter, key), (id, Instant::now()));
 }
 
+/// The registry's lock: a short section, `parking_lot`'s; under loom the
+/// crate's model-checked one (`crate::runtime::sync`), since a bell's lock
+/// is taken under it.
+#[cfg(not(loom))]
+type RegistryLock<T> = parking_lot::Mutex<T>;
+#[cfg(loom)]
+type RegistryLock<T> = Mutex<T>;
+
 #[derive(Default)]
 pub(crate) struct Lines {
-    pub(crate) state: parking_lot::Mutex<LinesState>,
+    pub(crate) state: RegistryLock<LinesState>,
     /// Waiters in all lines: releases skip the registry when zero.
     pub(crate) waiters: AtomicUsize,
 }
 
+#[cfg(not(loom))]
 pub(crate) static LINES: OnceLock<ForkLocal<Lines>> = OnceLock::new();
 
+#[cfg(not(loom))]
 pub(crate) fn lines() -> &'static Lines {
     LINES
         .get_or_init(|| ForkLocal::new(Lines::default(), |_| Lines::default()))
@@ -211,8 +228,27 @@ pub(crate) fn lines() -> &'static Lines {
 }
 
 /// The registry if anyone waits (one atomic load when nobody ever did).
+#[cfg(not(loom))]
 pub(crate) fn lines_in_use() -> Option<&'static Lines> {
     let lines = LINES.get()?.get();
+    (lines.waiters.load(Ordering::SeqCst) > 0).then_some(lines)
+}
+
+// Under loom the registry is one per model run (loom's `lazy_static`): a
+// process-wide static would carry one run's loom objects into the next.
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref LOOM_LINES: Lines = Lines::default();
+}
+
+#[cfg(loom)]
+pub(crate) fn lines() -> &'static Lines {
+    &LOOM_LINES
+}
+
+#[cfg(loom)]
+pub(crate) fn lines_in_use() -> Option<&'static Lines> {
+    let lines = lines();
     (lines.waiters.load(Ordering::SeqCst) > 0).then_some(lines)
 }
 

@@ -89,6 +89,8 @@
 //! called.
 
 pub(crate) mod lines;
+#[cfg(all(test, loom))]
+mod loom_models;
 
 pub use lines::WaitWaker;
 
@@ -116,6 +118,23 @@ pub const EXPIRY_SLACK: Duration = Duration::from_millis(2);
 /// A refused try after which the backend said no lease is there (it
 /// lapsed or was released in between): retry after this.
 const QUICK_RETRY: Duration = Duration::from_millis(5);
+
+/// Whether the head's retry timer for `at` has fired by `now`.
+#[cfg(not(loom))]
+fn timer_due(at: Instant, now: Instant) -> bool {
+    now >= at
+}
+
+/// Under loom never: loom has no clock, and a timed wait never times out
+/// there (`crate::runtime::sync`), so the models (`loom_models.rs`) see a
+/// head try only when it is rung or first heads the line — a wake-up that
+/// only a timer would give shows as a deadlock — and no run of a model
+/// depends on how long the machine took.
+#[cfg(loom)]
+fn timer_due(at: Instant, now: Instant) -> bool {
+    let _ = (at, now);
+    false
+}
 
 /// How to take a lease with [`crate::Locks::acquire_with`].
 #[derive(Debug, Clone)]
@@ -339,7 +358,7 @@ impl<T> Waiting<T> {
             let due = may_try
                 && (!self.started
                     || rings != self.seen_rings
-                    || self.retry_at.is_some_and(|t| now >= t));
+                    || self.retry_at.is_some_and(|t| timer_due(t, now)));
             if due {
                 self.started = true;
                 self.seen_rings = rings;

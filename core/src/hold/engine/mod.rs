@@ -110,6 +110,8 @@
 //! Both threads exit after [`IDLE_EXIT`] with nothing to do and are started
 //! again by the next registration.
 
+#[cfg(all(test, loom))]
+mod loom_models;
 mod slab;
 mod state;
 mod status;
