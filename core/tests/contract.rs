@@ -13,7 +13,7 @@ use mistri_locks::wait_timeout_from_secs;
 use mistri_locks::{
     duration_from_secs, AbortSignal, Error, Hold, HoldOptions, Locks, ReleaseOutcome, FLAG_TTL,
 };
-use mistri_locks_testkit::{RedisCluster, RedisSentinels, RedisServer};
+use mistri_locks_testkit::{PgBouncer, PgServer, RedisCluster, RedisSentinels, RedisServer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, PoisonError};
@@ -89,6 +89,18 @@ impl Fixture {
         Self::shared(RedisSentinels::shared().url())
     }
 
+    /// PostgreSQL: one server for the test process, each case under a
+    /// namespace of its own (`Locks::redis` opens whatever the URL names,
+    /// through the one dispatcher).
+    fn postgres() -> Self {
+        Self::shared(shared_postgres().0.url())
+    }
+
+    /// PostgreSQL through PgBouncer in transaction mode, `listen=off`.
+    fn postgres_bouncer() -> Self {
+        Self::shared(format!("{}?listen=off", shared_postgres().1.url()))
+    }
+
     fn shared(url: String) -> Self {
         let ns = mistri_locks_testkit::unique("mistri:test");
         Fixture {
@@ -116,6 +128,25 @@ impl Fixture {
             (None, None) => self.first.new_owner(),
         }
     }
+}
+
+/// One PostgreSQL server and one PgBouncer (transaction pooling) in front
+/// of it for the test process, started on a thread that lives as long as
+/// the process (they die with the thread that started them).
+fn shared_postgres() -> &'static (PgServer, PgBouncer) {
+    static CELL: std::sync::OnceLock<(PgServer, PgBouncer)> = std::sync::OnceLock::new();
+    CELL.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let server = PgServer::start();
+            let bouncer = PgBouncer::start_with_pool(&server, 40);
+            let _ = tx.send((server, bouncer));
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().expect("postgres started")
+    })
 }
 
 // ------------------------------------------------------------ the runner
@@ -599,3 +630,5 @@ contract!(redis, Fixture::redis());
 contract!(local, Fixture::local());
 contract!(cluster, Fixture::cluster());
 contract!(sentinel, Fixture::sentinel());
+contract!(postgres, Fixture::postgres());
+contract!(postgres_bouncer, Fixture::postgres_bouncer());

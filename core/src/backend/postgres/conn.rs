@@ -34,9 +34,18 @@ pub(crate) struct ServerError {
     /// The SQLSTATE.
     pub(crate) code: String,
     pub(crate) message: String,
+    /// It was the first reply to the statement (a FATAL error then means
+    /// the session had ended before the statement was read).
+    pub(crate) first: bool,
 }
 
 impl ServerError {
+    /// The server ends the session with this error (shutdown, restart,
+    /// a terminated backend, a lost connection): nothing more will come.
+    pub(crate) fn fatal(&self) -> bool {
+        self.code.starts_with("57P") || self.code.starts_with("08")
+    }
+
     /// As the crate's error, about `peer`.
     pub(crate) fn into_error(self, peer: &str) -> Error {
         let text = format!(
@@ -105,6 +114,9 @@ pub(crate) struct Conn {
     aimed: Option<Duration>,
     /// An I/O error or a timeout happened: never use again.
     pub(crate) broken: bool,
+    /// A write failed: the server runs no message it did not get whole,
+    /// and Sync comes last, so that statement did not run.
+    pub(crate) unsent: bool,
     /// Notifications read (the listener's connection), channel and payload.
     pub(crate) heard: Vec<(String, String)>,
 }
@@ -207,6 +219,7 @@ impl Conn {
             peer,
             aimed: None,
             broken: false,
+            unsent: false,
             heard: Vec::new(),
         };
         if let (Target::Tcp { host, .. }, true) = (target, cfg.ssl != SslMode::Disable) {
@@ -359,6 +372,7 @@ impl Conn {
         });
         if r.is_err() {
             self.broken = true;
+            self.unsent = true;
         }
         r
     }
@@ -468,10 +482,22 @@ impl Conn {
     /// Reads the replies up to ReadyForQuery.
     fn collect(&mut self, deadline: Instant) -> Result<std::result::Result<Vec<Row>, ServerError>> {
         let mut rows = Vec::new();
-        let mut failed = None;
+        let mut failed: Option<ServerError> = None;
+        let mut seen_any = false;
         loop {
-            match self.read_message(deadline)? {
+            let message = match self.read_message(deadline) {
+                Ok(m) => m,
+                // FATAL (the server is going away: shutdown, restart,
+                // terminated backend) comes as an error, then the close.
+                Err(_) if failed.as_ref().is_some_and(ServerError::fatal) => {
+                    self.broken = true;
+                    return Ok(Err(failed.unwrap_or_else(|| unreachable!())));
+                }
+                Err(e) => return Err(e),
+            };
+            match message {
                 Message::DataRow(body) => {
+                    seen_any = true;
                     let buf = body.buffer();
                     let mut row = Vec::new();
                     let mut ranges = body.ranges();
@@ -480,21 +506,28 @@ impl Conn {
                     }
                     rows.push(row);
                 }
-                Message::ErrorResponse(body) => failed = Some(server_error(&body)),
+                Message::ErrorResponse(body) => {
+                    let mut e = server_error(&body);
+                    e.first = !seen_any;
+                    seen_any = true;
+                    if e.fatal() {
+                        self.broken = true;
+                    }
+                    failed = Some(e);
+                }
                 Message::ReadyForQuery(_) => {
                     return Ok(match failed {
                         Some(e) => Err(e),
                         None => Ok(rows),
                     })
                 }
+                Message::ParameterStatus(_) | Message::NoticeResponse(_) => {}
                 Message::ParseComplete
                 | Message::BindComplete
                 | Message::CommandComplete(_)
                 | Message::EmptyQueryResponse
                 | Message::NoData
-                | Message::RowDescription(_)
-                | Message::ParameterStatus(_)
-                | Message::NoticeResponse(_) => {}
+                | Message::RowDescription(_) => seen_any = true,
                 _ => return Err(self.protocol("in a statement's replies")),
             }
         }
@@ -550,7 +583,11 @@ fn server_error(body: &postgres_protocol::message::backend::ErrorResponseBody) -
             _ => {}
         }
     }
-    ServerError { code, message }
+    ServerError {
+        code,
+        message,
+        first: false,
+    }
 }
 
 /// The TLS setup of `sslmode=require` / `prefer`: encrypted, the server's

@@ -226,11 +226,13 @@ impl Postgres {
         sql::channel('n', &self.namespace, key, Some(line))
     }
 
-    fn checkout(&self, deadline: Instant) -> Result<Conn> {
+    /// A pooled connection (and `true`), or a new one connected by
+    /// `deadline`.
+    fn checkout(&self, deadline: Instant) -> Result<(Conn, bool)> {
         if let Some(con) = self.pool.get().lock().pop() {
-            return Ok(con);
+            return Ok((con, true));
         }
-        Conn::connect(&self.cfg, &self.cfg.target, deadline)
+        Ok((Conn::connect(&self.cfg, &self.cfg.target, deadline)?, false))
     }
 
     fn checkin(&self, con: Conn) {
@@ -253,11 +255,26 @@ impl Postgres {
         deadline: Instant,
     ) -> Result<Vec<Row>> {
         let deadline = deadline.min(Instant::now() + self.timeout);
-        let mut con = self.checkout(deadline)?;
+        let (mut con, pooled) = self.checkout(deadline)?;
         if !self.ready.load(Ordering::Acquire) {
             self.ensure_schema(&mut con, deadline)?;
         }
-        let reply = con.query(sql, params, deadline)?;
+        let mut reply = con.query(sql, params, deadline);
+        let ended = match &reply {
+            // The server had already ended this idle pooled connection (a
+            // restart, a terminated backend): the write failed, or its
+            // FATAL error was the first reply, written before our
+            // statement was read. Either way the statement did not run:
+            // once more on a fresh connection, within the same deadline.
+            Err(Error::Connection(_)) => con.unsent,
+            Ok(Err(e)) => e.fatal() && e.first,
+            _ => false,
+        };
+        if pooled && ended {
+            con = Conn::connect(&self.cfg, &self.cfg.target, deadline)?;
+            reply = con.query(sql, params, deadline);
+        }
+        let reply = reply?;
         self.checkin(con);
         reply.map_err(|e| e.into_error(&self.addr))
     }
