@@ -6,8 +6,11 @@
 //! (`PR_SET_PDEATHSIG`), so a test killed outright leaves nothing behind.
 //! [`PgServer`] and [`PgBouncer`] do the same for PostgreSQL (initdb into a
 //! temporary folder; as the `postgres` user when run as root) and for a
-//! PgBouncer in transaction pooling mode.
+//! PgBouncer in transaction pooling mode; [`PgClient`] is a minimal std-only
+//! client for them (the benchmark's baselines, tests that read tables).
 
+mod pg_client;
+pub use pg_client::{Notification, PgClient, Rows};
 mod postgres;
 pub use postgres::{pg_bindir, PgAuth, PgBouncer, PgConfig, PgServer};
 mod proxy;

@@ -214,3 +214,85 @@ fn bouncer_with_password() {
     assert_eq!(bouncer.sql("SELECT 'ok'"), "ok");
     assert!(psql_tcp(bouncer.port(), Some("bad"), "SELECT 1").is_err());
 }
+
+#[test]
+fn pg_client_queries_errors_nulls_and_notifications() {
+    use mistri_locks_testkit::PgClient;
+    let server = PgServer::start();
+    let mut c = PgClient::connect(server.port()).unwrap();
+    assert!(c.backend_pid() > 0);
+    assert_eq!(c.value("SELECT 40 + 2").unwrap().as_deref(), Some("42"));
+    let rows = c
+        .query("SELECT $1::int + 1, $2::text, NULL::text", &["41", "x y"])
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![vec![Some("42".into()), Some("x y".into()), None]]
+    );
+    let rows = c.query_opt("SELECT $1::text IS NULL", &[None]).unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("t"));
+    let e = c.query("SELECT * FROM nowhere", &[]).unwrap_err();
+    assert!(e.starts_with("42P01:"), "{e}");
+    // Still usable after an error; several rows; a statement without rows.
+    c.simple("CREATE TABLE t (v int); INSERT INTO t SELECT generate_series(1, 3)")
+        .unwrap();
+    let rows = c.query("SELECT v FROM t ORDER BY v", &[]).unwrap();
+    assert_eq!(rows.len(), 3);
+    assert!(c.query("UPDATE t SET v = v + 1", &[]).unwrap().is_empty());
+    assert_eq!(
+        c.execute("UPDATE t SET v = v + 1 WHERE v > $1", &["2"])
+            .unwrap(),
+        2
+    );
+    assert_eq!(c.execute("INSERT INTO t VALUES (9)", &[]).unwrap(), 1);
+    // Unix socket, LISTEN/NOTIFY.
+    let mut listener =
+        PgClient::connect_unix(&server.socket_dir(), server.port(), "postgres", "postgres")
+            .unwrap();
+    listener.simple("LISTEN chan").unwrap();
+    c.query("SELECT pg_notify('chan', $1)", &["hello"]).unwrap();
+    let heard = listener.notifications(Duration::from_secs(5)).unwrap();
+    assert_eq!(heard.len(), 1);
+    assert_eq!(
+        (heard[0].channel.as_str(), heard[0].payload.as_str()),
+        ("chan", "hello")
+    );
+    assert!(listener
+        .notifications(Duration::from_millis(50))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn pg_client_md5_password_and_bouncer() {
+    use mistri_locks_testkit::PgClient;
+    let server = PgServer::with_password_auth("pw1", PgAuth::Md5);
+    assert!(
+        PgClient::connect(server.port()).is_err(),
+        "password required"
+    );
+    assert!(PgClient::connect_tcp(
+        "127.0.0.1",
+        server.port(),
+        "postgres",
+        Some("bad"),
+        "postgres"
+    )
+    .is_err());
+    let mut c = PgClient::connect_tcp(
+        "127.0.0.1",
+        server.port(),
+        "postgres",
+        Some("pw1"),
+        "postgres",
+    )
+    .unwrap();
+    assert_eq!(c.value("SELECT 'in'").unwrap().as_deref(), Some("in"));
+    let plain = PgServer::start();
+    let bouncer = PgBouncer::start(&plain);
+    let mut c = PgClient::connect(bouncer.port()).unwrap();
+    for i in 0..20 {
+        let rows = c.query("SELECT $1::int * 2", &[&i.to_string()]).unwrap();
+        assert_eq!(rows[0][0], Some((i * 2).to_string()));
+    }
+}
