@@ -255,6 +255,8 @@ impl Postgres {
         deadline: Instant,
     ) -> Result<Vec<Row>> {
         let deadline = deadline.min(Instant::now() + self.timeout);
+        // No time left: fail before a pooled connection is spent on it.
+        Conn::left(deadline, &self.addr)?;
         let (mut con, pooled) = self.checkout(deadline)?;
         if !self.ready.load(Ordering::Acquire) {
             self.ensure_schema(&mut con, deadline)?;
