@@ -1,10 +1,23 @@
-//! Heartbeat at scale: N holds in this process on Redis at a 1 s heartbeat.
-//! A benchmark (run by `scripts/bench`), not a test.
+//! Heartbeat at scale: N holds in this process on Redis or Postgres at a
+//! 1 s heartbeat. A benchmark (run by `scripts/bench`), not a test.
 //!
 //! ```sh
 //! cargo run --release -p mistri_locks_core --example heartbeat_scale -- \
 //!     --redis redis://127.0.0.1:6379/0 --holds 10000 [--seconds 20] [--threads] [--tag NAME]
+//! cargo run --release -p mistri_locks_core --example heartbeat_scale -- \
+//!     --postgres postgres://postgres@127.0.0.1:5432/postgres [--server-pid PID] \
+//!     --holds 10000 [--sql-renewer] [--tag NAME]
 //! ```
+//!
+//! On Postgres the server-side counts come from the statistics views
+//! (`pg_stat_user_functions` calls of the schema's `renew` function, which
+//! needs `track_functions = pl`, and `pg_stat_database.xact_commit`: every
+//! statement is its own transaction), read with the testkit's `PgClient`;
+//! with `--server-pid` (the postmaster) the server's CPU (postmaster and
+//! backends, from /proc) is sampled too. `--sql-renewer` is the Postgres
+//! baseline: N rows of a ShedLock-style table renewed by ONE hand-written
+//! `UPDATE ... WHERE name = ANY($1) AND locked_by = $2` per second on one
+//! connection (no engine, no stop flags, no deadlines).
 //!
 //! Default mode: N holds through one [`Locks`] (ttl 10 s, heartbeat 1 s, no
 //! stop key: renewals only, like the pipelined renewer it is compared with),
@@ -23,15 +36,16 @@
 
 use mistri_locks::{
     Adapter, Beat, FlagWatch, FlagWatcher, HoldOptions, Identity, Lease, LeaseInfo, Listing, Locks,
-    Redis, Renewal, Renewed, Result,
+    Postgres, Redis, Renewal, Renewed, Result,
 };
+use mistri_locks_testkit::PgClient;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-/// The Redis adapter, counting the engine's batches (round trips).
+/// The adapter, counting the engine's batches (round trips).
 struct Counted {
-    inner: Redis,
+    inner: Box<dyn Adapter>,
     beats: Arc<AtomicU64>,
 }
 
@@ -59,6 +73,9 @@ impl Adapter for Counted {
     }
     fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease)
+    }
+    fn release_by(&self, lease: &Lease, deadline: Instant) -> Result<bool> {
+        self.inner.release_by(lease, deadline)
     }
     fn held(&self, key: &str) -> Result<bool> {
         self.inner.held(key)
@@ -136,6 +153,150 @@ fn threads() -> (usize, usize) {
     (all, beat)
 }
 
+/// Where the server-side counts come from.
+enum Server {
+    Redis(redis::Connection),
+    Postgres { port: u16, pid: Option<i32> },
+}
+
+impl Server {
+    /// Renewals the server has run so far.
+    fn renewals(&mut self) -> f64 {
+        match self {
+            Server::Redis(con) => server_renewals(con),
+            Server::Postgres { port, .. } => pg_stat(
+                *port,
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = 'renew'",
+            ),
+        }
+    }
+
+    /// Statements (transactions) the server has committed so far
+    /// (Postgres only).
+    fn statements(&mut self) -> f64 {
+        match self {
+            Server::Redis(_) => 0.0,
+            Server::Postgres { port, .. } => pg_stat(
+                *port,
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+            ),
+        }
+    }
+
+    /// CPU seconds of the server's processes (Postgres with a pid).
+    fn cpu(&self) -> Option<f64> {
+        match self {
+            Server::Postgres { pid: Some(pid), .. } => Some(server_cpu_seconds(*pid)),
+            _ => None,
+        }
+    }
+}
+
+/// A statistics counter, read on a fresh connection (stats are flushed by
+/// the backends at most once a second; the window is long enough).
+fn pg_stat(port: u16, sql: &str) -> f64 {
+    let mut c = PgClient::connect(port).expect("stats connection");
+    c.value(sql)
+        .expect("stats query")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// utime + stime of `pid` and its children, in seconds.
+fn server_cpu_seconds(pid: i32) -> f64 {
+    let ticks = |stat: &str| -> Option<(i32, f64)> {
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ppid: i32 = f[1].parse().ok()?;
+        Some((
+            ppid,
+            f[11].parse::<f64>().ok()? + f[12].parse::<f64>().ok()?,
+        ))
+    };
+    let mut total = 0.0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some((ppid, t)) = ticks(&stat) {
+            if p == pid || ppid == pid {
+                total += t;
+            }
+        }
+    }
+    // SAFETY: sysconf has no preconditions.
+    total / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// The port of a `postgres://…@host:PORT/…` URL.
+fn pg_port(url: &str) -> u16 {
+    let authority = url.split("://").nth(1).unwrap().split('/').next().unwrap();
+    let hostport = authority.rsplit('@').next().unwrap();
+    hostport
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("a port in the URL")
+}
+
+/// The baseline on Postgres: `n` ShedLock-style rows renewed by one
+/// hand-written statement per second on one connection. Returns the
+/// thread, which stops at `stop` and reports whether every renewal touched
+/// all `n` rows.
+fn sql_renewer(
+    port: u16,
+    n: usize,
+    heartbeat: Duration,
+    stop: Arc<AtomicBool>,
+    beats: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<bool> {
+    let mut c = PgClient::connect(port).unwrap();
+    c.simple(
+        "DROP TABLE IF EXISTS scale_shedlock; \
+         CREATE TABLE scale_shedlock (name varchar(64) PRIMARY KEY, \
+           lock_until timestamptz NOT NULL, locked_at timestamptz NOT NULL, \
+           locked_by varchar(255) NOT NULL)",
+    )
+    .unwrap();
+    let me = format!("renewer-{}", std::process::id());
+    let names: Vec<String> = (0..n).map(|i| format!("hold-{i}")).collect();
+    for chunk in names.chunks(1000) {
+        let array = format!("{{{}}}", chunk.join(","));
+        c.query(
+            "INSERT INTO scale_shedlock SELECT x, clock_timestamp() + interval '10 s', clock_timestamp(), $2 FROM unnest($1::text[]) x",
+            &[&array, &me],
+        )
+        .unwrap();
+    }
+    let array = format!("{{{}}}", names.join(","));
+    std::thread::spawn(move || {
+        let mut next = Instant::now() + heartbeat;
+        let mut ok = true;
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            next += heartbeat;
+            beats.fetch_add(1, Ordering::Relaxed);
+            let touched = c
+                .execute(
+                    "UPDATE scale_shedlock SET lock_until = clock_timestamp() + interval '10 s' \
+                     WHERE name = ANY($1::text[]) AND locked_by = $2",
+                    &[&array, &me],
+                )
+                .unwrap_or(0);
+            ok = ok && touched == n as u64;
+        }
+        ok
+    })
+}
+
 /// Calls of renewal-carrying commands (`evalsha`, `eval`) so far.
 fn server_renewals(con: &mut redis::Connection) -> f64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
@@ -159,7 +320,12 @@ fn main() {
             .position(|a| a == name)
             .and_then(|i| args.get(i + 1).cloned())
     };
-    let url = arg("--redis").expect("--redis URL");
+    let pg_url = arg("--postgres");
+    let url = pg_url
+        .clone()
+        .or_else(|| arg("--redis"))
+        .expect("--redis URL or --postgres URL");
+    let sql_renew = args.iter().any(|a| a == "--sql-renewer");
     let n: usize = arg("--holds").map_or(1000, |s| s.parse().unwrap());
     let seconds: f64 = arg("--seconds").map_or(20.0, |s| s.parse().unwrap());
     let per_thread = args.iter().any(|a| a == "--threads");
@@ -168,13 +334,25 @@ fn main() {
     let heartbeat = Duration::from_secs(1);
     let namespace = format!("mistri:scale:{}", std::process::id());
 
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut server = match &pg_url {
+        Some(u) => Server::Postgres {
+            port: pg_port(u),
+            pid: arg("--server-pid").map(|p| p.parse().unwrap()),
+        },
+        None => Server::Redis(
+            redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        ),
+    };
     let beats = Arc::new(AtomicU64::new(0));
+    let inner: Box<dyn Adapter> = match &pg_url {
+        Some(u) => Box::new(Postgres::open(u, &namespace).unwrap()),
+        None => Box::new(Redis::open(&url, &namespace).unwrap()),
+    };
     let adapter: Arc<dyn Adapter> = Arc::new(Counted {
-        inner: Redis::open(&url, &namespace).unwrap(),
+        inner,
         beats: beats.clone(),
     });
     let locks = Locks::from_arc(adapter.clone());
@@ -185,7 +363,19 @@ fn main() {
     let mut holds = Vec::new();
     let mut workers = Vec::new();
     let t0 = Instant::now();
-    if per_thread {
+    let mut renewer = None;
+    if sql_renew {
+        let Server::Postgres { port, .. } = &server else {
+            panic!("--sql-renewer is a Postgres baseline: give --postgres URL");
+        };
+        renewer = Some(sql_renewer(
+            *port,
+            n,
+            heartbeat,
+            stop.clone(),
+            beats.clone(),
+        ));
+    } else if per_thread {
         let ready = Arc::new(AtomicU64::new(0));
         for i in 0..n {
             let (adapter, stop, kept, ready) =
@@ -244,23 +434,34 @@ fn main() {
     let rss_taken = rss_mb();
     std::thread::sleep(Duration::from_secs(2));
 
-    let (cpu0, beats0, ren0, w0) = (
+    // The server's CPU first: the statistics reads open connections of
+    // their own, whose start-up is not the heartbeat's cost.
+    let scpu0 = server.cpu();
+    let (cpu0, beats0, ren0, st0, w0) = (
         cpu_seconds(),
         beats.load(Ordering::Relaxed),
-        server_renewals(&mut con),
+        server.renewals(),
+        server.statements(),
         Instant::now(),
     );
     std::thread::sleep(Duration::from_secs_f64(seconds));
-    let (cpu1, beats1, ren1, window) = (
+    let scpu1 = server.cpu();
+    let (cpu1, beats1, ren1, st1, window) = (
         cpu_seconds(),
         beats.load(Ordering::Relaxed),
-        server_renewals(&mut con),
+        server.renewals(),
+        server.statements(),
         w0.elapsed().as_secs_f64(),
     );
     let rss = rss_mb();
     let (all_threads, beat_threads) = threads();
 
-    if per_thread {
+    if let Some(r) = renewer {
+        stop.store(true, Ordering::SeqCst);
+        if r.join().unwrap() {
+            kept.store(n as u64, Ordering::SeqCst);
+        }
+    } else if per_thread {
         stop.store(true, Ordering::SeqCst);
         for w in workers {
             w.join().unwrap();
@@ -287,9 +488,22 @@ fn main() {
         if per_thread { n } else { beat_threads }
     );
     println!("{tag}_round_trips_per_s={beat_rate:.2}");
-    println!("{tag}_renewals_per_s={:.0}", (ren1 - ren0) / window);
+    // The sql renewer's renewals are its statements times n; the server's
+    // function counts do not see them.
+    let renewals = if sql_renew {
+        (beats1 - beats0) as f64 * n as f64
+    } else {
+        ren1 - ren0
+    };
+    println!("{tag}_renewals_per_s={:.0}", renewals / window);
     println!("{tag}_cpu_s_per_min={:.3}", (cpu1 - cpu0) / window * 60.0);
     println!("{tag}_rss_mb={rss:.1}");
     println!("{tag}_rss_taken_mb={rss_taken:.1}");
     println!("{tag}_kept={}", kept.load(Ordering::SeqCst));
+    if pg_url.is_some() {
+        println!("{tag}_server_statements_per_s={:.2}", (st1 - st0) / window);
+        if let (Some(a), Some(b)) = (scpu0, scpu1) {
+            println!("{tag}_server_cpu_s_per_min={:.3}", (b - a) / window * 60.0);
+        }
+    }
 }

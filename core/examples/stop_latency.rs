@@ -1,5 +1,6 @@
-//! Cross-process stop → signal latency, and lease-loss latency, on Redis and
-//! Local. A benchmark (run by `scripts/bench`), not a test.
+//! Cross-process stop → signal latency, and lease-loss latency, on Redis,
+//! Local and Postgres (`--postgres URL`: by LISTEN/NOTIFY on a direct
+//! connection). A benchmark (run by `scripts/bench`), not a test.
 //!
 //! ```sh
 //! cargo run --release -p mistri_locks_core --example stop_latency -- \
@@ -22,7 +23,7 @@
 //!
 //! Prints `key=value` lines (milliseconds) for `scripts/bench`.
 
-use mistri_locks::{HoldOptions, Locks};
+use mistri_locks::{HoldOptions, Locks, Postgres};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -41,6 +42,7 @@ fn open(kind: &str, target: &str) -> Locks {
     match kind {
         "redis" => Locks::redis(target, "mistri:bench").unwrap(),
         "local" => Locks::local(Some(std::path::Path::new(target))).unwrap(),
+        "postgres" => Locks::new(Postgres::open(target, "mistri:bench").unwrap()),
         other => panic!("unknown backend {other}"),
     }
 }
@@ -149,6 +151,7 @@ fn main() {
         match a.as_str() {
             "--redis" => backends.push(("redis", it.next().unwrap().clone())),
             "--local" => backends.push(("local", it.next().unwrap().clone())),
+            "--postgres" => backends.push(("postgres", it.next().unwrap().clone())),
             "--trials" => trials = it.next().unwrap().parse().unwrap(),
             "--loss-trials" => loss_trials = it.next().unwrap().parse().unwrap(),
             other => panic!("unknown argument {other}"),

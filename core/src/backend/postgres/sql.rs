@@ -49,8 +49,7 @@ CREATE TABLE IF NOT EXISTS @S.leases (
   heartbeat_ms bigint NOT NULL,
   label text NOT NULL,
   PRIMARY KEY (ns, key, token)
-);
-CREATE INDEX IF NOT EXISTS leases_expiry ON @S.leases (expires_at);
+) WITH (fillfactor = 70);
 CREATE TABLE IF NOT EXISTS @S.fences (
   ns text NOT NULL,
   key text NOT NULL,
@@ -223,6 +222,31 @@ BEGIN
 END
 $f$;
 
+CREATE OR REPLACE FUNCTION @S.beat(p_ns text, p_keys text[], p_tokens text[],
+  p_ttls bigint[], p_mins bigint[], p_flags text[])
+RETURNS TABLE (kind text, idx bigint, answer int) LANGUAGE plpgsql AS $f$
+BEGIN
+  RETURN QUERY
+  WITH r AS (SELECT * FROM unnest(p_keys, p_tokens, p_ttls, p_mins)
+      WITH ORDINALITY AS r(k, t, ttl, m, i)),
+    u AS (UPDATE @S.leases l SET
+        expires_at = clock_timestamp() + r.ttl * interval '1 millisecond',
+        renewed_at = clock_timestamp(), ttl_ms = r.ttl
+      FROM r WHERE l.ns = p_ns AND l.key = r.k AND l.token = r.t
+        AND l.expires_at > clock_timestamp()
+        AND l.expires_at - clock_timestamp() >= r.m * interval '1 millisecond'
+      RETURNING r.i)
+  SELECT 'r'::text, r.i, CASE WHEN u.i IS NOT NULL THEN 1
+      WHEN EXISTS (SELECT 1 FROM @S.leases x WHERE x.ns = p_ns AND x.key = r.k
+        AND x.token = r.t AND x.expires_at > clock_timestamp()) THEN -1 ELSE 0 END
+    FROM r LEFT JOIN u ON u.i = r.i
+  UNION ALL
+  SELECT 'f'::text, f.i, (EXISTS (SELECT 1 FROM @S.flags x WHERE x.ns = p_ns AND x.key = f.k
+      AND x.expires_at > clock_timestamp()))::int
+    FROM unnest(p_flags) WITH ORDINALITY AS f(k, i);
+END
+$f$;
+
 CREATE OR REPLACE FUNCTION @S.fence_check(p_resource text, p_fence bigint)
 RETURNS bigint LANGUAGE plpgsql AS $f$
 DECLARE seen bigint;
@@ -328,14 +352,14 @@ pub(crate) const CLEAR_FLAG: &str = "DELETE FROM @S.flags f WHERE f.ns = $1 AND 
 
 /// One heartbeat tick, ONE statement: `$1` ns, `$2`..`$5` the renewals as
 /// arrays (keys, tokens, ttl ms, least ms left), `$6` the flag keys. Rows
-/// `(kind, index, answer)`: `r` renewals (1 / 0 / -1), `f` flags (1 / 0).
-pub(crate) const BEAT: &str = "SELECT 'r', r.i, @S.renew($1, r.k, r.t, r.ttl, r.m) \
-     FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[]) \
-     WITH ORDINALITY AS r(k, t, ttl, m, i) \
-     UNION ALL \
-     SELECT 'f', f.i, (EXISTS (SELECT 1 FROM @S.flags x WHERE x.ns = $1 AND x.key = f.k \
-     AND x.expires_at > clock_timestamp()))::int \
-     FROM unnest($6::text[]) WITH ORDINALITY AS f(k, i)";
+/// `(kind, index, answer)`: `r` renewals (1 renewed / 0 not held / -1
+/// too late), `f` flags (1 / 0). `@S.beat` runs the renewals as ONE
+/// set-based `UPDATE` (the rows it locks and re-checks as `@S.renew`
+/// does; a function, so the server plans it once per session); a renewal
+/// it did not apply answers -1 if the token's row is live in the
+/// statement's snapshot (less than the least life was left), else 0.
+pub(crate) const BEAT: &str = "SELECT * FROM @S.beat($1, $2::text[], $3::text[], $4::bigint[], \
+     $5::bigint[], $6::text[])";
 
 /// `sql` with the schema filled in (`schema` already checked: a plain
 /// identifier).
