@@ -562,3 +562,130 @@ fn a_restart_keeps_leases_and_fences_rising() {
     let b = pg.acquire("k", secs(5)).unwrap().expect("expired");
     assert!(b.fence() > a.fence());
 }
+
+/// A self-signed certificate and key in a fresh folder the server's user
+/// can read (the key 0600, owned by it, as PostgreSQL demands).
+fn self_signed() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique("mistri-pg-tls"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=127.0.0.1", "-keyout"])
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(status.success());
+    std::process::Command::new("chmod")
+        .arg("600")
+        .arg(dir.join("key.pem"))
+        .status()
+        .unwrap();
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        std::process::Command::new("chown")
+            .arg("-R")
+            .arg("postgres")
+            .arg(&dir)
+            .status()
+            .unwrap();
+    }
+    dir
+}
+
+#[test]
+fn sslmode_require_encrypts_and_refuses_a_server_without_tls() {
+    let dir = self_signed();
+    let setting = |name: &str, file: &str| (name.to_owned(), dir.join(file).display().to_string());
+    let server = PgServer::start_with(PgConfig {
+        password: None,
+        auth: PgAuth::default(),
+        settings: vec![
+            ("ssl".into(), "on".into()),
+            setting("ssl_cert_file", "cert.pem"),
+            setting("ssl_key_file", "key.pem"),
+        ],
+    });
+    let url = format!(
+        "{}?sslmode=require&application_name=mistri-tls",
+        server.url()
+    );
+    let pg = Postgres::open(&url, "tls").unwrap();
+    let lease = pg.acquire("k", secs(5)).unwrap().expect("free");
+    let encrypted = server.sql(
+        "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE s.ssl AND a.application_name = 'mistri-tls'",
+    );
+    assert_eq!(encrypted.trim(), "1", "our pooled connection is TLS");
+    assert!(pg.release(&lease).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    // Without TLS on the server: require refuses, prefer falls back.
+    let plain = shared().url();
+    let err = Postgres::open(&format!("{plain}?sslmode=require"), "tls")
+        .unwrap()
+        .held("k")
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err}");
+    assert!(Postgres::open(&format!("{plain}?sslmode=prefer"), "tls")
+        .unwrap()
+        .held("k")
+        .is_ok());
+}
+
+#[test]
+fn a_forked_child_uses_connections_of_its_own() {
+    let (pg, _) = adapter(&shared().url());
+    let lease = pg.acquire("forked", secs(10)).unwrap().unwrap();
+    // SAFETY: the child only uses the adapter (which rebuilds its pool for
+    // the new generation), then calls _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let ok = pg.held("forked") == Ok(true) && pg.acquire("forked", secs(10)) == Ok(None);
+        // SAFETY: _exit takes no pointers and never returns.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: valid out-pointer; our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    // The parent's pooled connection was not disturbed.
+    assert!(pg.renew(&lease, secs(10)).unwrap());
+    assert!(pg.release(&lease).unwrap());
+}
+
+#[test]
+fn the_listener_listens_again_after_a_server_restart() {
+    let _one = PUSH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut server = PgServer::start();
+    let url = server.url();
+    let locks = Locks::new(Postgres::open(&url, "relisten").unwrap());
+    let hold = locks
+        .hold(
+            "h",
+            HoldOptions {
+                ttl: secs(60),
+                heartbeat: secs(20),
+                stop_key: Some("stop".into()),
+                ..HoldOptions::default()
+            },
+        )
+        .unwrap()
+        .unwrap();
+    std::thread::sleep(ms(1000));
+    server.restart();
+    // Reconnected within its backoff, and listening again.
+    std::thread::sleep(ms(2500));
+    let raiser = Postgres::open(&url, "relisten").unwrap();
+    let raised = Instant::now();
+    raiser.set_flag("stop", secs(60)).unwrap();
+    assert!(hold.signal().wait(Some(secs(5))));
+    let lag = raised.elapsed();
+    assert!(lag < ms(1000), "{lag:?} with a 20 s heartbeat");
+}

@@ -49,8 +49,7 @@ CREATE TABLE IF NOT EXISTS @S.leases (
   heartbeat_ms bigint NOT NULL,
   label text NOT NULL,
   PRIMARY KEY (ns, key, token)
-);
-CREATE INDEX IF NOT EXISTS leases_expiry ON @S.leases (expires_at);
+) WITH (fillfactor = 70);
 CREATE TABLE IF NOT EXISTS @S.fences (
   ns text NOT NULL,
   key text NOT NULL,
@@ -328,10 +327,24 @@ pub(crate) const CLEAR_FLAG: &str = "DELETE FROM @S.flags f WHERE f.ns = $1 AND 
 
 /// One heartbeat tick, ONE statement: `$1` ns, `$2`..`$5` the renewals as
 /// arrays (keys, tokens, ttl ms, least ms left), `$6` the flag keys. Rows
-/// `(kind, index, answer)`: `r` renewals (1 / 0 / -1), `f` flags (1 / 0).
-pub(crate) const BEAT: &str = "SELECT 'r', r.i, @S.renew($1, r.k, r.t, r.ttl, r.m) \
-     FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[]) \
-     WITH ORDINALITY AS r(k, t, ttl, m, i) \
+/// `(kind, index, answer)`: `r` renewals (1 renewed / 0 not held / -1
+/// too late), `f` flags (1 / 0). The renewals are ONE set-based `UPDATE`
+/// (the rows it locks and re-checks as `@S.renew` does); a renewal it did
+/// not apply answers -1 if the token's row is live in the statement's
+/// snapshot (less than the least life was left), else 0.
+pub(crate) const BEAT: &str = "WITH r AS (SELECT * FROM unnest($2::text[], $3::text[], \
+     $4::bigint[], $5::bigint[]) WITH ORDINALITY AS r(k, t, ttl, m, i)), \
+     u AS (UPDATE @S.leases l SET \
+     expires_at = clock_timestamp() + r.ttl * interval '1 millisecond', \
+     renewed_at = clock_timestamp(), ttl_ms = r.ttl \
+     FROM r WHERE l.ns = $1 AND l.key = r.k AND l.token = r.t \
+     AND l.expires_at > clock_timestamp() \
+     AND l.expires_at - clock_timestamp() >= r.m * interval '1 millisecond' \
+     RETURNING r.i) \
+     SELECT 'r', r.i, CASE WHEN u.i IS NOT NULL THEN 1 \
+     WHEN EXISTS (SELECT 1 FROM @S.leases x WHERE x.ns = $1 AND x.key = r.k AND x.token = r.t \
+     AND x.expires_at > clock_timestamp()) THEN -1 ELSE 0 END \
+     FROM r LEFT JOIN u ON u.i = r.i \
      UNION ALL \
      SELECT 'f', f.i, (EXISTS (SELECT 1 FROM @S.flags x WHERE x.ns = $1 AND x.key = f.k \
      AND x.expires_at > clock_timestamp()))::int \
