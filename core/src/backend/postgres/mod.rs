@@ -149,7 +149,9 @@ fn empty_pool(parent: &Mutex<Vec<Conn>>) -> Mutex<Vec<Conn>> {
 impl Postgres {
     /// An adapter for `url` (`postgres://user:password@host:port/dbname?…`,
     /// libpq's conventions plus `schema=`, `listen=off`, `listen_host=`,
-    /// `listen_port=`; see `docs/PROTOCOL.md`) with keys under `namespace`.
+    /// `listen_port=`; see `docs/PROTOCOL.md`), or a libpq key/value
+    /// connection string (`host=h dbname=app user=u`), with keys under
+    /// `namespace`.
     ///
     /// Connects lazily: an unreachable server is reported by the first
     /// operation, as [`Error::Connection`]; the schema is created (or
@@ -255,6 +257,8 @@ impl Postgres {
         deadline: Instant,
     ) -> Result<Vec<Row>> {
         let deadline = deadline.min(Instant::now() + self.timeout);
+        // No time left: fail before a pooled connection is spent on it.
+        Conn::left(deadline, &self.addr)?;
         let (mut con, pooled) = self.checkout(deadline)?;
         if !self.ready.load(Ordering::Acquire) {
             self.ensure_schema(&mut con, deadline)?;

@@ -181,11 +181,97 @@ fn target_of(host: &str, port: u16) -> Target {
     }
 }
 
-/// Parses `url`.
+/// A libpq key/value connection string (`host=h port=5432 dbname=app
+/// password='a b'`: values plain or in single quotes, `\'` and `\\`
+/// escaped) as the equivalent URL (every pair a query parameter).
+fn dsn_to_url(dsn: &str) -> Result<String> {
+    let bad = |what: &str| {
+        let masked = match dsn.find("password") {
+            Some(at) => format!("{}password=***", &dsn[..at]),
+            None => dsn.to_owned(),
+        };
+        Error::Config(format!(
+            "cannot use Postgres connection string {masked:?}: {what}"
+        ))
+    };
+    let mut chars = dsn.chars().peekable();
+    let mut pairs = Vec::new();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            break;
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.peek().copied() {
+            if c == '=' || c.is_whitespace() {
+                break;
+            }
+            key.push(c);
+            chars.next();
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.next() != Some('=') {
+            return Err(bad(&format!("{key:?} has no value")));
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'\'') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('\\') => value.extend(chars.next()),
+                    Some('\'') => break,
+                    Some(c) => value.push(c),
+                    None => return Err(bad(&format!("the value of {key} has no closing quote"))),
+                }
+            }
+        } else {
+            while let Some(c) = chars.peek().copied() {
+                if c.is_whitespace() {
+                    break;
+                }
+                chars.next();
+                if c == '\\' {
+                    value.extend(chars.next());
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        pairs.push((key, value));
+    }
+    let encode = |v: &str| {
+        let mut out = String::new();
+        for b in v.bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+                out.push(char::from(b));
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        out
+    };
+    let query: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+        .collect();
+    Ok(format!("postgres://?{}", query.join("&")))
+}
+
+/// Parses `url` (or a libpq key/value connection string).
 ///
 /// # Errors
 /// [`Error::Config`] naming the part that is wrong (the password masked).
 pub(crate) fn parse(url: &str) -> Result<PgConfig> {
+    if !url.contains("://") && url.contains('=') {
+        return parse(&dsn_to_url(url)?);
+    }
     let rest = url
         .strip_prefix("postgres://")
         .or_else(|| url.strip_prefix("postgresql://"))
@@ -433,6 +519,27 @@ mod tests {
             mask("postgres://u:secret@h/d?password=x&a=b"),
             "postgres://u:***@h/d?password=***&a=b"
         );
+    }
+
+    #[test]
+    fn key_value_connection_strings() {
+        let c = parse("host=db.example port=6543 dbname=app user=al password='a \\'b c' sslmode=disable schema=s1").unwrap();
+        assert_eq!(c.target.describe(), "db.example:6543");
+        assert_eq!((c.user.as_str(), c.dbname.as_str()), ("al", "app"));
+        assert_eq!(c.password.as_deref(), Some("a 'b c"));
+        assert_eq!(c.ssl, SslMode::Disable);
+        assert_eq!(c.schema, "s1");
+        let unix = parse("host=/run/pg dbname=d user=u").unwrap();
+        assert_eq!(unix.target.describe(), "/run/pg/.s.PGSQL.5432");
+        for bad in [
+            "host=h password='secret",
+            "host=h bogus=1 password=secret",
+            "host",
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(matches!(err, Error::Config(_)), "{bad}: {err}");
+            assert!(!err.to_string().contains("secret"), "{bad}: {err}");
+        }
     }
 
     #[test]
