@@ -1,6 +1,5 @@
-//! Starts a throwaway PostgreSQL server (the testkit's `PgServer`, with
-//! `track_functions = pl` for the benchmark's counts) and keeps it until
-//! stdin closes; prints `port=PORT` and `pid=POSTMASTER` first. For
+//! Starts a throwaway PostgreSQL server (the testkit's `PgServer`) and
+//! keeps it until stdin closes; prints `port=PORT` and `pid=POSTMASTER` first. For
 //! `scripts/bench`, which pins this process (and so the server, which
 //! inherits the CPU affinity) to its server core.
 //!
@@ -8,14 +7,11 @@
 //! cargo run --release -p mistri_locks_core --example pg_serve < /some/fifo
 //! ```
 
-use mistri_locks_testkit::{PgConfig, PgServer};
+use mistri_locks_testkit::PgServer;
 use std::io::{Read, Write};
 
 fn main() {
-    let server = PgServer::start_with(PgConfig {
-        settings: vec![("track_functions".into(), "pl".into())],
-        ..PgConfig::default()
-    });
+    let server = PgServer::start();
     let mut out = std::io::stdout().lock();
     writeln!(out, "port={}", server.port()).unwrap();
     writeln!(out, "pid={}", server.pid()).unwrap();

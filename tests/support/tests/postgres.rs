@@ -296,3 +296,20 @@ fn pg_client_md5_password_and_bouncer() {
         assert_eq!(rows[0][0], Some((i * 2).to_string()));
     }
 }
+
+#[test]
+fn a_panicking_test_leaves_nothing_behind() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let joined = std::thread::spawn(move || {
+        let server = PgServer::start();
+        tx.send((server.socket_dir(), server.pids(), server.port()))
+            .unwrap();
+        panic!("the test fails while the server runs");
+    })
+    .join();
+    assert!(joined.is_err(), "the thread panicked");
+    let (dir, pids, port) = rx.recv().unwrap();
+    assert!(!dir.exists(), "folder removed while unwinding");
+    assert!(pids.iter().all(|p| !alive(*p)), "no process left: {pids:?}");
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
