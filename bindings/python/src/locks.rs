@@ -488,7 +488,7 @@ impl Postgres {
     /// the `fence_check` function in `schema`: for teams whose application
     /// role may not run DDL (`mistri-locks schema` prints the same).
     #[staticmethod]
-    #[pyo3(signature = (schema = String::from("mistri_locks")))]
+    #[pyo3(signature = (schema = String::from("mistri_locks")), text_signature = "(schema='mistri_locks')")]
     fn schema_sql(py: Python<'_>, schema: String) -> PyResult<String> {
         mistri_locks::Postgres::schema_sql(&schema).py_err(py)
     }
