@@ -497,7 +497,8 @@ impl Postgres {
     /// and heartbeat. Two of these behave like two processes.
     fn new_owner(slf: PyRef<'_, Self>) -> PyResult<Py<Postgres>> {
         let namespace = slf.namespace.clone();
-        slf.as_super().new_owner_as(slf.py(), Postgres { namespace })
+        slf.as_super()
+            .new_owner_as(slf.py(), Postgres { namespace })
     }
 
     /// The key namespace.
