@@ -415,7 +415,10 @@ mod tests {
 
     #[test]
     fn schema_from_the_url() {
-        assert_eq!(schema_in_url("postgres://h/db?sslmode=disable&schema=app"), Some("app"));
+        assert_eq!(
+            schema_in_url("postgres://h/db?sslmode=disable&schema=app"),
+            Some("app")
+        );
         assert_eq!(schema_in_url("postgresql://h/db?schema=x"), Some("x"));
         assert_eq!(schema_in_url("postgres://h/db"), None);
         assert_eq!(schema_in_url("redis://h/0?schema=x"), None);

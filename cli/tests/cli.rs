@@ -524,7 +524,9 @@ fn schema_prints_the_ddl() {
     let ddl = String::from_utf8(out.stdout).unwrap();
     assert_eq!(
         ddl.trim_end(),
-        mistri_locks::Postgres::schema_sql("cli_ddl").unwrap().trim_end()
+        mistri_locks::Postgres::schema_sql("cli_ddl")
+            .unwrap()
+            .trim_end()
     );
     assert!(ddl.contains("\"cli_ddl\".fence_check"), "{ddl}");
     server.sql(&ddl);
@@ -533,7 +535,9 @@ fn schema_prints_the_ddl() {
     let locks = Locks::redis(&url, "mistri:cli").unwrap();
     assert!(locks.acquire("after-ddl", Duration::from_secs(5)).unwrap());
     assert_eq!(
-        server.sql("SELECT count(*) FROM cli_ddl.leases WHERE key = 'after-ddl'").trim(),
+        server
+            .sql("SELECT count(*) FROM cli_ddl.leases WHERE key = 'after-ddl'")
+            .trim(),
         "1"
     );
     // Without --schema: the URL's ?schema=, else mistri_locks.
@@ -550,7 +554,10 @@ fn schema_prints_the_ddl() {
         .output()
         .unwrap();
     let default = String::from_utf8(default.stdout).unwrap();
-    assert!(default.contains("\"mistri_locks\".fence_check"), "{default}");
+    assert!(
+        default.contains("\"mistri_locks\".fence_check"),
+        "{default}"
+    );
     // A name that is not a plain identifier: bad usage, one line.
     let bad = Command::new(BIN)
         .env_remove("MISTRI_LOCKS_URL")
@@ -598,7 +605,10 @@ fn bad_input_is_one_line_and_non_zero() {
             1,
         ),
         (vec!["--url", &refused_db, "status"], 1),
-        (vec!["--url", "postgres://127.0.0.1/db?sslmode=bogus", "status"], 2),
+        (
+            vec!["--url", "postgres://127.0.0.1/db?sslmode=bogus", "status"],
+            2,
+        ),
         (vec!["--url", "postgresql://127.0.0.1:1/db", "status"], 1),
         (vec!["run", "k", "--", "/nonexistent/command"], 127),
         (vec!["completions", "nosh"], 2),

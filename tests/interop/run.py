@@ -53,14 +53,15 @@ def wait_for_line(path, prefix, limit):
     while time.monotonic() < deadline:
         with open(path) as f:
             for line in f:
-                if line.startswith(prefix):
+                # Only whole lines: an agent's print may land in pieces.
+                if line.startswith(prefix) and line.endswith("\n"):
                     return line.strip(), time.monotonic()
         time.sleep(0.005)
     return None, time.monotonic()
 
 
 def round_trip(holder, stopper, url, ns, key, workdir):
-    out = os.path.join(workdir, f"{holder}-{stopper}.out")
+    out = os.path.join(workdir, f"{url.split(':', 1)[0]}-{holder}-{stopper}.out")
     with open(out, "w") as f:
         proc = subprocess.Popen(AGENTS[holder] + ["hold", url, ns, key], stdout=f)
     try:

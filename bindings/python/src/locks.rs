@@ -488,7 +488,7 @@ impl Postgres {
     /// the `fence_check` function in `schema`: for teams whose application
     /// role may not run DDL (`mistri-locks schema` prints the same).
     #[staticmethod]
-    #[pyo3(signature = (schema = String::from("mistri_locks")))]
+    #[pyo3(signature = (schema = String::from("mistri_locks")), text_signature = "(schema='mistri_locks')")]
     fn schema_sql(py: Python<'_>, schema: String) -> PyResult<String> {
         mistri_locks::Postgres::schema_sql(&schema).py_err(py)
     }
@@ -497,7 +497,8 @@ impl Postgres {
     /// and heartbeat. Two of these behave like two processes.
     fn new_owner(slf: PyRef<'_, Self>) -> PyResult<Py<Postgres>> {
         let namespace = slf.namespace.clone();
-        slf.as_super().new_owner_as(slf.py(), Postgres { namespace })
+        slf.as_super()
+            .new_owner_as(slf.py(), Postgres { namespace })
     }
 
     /// The key namespace.

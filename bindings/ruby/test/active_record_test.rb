@@ -105,7 +105,7 @@ module ArDatabases
         TestPostgres.psql("CREATE DATABASE #{db}") unless TestPostgres.psql("SELECT 1 FROM pg_database WHERE datname = '#{db}'") == "1"
       end
       ActiveRecord::Base.configurations = {
-        "test" => {
+        "default_env" => {
           "primary" => pg("mistri"),
           "cache" => pg("mistri_cache"),
           "cache2" => pg("mistri_cache2"),
@@ -202,7 +202,10 @@ class ActiveRecordTest < Minitest::Test
   end
 
   def test_solid_cache_on_the_apps_own_connection_uses_the_primary_database
-    SolidCache.configuration = SolidCache::Configuration.new # no database: ActiveRecord::Base's pool
+    # No database in config/cache.yml: SolidCache::Record never calls
+    # connects_to and so uses ActiveRecord::Base's pool (undo earlier tests').
+    SolidCache.configuration = SolidCache::Configuration.new
+    SolidCache::Record.connection_specification_name = nil
     namespace = ns
     a = MistriLocks::RailsCache.new(cache: SolidCache::Store.new, namespace: namespace)
     assert a.acquire("sc:primary", ttl: 5)
