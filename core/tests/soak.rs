@@ -559,13 +559,16 @@ impl Worker {
                 return 0;
             }
         };
-        if let Some(id) = self.recording.id_of(hold.lease()) {
+        let id = self.recording.id_of(hold.lease());
+        if let Some(id) = &id {
             self.rec.record(&Record::Hold { id: id.clone() });
-            let rec = self.rec.clone();
-            hold.signal().on_abort(move |_| {
-                rec.record(&Record::Told { id, at: now() });
-            });
         }
+        // The callback only reads the clock (it runs on the notifier
+        // thread, shared by every hold of the process).
+        let told = Arc::new(AtomicU64::new(0));
+        let cell = told.clone();
+        hold.signal()
+            .on_abort(move |_| cell.store(now(), Ordering::SeqCst));
         // Most holds are short; a few outlive the ttl and renew.
         let work = if self.rng.below(100) < 3 {
             self.rng.ms(300, 1500)
@@ -574,6 +577,10 @@ impl Worker {
         };
         hold.signal().wait(Some(work));
         let _ = hold.release();
+        let at = told.load(Ordering::SeqCst);
+        if let (Some(id), true) = (id, at > 0) {
+            self.rec.record(&Record::Told { id, at });
+        }
         1
     }
 }
@@ -660,7 +667,6 @@ impl Faults {
             start,
             end: now(),
         });
-        self.rec.flush();
         self.count += 1;
     }
 }
@@ -795,6 +801,15 @@ fn soak(
             String::new()
         }
     );
+    let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
+    for r in &records {
+        if let Record::Fault { kind, .. } = r {
+            *kinds.entry(kind).or_default() += 1;
+        }
+    }
+    if !kinds.is_empty() {
+        println!("soak {name}: faults by kind: {kinds:?}");
+    }
     println!("soak {name}: {report}");
     if !report.ok() && broken == Broken::No {
         // Keep the history for a look (the folder itself is removed).

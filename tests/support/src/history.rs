@@ -360,35 +360,42 @@ impl Record {
     }
 }
 
-/// Appends records to one file, one line each, buffered (call
-/// [`Recorder::flush`] before the process ends). Shared between threads.
+/// Collects records in memory, one line each, and writes them to its file
+/// on [`Recorder::flush`] (call it before the process ends): recording
+/// costs a short critical section and never waits for the disk, so it
+/// cannot stall the threads it watches (a heartbeat blocked behind a slow
+/// write would be a fault of the harness's making). Shared between threads.
 pub struct Recorder {
-    out: Mutex<std::io::BufWriter<std::fs::File>>,
+    path: std::path::PathBuf,
+    lines: Mutex<Vec<u8>>,
 }
 
 impl Recorder {
-    /// Creates (or appends to) `path`. Panics (a test helper) if it can't.
+    /// A recorder for `path` (created, or appended to, at the first flush).
     pub fn create(path: &Path) -> Recorder {
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(path)
-            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
         Recorder {
-            out: Mutex::new(std::io::BufWriter::with_capacity(1 << 16, file)),
+            path: path.to_owned(),
+            lines: Mutex::new(Vec::with_capacity(1 << 20)),
         }
     }
 
     /// Appends one record.
     pub fn record(&self, record: &Record) {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        writeln!(out, "{record}").expect("write a history record");
+        let line = format!("{record}\n");
+        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        lines.extend_from_slice(line.as_bytes());
     }
 
-    /// Writes out what is buffered.
+    /// Appends what was recorded since the last flush to the file. Panics
+    /// (a test helper) if it can't.
     pub fn flush(&self) {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        out.flush().expect("flush the history");
+        let lines = std::mem::take(&mut *self.lines.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.path.display()));
+        file.write_all(&lines).expect("write the history");
     }
 }
 
