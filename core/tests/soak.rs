@@ -577,7 +577,18 @@ impl Worker {
         };
         hold.signal().wait(Some(work));
         let _ = hold.release();
-        let at = told.load(Ordering::SeqCst);
+        let mut at = told.load(Ordering::SeqCst);
+        if at == 0 && hold.signal().is_aborted() {
+            // Tripped: the callback runs on the notifier thread, soon.
+            let give_up = Instant::now() + secs(2.0);
+            while at == 0 && Instant::now() < give_up {
+                std::thread::sleep(Duration::from_micros(200));
+                at = told.load(Ordering::SeqCst);
+            }
+            if at == 0 {
+                at = now(); // late: the tenure only gets longer
+            }
+        }
         if let (Some(id), true) = (id, at > 0) {
             self.rec.record(&Record::Told { id, at });
         }
