@@ -704,8 +704,7 @@ fn soak(
         count: 0,
     };
     let started = Instant::now();
-    let killed;
-    if specs == ["memory"] {
+    let killed = if specs == ["memory"] {
         // Threads of this process, on one Memory.
         let orders = Orders {
             spec: "memory".into(),
@@ -730,7 +729,7 @@ fn soak(
         });
         faults(&mut f);
         watcher.join().unwrap();
-        killed = 0;
+        0
     } else {
         let mut children: Vec<Child> = specs
             .iter()
@@ -786,8 +785,8 @@ fn soak(
             killed
         });
         faults(&mut f);
-        killed = watcher.join().unwrap();
-    }
+        watcher.join().unwrap()
+    };
     let took = started.elapsed();
     f.rec.flush();
     let (records, bad) = history::read_dir(&dir.0);

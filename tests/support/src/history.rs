@@ -61,7 +61,7 @@
 //!    release's completion when the release said it deleted or found
 //!    nothing; otherwise (lost, a failed release, an acquire whose answer
 //!    never came, [`Record::AcquireFailed`]) until its last known instant
-//!    + ttl, pushed out to the end of any [`Record::Fault`] window that
+//!    plus its ttl, pushed out to the end of any [`Record::Fault`] window that
 //!    covered it (a request held by a silent proxy or a frozen server is
 //!    served when the fault ends). This rule is lenient by construction:
 //!    it catches a waiter that gives up on a key nobody could have held.
@@ -742,6 +742,11 @@ fn exclusion(key: &str, list: &[&Tenure], report: &mut Report) {
     // (instant, 0 = end / 1 = start, index): ends first at a tie.
     let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(list.len() * 2);
     for (i, t) in list.iter().enumerate() {
+        if t.end() <= t.cmp {
+            // Empty: over before its holder knew it had it (a plain lease
+            // whose answer came after its ttl).
+            continue;
+        }
         events.push((t.cmp, 1, i));
         if t.end() != u64::MAX {
             events.push((t.end(), 0, i));
@@ -789,7 +794,7 @@ fn fence_order(key: &str, list: &[&Tenure], report: &mut Report) {
     for b in by_inv {
         while done < list.len() && list[done].cmp < b.inv {
             let a = list[done];
-            if best.map_or(true, |x| a.fence > x.fence) {
+            if best.is_none_or(|x| a.fence > x.fence) {
                 best = Some(a);
             }
             done += 1;
@@ -1063,6 +1068,13 @@ mod tests {
         assert!(check(&ok).ok());
         let bad = vec![acq("p", "k", 0, 1, 1), acq("q", "k", 998, 999, 2)];
         assert_eq!(check(&bad).overlaps.len(), 1);
+    }
+
+    #[test]
+    fn a_plain_lease_whose_answer_came_after_its_ttl_is_never_inside() {
+        let h = vec![acq("p", "k", 0, 1200, 1), acq("q", "k", 1100, 1300, 2)];
+        let report = check(&h);
+        assert!(report.ok(), "{}", report.violations());
     }
 
     #[test]
