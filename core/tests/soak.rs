@@ -927,6 +927,9 @@ fn redis(plan: Plan) -> Report {
                         p.delay(d);
                         f.sleep(secs(1.5));
                         p.delay(Duration::ZERO);
+                        // Chunks read before the lift are still held for
+                        // up to `d`: the fault lasts until they are out.
+                        f.sleep(d);
                     });
                 }
                 7 => f.inject("reset", |_| {
