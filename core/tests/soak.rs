@@ -559,13 +559,16 @@ impl Worker {
                 return 0;
             }
         };
-        if let Some(id) = self.recording.id_of(hold.lease()) {
+        let id = self.recording.id_of(hold.lease());
+        if let Some(id) = &id {
             self.rec.record(&Record::Hold { id: id.clone() });
-            let rec = self.rec.clone();
-            hold.signal().on_abort(move |_| {
-                rec.record(&Record::Told { id, at: now() });
-            });
         }
+        // The callback only reads the clock (it runs on the notifier
+        // thread, shared by every hold of the process).
+        let told = Arc::new(AtomicU64::new(0));
+        let cell = told.clone();
+        hold.signal()
+            .on_abort(move |_| cell.store(now(), Ordering::SeqCst));
         // Most holds are short; a few outlive the ttl and renew.
         let work = if self.rng.below(100) < 3 {
             self.rng.ms(300, 1500)
@@ -574,6 +577,21 @@ impl Worker {
         };
         hold.signal().wait(Some(work));
         let _ = hold.release();
+        let mut at = told.load(Ordering::SeqCst);
+        if at == 0 && hold.signal().is_aborted() {
+            // Tripped: the callback runs on the notifier thread, soon.
+            let give_up = Instant::now() + secs(2.0);
+            while at == 0 && Instant::now() < give_up {
+                std::thread::sleep(Duration::from_micros(200));
+                at = told.load(Ordering::SeqCst);
+            }
+            if at == 0 {
+                at = now(); // late: the tenure only gets longer
+            }
+        }
+        if let (Some(id), true) = (id, at > 0) {
+            self.rec.record(&Record::Told { id, at });
+        }
         1
     }
 }
@@ -660,7 +678,6 @@ impl Faults {
             start,
             end: now(),
         });
-        self.rec.flush();
         self.count += 1;
     }
 }
@@ -687,8 +704,7 @@ fn soak(
         count: 0,
     };
     let started = Instant::now();
-    let killed;
-    if specs == ["memory"] {
+    let killed = if specs == ["memory"] {
         // Threads of this process, on one Memory.
         let orders = Orders {
             spec: "memory".into(),
@@ -713,7 +729,7 @@ fn soak(
         });
         faults(&mut f);
         watcher.join().unwrap();
-        killed = 0;
+        0
     } else {
         let mut children: Vec<Child> = specs
             .iter()
@@ -769,8 +785,8 @@ fn soak(
             killed
         });
         faults(&mut f);
-        killed = watcher.join().unwrap();
-    }
+        watcher.join().unwrap()
+    };
     let took = started.elapsed();
     f.rec.flush();
     let (records, bad) = history::read_dir(&dir.0);
@@ -795,6 +811,15 @@ fn soak(
             String::new()
         }
     );
+    let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
+    for r in &records {
+        if let Record::Fault { kind, .. } = r {
+            *kinds.entry(kind).or_default() += 1;
+        }
+    }
+    if !kinds.is_empty() {
+        println!("soak {name}: faults by kind: {kinds:?}");
+    }
     println!("soak {name}: {report}");
     if !report.ok() && broken == Broken::No {
         // Keep the history for a look (the folder itself is removed).
@@ -902,6 +927,9 @@ fn redis(plan: Plan) -> Report {
                         p.delay(d);
                         f.sleep(secs(1.5));
                         p.delay(Duration::ZERO);
+                        // Chunks read before the lift are still held for
+                        // up to `d`: the fault lasts until they are out.
+                        f.sleep(d);
                     });
                 }
                 7 => f.inject("reset", |_| {

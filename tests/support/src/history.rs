@@ -61,7 +61,7 @@
 //!    release's completion when the release said it deleted or found
 //!    nothing; otherwise (lost, a failed release, an acquire whose answer
 //!    never came, [`Record::AcquireFailed`]) until its last known instant
-//!    + ttl, pushed out to the end of any [`Record::Fault`] window that
+//!    plus its ttl, pushed out to the end of any [`Record::Fault`] window that
 //!    covered it (a request held by a silent proxy or a frozen server is
 //!    served when the fault ends). This rule is lenient by construction:
 //!    it catches a waiter that gives up on a key nobody could have held.
@@ -360,35 +360,42 @@ impl Record {
     }
 }
 
-/// Appends records to one file, one line each, buffered (call
-/// [`Recorder::flush`] before the process ends). Shared between threads.
+/// Collects records in memory, one line each, and writes them to its file
+/// on [`Recorder::flush`] (call it before the process ends): recording
+/// costs a short critical section and never waits for the disk, so it
+/// cannot stall the threads it watches (a heartbeat blocked behind a slow
+/// write would be a fault of the harness's making). Shared between threads.
 pub struct Recorder {
-    out: Mutex<std::io::BufWriter<std::fs::File>>,
+    path: std::path::PathBuf,
+    lines: Mutex<Vec<u8>>,
 }
 
 impl Recorder {
-    /// Creates (or appends to) `path`. Panics (a test helper) if it can't.
+    /// A recorder for `path` (created, or appended to, at the first flush).
     pub fn create(path: &Path) -> Recorder {
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(path)
-            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
         Recorder {
-            out: Mutex::new(std::io::BufWriter::with_capacity(1 << 16, file)),
+            path: path.to_owned(),
+            lines: Mutex::new(Vec::with_capacity(1 << 20)),
         }
     }
 
     /// Appends one record.
     pub fn record(&self, record: &Record) {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        writeln!(out, "{record}").expect("write a history record");
+        let line = format!("{record}\n");
+        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        lines.extend_from_slice(line.as_bytes());
     }
 
-    /// Writes out what is buffered.
+    /// Appends what was recorded since the last flush to the file. Panics
+    /// (a test helper) if it can't.
     pub fn flush(&self) {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        out.flush().expect("flush the history");
+        let lines = std::mem::take(&mut *self.lines.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.path.display()));
+        file.write_all(&lines).expect("write the history");
     }
 }
 
@@ -735,6 +742,11 @@ fn exclusion(key: &str, list: &[&Tenure], report: &mut Report) {
     // (instant, 0 = end / 1 = start, index): ends first at a tie.
     let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(list.len() * 2);
     for (i, t) in list.iter().enumerate() {
+        if t.end() <= t.cmp {
+            // Empty: over before its holder knew it had it (a plain lease
+            // whose answer came after its ttl).
+            continue;
+        }
         events.push((t.cmp, 1, i));
         if t.end() != u64::MAX {
             events.push((t.end(), 0, i));
@@ -782,7 +794,7 @@ fn fence_order(key: &str, list: &[&Tenure], report: &mut Report) {
     for b in by_inv {
         while done < list.len() && list[done].cmp < b.inv {
             let a = list[done];
-            if best.map_or(true, |x| a.fence > x.fence) {
+            if best.is_none_or(|x| a.fence > x.fence) {
                 best = Some(a);
             }
             done += 1;
@@ -1056,6 +1068,13 @@ mod tests {
         assert!(check(&ok).ok());
         let bad = vec![acq("p", "k", 0, 1, 1), acq("q", "k", 998, 999, 2)];
         assert_eq!(check(&bad).overlaps.len(), 1);
+    }
+
+    #[test]
+    fn a_plain_lease_whose_answer_came_after_its_ttl_is_never_inside() {
+        let h = vec![acq("p", "k", 0, 1200, 1), acq("q", "k", 1100, 1300, 2)];
+        let report = check(&h);
+        assert!(report.ok(), "{}", report.violations());
     }
 
     #[test]
