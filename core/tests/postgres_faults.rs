@@ -832,7 +832,17 @@ fn through_pgbouncer_in_transaction_mode() {
         .unwrap()
         .expect("free");
     let told = watch(&hold);
-    std::thread::sleep(secs(3.0 * TTL / 2.0));
+    // A few renewals; the raise then lands mid-tick (not on a multiple of
+    // the 0.5 s tick from the hold's start).
+    std::thread::sleep(secs(3.0 * TTL / 2.0 + 0.2));
+    // Nothing LISTENs: no session anywhere on the server ran LISTEN.
+    let listening = server.sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'listen%' AND pid <> pg_backend_pid()",
+    );
+    assert_eq!(
+        listening, "0",
+        "{label}: a session LISTENs through listen=off"
+    );
     assert!(
         !hold.is_lost(),
         "{label}: renewals through the bouncer fail: {:?}",
@@ -849,13 +859,18 @@ fn through_pgbouncer_in_transaction_mode() {
         hold.signal().wait(Some(secs(tick + 2.0))),
         "{label}: stop flag not seen within the tick + 2 s"
     );
-    let (at, reason) = told.get().cloned().expect("told");
-    let latency = diff(raised, at);
+    let woke = Instant::now();
+    // Callbacks run on the notifier thread, just after the waiters wake.
+    wait_told(std::slice::from_ref(&told), woke + secs(2.0));
+    let reason = hold.signal().reason().unwrap_or_default();
+    let latency = diff(raised, woke);
     println!(
-        "  {label}: stop flag -> signal {} (tick {}): {reason}",
+        "  {label}: stop flag -> signal {} (tick {}): {reason}; on_abort ran: {}",
         ms(latency),
-        ms(tick)
+        ms(tick),
+        told.get().is_some()
     );
+    assert!(told.get().is_some(), "{label}: on_abort never ran");
     assert!(reason.starts_with("stop flag"), "{reason}");
     assert!(latency <= tick + 1.0, "{label}: took {}", ms(latency));
     assert_eq!(hold.release().unwrap(), ReleaseOutcome::Released);
