@@ -863,8 +863,24 @@ fn judged(name: &str, report: &Report, plan: Plan) {
         );
         report.unexplained_waits.clear();
     }
+    if OVERLAP_NOT_PROMISED.contains(&name) && !report.overlaps.is_empty() {
+        println!(
+            "soak {name}: NOT PROMISED (not asserted): {} overlaps across a failover",
+            report.overlaps.len()
+        );
+        report.overlaps.clear();
+    }
     assert!(report.ok(), "{name}: {report}\n{}", report.violations());
 }
+
+/// Backends whose soak fault is outside the promise of rule 1: a
+/// `SENTINEL FAILOVER` is not coordinated, and `min_replicas=1` with two
+/// replicas may be met by the replica that is not promoted, so a lease
+/// acquired during the failover can be missing on the new master, which
+/// grants it again before the holder hears (seen: a hold acquired 0.8 s
+/// into the failover, the key retaken 0.6 s later, the holder told 0.4 s
+/// after that). Overlaps are printed, fences and every other rule asserted.
+const OVERLAP_NOT_PROMISED: &[&str] = &["sentinel"];
 
 /// One soak at a time: they time things, and share two cores.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
