@@ -845,7 +845,7 @@ const WAIT_HANDOVER_GAP: &[&str] = &["local", "redis", "sentinel", "cluster"];
 
 /// Asserts a soak's report: enough happened to judge, and no rule broken.
 fn judged(name: &str, report: &Report, plan: Plan) {
-    let least = if plan.target > 0 { plan.target } else { 200 };
+    let least = if plan.target > 0 { plan.target } else { 100 };
     assert!(
         report.acquisitions >= least,
         "{name}: too few acquisitions to judge: {report}"

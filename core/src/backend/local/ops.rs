@@ -28,11 +28,26 @@ impl Adapter for Local {
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
-        self.with_con(true, |con, _| {
-            con.prepare_cached("DELETE FROM queue WHERE key = ?1 AND line = ?2")?
+        // A leaving head rings the next line: a release may have rung this
+        // line, which now leaves without trying, and the next one must not
+        // sleep on its timers while the key is free.
+        let next = self.with_con(true, |con, now| {
+            let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let was_head = self
+                .queue_head(&tx, key, now, 1)?
+                .first()
+                .map(String::as_str)
+                == Some(line);
+            tx.prepare_cached("DELETE FROM queue WHERE key = ?1 AND line = ?2")?
                 .execute(params![key, line])?;
-            Ok(())
-        })
+            let next = self.next_line(&tx, key, was_head, now)?;
+            tx.commit()?;
+            Ok(next)
+        })?;
+        if let Some(next) = next {
+            self.ring_next(key, &next);
+        }
+        Ok(())
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {

@@ -212,6 +212,21 @@ BEGIN
 END
 $f$;
 
+CREATE OR REPLACE FUNCTION @S.leave_queue(p_ns text, p_key text, p_line text)
+RETURNS int LANGUAGE plpgsql AS $f$
+DECLARE head text;
+BEGIN
+  SELECT q.line INTO head FROM @S.queue q
+    WHERE q.ns = p_ns AND q.key = p_key AND q.deadline > clock_timestamp()
+    ORDER BY q.queued_at, q.line LIMIT 1;
+  DELETE FROM @S.queue q WHERE q.ns = p_ns AND q.key = p_key AND q.line = p_line;
+  IF head = p_line THEN
+    PERFORM @S.announce(p_ns, p_key, '0');
+  END IF;
+  RETURN 0;
+END
+$f$;
+
 CREATE OR REPLACE FUNCTION @S.set_flag(p_ns text, p_key text, p_ttl_ms bigint)
 RETURNS void LANGUAGE plpgsql AS $f$
 BEGIN
@@ -293,9 +308,10 @@ pub(crate) const RELEASE: &str = "SELECT @S.release($1, $2, $3, $4)";
 /// `$1` ns, `$2` key: how many live leases were deleted.
 pub(crate) const BREAK: &str = "SELECT @S.break_lease($1, $2)";
 
-/// `$1` ns, `$2` key, `$3` line.
-pub(crate) const LEAVE_QUEUE: &str =
-    "DELETE FROM @S.queue q WHERE q.ns = $1 AND q.key = $2 AND q.line = $3";
+/// `$1` ns, `$2` key, `$3` line: out of the queue; a leaving head
+/// announces to the next live line (a release may have announced itself
+/// to this one, which leaves without trying).
+pub(crate) const LEAVE_QUEUE: &str = "SELECT @S.leave_queue($1, $2, $3)";
 
 /// `$1` ns, `$2` key: is a live lease there.
 pub(crate) const HELD: &str = "SELECT EXISTS (SELECT 1 FROM @S.leases l \

@@ -124,10 +124,11 @@ impl Adapter for Redis {
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
         self.with_con(|con, deadline| {
-            self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (2, 1), |w| {
+            self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (2, 2), |w| {
                 w.key(&self.namespace, "queue", key)
                     .key(&self.namespace, "queued", key)
-                    .bulk(line.as_bytes());
+                    .bulk(line.as_bytes())
+                    .key_then(&self.namespace, "next", key, ":");
             })
         })
         .map(drop)

@@ -108,13 +108,6 @@ if line then
 end
 return 0";
 
-/// `KEYS[1]` queue, `KEYS[2]` queue deadlines (see [`ACQUIRE_LUA`]);
-/// `ARGV[1]` line id: takes the line out of the queue. Returns 0.
-pub const LEAVE_QUEUE_LUA: &str = "\
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-return 0";
-
 /// [`LEAVE_QUEUE_LUA`] (a script: on Redis Cluster it runs as one
 /// operation on the key's slot like the others).
 pub(crate) static LEAVE_QUEUE: std::sync::LazyLock<Script> =
@@ -198,6 +191,27 @@ end
     };
 }
 pub(crate) use announce_lua;
+
+/// `KEYS[1]` queue, `KEYS[2]` queue deadlines (see [`ACQUIRE_LUA`]);
+/// `ARGV[1]` line id, `ARGV[2]` (optional) the prefix of the lines'
+/// channels (`{ns}:next:{KEY}:`), `ARGV[3]` (optional) the publish command:
+/// takes the line out of the queue. When it was the live head, the next
+/// live line is told (message `0`, as a break announces): a release may
+/// have announced itself to the line that is now leaving without trying,
+/// and the next line must not sleep on its timers while the key is free.
+/// (A ring while the key is still held costs that line one refused try.)
+/// Returns 0.
+pub const LEAVE_QUEUE_LUA: &str = concat!(
+    announce_lua!(),
+    "\
+local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if head == ARGV[1] then
+  announce(KEYS[1], KEYS[2], ARGV[2], '0', ARGV[3])
+end
+return 0"
+);
 
 /// `KEYS[1]` lease, `KEYS[2]` and `KEYS[3]` (optional) the key's queue of
 /// waiting lines and their deadlines; `ARGV[1]` token, `ARGV[2]`

@@ -174,7 +174,12 @@ impl Adapter for RedisCluster {
             &LEAVE_QUEUE,
             LEAVE_QUEUE_LUA,
             &[self.key("queue", key), self.key("queued", key)],
-            &[line.to_owned()],
+            // A leaving head tells the next line, as a release does.
+            &[
+                line.to_owned(),
+                format!("{}:", self.key("next", key)),
+                "SPUBLISH".to_owned(),
+            ],
         );
         op.write = true;
         self.query(op).map(drop)
