@@ -57,7 +57,7 @@ fn insert(engine: &Engine, adapter: &Arc<dyn Adapter>, key: &str) -> (u64, Lease
     let signal = AbortSignal::new();
     let id = engine
         .register(Registration {
-            status: Arc::new(HoldStatus::new(lease.clone())),
+            status: Arc::new(HoldStatus::new(lease.clone(), sent + TTL)),
             ttl: TTL,
             heartbeat: Duration::from_secs(10),
             margin: MARGIN,
@@ -120,7 +120,7 @@ fn io_round(shared: &Shared, mut job: Job) -> usize {
     trip_all(trips);
     deletes
         .iter()
-        .filter(|lease| shared.adapter.release(lease).unwrap())
+        .filter(|(lease, until)| shared.adapter.release_by(lease, *until).unwrap())
         .count()
 }
 
