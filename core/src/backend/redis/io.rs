@@ -48,6 +48,12 @@ pub(crate) fn aim(con: &Connection, deadline: Instant, peer: Peer<'_>) -> Result
 }
 
 /// What `e` from `peer` means.
+/// Was `e` a read or write interrupted by a signal (EINTR)? redis-rs does
+/// not retry those; the connection's state is then unknown.
+pub(crate) fn interrupted(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Io && e.to_string().contains("(os error 4)")
+}
+
 pub(crate) fn error(e: &RedisError, peer: Peer<'_>) -> Error {
     if e.kind() == ErrorKind::AuthenticationFailed {
         return Error::Config(format!("{peer} refused the credentials: {e}"));

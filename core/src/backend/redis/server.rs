@@ -288,32 +288,50 @@ impl Redis {
         &self,
         f: impl FnOnce(&mut Con, Instant) -> ::redis::RedisResult<T>,
     ) -> Result<T> {
-        self.with_con_by(None, f)
+        let deadline = Instant::now() + self.timeout;
+        self.attempt(deadline, f)?.map_err(|e| self.map_err(e))
     }
 
     /// [`Redis::with_con`] ending by `by` if that comes before the
     /// timeout: connecting, sending and reading all end then, and a
     /// connection that timed out is dropped (a late reply must never be
-    /// read as the next command's).
+    /// read as the next command's). Used by the hold's release: a read or
+    /// write interrupted by a signal (EINTR: a handled `SIGCHLD` in a Ruby
+    /// host, say) drops the connection and tries once more on a fresh one
+    /// by the same deadline. `f` is a compare-and-delete: a retry after a
+    /// delete whose answer was interrupted finds nothing and says so.
     pub(crate) fn with_con_by<T>(
         &self,
         by: Option<Instant>,
-        f: impl FnOnce(&mut Con, Instant) -> ::redis::RedisResult<T>,
+        f: impl Fn(&mut Con, Instant) -> ::redis::RedisResult<T>,
     ) -> Result<T> {
         let mut deadline = Instant::now() + self.timeout;
         if let Some(by) = by {
             deadline = deadline.min(by);
         }
+        match self.attempt(deadline, &f)? {
+            Err(e) if io::interrupted(&e) => {
+                self.attempt(deadline, &f)?.map_err(|e| self.map_err(e))
+            }
+            done => done.map_err(|e| self.map_err(e)),
+        }
+    }
+
+    /// One try of `f` on a pooled connection aimed at `deadline`: the
+    /// connection goes back to the pool only if `f` succeeded.
+    fn attempt<T>(
+        &self,
+        deadline: Instant,
+        f: impl FnOnce(&mut Con, Instant) -> ::redis::RedisResult<T>,
+    ) -> Result<::redis::RedisResult<T>> {
         let epoch = self.master_epoch();
         let mut con = self.checkout(deadline)?;
         self.aim(&mut con, deadline)?;
-        match f(&mut con, deadline) {
-            Ok(v) => {
-                self.checkin(con, epoch);
-                Ok(v)
-            }
-            Err(e) => Err(self.map_err(e)),
+        let done = f(&mut con, deadline);
+        if done.is_ok() {
+            self.checkin(con, epoch);
         }
+        Ok(done)
     }
 
     /// Runs `script` with EVALSHA, falling back to EVAL (which also caches
