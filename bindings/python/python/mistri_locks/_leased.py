@@ -40,7 +40,7 @@ from typing import (
     cast,
 )
 
-from ._native import HEARTBEAT, LEASE_TTL, ConfigError, Error, Hold, Locks
+from ._native import FLAG_TTL, HEARTBEAT, LEASE_TTL, ConfigError, Error, Hold, Locks
 from ._native import locks as _configured_locks
 
 if TYPE_CHECKING:
@@ -98,6 +98,23 @@ def current_lease() -> Optional[Hold]:
     """The ``Hold`` of the innermost ``leased`` call (or ``LeasedTask``) in
     this context, or None outside one."""
     return _current.get()
+
+
+def job_stop_key(job_id: str) -> str:
+    """The stop flag of a job (Celery task, Dramatiq message, ActiveJob or
+    Sidekiq job): ``job:<id>:stop``, the same in every face and language."""
+    if not isinstance(job_id, str) or not job_id:
+        raise ValueError(f"stop_key: the job id must be a non-empty string, got {job_id!r}")
+    return f"job:{job_id}:stop"
+
+
+def stop_job(job_id: str, *, locks: Optional[Locks] = None, ttl: float = FLAG_TTL) -> None:
+    """Raises the stop flag of job ``job_id`` for ``ttl`` seconds on
+    ``locks`` (default: the configured handle)."""
+    handle = locks if locks is not None else _configured_locks()
+    if handle is None:
+        raise ConfigError("stop: no backend: call mistri_locks.configure(...) or pass locks=")
+    handle.set_flag(job_stop_key(job_id), ttl)
 
 
 def _positive(name: str, value: object) -> float:

@@ -41,9 +41,8 @@ from typing import Any, ClassVar, Optional
 
 from celery import Task  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from ._leased import LeaseSpec, run_held
-from ._native import FLAG_TTL, ConfigError, Locks
-from ._native import locks as _configured_locks
+from ._leased import Conflict, LeaseSpec, job_stop_key, run_held, stop_job
+from ._native import FLAG_TTL, Locks
 
 _CELERY_OPTIONS = frozenset({"countdown", "max_retries"})
 
@@ -54,9 +53,7 @@ _NO_LIMIT = 2**31 - 1
 
 def stop_key(task_id: str) -> str:
     """The stop flag a leased task with this id watches: ``job:<id>:stop``."""
-    if not isinstance(task_id, str) or not task_id:
-        raise ValueError(f"stop_key: task_id must be a non-empty string, got {task_id!r}")
-    return f"job:{task_id}:stop"
+    return job_stop_key(task_id)
 
 
 def stop(task_id: str, *, locks: Optional[Locks] = None, ttl: float = FLAG_TTL) -> None:
@@ -65,10 +62,7 @@ def stop(task_id: str, *, locks: Optional[Locks] = None, ttl: float = FLAG_TTL) 
     task's hold trips within a tick (sooner by push), and its next
     ``checkpoint()`` raises ``Interrupted(reason="stopped")``. A task that
     has not started yet sees the flag when it starts, while it is up."""
-    handle = locks if locks is not None else _configured_locks()
-    if handle is None:
-        raise ConfigError("mistri_locks.celery.stop: no backend: call mistri_locks.configure(...) or pass locks=")
-    handle.set_flag(stop_key(task_id), ttl)
+    stop_job(task_id, locks=locks, ttl=ttl)
 
 
 def _run_signature(cls: type) -> tuple[Any, inspect.Signature]:
@@ -127,8 +121,6 @@ class LeasedTask(Task):  # type: ignore[misc]
                     countdown=self._lease_countdown, max_retries=self._lease_max_retries
                 )
             if spec.on_conflict == "raise":
-                from ._leased import Conflict
-
                 raise Conflict(key)
             if callable(spec.on_conflict):
                 return spec.on_conflict(*args, **kwargs)

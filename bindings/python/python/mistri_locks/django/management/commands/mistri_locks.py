@@ -15,13 +15,8 @@ from django.core.management.base import (  # type: ignore[import-untyped, import
 )
 
 from mistri_locks import FLAG_TTL, Error
+from mistri_locks._leased import job_stop_key
 from mistri_locks.django import locks
-
-
-def _job_stop_key(task_id: str) -> str:
-    # The format mistri_locks.celery.stop_key uses; spelled here so that
-    # this command does not import Celery.
-    return f"job:{task_id}:stop"
 
 
 def _seconds(value: Any) -> str:
@@ -64,7 +59,7 @@ class Command(BaseCommand):  # type: ignore[misc]
                 handle.clear_flag(options["flag"])
                 self.stdout.write(f"lowered {options['flag']}")
             elif action == "stop-task":
-                flag = _job_stop_key(options["task_id"])
+                flag = job_stop_key(options["task_id"])
                 handle.set_flag(flag, options["ttl"])
                 self.stdout.write(f"raised {flag} for {options['ttl']:g} s")
         except (Error, ValueError) as e:
