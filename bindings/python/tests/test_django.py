@@ -90,6 +90,10 @@ def test_other_settings_choose_other_backends(django_pg: throwaway_postgres.Serv
             mld.reset()
             assert mld.backend_url() == str(tmp_path / "mistri_locks.db")
             assert isinstance(mld.locks(), mistri_locks.Local)
+        handle = mistri_locks.Memory()
+        with override_settings(MISTRI_LOCKS=handle):  # a handle made in settings.py
+            mld.reset()
+            assert mld.locks() is handle
     finally:
         mld.reset()
     assert settings.MISTRI_LOCKS == {"NAMESPACE": NAMESPACE}

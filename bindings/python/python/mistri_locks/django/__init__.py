@@ -11,6 +11,8 @@ child), from ``settings.MISTRI_LOCKS``:
   backend on that very database (a URL built from its settings; the schema
   ``mistri_locks`` is created on first use, or by ``Postgres.schema_sql()``
   in a migration of yours when the app's role may not run DDL);
+- a ``Locks`` handle made in settings.py (``MISTRI_LOCKS = Postgres(...)``):
+  that handle;
 - otherwise Local: an SQLite file ``mistri_locks.db`` beside ``BASE_DIR``
   (``PATH`` overrides), or in the temp dir when there is no ``BASE_DIR``.
 
@@ -68,7 +70,10 @@ def backend_url() -> str:
     """The URL (or Local path) the settings choose (see the module's doc)."""
     from django.conf import settings  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-    conf: dict[str, Any] = dict(getattr(settings, "MISTRI_LOCKS", None) or {})
+    setting = getattr(settings, "MISTRI_LOCKS", None) or {}
+    if isinstance(setting, Locks):
+        raise TypeError("settings.MISTRI_LOCKS is a handle, not a dict with a URL")
+    conf: dict[str, Any] = dict(setting)
     if conf.get("URL"):
         return str(conf["URL"])
     default = settings.DATABASES.get("default", {})
@@ -101,8 +106,12 @@ def locks() -> Locks:
             from django.conf import settings  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
             conf = getattr(settings, "MISTRI_LOCKS", None) or {}
-            namespace = str(conf.get("NAMESPACE", "mistri:locks"))
-            _handle = (os.getpid(), open_url(backend_url(), namespace))
+            if isinstance(conf, Locks):
+                # A handle made in settings.py (the older recipe): use it.
+                _handle = (os.getpid(), conf)
+            else:
+                namespace = str(conf.get("NAMESPACE", "mistri:locks"))
+                _handle = (os.getpid(), open_url(backend_url(), namespace))
         return _handle[1]
 
 
