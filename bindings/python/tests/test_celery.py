@@ -245,12 +245,9 @@ def test_stop_by_task_id_from_ruby_or_the_cli(worker: Worker, redis_server: Redi
     stop_and_check(worker, "stopped-other", raise_flag)
 
 
-def test_a_hard_time_limit_that_kills_the_child_frees_the_lease_within_the_ttl(
-    worker: Worker,
-) -> None:
-    worker.send("overrun", "limit", "limit")
-    pid = int(worker.wait_for("limit", "started", 30)[1])
-    assert worker.locks.held("victim:limit")
+def assert_freed_within_ttl_of_death(worker: Worker, pid: int, key: str, what: str) -> None:
+    """Waits for the pool child ``pid`` to die, then for ``key``'s lease to
+    go: within the ttl of the death (its last renewal came before it)."""
 
     def gone() -> bool:
         try:
@@ -259,11 +256,30 @@ def test_a_hard_time_limit_that_kills_the_child_frees_the_lease_within_the_ttl(
         except FileNotFoundError:
             return True
 
-    wait_until(gone, 30, "the pool killed the child at its time limit")
+    wait_until(gone, 30, what)
     died = time.monotonic()
-    wait_until(lambda: not worker.locks.held("victim:limit"), TTL + 30, "the lease lapsed")
+    wait_until(lambda: not worker.locks.held(key), TTL + 30, "the lease lapsed")
     freed = time.monotonic()
     assert freed - died <= TTL + PUSH, f"the lease outlived its holder by {freed - died:.3f} s"
+
+
+def test_a_hard_time_limit_that_kills_the_child_frees_the_lease_within_the_ttl(
+    worker: Worker,
+) -> None:
+    worker.send("overrun", "limit", "limit")
+    pid = int(worker.wait_for("limit", "started", 30)[1])
+    assert worker.locks.held("victim:limit")
+    assert_freed_within_ttl_of_death(worker, pid, "victim:limit",
+                                     "the pool killed the child at its time limit")
+
+
+def test_revoke_with_terminate_frees_the_lease_within_the_ttl(worker: Worker) -> None:
+    result = worker.send("victim", "revoked", "revoked", 60)
+    pid = int(worker.wait_for("revoked", "started", 30)[1])
+    assert worker.locks.held("victim:revoked")
+    worker.client.control.revoke(result.id, terminate=True, signal="SIGKILL")
+    assert_freed_within_ttl_of_death(worker, pid, "victim:revoked",
+                                     "revoke(terminate=True) killed the child")
 
 
 def test_bad_lease_options_fail_when_celery_creates_the_task() -> None:
