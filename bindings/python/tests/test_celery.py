@@ -179,6 +179,9 @@ def stop_and_check(worker: Worker, record: str, raise_flag: Callable[[str], tupl
     assert at >= before, "not before the flag went up"
     assert at - after <= TICK + PUSH, f"interrupted {at - after:.3f} s after the flag was up"
     wait_until(lambda: result.state == "FAILURE", 30, "the task failed with Interrupted")
+    err = result.get(propagate=False)  # rebuilt from the result backend's JSON
+    assert isinstance(err, mistri_locks.Interrupted), repr(err)
+    assert err.reason == "stopped" and err.key == f"victim:{record}"
     assert not worker.locks.held(f"victim:{record}"), "released on the way out"
 
 

@@ -199,10 +199,15 @@ def test_checkpoint_raises_lost_when_the_lease_is_taken(mem: mistri_locks.Memory
     assert info.value.reason == "lost"
 
 
-def test_interrupted_survives_pickling() -> None:
+def test_interrupted_and_conflict_survive_pickling_and_json() -> None:
     # Celery stores a failed task's exception pickled in its result.
-    err = pickle.loads(pickle.dumps(Interrupted("stopped", "k", "stop flag raised")))
-    assert (err.reason, err.key, err.detail) == ("stopped", "k", "stop flag raised")
+    # Celery's JSON backend rebuilds it as cls(*args).
+    for err in (pickle.loads(pickle.dumps(Interrupted("stopped", "k", "stop flag raised"))),
+                Interrupted(*Interrupted("stopped", "k", "stop flag raised").args)):
+        assert (err.reason, err.key, err.detail) == ("stopped", "k", "stop flag raised")
+        assert str(err) == "lease 'k' was asked to stop (stop flag raised)"
+    conflict = pickle.loads(pickle.dumps(Conflict("report:1")))
+    assert conflict.key == "report:1" and str(conflict) == "lease 'report:1' is held elsewhere"
 
 
 def test_current_lease_is_per_thread_and_follows_a_copied_context(

@@ -63,8 +63,13 @@ class Conflict(Error):
     ``key`` is the formatted key."""
 
     def __init__(self, key: str) -> None:
-        super().__init__(f"lease {key!r} is held elsewhere")
+        # args are the constructor's, so that Celery's result backends
+        # (pickle or JSON) rebuild the same exception.
+        super().__init__(key)
         self.key = key
+
+    def __str__(self) -> str:
+        return f"lease {self.key!r} is held elsewhere"
 
 
 class Interrupted(Error):
@@ -76,17 +81,15 @@ class Interrupted(Error):
     ``detail`` the signal's reason text."""
 
     def __init__(self, reason: str, key: str = "", detail: Optional[str] = None) -> None:
-        text = f"lease {key!r} {'was lost' if reason == 'lost' else 'was asked to stop'}"
-        if detail:
-            text += f" ({detail})"
-        super().__init__(text)
+        # args are the constructor's (see Conflict).
+        super().__init__(reason, key, detail)
         self.reason = reason
         self.key = key
         self.detail = detail
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Celery pickles a task's exception into its result: keep the fields.
-        return (type(self), (self.reason, self.key, self.detail))
+    def __str__(self) -> str:
+        text = f"lease {self.key!r} {'was lost' if self.reason == 'lost' else 'was asked to stop'}"
+        return f"{text} ({self.detail})" if self.detail else text
 
 
 _current: contextvars.ContextVar[Optional[Hold]] = contextvars.ContextVar(
