@@ -326,6 +326,16 @@ def test_a_leased_task_called_in_process(redis_server: RedisServer) -> None:
     def strict(n: int) -> int:
         return n
 
+    class ReportTask(LeasedTask):  # type: ignore[misc]
+        # lease= on a base class: each task made from it checks its own arguments.
+        lease = {"key": "direct:{n}", "ttl": TTL, "locks": mem}
+
+    @app.task(base=ReportTask, shared=False)
+    def based(n: int) -> str:
+        lease = mistri_locks.current_lease()
+        return "" if lease is None else lease.key
+
+    assert based(7) == "direct:7"
     assert direct(1) == 1 and seen == [("direct:1", True)]
     assert not mem.held("direct:1")
     other = mem.new_owner()

@@ -89,8 +89,11 @@ class LeasedTask(Task):  # type: ignore[misc]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        options = cls.__dict__.get("lease")
-        if options is None:
+        # A class that sets lease= or defines run (the one @app.task makes
+        # from a function, also under a base class that set lease=) gets
+        # its own spec, checked against its own run's arguments.
+        options = getattr(cls, "lease", None)
+        if options is None or ("lease" not in cls.__dict__ and "run" not in cls.__dict__):
             return
         if not isinstance(options, dict):
             raise TypeError(f"LeasedTask: lease= must be a dict of options, got {options!r}")
