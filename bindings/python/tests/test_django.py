@@ -228,3 +228,38 @@ def test_leased_threads_in_django_see_their_own_lease(django_pg: throwaway_postg
     for t in threads:
         t.join(30)
     assert seen == {"a": "dj:a", "b": "dj:b"}
+
+
+def test_the_migration_creates_the_schema_in_the_default_database(
+    django_pg: throwaway_postgres.Server,
+) -> None:
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import override_settings
+
+    import mistri_locks.django as mld
+
+    schema = f"dj_{uuid.uuid4().hex[:8]}"
+
+    def fence_checks() -> int:
+        with connection.cursor() as c:
+            c.execute("SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                      "WHERE n.nspname = %s AND p.proname = 'fence_check'", [schema])
+            return int(c.fetchone()[0])
+
+    try:
+        with override_settings(MISTRI_LOCKS={"NAMESPACE": NAMESPACE, "SCHEMA": schema}):
+            mld.reset()
+            assert mld.default_database_schema() == schema
+            assert fence_checks() == 0
+            call_command("migrate", "mistri_locks", verbosity=0)
+            assert fence_checks() == 1, "migrate created the tables and fence_check"
+            handle = mld.locks()
+            assert handle.acquire("migrated", 5) and handle.release("migrated")
+        with override_settings(MISTRI_LOCKS={"URL": "redis://127.0.0.1:1/0"}):
+            assert mld.default_database_schema() is None  # not in the database: nothing to migrate
+    finally:
+        mld.reset()
+        with connection.cursor() as c:
+            c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            c.execute("DELETE FROM django_migrations WHERE app = 'mistri_locks'")

@@ -9,8 +9,8 @@ child), from ``settings.MISTRI_LOCKS``:
   backend (``NAMESPACE`` optional, default ``mistri:locks``);
 - no ``URL``, and ``DATABASES["default"]`` is PostgreSQL: the Postgres
   backend on that very database (a URL built from its settings; the schema
-  ``mistri_locks`` is created on first use, or by ``Postgres.schema_sql()``
-  in a migration of yours when the app's role may not run DDL);
+  ``mistri_locks``, or ``SCHEMA``, is created by the app's migration,
+  ``manage.py migrate mistri_locks``, or else on first use);
 - a ``Locks`` handle made in settings.py (``MISTRI_LOCKS = Postgres(...)``):
   that handle;
 - otherwise Local: an SQLite file ``mistri_locks.db`` beside ``BASE_DIR``
@@ -87,14 +87,29 @@ def backend_url() -> str:
     return os.path.join(tempfile.gettempdir(), f"mistri_locks-{os.getuid()}.db")
 
 
-def open_url(url: str, namespace: str = "mistri:locks") -> Locks:
-    """The backend for a URL: ``redis…://``, ``postgres(ql)://``, else a
-    Local database path."""
+def open_url(url: str, namespace: str = "mistri:locks", schema: Optional[str] = None) -> Locks:
+    """The backend for a URL: ``redis…://``, ``postgres(ql)://`` (in
+    ``schema``, default ``mistri_locks``), else a Local database path."""
     if url.startswith(("redis://", "rediss://", "redis+", "rediss+")):
         return Redis(url, namespace=namespace)
     if url.startswith(("postgres://", "postgresql://")):
-        return Postgres(url, namespace=namespace)
+        return Postgres(url, namespace=namespace, schema=schema)
     return Local(url)
+
+
+def default_database_schema() -> Optional[str]:
+    """The schema the leases live in when the settings put them in the
+    ``default`` database (no ``URL``, PostgreSQL); else None. The app's
+    migration creates it there."""
+    from django.conf import settings  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    setting = getattr(settings, "MISTRI_LOCKS", None) or {}
+    if isinstance(setting, Locks) or setting.get("URL"):
+        return None
+    engine = str(settings.DATABASES.get("default", {}).get("ENGINE", ""))
+    if "postgresql" not in engine and "postgis" not in engine:
+        return None
+    return str(setting.get("SCHEMA") or "mistri_locks")
 
 
 def locks() -> Locks:
@@ -111,7 +126,8 @@ def locks() -> Locks:
                 _handle = (os.getpid(), conf)
             else:
                 namespace = str(conf.get("NAMESPACE", "mistri:locks"))
-                _handle = (os.getpid(), open_url(backend_url(), namespace))
+                schema = conf.get("SCHEMA")
+                _handle = (os.getpid(), open_url(backend_url(), namespace, schema))
         return _handle[1]
 
 
@@ -129,4 +145,4 @@ def leased(key: str, **options: Any) -> Callable[[F], F]:
     return _leased(key, **options)
 
 
-__all__ = ["backend_url", "leased", "locks", "open_url", "reset"]
+__all__ = ["backend_url", "default_database_schema", "leased", "locks", "open_url", "reset"]
