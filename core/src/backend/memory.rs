@@ -209,6 +209,9 @@ impl Memory {
                         if h.label != who.label {
                             h.label.clone_from(&who.label);
                         }
+                        if h.stop_key != who.stop_key {
+                            h.stop_key.clone_from(&who.stop_key);
+                        }
                         h.heartbeat = who.heartbeat;
                     }
                     By::Owner(owner, stamp, who) => {
@@ -222,6 +225,7 @@ impl Memory {
                             e.stamp = (stamp, owner.generation);
                         }
                         h.heartbeat = Duration::ZERO;
+                        h.stop_key = None;
                     }
                 }
                 h.fence = *counter;
@@ -232,13 +236,14 @@ impl Memory {
             }
             None => {
                 let fence = issue(counter, floor);
-                let (token, owner, stamp, label, heartbeat) = match by {
+                let (token, owner, stamp, label, heartbeat, stop_key) = match by {
                     By::Token(token, who) => (
                         token.as_bytes().to_vec(),
                         None,
                         (0, 0),
                         who.label.clone(),
                         who.heartbeat,
+                        who.stop_key.clone(),
                     ),
                     By::Owner(owner, _, who) => {
                         let (stamp, who) = who();
@@ -249,6 +254,7 @@ impl Memory {
                             stamp,
                             who.label.clone(),
                             Duration::ZERO,
+                            None,
                         )
                     }
                 };
@@ -264,6 +270,7 @@ impl Memory {
                         renewed_at: wall,
                         ttl,
                         heartbeat,
+                        stop_key,
                     },
                 };
                 state.prune(now);
@@ -713,6 +720,7 @@ impl Slots {
                 renewed_at: wall,
                 ttl,
                 heartbeat: who.heartbeat,
+                stop_key: who.stop_key.clone(),
             },
         });
         Some(*counter)
