@@ -39,6 +39,7 @@ fn who() -> Identity {
     Identity {
         label: "tester:1 rust".into(),
         heartbeat: Duration::from_millis(250),
+        stop_key: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn who() -> Identity {
     Identity {
         label: "tester:1 rust".into(),
         heartbeat: ms(250),
+        stop_key: None,
     }
 }
 
