@@ -429,7 +429,11 @@ module MistriLocks
         if reason
           options = self.class.mistri_lease
           policy = reason == :lost ? options.on_lost : options.on_stopped
-          interrupt!(reason: reason) if policy == :retry && respond_to?(:interrupt!, true)
+          if policy == :retry && respond_to?(:interrupt!, true)
+            Job.instrument({ event: :interrupted, key: lease.key, job_id: job_id, job_class: self.class.name,
+                             reason: reason })
+            interrupt!(reason: reason)
+          end
           lease.checkpoint!
         end
         super if defined?(super)

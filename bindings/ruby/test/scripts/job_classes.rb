@@ -90,6 +90,9 @@ end
 
 # The next job of LongJob's key, already waiting in the lease's line.
 class NextJob < ApplicationJob
+  # Declared before the lease's around_perform, so it runs first: "w" says
+  # the job is about to join the lease's line.
+  before_perform { |job| Witness.write(job.arguments[1], "w", job.job_id, Process.pid) }
   include MistriLocks::Job
   holds_lease key: ->(tag, _witness, _seconds) { "long:#{tag}" },
               ttl: JobTiming::TTL, heartbeat: JobTiming::HEARTBEAT, wait: 60, on_conflict: :raise
