@@ -117,7 +117,6 @@ module MistriLocks
                                wait: options.wait.positive? ? options.wait : nil, limit: options.limit, label: label)
         return conflict(options, payload, attempts, logger, reenqueue) unless hold
 
-        hold.extend(Checkpoint)
         instrument(payload.merge(event: :acquired, fence: hold.fence))
         interrupted = nil
         begin
@@ -197,7 +196,8 @@ module MistriLocks
       end
     end
 
-    # Added to the lease (the MistriLocks::Hold) inside perform.
+    # Hold#checkpoint! and Hold#stopping? (included into MistriLocks::Hold
+    # when this file loads: once per class, never a per-hold singleton).
     module Checkpoint
       # Raises Interrupted(:stopped | :lost) once the hold's signal has
       # tripped; otherwise returns nil (cheap: no I/O).
@@ -213,6 +213,8 @@ module MistriLocks
         lost? || signal.reason.to_s.start_with?("lease lost:") ? :lost : :stopped
       end
     end
+
+    Hold.include(Checkpoint)
 
     # The options of holds_lease (and Sidekiq's mistri_lease), checked when
     # the class is loaded.

@@ -27,6 +27,14 @@ if ENV["MISTRI_JOB_READY"]
   ActiveJob::Base.queue_adapter = :sidekiq
   # Scheduled retries (retry_job wait:) are picked up within this poll.
   Sidekiq.options[:poll_interval_average] = Float(ENV.fetch("JOB_POLL", "0.1"))
+  # bench_jobs.rb: each perform's duration as ActiveJob measures it (around
+  # every around_perform, so the lease's acquire and release are inside).
+  if (durations = ENV["MISTRI_JOB_DURATIONS"])
+    ActiveSupport::Notifications.subscribe("perform.active_job") do |*event|
+      e = ActiveSupport::Notifications::Event.new(*event)
+      File.open(durations, "a") { |f| f.syswrite("#{e.payload[:job].class.name} #{e.duration}\n") }
+    end
+  end
   Sidekiq.configure_server do |config|
     config.server_middleware { |chain| chain.add MistriLocks::Sidekiq::ServerMiddleware }
     config.on(:startup) { File.write(ENV.fetch("MISTRI_JOB_READY"), Process.pid.to_s) }
