@@ -17,7 +17,8 @@
 #
 # Env: BENCH_JOBS (per round, default 400), BENCH_ROUNDS (per kind, default 3),
 # BENCH_REDIS_PORT (use that loopback redis-server instead of starting one),
-# BENCH_KV=1 (also print key=value lines, for scripts/bench).
+# BENCH_KV=1 (also print key=value lines, for scripts/bench), BENCH_CONCURRENCY
+# (the worker's threads, default 5).
 
 require "fileutils"
 require "securerandom"
@@ -30,6 +31,7 @@ require "logger"
 
 N = Integer(ENV.fetch("BENCH_JOBS", "400"))
 ROUNDS = Integer(ENV.fetch("BENCH_ROUNDS", "3"))
+CONCURRENCY = Integer(ENV.fetch("BENCH_CONCURRENCY", "5"))
 KV = ENV["BENCH_KV"] == "1"
 SCRIPTS = File.expand_path("test/scripts", __dir__)
 require File.join(SCRIPTS, "job_classes")
@@ -77,7 +79,7 @@ begin
   worker = spawn({ "REDIS_URL" => url, "MISTRI_JOB_READY" => ready, "MISTRI_JOB_LOCKS" => "redis",
                    "MISTRI_JOB_URL" => url, "MISTRI_JOB_NAMESPACE" => ns, "MISTRI_JOB_DURATIONS" => durations,
                    "RUBYLIB" => [File.expand_path("lib", __dir__), ENV["RUBYLIB"]].compact.join(File::PATH_SEPARATOR) },
-                 "sidekiq", "-r", File.join(SCRIPTS, "job_boot.rb"), "-c", "5", "-q", queue, "-t", "1",
+                 "sidekiq", "-r", File.join(SCRIPTS, "job_boot.rb"), "-c", CONCURRENCY.to_s, "-q", queue, "-t", "1",
                  in: File::NULL, out: File.join(dir, "sidekiq.log"), err: %i[child out])
   wait_until(90, "sidekiq booted") { File.exist?(ready) }
 
@@ -110,7 +112,7 @@ begin
   median = ->(xs) { xs.sort[xs.size / 2] }
   plain_rate = median.call(rates["ShortPlainJob"])
   leased_rate = median.call(rates["ShortLeasedJob"])
-  puts "Jobs on one sidekiq process (concurrency 5, ActiveJob adapter, Redis), #{N} jobs x #{ROUNDS} rounds each, interleaved:"
+  puts "Jobs on one sidekiq process (concurrency #{CONCURRENCY}, ActiveJob adapter, Redis), #{N} jobs x #{ROUNDS} rounds each, interleaved:"
   puts format("  without the lease  %8.0f jobs/s   perform p50 %.2f ms  p99 %.2f ms", plain_rate,
               percentile(plain, 0.5), percentile(plain, 0.99))
   puts format("  holds_lease        %8.0f jobs/s   perform p50 %.2f ms  p99 %.2f ms   (ratio %.2f)", leased_rate,
