@@ -27,6 +27,10 @@ if ENV["MISTRI_JOB_READY"]
   ActiveJob::Base.queue_adapter = :sidekiq
   # Scheduled retries (retry_job wait:) are picked up within this poll.
   Sidekiq.options[:poll_interval_average] = Float(ENV.fetch("JOB_POLL", "0.1"))
+  # Sidekiq's scheduler first sleeps a random 0-5 s (so a fleet's processes
+  # don't poll at once); a test's bound is the poll interval from boot on.
+  require "sidekiq/scheduled"
+  Sidekiq::Scheduled::Poller.prepend(Module.new { def initial_wait = nil })
   # bench_jobs.rb: each perform's duration as ActiveJob measures it (around
   # every around_perform, so the lease's acquire and release are inside).
   if (durations = ENV["MISTRI_JOB_DURATIONS"])
