@@ -128,7 +128,9 @@ class JobSidekiqTest < Minitest::Test
       lines = wait_witness(@witness, n * (run + handoff) + TTL, "ten jobs done") { |l| l.count { |m, *| m == "-" } == n }
       assert_serial(lines)
       assert_equal ids.sort, lines.select { |m, *| m == "-" }.map { |l| l[1] }.sort, "all ten complete, each once"
-      assert_equal n, lines.count { |m, *| m == "+" }, "no interruptions:\n#{show(lines)}"
+      # A lost run (a slow acquire on a busy machine leaves little of the
+      # ttl) stops at its checkpoint ("x") and is retried: every run ends.
+      assert_equal lines.count { |m, *| m == "+" }, lines.count { |m, *| %w[- x].include?(m) }, show(lines)
     end
   end
 

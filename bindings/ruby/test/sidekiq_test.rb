@@ -41,7 +41,10 @@ class SidekiqMiddlewareTest < Minitest::Test
       lines = wait_witness(@witness, bound, "ten jobs done") { |l| l.count { |m, *| m == "-" } == n }
       assert_serial(lines)
       assert_equal jids.sort, lines.select { |m, *| m == "-" }.map { |l| l[1] }.sort, "each job once"
-      assert_equal n, lines.count { |m, *| m == "+" }, "nobody performed without the lease:\n#{lines.map { |l| l.join(" ") }.join("\n")}\n#{File.read("#{@witness}.why") rescue nil}"
+      # A run may be lost (on a busy machine, a slow first acquire leaves
+      # little of the ttl): it stops at its checkpoint ("x") and is retried.
+      # Every run ends, one way or the other.
+      assert_equal lines.count { |m, *| m == "+" }, lines.count { |m, *| %w[- x].include?(m) }, "every run ended"
     end
   end
 
