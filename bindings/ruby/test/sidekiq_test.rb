@@ -3,7 +3,8 @@
 # MistriLocks::Sidekiq::ServerMiddleware on plain Sidekiq jobs (no
 # ActiveJob): a real `sidekiq` process (Debian's ruby-sidekiq 6.4,
 # concurrency 5) against the throwaway redis-server, with the Local
-# backend (a database file both processes open) holding the leases.
+# backend (a database file both processes open) holding the leases, and
+# Postgres for one stop.
 # Run in a process of its own (bindings/ruby/test.sh).
 
 require_relative "test_helper"
@@ -49,6 +50,16 @@ class SidekiqMiddlewareTest < Minitest::Test
   end
 
   def test_stop_by_jid_interrupts_a_plain_sidekiq_job_and_it_is_not_retried
+    stop_by_jid
+  end
+
+  # The same on Postgres (the stop arrives by LISTEN/NOTIFY, the tick the floor).
+  def test_stop_by_jid_on_postgres
+    @backend = JobBackend.postgres
+    stop_by_jid
+  end
+
+  def stop_by_jid
     SidekiqProcess.run(queue: @queue, **@backend.except(:handle)) do
       jid = Sidekiq::Client.push("class" => SidekiqSerialJob, "queue" => @queue, "args" => ["stop", @witness, 60])
       wait_witness(@witness, SidekiqProcess::BOOT_BOUND, "job started") { |l| l.any? { |m, *| m == "+" } }
@@ -62,6 +73,7 @@ class SidekiqMiddlewareTest < Minitest::Test
       sleep TTL + 0.3
       assert_equal 1, Witness.read(@witness).count { |m, *| m == "+" }, "a stopped job is not retried"
       refute @backend[:handle].held?("sk:stop"), "the lease was released"
+      assert @backend[:handle].flag?(MistriLocks::Job.stop_key(jid)), "the flag stays up for its ttl"
     end
   end
 
