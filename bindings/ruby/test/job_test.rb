@@ -291,6 +291,17 @@ class JobInProcessTest < Minitest::Test
     assert_equal :released, @events[1][:outcome]
   end
 
+  def test_a_subclass_inherits_the_options_with_its_own_default_key
+    base = job_class { holds_lease ttl: 7, heartbeat: 1 }
+    report = Class.new(base) { def self.name = "ReportJob" }
+    mail = Class.new(base) { def self.name = "MailJob" }
+    assert_equal "ReportJob", report.mistri_lease.key_for([])
+    assert_equal "MailJob", mail.mistri_lease.key_for([])
+    assert_equal 7, mail.mistri_lease.ttl
+    plain = Class.new(job_class) { def self.name = "PlainJob" }
+    assert_equal "PlainJob", plain.mistri_lease.key_for([]), "no holds_lease anywhere: the class's own name"
+  end
+
   def test_discard_drops_the_job_and_logs_it
     assert @other.acquire("rec:7", ttl: 5)
     Recorded.perform_now(7)

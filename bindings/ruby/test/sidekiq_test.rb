@@ -91,6 +91,14 @@ class SidekiqMiddlewareTest < Minitest::Test
     assert_equal "q", job.get_sidekiq_options["queue"]
     refute job.get_sidekiq_options.key?("mistri_lease"), "the options stay out of the job payload"
     assert_equal "ok:1", job.mistri_lease.key_for([1])
+    base = Class.new do
+      include Sidekiq::Worker
+      def self.name = "BaseWorker"
+    end
+    base.sidekiq_options(mistri_lease: { ttl: 9 })
+    child = Class.new(base) { def self.name = "ChildWorker" }
+    assert_equal ["ChildWorker", 9], [child.mistri_lease.key_for([]), child.mistri_lease.ttl], "inherited, its own default key"
+    assert_nil Class.new { include Sidekiq::Worker }.mistri_lease, "no mistri_lease: the middleware passes it through"
   end
 
   def test_a_raising_key_lambda_fails_that_job_not_the_worker

@@ -236,6 +236,7 @@ module MistriLocks
         end
         @owner = owner
         @args_style = args_style
+        @given = options
         @key = check_key(options.fetch(:key, owner.name))
         @ttl = positive(:ttl, options.fetch(:ttl, LEASE_TTL))
         @heartbeat = positive(:heartbeat, options.fetch(:heartbeat, [HEARTBEAT, @ttl / 3.0].min))
@@ -258,6 +259,10 @@ module MistriLocks
 
         raise ArgumentError, "#{owner}: locks must be a MistriLocks::Locks or a lambda taking no arguments"
       end
+
+      # The same options for a subclass: checked again with it as the owner,
+      # so a default key is the subclass's name, not its parent's.
+      def inherit(owner) = LeaseOptions.new(owner, @args_style, @given)
 
       # The lease key for one perform's arguments.
       def key_for(args)
@@ -386,10 +391,14 @@ module MistriLocks
         @mistri_lease
       end
 
-      # The job's LeaseOptions (inherited; defaults when holds_lease was not called).
+      # The job's LeaseOptions: its holds_lease, else its parent's (with
+      # this class's name as the default key), else the defaults.
       def mistri_lease
-        @mistri_lease ||
-          (superclass.respond_to?(:mistri_lease) ? superclass.mistri_lease : (@mistri_lease = LeaseOptions.new(self, :splat, {})))
+        @mistri_lease ||= if superclass.respond_to?(:mistri_lease)
+                            superclass.mistri_lease.inherit(self)
+                          else
+                            LeaseOptions.new(self, :splat, {})
+                          end
       end
 
       # perform defined after holds_lease: check the key lambda now.

@@ -88,11 +88,12 @@ module MistriLocks
         super(rest)
       end
 
-      # The class's lease options (inherited), or nil.
+      # The class's lease options, else its parent's (with this class's
+      # name as the default key), or nil.
       def mistri_lease
         return @mistri_lease if @mistri_lease
 
-        superclass.respond_to?(:mistri_lease) ? superclass.mistri_lease : nil
+        @mistri_lease = superclass.mistri_lease&.inherit(self) if superclass.respond_to?(:mistri_lease)
       end
     end
   end
