@@ -291,6 +291,14 @@ class JobInProcessTest < Minitest::Test
     assert_equal :released, @events[1][:outcome]
   end
 
+  def test_require_mistri_locks_loads_neither_activejob_nor_sidekiq
+    script = 'require "mistri_locks"; a = [defined?(ActiveJob), defined?(::Sidekiq)]; ' \
+             'MistriLocks::Job.stop_key("x"); b = [defined?(ActiveJob), defined?(::Sidekiq)]; ' \
+             'MistriLocks::Sidekiq; print [a, b, defined?(::Sidekiq::Worker)].inspect'
+    out = IO.popen([RbConfig.ruby, "-I", Subprocess::LIB, "-e", script], err: %i[child out], &:read)
+    assert_equal '[[nil, nil], [nil, nil], "constant"]', out, "Job loads neither; MistriLocks::Sidekiq loads Sidekiq"
+  end
+
   def test_a_subclass_inherits_the_options_with_its_own_default_key
     base = job_class { holds_lease ttl: 7, heartbeat: 1 }
     report = Class.new(base) { def self.name = "ReportJob" }
