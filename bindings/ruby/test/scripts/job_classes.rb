@@ -51,6 +51,7 @@ module LeasedWork
     Witness.write(witness, "-", job_id, Process.pid)
   rescue MistriLocks::Job::Interrupted => e
     Witness.write(witness, "x", job_id, e.reason)
+    # The signal's reason, for a failing test's message.
     File.open("#{witness}.why", "a") { |f| f.syswrite("#{job_id} #{e.detail}\n") }
     raise
   end

@@ -116,7 +116,10 @@ def wait_witness(path, bound, what)
   loop do
     lines = Witness.read(path)
     return lines if yield(lines)
-    raise Minitest::Assertion, "#{what}: not within #{bound.round(2)} s; witness:\n#{lines.map { |l| l.join(" ") }.join("\n")}" if Clock.now > deadline
+    if Clock.now > deadline
+      why = File.exist?("#{path}.why") ? "\ninterruptions:\n#{File.read("#{path}.why")}" : ""
+      raise Minitest::Assertion, "#{what}: not within #{bound.round(2)} s; witness:\n#{lines.map { |l| l.join(" ") }.join("\n")}#{why}"
+    end
 
     sleep 0.02
   end
