@@ -8,30 +8,88 @@ use std::time::Duration;
 /// sensible lease, and small enough that milliseconds fit Redis' `PX`.
 pub const MAX_SECS: f64 = 1.0e9;
 
-/// Checks that `key` is usable as a lease or flag key: not empty.
+/// The most bytes (UTF-8) a key, stop key, namespace or label may have.
+/// Far above any sensible name, and well inside every backend's limits
+/// (a Postgres index row holds namespace, key and token within its 2,704
+/// bytes; Redis keys and values are binary-safe).
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// The key grammar, one rule for every backend and every face: checks that
+/// `key` is usable as a lease or flag key (or a stop key): not empty, at
+/// most [`MAX_NAME_BYTES`] bytes, no NUL (Postgres text refuses it; C
+/// strings end there), and not starting with `}` (on a Redis Cluster,
+/// `NS:kind:{}…}` would make an empty hash tag, so one key's entries would
+/// land in different slots). Anything else is a key, on every backend.
 ///
 /// `what` names the argument in the message (`"key"`, `"stop_key"`).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when `key` is empty.
+/// [`Error::InvalidArgument`] naming `what` and the rule.
+///
+/// # Examples
+/// ```
+/// use mistri_locks::check_key;
+/// assert!(check_key("key", "job:7 ü {x}").is_ok());
+/// assert!(check_key("key", "").is_err());
+/// assert!(check_key("stop_key", "a\0b").is_err());
+/// assert!(check_key("key", "}x").is_err());
+/// ```
 pub fn check_key(what: &str, key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(Error::InvalidArgument(format!("{what} must not be empty")));
+    check_name(what, key)?;
+    if key.starts_with('}') {
+        return Err(Error::InvalidArgument(format!(
+            "{what} must not start with '}}' (on a Redis Cluster it would end the hash tag \
+             that keeps a key's entries in one slot), got {key:?}"
+        )));
     }
     Ok(())
 }
 
-/// Checks a holder's label: not empty, no NUL, and not the byte 0x1F that
-/// separates a stored label from the hold's stop key
-/// ([`crate::Identity::stop_key`]).
+/// A namespace: a key ([`check_key`]) without `{` or `}` at all (they are
+/// reserved for the hash tag around the key, `NS:kind:{KEY}`).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the rule.
+pub fn check_namespace(namespace: &str) -> Result<()> {
+    check_key("namespace", namespace)?;
+    if namespace.contains(['{', '}']) {
+        return Err(Error::InvalidArgument(format!(
+            "namespace must not contain '{{' or '}}' (they are reserved for hash tags): {namespace:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Not empty, at most [`MAX_NAME_BYTES`], no NUL: what every name shares.
+fn check_name(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::InvalidArgument(format!("{what} must not be empty")));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "{what} is {} bytes long; at most {MAX_NAME_BYTES} are allowed",
+            name.len()
+        )));
+    }
+    if name.contains('\0') {
+        return Err(Error::InvalidArgument(format!(
+            "{what} must not contain NUL (0x00), got {name:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a holder's label: not empty, at most [`MAX_NAME_BYTES`], no NUL,
+/// and not the byte 0x1F that separates a stored label from the hold's
+/// stop key ([`crate::Identity::stop_key`]).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming `what`.
 pub fn check_label(what: &str, label: &str) -> Result<()> {
-    check_key(what, label)?;
-    if label.contains('\0') || label.contains('\u{1f}') {
+    check_name(what, label)?;
+    if label.contains('\u{1f}') {
         return Err(Error::InvalidArgument(format!(
-            "{what} must not contain NUL or the unit separator (0x1F), got {label:?}"
+            "{what} must not contain the unit separator (0x1F), got {label:?}"
         )));
     }
     Ok(())

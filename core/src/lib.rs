@@ -58,7 +58,10 @@ pub mod stats;
 pub mod waiting;
 
 // The public API, one list.
-pub use args::{check_key, duration_from_secs, fork_generation, wait_timeout_from_secs};
+pub use args::{
+    check_key, check_label, check_namespace, duration_from_secs, fork_generation,
+    wait_timeout_from_secs, MAX_NAME_BYTES,
+};
 pub use backend::local::{default_path as local_default_path, Local};
 pub use backend::memory::Memory;
 pub use backend::open;

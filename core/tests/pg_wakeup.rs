@@ -45,30 +45,23 @@ fn who() -> Identity {
 
 /// Runs `free` (which frees `key` for the queue) on its own thread while
 /// session W holds an uncommitted refused try of lineW, then commits W,
-/// and returns what a listener on lineW's channel heard.
+/// and returns what a listener on lineW's `channel` heard.
 fn rung_after(
     server: &PgServer,
     ns: &str,
     key: &str,
+    channel: String,
     free: impl FnOnce() + Send + 'static,
 ) -> Vec<String> {
     let mut listener = PgClient::connect(server.port()).unwrap();
-    let channel = listener
-        .query(
-            "SELECT mistri_locks.channel('n', $1, $2, 'lineW')",
-            &[ns, key],
-        )
-        .unwrap()[0][0]
-        .clone()
-        .unwrap();
     listener.simple(&format!("LISTEN \"{channel}\"")).unwrap();
 
     let mut w = PgClient::connect(server.port()).unwrap();
     w.simple("BEGIN").unwrap();
     let fence = w
         .query(
-            "SELECT mistri_locks.acquire($1, $2, 'tokW', 30000, 'w', 1000, 1, 'lineW', 6000)",
-            &[ns, key],
+            "SELECT mistri_locks.acquire($1, $2, 'tokW', 30000, 'w', 1000, 1, 'lineW', 6000, $3)",
+            &[ns, key, &channel],
         )
         .unwrap()[0][0]
         .clone();
@@ -122,7 +115,8 @@ fn a_release_rings_the_line_whose_refused_try_commits_after_it() {
     let pg = Postgres::open(&server.url(), &ns).unwrap();
     let lease = pg.acquire_as("k", IO * 6, &who()).unwrap().unwrap();
     let fence = lease.fence();
-    let heard = rung_after(server, &ns, "k", move || {
+    let channel = pg.line_channel("k", "lineW");
+    let heard = rung_after(server, &ns, "k", channel, move || {
         assert!(pg.release(&lease).unwrap());
     });
     assert_eq!(heard, vec![fence.to_string()], "lineW is rung");
@@ -134,7 +128,8 @@ fn a_break_rings_the_line_whose_refused_try_commits_after_it() {
     let ns = unique("wakeup");
     let pg = Postgres::open(&server.url(), &ns).unwrap();
     pg.acquire_as("k", IO * 6, &who()).unwrap().unwrap();
-    let heard = rung_after(server, &ns, "k", move || {
+    let channel = pg.line_channel("k", "lineW");
+    let heard = rung_after(server, &ns, "k", channel, move || {
         assert!(pg.break_lease("k").unwrap());
     });
     assert_eq!(heard, vec!["0".to_owned()], "lineW is rung");
@@ -151,7 +146,8 @@ fn a_leaving_head_rings_the_line_whose_refused_try_commits_after_it() {
     let refused = pg.acquire_queued("k", IO * 6, &who(), 1, "lineA").unwrap();
     assert!(refused.is_none());
     assert!(pg.release(&lease).unwrap());
-    let heard = rung_after(server, &ns, "k", move || {
+    let channel = pg.line_channel("k", "lineW");
+    let heard = rung_after(server, &ns, "k", channel, move || {
         pg.leave_queue("k", "lineA").unwrap();
     });
     assert_eq!(heard, vec!["0".to_owned()], "lineW is rung");

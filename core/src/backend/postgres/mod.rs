@@ -171,9 +171,7 @@ impl Postgres {
     /// As [`Postgres::open`], and [`Error::InvalidArgument`] for a zero
     /// timeout.
     pub fn with_timeout(url: &str, namespace: &str, timeout: Duration) -> Result<Postgres> {
-        if namespace.is_empty() {
-            return Err(Error::InvalidArgument("namespace must not be empty".into()));
-        }
+        crate::args::check_namespace(namespace)?;
         crate::args::check_duration("timeout", timeout)?;
         let cfg = url::parse(url)?;
         if cfg.ssl != url::SslMode::Disable {

@@ -74,6 +74,7 @@ impl Postgres {
             millis_ceil(ttl).to_string(),
             ms_or_zero(who.heartbeat).to_string(),
         );
+        let line_channel = line.map(|line| self.line_channel(key, line));
         let (limit_text, queue_ms) = (
             limit.max(1).to_string(),
             millis_ceil(crate::contract::QUEUE_ENTRY_TTL).to_string(),
@@ -90,6 +91,7 @@ impl Postgres {
                 Some(&limit_text),
                 line,
                 Some(&queue_ms),
+                line_channel.as_deref(),
             ],
         )?;
         let fence = self.int_of("acquire", &rows)?.unwrap_or(0);
@@ -263,9 +265,10 @@ impl Adapter for Postgres {
 
     fn set_flag(&self, key: &str, ttl: Duration) -> Result<()> {
         let ttl = millis_ceil(ttl).to_string();
+        let channel = self.flag_channel(key);
         self.run(
             &self.sql.set_flag,
-            &[Some(&self.namespace), Some(key), Some(&ttl)],
+            &[Some(&self.namespace), Some(key), Some(&ttl), Some(&channel)],
         )
         .map(drop)
     }

@@ -15,7 +15,9 @@
 
 /// The schema version this client writes and reads.
 /// 2: `release`, `break_lease` and `leave_queue` lock the key's `fences` row
-/// first (a waiter's refused try could commit unseen, its line never rung).
+/// first (a waiter's refused try could commit unseen, its line never rung);
+/// channel names come from the client ([`channel`]), kept in the queue row
+/// for a line, passed to `set_flag` for a flag.
 pub(crate) const VERSION: i64 = 2;
 
 /// The DDL: idempotent, one transaction, serialized across processes by a
@@ -79,27 +81,31 @@ CREATE TABLE IF NOT EXISTS @S.fence_seen (
   fence bigint NOT NULL
 );
 
-CREATE OR REPLACE FUNCTION @S.channel(p_kind text, p_ns text, p_key text, p_line text)
-RETURNS text LANGUAGE sql IMMUTABLE AS $f$
-  SELECT 'ml' || p_kind || '_' || md5(length(p_ns) || ':' || p_ns || length(p_key) || ':'
-    || p_key || ':' || coalesce(p_line, ''))
-$f$;
+-- Version 2: channel names come from the client (computed in Rust, in
+-- UTF-8, whatever the database encoding): the line's channel is kept in its
+-- queue row, a flag's is passed to set_flag. The version-1 functions that
+-- computed them in SQL go.
+ALTER TABLE @S.queue ADD COLUMN IF NOT EXISTS channel text;
+DROP FUNCTION IF EXISTS @S.acquire(text, text, text, bigint, text, bigint, int, text, bigint);
+DROP FUNCTION IF EXISTS @S.set_flag(text, text, bigint);
+DROP FUNCTION IF EXISTS @S.channel(text, text, text, text);
 
 CREATE OR REPLACE FUNCTION @S.announce(p_ns text, p_key text, p_payload text)
 RETURNS void LANGUAGE plpgsql AS $f$
 DECLARE head text;
 BEGIN
-  SELECT q.line INTO head FROM @S.queue q
+  SELECT q.channel INTO head FROM @S.queue q
     WHERE q.ns = p_ns AND q.key = p_key AND q.deadline > clock_timestamp()
     ORDER BY q.queued_at, q.line LIMIT 1;
   IF head IS NOT NULL THEN
-    PERFORM pg_notify(@S.channel('n', p_ns, p_key, head), p_payload);
+    PERFORM pg_notify(head, p_payload);
   END IF;
 END
 $f$;
 
 CREATE OR REPLACE FUNCTION @S.acquire(p_ns text, p_key text, p_token text, p_ttl_ms bigint,
-  p_label text, p_heartbeat_ms bigint, p_limit int, p_line text, p_queue_ms bigint)
+  p_label text, p_heartbeat_ms bigint, p_limit int, p_line text, p_queue_ms bigint,
+  p_channel text)
 RETURNS bigint LANGUAGE plpgsql AS $f$
 DECLARE
   counter bigint;
@@ -147,9 +153,11 @@ BEGIN
   ELSE
     v_fence := 0;
     IF p_line IS NOT NULL THEN
-      INSERT INTO @S.queue AS q (ns, key, line, queued_at, deadline)
-      VALUES (p_ns, p_key, p_line, now_ts, now_ts + p_queue_ms * interval '1 millisecond')
-      ON CONFLICT (ns, key, line) DO UPDATE SET deadline = EXCLUDED.deadline;
+      INSERT INTO @S.queue AS q (ns, key, line, queued_at, deadline, channel)
+      VALUES (p_ns, p_key, p_line, now_ts, now_ts + p_queue_ms * interval '1 millisecond',
+        p_channel)
+      ON CONFLICT (ns, key, line) DO UPDATE SET deadline = EXCLUDED.deadline,
+        channel = EXCLUDED.channel;
     END IF;
   END IF;
   -- Now and then, sweep a few long-dead rows of other keys.
@@ -240,13 +248,14 @@ BEGIN
 END
 $f$;
 
-CREATE OR REPLACE FUNCTION @S.set_flag(p_ns text, p_key text, p_ttl_ms bigint)
+CREATE OR REPLACE FUNCTION @S.set_flag(p_ns text, p_key text, p_ttl_ms bigint,
+  p_channel text)
 RETURNS void LANGUAGE plpgsql AS $f$
 BEGIN
   INSERT INTO @S.flags AS f (ns, key, expires_at)
   VALUES (p_ns, p_key, clock_timestamp() + p_ttl_ms * interval '1 millisecond')
   ON CONFLICT (ns, key) DO UPDATE SET expires_at = EXCLUDED.expires_at;
-  PERFORM pg_notify(@S.channel('r', p_ns, p_key, NULL), '1');
+  PERFORM pg_notify(p_channel, '1');
 END
 $f$;
 
@@ -307,10 +316,11 @@ COMMIT;
 pub(crate) const READ_VERSION: &str = "SELECT version FROM @S.meta WHERE id = 1";
 
 /// `$1` ns, `$2` key, `$3` token, `$4` ttl ms, `$5` label, `$6` heartbeat
-/// ms, `$7` limit, `$8` line (NULL: none), `$9` queue entry ttl ms. The
-/// fence, 0 when refused.
+/// ms, `$7` limit, `$8` line (NULL: none), `$9` queue entry ttl ms, `$10`
+/// the line's `LISTEN` channel ([`channel`]; NULL with no line). The fence,
+/// 0 when refused.
 pub(crate) const ACQUIRE: &str =
-    "SELECT @S.acquire($1, $2, $3, $4::bigint, $5, $6::bigint, $7::int, $8, $9::bigint)";
+    "SELECT @S.acquire($1, $2, $3, $4::bigint, $5, $6::bigint, $7::int, $8, $9::bigint, $10)";
 
 /// `$1` ns, `$2` key, `$3` token, `$4` ttl ms, `$5` least ms left: 1 / 0 / -1.
 pub(crate) const RENEW: &str = "SELECT @S.renew($1, $2, $3, $4::bigint, $5::bigint)";
@@ -369,8 +379,9 @@ pub(crate) const LIST_FLAGS: &str = "SELECT f.key, \
      FROM @S.flags f WHERE f.ns = $1 AND left(f.key, length($2)) = $2 \
      AND f.expires_at > clock_timestamp() ORDER BY f.key";
 
-/// `$1` ns, `$2` key, `$3` ttl ms (announced on the flag's channel).
-pub(crate) const SET_FLAG: &str = "SELECT @S.set_flag($1, $2, $3::bigint)";
+/// `$1` ns, `$2` key, `$3` ttl ms, `$4` the flag's `LISTEN` channel
+/// ([`channel`], announced on).
+pub(crate) const SET_FLAG: &str = "SELECT @S.set_flag($1, $2, $3::bigint, $4)";
 
 /// `$1` ns, `$2` key: is the flag up.
 pub(crate) const FLAG: &str = "SELECT EXISTS (SELECT 1 FROM @S.flags f \
@@ -426,9 +437,10 @@ pub(crate) fn int_array(items: impl IntoIterator<Item = u64>) -> String {
 }
 
 /// The `LISTEN` channel of a raised flag (`kind` `r`) or a waiting line
-/// (`n`): the same name `@S.channel` computes (`ml` kind `_` md5 of the
-/// length-prefixed namespace, key and line): an identifier of 36 bytes
-/// whatever the key's length.
+/// (`n`): `ml` kind `_` md5 of the UTF-8 of the length-prefixed (in chars)
+/// namespace, key and line, an identifier of 36 bytes whatever the key's
+/// length. Computed here only, and passed to the SQL (`set_flag`, the
+/// queue row), so the database encoding never changes it.
 pub(crate) fn channel(kind: char, ns: &str, key: &str, line: Option<&str>) -> String {
     use md5::{Digest, Md5};
     let text = format!(

@@ -116,14 +116,7 @@ impl Redis {
     /// [`Redis::open`] with a connect/read/write timeout other than
     /// [`DEFAULT_TIMEOUT`].
     pub fn with_timeout(url: &str, namespace: &str, timeout: Duration) -> Result<Self> {
-        if namespace.is_empty() {
-            return Err(Error::InvalidArgument("namespace must not be empty".into()));
-        }
-        if namespace.contains(['{', '}']) {
-            return Err(Error::InvalidArgument(format!(
-                "namespace must not contain '{{' or '}}' (they are reserved for hash tags): {namespace:?}"
-            )));
-        }
+        crate::args::check_namespace(namespace)?;
         crate::args::check_duration("timeout", timeout)?;
         if url.starts_with("rediss://") {
             // rustls needs a process-wide crypto provider; another library

@@ -85,9 +85,10 @@
 //! scheduler retires. The stop-key index (`watching`) is also the
 //! engine's interest list: a key's first watcher asks the listener for it
 //! ([`crate::contract::push::FlagWatch::watch_flag`]), its last one gives it up, so
-//! the process subscribes exactly the stop keys its holds watch. The listener's thread calls in: `raised(key)` trips
-//! the holds watching `key` at once (as a poll that found the flag would);
-//! `poll_flag(key)` (its subscription just became live) makes that key's
+//! the process subscribes exactly the stop keys its holds watch. The listener's thread calls in: `raised(key)` (a
+//! push: a hint anyone able to publish could send, never a verdict) makes
+//! the reads of the holds watching `key` due now, and only a flag that read
+//! finds raised trips them; `poll_flag(key)` (its subscription just became live) makes that key's
 //! reads due now; `poll_now` makes every watched flag due now (flagging entries whose read
 //! is in flight to be read again), so the scheduler hands the reads to the
 //! I/O thread at once. Neither waits for I/O nor touches a deadline; the

@@ -147,32 +147,14 @@ impl Shared {
 }
 
 impl FlagWatcher for Shared {
+    /// A push is a hint, never a verdict: anyone who can publish on the
+    /// channel (any Redis client, any Postgres role that can log in) could
+    /// send it. It makes the holds watching `key` read the flag now, and
+    /// only a raised flag trips them (the poll's path). Costs one round
+    /// trip on top of the push.
     fn raised(&self, key: &str) {
-        let mut trips = Trips::new();
         bump(&self.stats.pushes_received, 1);
-        {
-            let mut state = self.state.lock();
-            let ids = state.watching.remove(key).unwrap_or_default();
-            if !ids.is_empty() {
-                if let Some(watch) = &state.watch {
-                    watch.unwatch_flag(key);
-                }
-            }
-            for id in ids {
-                let Some(e) = state.entries.get_mut(id) else {
-                    continue;
-                };
-                if e.stop_key.as_deref() == Some(key) {
-                    e.stop_key = None;
-                    let reason = format!("stop flag {key:?} raised");
-                    stopped(&self.stats, e, &reason);
-                    trips.push((e.signal.clone(), reason));
-                    state.disarm(Kind::Check, id);
-                }
-            }
-        }
-        trip_all(trips);
-        self.stats.flush();
+        self.poll_flag(key);
     }
 
     fn poll_now(&self) {
