@@ -30,8 +30,9 @@ module MistriLocks
   # The hold watches the job's stop key, "job:<job id>:stop" (ActiveJob's
   # job_id, Sidekiq's jid): Job.stop(id) raises it, and so do Python's
   # mistri_locks.celery.stop(id), C's set_flag and `mistri-locks stop`. The
-  # lease's holder label carries that stop key ("… stop=job:<id>:stop"), so
-  # Job.stop_holder(key) can stop whatever job holds a key.
+  # lease's holder description carries that stop key (`stop_key` in
+  # `info`/`list`, stored with the lease), so Job.stop_holder(key) and
+  # `mistri-locks stop --holder-of KEY` stop whatever job holds a key.
   #
   # Nothing here loads ActiveJob or Sidekiq: `require "mistri_locks/job"`
   # (or the MistriLocks::Job autoload) reads them only if the app has them.
@@ -98,7 +99,7 @@ module MistriLocks
         info = locks.info(key)
         return [] unless info
 
-        keys = (info[:holders] || [info]).filter_map { |h| h[:stop_key] || h[:holder].to_s[/ stop=(\S+)\z/, 1] }.uniq
+        keys = (info[:holders] || [info]).filter_map { |h| h[:stop_key] }.uniq
         keys.each { |k| locks.set_flag(k, ttl: ttl) }
         keys
       end
@@ -112,7 +113,7 @@ module MistriLocks
         locks = options.locks_for
         payload = { key: key, job_id: job_id, job_class: job_class }
         stop = stop_key(job_id)
-        label = "#{locks.label} #{job_class} stop=#{stop}"
+        label = "#{locks.label} #{job_class}"
         hold = locks.hold(key, ttl: options.ttl, heartbeat: options.heartbeat, stop_key: stop,
                                wait: options.wait.positive? ? options.wait : nil, limit: options.limit, label: label)
         return conflict(options, payload, attempts, logger, reenqueue) unless hold
