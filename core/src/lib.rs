@@ -49,6 +49,7 @@ pub mod error;
 pub mod hold;
 #[doc(hidden)]
 pub mod locks;
+pub mod operator;
 mod runtime;
 #[doc(hidden)]
 pub mod signal;
