@@ -22,7 +22,9 @@ venv="${VENV:-$here/.venv}"
 # Pinned so a rerun needs no network and results don't drift.
 # psycopg: tests/test_postgres.py writes through fence_check as an app would.
 tools=("maturin>=1.16,<1.17" "pytest>=8,<10" "mypy>=1.18,<3" "typing_extensions>=4.10"
-       "psycopg[binary]>=3.1,<4")
+       "psycopg[binary]>=3.1,<4"
+       # mistri_locks.metrics.Collector's tests (the package stays optional for users).
+       "prometheus-client>=0.20,<1")
 stamp="$venv/.mistri-tools"
 want="$("$python" -c 'import sys; print(sys.version)') ${tools[*]}"
 

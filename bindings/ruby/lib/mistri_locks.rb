@@ -31,6 +31,9 @@ require_relative "mistri_locks/events"
 module MistriLocks
   # The drop-in for Mistri::Locks::RailsCache (loaded on first use).
   autoload :RailsCache, "mistri_locks/rails_cache"
+  # The operator's page as a Rack app, and Prometheus text (loaded on first use).
+  autoload :Web, "mistri_locks/web"
+  autoload :Metrics, "mistri_locks/metrics"
 
   @locks = nil
 

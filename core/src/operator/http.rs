@@ -36,7 +36,7 @@ use std::time::SystemTime;
 
 /// The operator's page: one self-contained HTML file (no build step, no
 /// CDN), served by [`handle`] with its placeholders filled.
-pub const PAGE: &str = include_str!("../../operator/page.html");
+pub const PAGE: &str = include_str!("page.html");
 
 /// The largest action body accepted (a key is at most a few hundred bytes).
 pub const MAX_BODY: usize = 64 * 1024;

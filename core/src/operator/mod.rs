@@ -7,7 +7,7 @@
 //! - [`stats_prometheus`], [`fleet_prometheus`]: Prometheus text of one
 //!   handle's counters and of the fleet a listing shows (`GET /metrics`);
 //! - [`PAGE`]: the page, one self-contained HTML file
-//!   (`core/operator/page.html`, embedded here so the CLI, the Python
+//!   (`core/src/operator/page.html`, embedded here so the CLI, the Python
 //!   package and the gem all carry it);
 //! - [`handle`]: the whole HTTP interface over an [`OperatorRequest`],
 //!   with its refusals (read-only by default, bearer token or the host's
