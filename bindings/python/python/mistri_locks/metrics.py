@@ -16,7 +16,7 @@ the same families as every other face (docs/OPERATING.md has the table):
 
 from __future__ import annotations
 
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 from . import _native
 from ._native import Locks
@@ -31,10 +31,10 @@ def text(locks: Locks) -> str:
     return _native._stats_prometheus(locks)
 
 
-def _families(exposition: str) -> List[Tuple[str, str, str, List[Tuple[dict, float]]]]:
+def _families(exposition: str) -> List[Tuple[str, str, str, List[Tuple[Dict[str, str], float]]]]:
     """(name, type, help, [(labels, value)]) of every family in the text."""
-    families: List[Tuple[str, str, str, List[Tuple[dict, float]]]] = []
-    helps: dict = {}
+    families: List[Tuple[str, str, str, List[Tuple[Dict[str, str], float]]]] = []
+    helps: Dict[str, str] = {}
     for line in exposition.splitlines():
         if line.startswith("# HELP "):
             name, _, doc = line[7:].partition(" ")
@@ -44,7 +44,7 @@ def _families(exposition: str) -> List[Tuple[str, str, str, List[Tuple[dict, flo
             families.append((name, kind, helps.get(name, ""), []))
         elif line and families:
             series, _, value = line.rpartition(" ")
-            labels: dict = {}
+            labels: Dict[str, str] = {}
             if "{" in series:
                 inner = series[series.index("{") + 1 : -1]
                 for pair in inner.split(","):

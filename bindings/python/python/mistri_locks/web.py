@@ -23,7 +23,7 @@ Nothing of Django is imported until :func:`django_urls` is called.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import _native
 from ._native import Locks
@@ -33,7 +33,7 @@ __all__ = ["app", "django_urls", "WSGIApp"]
 _ACTIONS = ("/api/stop", "/api/clear", "/api/break")
 
 StartResponse = Callable[..., Any]
-WSGIApp = Callable[[dict, StartResponse], Iterable[bytes]]
+WSGIApp = Callable[[Dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class _Options:
@@ -109,7 +109,7 @@ _REFUSED = (413, [("Content-Type", "application/json")], b'{"ok":false,"error":"
 def app(
     locks: Locks,
     *,
-    authorize: Optional[Callable[[dict], bool]] = None,
+    authorize: Optional[Callable[[Dict[str, Any]], bool]] = None,
     token: Optional[str] = None,
     allow_actions: Optional[bool] = None,
     prefix: str = "",
@@ -124,7 +124,7 @@ def app(
         raise TypeError("locks must be a mistri_locks handle (Memory(), Redis(…), …)")
     opts = _Options(authorize, token, allow_actions, prefix)
 
-    def wsgi(environ: dict, start_response: StartResponse) -> Iterable[bytes]:
+    def wsgi(environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         if _too_large(environ):
             status, headers, body = _REFUSED
         else:
@@ -166,15 +166,15 @@ def django_urls(
     The view is exempt from Django's CSRF middleware because the
     interface checks its own token (and the origin) on every action.
     """
-    from django.http import HttpResponse
-    from django.urls import re_path
-    from django.views.decorators.csrf import csrf_exempt
+    from django.http import HttpResponse  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from django.urls import re_path  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from django.views.decorators.csrf import csrf_exempt  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
     if not isinstance(locks, Locks):
         raise TypeError("locks must be a mistri_locks handle (Memory(), Redis(…), …)")
     opts = _Options(authorize, token, allow_actions, prefix)
 
-    @csrf_exempt
+    @csrf_exempt  # type: ignore[untyped-decorator, misc, unused-ignore]
     def view(request: Any, rest: str = "") -> Any:
         meta = dict(request.META)
         meta["REQUEST_METHOD"] = request.method
