@@ -84,16 +84,18 @@ function held(key) {
 }
 
 async function main() {
-  const browser = await chromium.launch({
+  // A fresh --user-data-dir (Playwright takes it as the persistent context's folder).
+  const browser = await chromium.launchPersistentContext(join(work, "profile"), {
     executablePath: "/usr/bin/chromium",
     headless: true,
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-      "--disable-component-update", "--disable-sync", "--no-first-run", "--user-data-dir=" + join(work, "profile")],
+      "--disable-component-update", "--disable-sync", "--no-first-run"],
+    viewport: { width: 1400, height: 900 },
     timeout: START_S * 1000,
   });
   try {
     const server = await serve(["--allow-actions", "--token-file", tokenFile]);
-    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    const page = await browser.newPage();
     let alerted = false;
     page.on("dialog", async (d) => { if (d.type() === "alert") { alerted = true; } await d.dismiss().catch(() => {}); });
     await page.goto(server.addr, { timeout: START_S * 1000 });
@@ -201,7 +203,7 @@ async function main() {
     if (bigDb) {
       // 10,000 leases (made beforehand in a Local file): filter and paging.
       const big = await serve([], bigDb);
-      const bp = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+      const bp = await browser.newPage();
       await bp.goto(big.addr, { timeout: START_S * 1000 });
       await within(START_S, "10,000 rows", async () => ((await bp.locator("#lease-count").textContent()) || "").includes("10000"));
       assert.equal(await bp.locator("#leases tbody tr").count(), 100);
