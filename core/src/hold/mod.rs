@@ -157,7 +157,7 @@ impl HoldOptions {
             check_key("stop_key", stop)?;
         }
         if let Some(label) = &self.label {
-            check_key("label", label)?;
+            crate::args::check_label("label", label)?;
         }
         crate::waiting::check_limit(self.limit)?;
         if let Some(max_hold) = self.max_hold {
@@ -272,6 +272,7 @@ impl Hold {
         Identity {
             label: opts.label.clone().unwrap_or_else(default_label),
             heartbeat: opts.heartbeat,
+            stop_key: opts.stop_key.clone(),
         }
     }
 
