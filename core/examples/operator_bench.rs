@@ -74,7 +74,11 @@ fn main() {
         ms(started.elapsed())
     );
     let bin = cli();
-    assert!(bin.exists(), "no {} (build the CLI first, or set MISTRI_LOCKS_BIN)", bin.display());
+    assert!(
+        bin.exists(),
+        "no {} (build the CLI first, or set MISTRI_LOCKS_BIN)",
+        bin.display()
+    );
 
     let (mut list, mut render, mut both, mut cli_runs) = (vec![], vec![], vec![], vec![]);
     let mut sizes = (0, 0);
@@ -95,7 +99,11 @@ fn main() {
             .output()
             .unwrap();
         cli_runs.push(t.elapsed());
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         sizes.1 = out.stdout.len();
     }
     println!("median of {ROUNDS} rounds, {n} leases:");

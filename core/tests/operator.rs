@@ -295,3 +295,42 @@ fn stop_clear_and_break_do_what_they_say() {
     assert_eq!(act("/api/clear", r#"{"key": "jobs-stop"}"#).status, 200);
     assert!(!locks.flag("jobs-stop").unwrap());
 }
+
+#[test]
+fn stop_raises_the_holders_stop_key_shown_in_the_state() {
+    let locks = Locks::memory();
+    let worker = locks.new_owner();
+    let mut o = opts(10.0, 0.05);
+    o.stop_key = Some("report:42:stop".into());
+    let hold = worker.hold("report:42", o).unwrap().expect("free");
+    let _plain = worker
+        .hold("report:43", opts(10.0, 0.05))
+        .unwrap()
+        .expect("free");
+    let on = OperatorOptions {
+        allow_actions: true,
+        token: Some(TOKEN.into()),
+        ..OperatorOptions::default()
+    };
+    let state = body(&handle(&locks, &on, &get("/api/state", "")));
+    assert!(state.contains(r#""stop_key":"report:42:stop""#), "{state}");
+    let bearer = format!("Bearer {TOKEN}");
+    let mut req = post("/api/stop", br#"{"key": "report:43"}"#);
+    req.authorization = Some(&bearer);
+    assert_eq!(
+        handle(&locks, &on, &req).status,
+        409,
+        "no stop key to raise"
+    );
+    let mut req = post("/api/stop", br#"{"key": "report:42"}"#);
+    req.authorization = Some(&bearer);
+    let r = handle(&locks, &on, &req);
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert!(locks.flag("report:42:stop").unwrap());
+    // Tripped within a tick (50 ms); the flag's own ttl bounds the wait.
+    assert!(hold.signal().wait(Some(mistri_locks::FLAG_TTL)));
+    assert_eq!(
+        operator::stop_holders(&locks, "report:42").unwrap(),
+        Ok("raised report:42:stop".into())
+    );
+}

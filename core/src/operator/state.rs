@@ -58,8 +58,8 @@ fn holder(out: &mut String, h: &HolderInfo, now: SystemTime) {
 }
 
 /// The stop key the holder watches, when its description carries one.
-pub(crate) fn stop_key(_h: &HolderInfo) -> Option<&str> {
-    None
+pub(crate) fn stop_key(h: &HolderInfo) -> Option<&str> {
+    h.stop_key.as_deref()
 }
 
 /// Renders `listing` (as [`Locks::list`] returned it for `prefix`) at
