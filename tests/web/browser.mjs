@@ -139,6 +139,21 @@ async function main() {
     assert.ok(await page.locator("#leases .timeline span").count() >= 2, "the timeline shows both holders");
     ok("the timeline shows the hand-over");
 
+    // `mistri-locks stop --holder-of KEY` does what the page's Stop does.
+    const viaCli = holder("cli:stop", ["--stop-key", "cli:stop:flag"]);
+    const plain = holder("cli:plain");
+    await within(START_S, "the CLI holders acquiring", () => held("cli:stop") && held("cli:plain"));
+    const stopped = spawnSync(bin, cli(["stop", "--holder-of", "cli:stop"]), { encoding: "utf8" });
+    assert.equal(stopped.status, 0, stopped.stderr);
+    assert.match(stopped.stdout, /raised cli:stop:flag/);
+    const cliExit = await Promise.race([viaCli.exited, sleep((TICK_S + SAFETY_POLL_S) * 1000).then(() => ({ code: "still running" }))]);
+    assert.equal(cliExit.code, 76, viaCli.out);
+    const none = spawnSync(bin, cli(["stop", "--holder-of", "cli:plain"]), { encoding: "utf8" });
+    assert.equal(none.status, 1);
+    assert.match(none.stderr, /watches no stop key/);
+    plain.kill("SIGTERM");
+    ok("mistri-locks stop --holder-of KEY stops KEY's holder; a holder without a stop key is an error");
+
     // A key that is HTML renders as text.
     const evil = "<img src=x onerror=alert(1)>";
     holder(evil);
