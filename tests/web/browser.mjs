@@ -205,14 +205,26 @@ async function main() {
     await roPage.close();
 
     if (screenshot) {
-      for (let i = 0; i < 20; i++) holder(`nightly:report:${String(i).padStart(2, "0")}`, ["--stop-key", `nightly:stop:${i}`]);
+      const nightly = [];
+      for (let i = 0; i < 20; i++) nightly.push(holder(`nightly:report:${String(i).padStart(2, "0")}`, ["--stop-key", `nightly:stop:${i}`]));
       for (let i = 0; i < 3; i++) holder(`nightly:report:${String(i).padStart(2, "0")}`, ["--wait", "60"]);
       spawnSync(bin, cli(["stop", "nightly:pause", "--ttl", "300"]), { stdio: "ignore" });
       await page.fill("#prefix", "nightly:");
       await within(START_S + 2 * POLL_S, "20 leases and a flag", async () =>
         (await page.locator("#leases tbody tr").count()) === 20 && (await page.locator("#flags tbody tr").count()) === 1);
+      // A holder that stops renewing stands out: freeze one (SIGSTOP can't
+      // be caught or ignored) until its last renewal is older than twice
+      // its heartbeat; its ttl (10 s) outlasts the freeze.
+      const frozen = nightly[7];
+      frozen.kill("SIGSTOP");
+      const stuckRow = page.locator('tr[data-key="nightly:report:07"]');
+      await within(2 * TICK_S + 2 * POLL_S + 1, "the frozen holder's row standing out",
+        async () => (await stuckRow.getAttribute("class")) === "stuck");
+      assert.equal(await page.locator("#leases tr.stuck").count(), 1);
+      ok("a holder silent past twice its heartbeat stands out (row marked stuck)");
       await page.screenshot({ path: screenshot, fullPage: true });
-      ok("screenshot of 20 leases, 3 waiters and a flag: " + screenshot);
+      frozen.kill("SIGCONT");
+      ok("screenshot of 20 leases (one stuck), 3 waiters and a flag: " + screenshot);
     }
 
     if (bigDb) {
