@@ -7,8 +7,22 @@ resolves it to the module file it names (the longest module prefix) and
 looks for strongly connected groups of files. A parent module's `mod`
 lines are not imports; its `pub use` of a child is.
 
+Re-exports are followed: a path that names an item a module re-exports
+(`pub use stats::Stats;` in lib.rs, then `use crate::Stats` elsewhere)
+is an import of the module the item comes from (`crate::stats`), not of
+the re-exporting module, so an arrow hidden behind lib.rs's public list
+is still seen.
+
     python3 scripts/check_cycles.py core/src [more/src ...]   # exit 1 on a cycle
     python3 scripts/check_cycles.py --graph core/src          # print the edges
+    python3 scripts/check_cycles.py --layers core/src         # also: folders as layers
+
+With `--layers`, each top-level module of the crate (a folder such as
+`hold/`, `signal/`, or a file such as `stats.rs`) is one node too, and two
+layers that import each other in any direction, through any of their
+files, are a cycle: the layering of DESIGN.md ("a lower layer never imports
+a higher one"). Test-only modules (`tests`, `loom_models`) may reach
+across layers and are left out of this check.
 """
 import os
 import re
@@ -55,13 +69,80 @@ def modules(src):
     return found
 
 
-def resolve(mods, path):
+USE = re.compile(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);", re.S)
+
+
+def reexports(mods):
+    """Maps (module, name) to the full path a module's `pub use` gives it."""
+    found = {}
+    for mod, file in mods.items():
+        text = strip_comments(open(file, encoding="utf-8").read())
+        for body in USE.findall(text):
+            for path, alias in use_leaves(re.sub(r"\s+", "", body)):
+                if not path or path[-1] == "*":
+                    continue
+                head, rest = path[0], path[1:]
+                if head == "crate":
+                    full = tuple(rest)
+                elif head == "self":
+                    full = mod + tuple(rest)
+                elif head == "super":
+                    base = mod[:-1]
+                    while rest and rest[0] == "super":
+                        base, rest = base[:-1], rest[1:]
+                    full = base + tuple(rest)
+                elif mod + (head,) in mods:
+                    full = mod + tuple(path)
+                else:
+                    continue  # an external crate
+                found[(mod, alias or path[-1])] = full
+    return found
+
+
+def use_leaves(body, prefix=()):
+    """`a::{b, c::d as e}` -> [(('a','b'), None), (('a','c','d'), 'e')]."""
+    if "{" not in body:
+        path, _, alias = body.partition("as")
+        return [(prefix + tuple(p for p in path.split("::") if p), alias or None)]
+    head, _, inner = body.partition("{")
+    inner = inner[: inner.rfind("}")]
+    prefix = prefix + tuple(p for p in head.split("::") if p)
+    parts, depth, cur = [], 0, ""
+    for ch in inner:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    out = []
+    for part in parts:
+        if part == "self":
+            out.append((prefix, None))
+        elif part:
+            out.append(use_leaves(part, prefix)[0] if "{" not in part else None)
+            if out[-1] is None:
+                out.pop()
+                out.extend(use_leaves(part, prefix))
+    return out
+
+
+def resolve(mods, path, exported=None, seen=0):
+    full = path
     while path and path not in mods:
         path = path[:-1]
+    # The item named after the module prefix may be a re-export: follow it
+    # (bounded, in case two modules re-export each other's names).
+    rest = full[len(path):]
+    if exported and rest and seen < 8 and (path, rest[0]) in exported:
+        return resolve(mods, exported[(path, rest[0])] + rest[1:], exported, seen + 1)
     return path
 
 
 def edges(mods):
+    exported = reexports(mods)
     out = {m: set() for m in mods}
     for mod, file in mods.items():
         text = strip_comments(open(file, encoding="utf-8").read())
@@ -83,7 +164,7 @@ def edges(mods):
                 base = mod[:-1]
                 while segs and segs[0] == "super":
                     base, segs = base[:-1], segs[1:]
-            target = resolve(mods, base + tuple(segs))
+            target = resolve(mods, base + tuple(segs), exported)
             if target != mod and not (len(target) < len(mod) and mod[:len(target)] == target and target == ()):
                 out[mod].add(target)
     return out
@@ -122,12 +203,29 @@ def cycles(graph):
     return result
 
 
+TEST_ONLY = {"tests", "loom_models"}
+
+
+def layers(graph):
+    """The graph of top-level modules (lib.rs itself, the public list, left out)."""
+    out = {}
+    for mod, targets in graph.items():
+        if not mod or set(mod) & TEST_ONLY:
+            continue
+        for t in targets:
+            if t and t[0] != mod[0]:
+                out.setdefault((mod[0],), set()).add((t[0],))
+                out.setdefault((t[0],), set())
+    return out
+
+
 def name(mod):
     return "crate::" + "::".join(mod) if mod else "crate"
 
 
 def main(argv):
     show = "--graph" in argv
+    by_layer = "--layers" in argv
     roots = [a for a in argv if not a.startswith("--")]
     bad = 0
     for src in roots:
@@ -143,8 +241,19 @@ def main(argv):
             for m in group:
                 inside = sorted(name(t) for t in graph[m] if t in group)
                 print(f"    {name(m)} uses {', '.join(inside)}")
+        if by_layer:
+            folded = layers(graph)
+            for group in cycles(folded):
+                bad += 1
+                print(f"{src}: layers import each other: " + ", ".join(name(g) for g in group))
+                for m in group:
+                    for t in sorted(graph):
+                        if t[:1] == m and not set(t) & TEST_ONLY:
+                            for u in sorted(graph[t]):
+                                if u[:1] in group and u[:1] != m:
+                                    print(f"    {name(t)} uses {name(u)}")
         if not bad:
-            print(f"{src}: {len(mods)} modules, no import cycle")
+            print(f"{src}: {len(mods)} modules, no import cycle" + (" (also between layers)" if by_layer else ""))
     return 1 if bad else 0
 
 

@@ -3,15 +3,16 @@
 # whole minitest suite
 # in one process (contract cases against Memory, Local, a throwaway
 # redis-server and a throwaway PostgreSQL on free loopback ports, Mistri drop-in, signals and
-# interrupts, cross-process, fork, RailsCache on Debian's ActiveSupport, and
-# a GC.stress pass), then builds the source gem with the standard command
+# interrupts, cross-process, fork, RailsCache on Debian's ActiveSupport, jobs
+# on Debian's ActiveJob and a real sidekiq, and a GC.stress pass), then builds the source gem with the standard command
 # (`gem build mistri_locks.gemspec`), installs it into a temporary GEM_HOME
 # (compiling it) and requires it from outside the checkout. Exits non-zero
 # on any failure.
 #
 # Needs: cargo, ruby + ruby-dev (3.0+, minitest is bundled), libclang-dev,
 # redis-server, ruby-activesupport and ruby-redis, the PostgreSQL server
-# and psql, ruby-activerecord, ruby-pg and ruby-sqlite3. Honours CARGO_TARGET_DIR
+# and psql, ruby-activerecord, ruby-pg, ruby-sqlite3, ruby-activejob and
+# ruby-sidekiq. Honours CARGO_TARGET_DIR
 # and SOURCE_BUILD=0 (skip the source gem). Extra minitest arguments pass
 # through, e.g. `test.sh -n /Fork/`.
 set -euo pipefail
@@ -24,13 +25,21 @@ cd "$here"
 # every GC of the GC.stress pass (and so its timings) several times slower.
 ruby -I lib -I test -e '
   Dir["test/*_test.rb"].sort.each do |f|
-    require File.expand_path(f) unless f.end_with?("/rails_cache_test.rb", "/active_record_test.rb")
+    require File.expand_path(f) unless f.end_with?("/rails_cache_test.rb", "/active_record_test.rb", "/job_test.rb",
+                                                   "/sidekiq_test.rb")
   end
 ' -- "$@"
 ruby -I lib -I test test/rails_cache_test.rb "$@"
 # ActiveRecord (Postgres.from_active_record, RailsCache on Solid Cache,
 # fence_check from a transaction): its own process, for the same reason.
 ruby -I lib -I test test/active_record_test.rb "$@"
+# Jobs: MistriLocks::Job on ActiveJob and the Sidekiq middleware, with real
+# `sidekiq` processes; their own processes, for the same reason. They stop
+# and break leases with the CLI, and stop from Python (the venv of
+# bindings/python/test.sh, else the C ABI through ctypes): build both.
+cargo build -q -p mistri_locks_cli -p mistri_locks_ffi
+ruby -I lib -I test test/job_test.rb "$@"
+ruby -I lib -I test test/sidekiq_test.rb "$@"
 
 # The source gem, as a user makes and installs it: the command every Ruby
 # developer types, `gem build mistri_locks.gemspec` in bindings/ruby (the

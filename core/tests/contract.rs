@@ -1,7 +1,9 @@
 //! The contract suite. Its cases are data, `tests/contract/cases.txt`, run
 //! here and by the C, Python and Ruby suites alike (the format is
-//! `tests/contract/README.md`); each runs against a fresh Memory, Local and
-//! Redis (its own redis-server on a free loopback port). Below the runner
+//! `tests/contract/README.md`); each runs against seven fresh backends:
+//! Memory, Local, Redis, Redis Cluster, Redis Sentinel, PostgreSQL and
+//! PostgreSQL through PgBouncer in transaction pooling (each on its own
+//! throwaway servers on free loopback ports). Below the runner
 //! are the few cases only Rust can state: Drop, the trait's explicit
 //! leases, and threads contending in one process.
 //!

@@ -204,6 +204,30 @@ impl Hold {
         self.core().touch();
     }
 
+    /// Raises `mistri_locks.Interrupted` if the work should stop here:
+    /// `reason="lost"` when the lease was lost (renewal refused or the safe
+    /// deadline passed), `reason="stopped"` when the signal was tripped
+    /// otherwise (the stop flag, or the caller's own abort). Else returns
+    /// None. Cheap (two atomic loads; keeps the GIL): call it between units
+    /// of work.
+    fn checkpoint(&self, py: Python<'_>) -> PyResult<()> {
+        let hold = self.core();
+        // Lost first: a lost hold's signal is tripped too, and "lost" is
+        // what the caller must know (someone else may hold the lease now).
+        let reason = if hold.is_lost() {
+            "lost"
+        } else if hold.signal().is_aborted() {
+            "stopped"
+        } else {
+            return Ok(());
+        };
+        let detail = hold.signal().reason();
+        static CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        let class = CLASS.import(py, "mistri_locks._leased", "Interrupted")?;
+        let err = class.call1((reason, hold.key(), detail))?;
+        Err(PyErr::from_value(err))
+    }
+
     /// The key held.
     #[getter]
     fn key(&self) -> &str {

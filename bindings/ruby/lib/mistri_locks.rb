@@ -31,6 +31,11 @@ require_relative "mistri_locks/events"
 module MistriLocks
   # The drop-in for Mistri::Locks::RailsCache (loaded on first use).
   autoload :RailsCache, "mistri_locks/rails_cache"
+  # Jobs (loaded on first use; neither loads ActiveJob, and only
+  # MistriLocks::Sidekiq loads Sidekiq): `include MistriLocks::Job` in an
+  # ActiveJob, MistriLocks::Sidekiq::ServerMiddleware for plain Sidekiq.
+  autoload :Job, "mistri_locks/job"
+  autoload :Sidekiq, "mistri_locks/sidekiq"
   # The operator's page as a Rack app, and Prometheus text (loaded on first use).
   autoload :Web, "mistri_locks/web"
   autoload :Metrics, "mistri_locks/metrics"

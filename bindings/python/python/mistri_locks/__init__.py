@@ -45,6 +45,13 @@ objects are called on a Python thread: the thread that calls ``abort()``, or,
 when the heartbeat trips the signal (stop flag, lost lease), the package's
 dispatcher thread ``mistri-locks-dispatch``.
 
+Functions and tasks: ``@mistri_locks.leased("report:{account_id}", ttl=60)``
+runs each call while holding the lease named from its arguments
+(``current_lease()`` is the hold inside; ``Hold.checkpoint()`` raises
+``Interrupted`` when stopped or lost; ``Conflict`` for
+``on_conflict="raise"``). ``mistri_locks.celery``, ``mistri_locks.django``
+and ``mistri_locks.dramatiq`` are imported only when asked for.
+
 asyncio: ``async with mistri_locks.hold_async(key, ...) as h`` (``h`` is None
 when the lease is held elsewhere), ``adapter.hold_async(...)``,
 ``await h.release_async()`` (or ``h.release_outcome_async()``),
@@ -78,6 +85,7 @@ from ._native import (
 from . import _dispatch as _dispatch  # noqa: F401  (atexit hook)
 from ._aio import HoldContext, hold_async
 from ._info import FlagInfo, HolderInfo, LeaseInfo, Listing
+from ._leased import Conflict, Interrupted, current_lease, leased
 from ._release import ReleaseOutcome
 
 #: The old name of ``Locks`` (the owner handle), kept until 0.3.
@@ -91,11 +99,13 @@ __all__ = [
     "Adapter",
     "BackendError",
     "ConfigError",
+    "Conflict",
     "ConnectionError",
     "Error",
     "FlagInfo",
     "Hold",
     "HolderInfo",
+    "Interrupted",
     "LeaseInfo",
     "Listing",
     "Local",
@@ -106,8 +116,10 @@ __all__ = [
     "ReleaseOutcome",
     "SystemResourceError",
     "configure",
+    "current_lease",
     "hold",
     "hold_async",
     "HoldContext",
+    "leased",
     "locks",
 ]

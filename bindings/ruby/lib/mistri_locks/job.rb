@@ -1,0 +1,472 @@
+# frozen_string_literal: true
+
+require "mistri_locks"
+
+module MistriLocks
+  # A lease around a job's perform, for ActiveJob (include MistriLocks::Job)
+  # and plain Sidekiq (MistriLocks::Sidekiq::ServerMiddleware):
+  #
+  #   class NightlyReportJob < ApplicationJob
+  #     include MistriLocks::Job
+  #     holds_lease key: ->(account_id) { "report:#{account_id}" }, ttl: 60, heartbeat: 10,
+  #                 limit: 1, wait: 0, on_conflict: :retry
+  #
+  #     def perform(account_id)
+  #       batches(account_id).each do |batch|
+  #         lease.checkpoint!                 # raises Interrupted when stopped or lost
+  #         write(batch, fence: lease.fence)
+  #       end
+  #     end
+  #   end
+  #
+  #   MistriLocks::Job.stop(job_id)           # from any process
+  #
+  # The lease is a MistriLocks::Hold taken when perform starts and released
+  # when it ends (around_perform): never while the job sits in a queue, where
+  # no process is alive to renew it. Its ttl bounds silence (a killed worker's
+  # lease frees itself within ttl), not run time: the heartbeat renews it for
+  # as long as perform runs.
+  #
+  # The hold watches the job's stop key, "job:<job id>:stop" (ActiveJob's
+  # job_id, Sidekiq's jid): Job.stop(id) raises it, and so do Python's
+  # mistri_locks.celery.stop(id), C's set_flag and `mistri-locks stop`. The
+  # lease's holder label carries that stop key ("… stop=job:<id>:stop"), so
+  # Job.stop_holder(key) can stop whatever job holds a key.
+  #
+  # Nothing here loads ActiveJob or Sidekiq: `require "mistri_locks/job"`
+  # (or the MistriLocks::Job autoload) reads them only if the app has them.
+  module Job
+    # Raised by Hold#checkpoint! (the lease inside perform) when the hold's
+    # signal has tripped. #reason is :stopped (its stop key was raised) or
+    # :lost (the lease was found gone or taken, or not renewed in time);
+    # #detail is the signal's reason text.
+    class Interrupted < MistriLocks::Error
+      attr_reader :reason, :detail
+
+      def initialize(reason, detail = nil)
+        @reason = reason
+        @detail = detail
+        super("job interrupted (#{reason})#{detail ? ": #{detail}" : ""}")
+      end
+    end
+
+    # Raised when the lease is held elsewhere and on_conflict is :raise, or
+    # :retry has used up its attempts.
+    class Conflict < MistriLocks::Error
+      attr_reader :key, :attempts
+
+      def initialize(key, attempts, message = nil)
+        @key = key
+        @attempts = attempts
+        super(message || "the lease on #{key.inspect} is held elsewhere")
+      end
+    end
+
+    # The ActiveSupport::Notifications event name (payload: event:
+    # :acquired | :conflict | :interrupted | :released, key:, job_id:,
+    # job_class:, and fence:, attempts:, reason:, outcome: as they apply).
+    EVENT = "mistri_locks.job"
+
+    # What a job does when its lease is held elsewhere, stopped or lost.
+    POLICIES = %i[retry discard raise].freeze
+
+    class << self
+      # The flag that stops the job +job_id+: "job:<job_id>:stop". The same
+      # string in every language (Python's celery.stop_key, the CLI).
+      def stop_key(job_id)
+        id = job_id.is_a?(Symbol) ? job_id.to_s : job_id
+        raise TypeError, "job id must be a String, got #{job_id.class}" unless id.is_a?(String)
+        raise ArgumentError, "job id must not be empty" if id.empty?
+
+        "job:#{id}:stop"
+      end
+
+      # Raises the job's stop flag (for +ttl+ seconds, default the flag TTL)
+      # on +locks+ (default MistriLocks.locks): the job stops at its next
+      # checkpoint!, or its lease.signal trips, within a tick. A job still
+      # queued stops as soon as it starts. Returns true.
+      def stop(job_id, locks: nil, ttl: FLAG_TTL)
+        configured(locks).set_flag(stop_key(job_id), ttl: ttl)
+      end
+
+      # Stops whatever job holds +key+ (every holder of an N-holder lease):
+      # raises the stop key each holder's description carries. Returns the
+      # stop keys raised ([] when the key is not held or its holders carry
+      # none, e.g. a hold that is not a job's).
+      def stop_holder(key, locks: nil, ttl: FLAG_TTL)
+        locks = configured(locks)
+        info = locks.info(key)
+        return [] unless info
+
+        keys = (info[:holders] || [info]).filter_map { |h| h[:stop_key] || h[:holder].to_s[/ stop=(\S+)\z/, 1] }.uniq
+        keys.each { |k| locks.set_flag(k, ttl: ttl) }
+        keys
+      end
+
+      # Runs +block+ with the lease described by +options+ (a LeaseOptions)
+      # held, and applies the conflict, stop and loss rules. The one path for
+      # ActiveJob and Sidekiq; +reenqueue+ is called with (wait, attempts) to
+      # run the job again later. (Internal.)
+      def perform_leased(options, args:, job_id:, job_class:, attempts:, logger:, reenqueue:)
+        key = options.key_for(args) # a raising key lambda fails this job only
+        locks = options.locks_for
+        payload = { key: key, job_id: job_id, job_class: job_class }
+        stop = stop_key(job_id)
+        label = "#{locks.label} #{job_class} stop=#{stop}"
+        hold = locks.hold(key, ttl: options.ttl, heartbeat: options.heartbeat, stop_key: stop,
+                               wait: options.wait.positive? ? options.wait : nil, limit: options.limit, label: label)
+        return conflict(options, payload, attempts, logger, reenqueue) unless hold
+
+        instrument(payload.merge(event: :acquired, fence: hold.fence))
+        interrupted = nil
+        begin
+          yield hold
+        rescue Interrupted => e
+          interrupted = e
+        ensure
+          outcome = begin
+            hold.release_outcome
+          rescue MistriLocks::Error => e
+            logger&.warn("mistri_locks: releasing #{key.inspect}: #{e.message} (it expires within its ttl)")
+            :error
+          end
+          instrument(payload.merge(event: :released, fence: hold.fence, outcome: outcome))
+        end
+        interrupted && interrupted(options, payload, interrupted, locks, stop, logger, reenqueue)
+      end
+
+      # Emits a "mistri_locks.job" event when ActiveSupport is loaded. (Internal.)
+      def instrument(payload)
+        return unless defined?(ActiveSupport::Notifications)
+
+        ActiveSupport::Notifications.instrument(EVENT, payload)
+      end
+
+      private
+
+      def configured(locks)
+        locks ||= MistriLocks.locks
+        return locks if locks
+
+        raise MistriLocks::Error, "no locks configured: set MistriLocks.locks = ... (or pass locks:)"
+      end
+
+      def conflict(options, payload, attempts, logger, reenqueue)
+        attempts += 1
+        instrument(payload.merge(event: :conflict, attempts: attempts))
+        case options.on_conflict
+        when :raise
+          raise Conflict.new(payload[:key], attempts)
+        when :discard
+          logger&.info("mistri_locks: discarded #{payload[:job_class]} #{payload[:job_id]}: " \
+                       "the lease on #{payload[:key].inspect} is held elsewhere")
+          nil
+        when :retry
+          if attempts >= options.attempts
+            raise Conflict.new(payload[:key], attempts,
+                               "the lease on #{payload[:key].inspect} was held elsewhere #{attempts} times; giving up")
+          end
+          wait = options.backoff_for(attempts)
+          logger&.info("mistri_locks: #{payload[:job_class]} #{payload[:job_id]}: the lease on " \
+                       "#{payload[:key].inspect} is held elsewhere; retry #{attempts} in #{wait.round(3)} s")
+          reenqueue.call(wait, attempts)
+          nil
+        end
+      end
+
+      def interrupted(options, payload, error, locks, stop, logger, reenqueue)
+        instrument(payload.merge(event: :interrupted, reason: error.reason))
+        policy = error.reason == :lost ? options.on_lost : options.on_stopped
+        case policy
+        when :raise
+          raise error
+        when :discard
+          logger&.info("mistri_locks: #{payload[:job_class]} #{payload[:job_id]} #{error.reason}, " \
+                       "not retried: #{error.detail}")
+          nil
+        when :retry
+          # The retry keeps the job id, and so the stop key: lower it, or the
+          # retry would stop at once.
+          locks.clear_flag(stop) if error.reason == :stopped
+          logger&.info("mistri_locks: #{payload[:job_class]} #{payload[:job_id]} #{error.reason}, " \
+                       "retried: #{error.detail}")
+          reenqueue.call(options.backoff_for(1), 0)
+          nil
+        end
+      end
+    end
+
+    # Hold#checkpoint! and Hold#stopping? (included into MistriLocks::Hold
+    # when this file loads: once per class, never a per-hold singleton).
+    module Checkpoint
+      # Raises Interrupted(:stopped | :lost) once the hold's signal has
+      # tripped; otherwise returns nil (cheap: no I/O).
+      def checkpoint!
+        reason = stopping?
+        raise Interrupted.new(reason, signal.reason) if reason
+      end
+
+      # :lost, :stopped or nil: why the hold's signal tripped, if it did.
+      def stopping?
+        return nil unless signal.aborted?
+
+        lost? || signal.reason.to_s.start_with?("lease lost:") ? :lost : :stopped
+      end
+    end
+
+    Hold.include(Checkpoint)
+
+    # The options of holds_lease (and Sidekiq's mistri_lease), checked when
+    # the class is loaded.
+    class LeaseOptions
+      KEYS = %i[key ttl heartbeat limit wait on_conflict on_stopped on_lost attempts backoff locks].freeze
+      attr_reader :ttl, :heartbeat, :limit, :wait, :on_conflict, :on_stopped, :on_lost, :attempts
+
+      # +owner+: the job class (its name is the default key). +args_style+:
+      # :splat (ActiveJob: the key lambda takes perform's arguments) or
+      # :array (Sidekiq: the key lambda takes the args Array).
+      def initialize(owner, args_style, options)
+        raise TypeError, "lease options must be a Hash, got #{options.class}" unless options.is_a?(Hash)
+
+        options = options.transform_keys(&:to_sym)
+        unknown = options.keys - KEYS
+        unless unknown.empty?
+          raise ArgumentError, "#{owner}: unknown lease option#{"s" if unknown.size > 1} " \
+                               "#{unknown.map(&:inspect).join(", ")} (known: #{KEYS.join(", ")})"
+        end
+        @owner = owner
+        @args_style = args_style
+        @given = options
+        @key = check_key(options.fetch(:key, owner.name))
+        @ttl = positive(:ttl, options.fetch(:ttl, LEASE_TTL))
+        @heartbeat = positive(:heartbeat, options.fetch(:heartbeat, [HEARTBEAT, @ttl / 3.0].min))
+        @limit = options.fetch(:limit, 1)
+        raise ArgumentError, "#{owner}: limit must be an Integer >= 1, got #{@limit.inspect}" unless @limit.is_a?(Integer) && @limit >= 1
+
+        @wait = options.fetch(:wait, 0)
+        raise ArgumentError, "#{owner}: wait must be seconds >= 0, got #{@wait.inspect}" unless @wait.is_a?(Numeric) && @wait >= 0
+
+        @on_conflict = policy(:on_conflict, options.fetch(:on_conflict, :retry))
+        @on_stopped = policy(:on_stopped, options.fetch(:on_stopped, :discard))
+        @on_lost = policy(:on_lost, options.fetch(:on_lost, :retry))
+        @attempts = options.fetch(:attempts, 20)
+        raise ArgumentError, "#{owner}: attempts must be an Integer >= 1, got #{@attempts.inspect}" unless @attempts.is_a?(Integer) && @attempts >= 1
+
+        @backoff = options.fetch(:backoff, nil)
+        check_backoff
+        @locks = options.fetch(:locks, nil)
+        return if @locks.nil? || @locks.is_a?(Locks) || (@locks.respond_to?(:call) && arity_ok?(@locks, 0, 0))
+
+        raise ArgumentError, "#{owner}: locks must be a MistriLocks::Locks or a lambda taking no arguments"
+      end
+
+      # The same options for a subclass: checked again with it as the owner,
+      # so a default key is the subclass's name, not its parent's.
+      def inherit(owner) = LeaseOptions.new(owner, @args_style, @given)
+
+      # The lease key for one perform's arguments.
+      def key_for(args)
+        return @key unless @key.respond_to?(:call)
+
+        key = @args_style == :array ? @key.call(args) : @key.call(*args)
+        return key.to_s if key.is_a?(Symbol)
+        raise TypeError, "#{@owner}: the key lambda returned #{key.class}, not a String" unless key.is_a?(String)
+
+        key
+      end
+
+      # The handle to hold on: locks: (or its lambda's value), else MistriLocks.locks.
+      def locks_for
+        locks = @locks.respond_to?(:call) ? @locks.call : @locks
+        locks ||= MistriLocks.locks
+        raise MistriLocks::Error, "#{@owner}: no locks configured (MistriLocks.locks = ..., or locks:)" unless locks.is_a?(Locks)
+
+        locks
+      end
+
+      # Seconds before retry +attempt+ (1, 2, ...): backoff: (a number, or a
+      # lambda of the attempt), else min(ttl / 4 × 2^(attempt-1), ttl) with
+      # ±25 % jitter: a conflict lasts as long as the other performer runs,
+      # at least; the ttl caps it so a crashed holder's key is retried soon
+      # after it frees.
+      def backoff_for(attempt)
+        return @backoff.to_f if @backoff.is_a?(Numeric)
+        return Float(@backoff.call(attempt)) if @backoff
+
+        [@ttl / 4.0 * (2**(attempt - 1)), @ttl.to_f].min * (0.75 + (rand * 0.5))
+      end
+
+      # Checks the key lambda against perform's parameters (ActiveJob), when
+      # both are known. Raises ArgumentError when perform's arguments can't
+      # be passed to it.
+      def check_perform(method)
+        return unless @key.is_a?(Proc) && @key.lambda? && @args_style == :splat
+        return if method.parameters.any? { |kind, _| %i[key keyreq keyrest].include?(kind) }
+
+        pmin, pmax = positional(method.parameters)
+        lmin, lmax = positional(@key.parameters)
+        return if lmin <= pmin && (lmax.nil? || (pmax && lmax >= pmax))
+
+        raise ArgumentError, "#{@owner}: the key lambda takes #{range(lmin, lmax)} argument(s), but perform " \
+                             "takes #{range(pmin, pmax)}: it gets perform's arguments"
+      end
+
+      private
+
+      def check_key(key)
+        key = key.to_s if key.is_a?(Symbol)
+        if key.is_a?(String)
+          raise ArgumentError, "#{@owner}: key must not be empty" if key.empty?
+
+          return key
+        end
+        raise ArgumentError, "#{@owner}: key must be a String or a lambda, got #{key.class}" unless key.is_a?(Proc)
+        if @args_style == :array && !arity_ok?(key, 1, 1)
+          raise ArgumentError, "#{@owner}: the key lambda must take one argument (the job's args Array), " \
+                               "it takes #{range(*positional(key.parameters))}"
+        end
+        key
+      end
+
+      def check_backoff
+        return if @backoff.nil? || (@backoff.is_a?(Numeric) && @backoff >= 0)
+        return if @backoff.respond_to?(:call) && arity_ok?(@backoff, 1, 1)
+
+        raise ArgumentError, "#{@owner}: backoff must be seconds >= 0 or a lambda of the attempt number"
+      end
+
+      def positive(name, value)
+        raise ArgumentError, "#{@owner}: #{name} must be a number of seconds, got #{value.inspect}" unless value.is_a?(Numeric)
+        raise ArgumentError, "#{@owner}: #{name} must be > 0 seconds, got #{value}" unless value.to_f.finite? && value.positive?
+
+        value
+      end
+
+      def policy(name, value)
+        return value if POLICIES.include?(value)
+
+        raise ArgumentError, "#{@owner}: #{name} must be one of #{POLICIES.map(&:inspect).join(", ")}, got #{value.inspect}"
+      end
+
+      # Does +callable+ accept n arguments, for every n in lo..hi?
+      def arity_ok?(callable, lo, hi)
+        params = callable.is_a?(Proc) ? callable.parameters : callable.method(:call).parameters
+        return true if callable.is_a?(Proc) && !callable.lambda? # a proc drops or pads arguments
+
+        min, max = positional(params)
+        min <= lo && (max.nil? || max >= hi)
+      end
+
+      def positional(params)
+        min = params.count { |kind, _| kind == :req }
+        max = params.any? { |kind, _| kind == :rest } ? nil : min + params.count { |kind, _| kind == :opt }
+        [min, max]
+      end
+
+      def range(min, max)
+        return "#{min}+" if max.nil?
+
+        min == max ? min.to_s : "#{min}..#{max}"
+      end
+    end
+
+    # --- ActiveJob ------------------------------------------------------
+
+    def self.included(base)
+      base.extend(ClassMethods)
+      base.around_perform { |job, block| job.__send__(:mistri_lease_perform, &block) }
+      # Prepended so it comes before ActiveJob::Continuable's checkpoint!,
+      # whichever was included first.
+      base.prepend(ContinuableCheckpoint)
+    end
+
+    # Class methods of a job that includes MistriLocks::Job.
+    module ClassMethods
+      # Declares the job's lease (see MistriLocks::Job). Checked now: an
+      # unknown option, a ttl <= 0 or a key lambda that can't take perform's
+      # arguments raise ArgumentError while the class loads.
+      def holds_lease(**options)
+        @mistri_lease = LeaseOptions.new(self, :splat, options)
+        @mistri_lease.check_perform(instance_method(:perform)) if method_defined?(:perform, false)
+        @mistri_lease
+      end
+
+      # The job's LeaseOptions: its holds_lease, else its parent's (with
+      # this class's name as the default key), else the defaults.
+      def mistri_lease
+        @mistri_lease ||= if superclass.respond_to?(:mistri_lease)
+                            superclass.mistri_lease.inherit(self)
+                          else
+                            LeaseOptions.new(self, :splat, {})
+                          end
+      end
+
+      # perform defined after holds_lease: check the key lambda now.
+      def method_added(name)
+        super
+        @mistri_lease&.check_perform(instance_method(:perform)) if name == :perform
+      end
+    end
+
+    # The lease inside perform: the MistriLocks::Hold (fence, signal, lost?,
+    # checkpoint!, stopping?), nil outside perform.
+    def lease
+      @mistri_lease_hold
+    end
+
+    # :stopped, :lost or nil: whether the lease asks this job to stop.
+    def stopping?
+      @mistri_lease_hold&.stopping?
+    end
+
+    # Conflict retries are counted in the job's payload.
+    def serialize
+      super.merge("mistri_lease_attempts" => @mistri_lease_attempts.to_i)
+    end
+
+    def deserialize(job_data)
+      super
+      @mistri_lease_attempts = job_data.fetch("mistri_lease_attempts", 0).to_i
+    end
+
+    # Where ActiveJob::Continuable is included (Rails 8.1+): its checkpoint!
+    # (between steps, and step.checkpoint!) also asks the lease. A stop or a
+    # loss whose policy is :retry interrupts the job the Continuable way
+    # (interrupt!, so it resumes from its cursor); otherwise the lease's
+    # checkpoint! raises Interrupted and the policy applies.
+    module ContinuableCheckpoint
+      def checkpoint!
+        reason = stopping?
+        if reason
+          options = self.class.mistri_lease
+          policy = reason == :lost ? options.on_lost : options.on_stopped
+          if policy == :retry && respond_to?(:interrupt!, true)
+            Job.instrument({ event: :interrupted, key: lease.key, job_id: job_id, job_class: self.class.name,
+                             reason: reason })
+            interrupt!(reason: reason)
+          end
+          lease.checkpoint!
+        end
+        super if defined?(super)
+      end
+    end
+
+    private
+
+    def mistri_lease_perform(&block)
+      Job.perform_leased(self.class.mistri_lease, args: arguments, job_id: job_id, job_class: self.class.name,
+                                                  attempts: @mistri_lease_attempts.to_i, logger: logger,
+                                                  reenqueue: lambda { |wait, attempts|
+                                                    @mistri_lease_attempts = attempts
+                                                    retry_job(wait: wait)
+                                                  }) do |hold|
+        @mistri_lease_hold = hold
+        begin
+          block.call
+        ensure
+          @mistri_lease_hold = nil
+        end
+      end
+    end
+  end
+end
