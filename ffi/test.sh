@@ -2,7 +2,7 @@
 # Tests of the C ABI (ffi/): builds libmistri_locks, checks its SONAME and
 # header drift, compiles the C tests (gcc -std=c11 -Wall -Wextra -Werror
 # -pedantic) against the committed header, runs them (tests/c/contract.c,
-# tests/c/options.c, tests/c/waiting.c, tests/c/list_stats.c, ...) on
+# tests/c/options.c, tests/c/waiting.c, tests/c/list_stats.c, tests/c/metrics.c, ...) on
 # Memory, Local and on a
 # throwaway redis-server (a free 127.0.0.1 port), contract.c also on a
 # throwaway PostgreSQL (tests/support/throwaway_postgres.py), again under
@@ -74,6 +74,7 @@ gcc "${CFLAGS[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events"
 gcc "${CFLAGS[@]}" tests/c/list_stats.c "${LINK[@]}" -o "$WORK/list-stats"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/list_stats.c "${LINK[@]}" -o "$WORK/list-stats-asan"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events-asan"
+gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/metrics.c "${LINK[@]}" -o "$WORK/metrics-asan"
 gcc "${CFLAGS[@]}" examples/c/worker.c "${LINK[@]}" -o "$WORK/worker"
 gcc "${CFLAGS[@]}" tests/c/quickstart.c "${LINK[@]}" -o "$WORK/quickstart"
 # The quick start in ffi/README.md compiles as shown.
@@ -173,6 +174,11 @@ timeout 300 "$WORK/list-stats" "$URL"
 
 step "C tests of waiting acquires and holds, N-holder limits and the hung-holder guard"
 timeout 300 "$WORK/waiting" "$URL"
+
+step "C tests of the Prometheus text (mistri_locks_stats_prometheus, promtool), under ASan + UBSan"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  timeout 120 "$WORK/metrics-asan"
 
 step "C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # Leak detection is on: every allocation of the Rust library goes through

@@ -1407,6 +1407,35 @@ enum mistri_status mistri_configure_clear(void);
 enum mistri_status mistri_configured(struct mistri_locks **out);
 
 /**
+ * Writes this handle's counters in the Prometheus text format (version
+ * 0.0.4: `# HELP`, `# TYPE` and samples named `mistri_locks_…`, see
+ * docs/OPERATING.md) into `buf` as a NUL-terminated string.
+ *
+ * `*needed` is set to the text's length plus one (the NUL) on every
+ * `MISTRI_OK`. The text is written only when it fits (`len >= *needed`);
+ * otherwise `buf` is left alone, so a first call with `buf = NULL, len =
+ * 0` sizes the buffer:
+ *
+ * ```c
+ * size_t needed = 0;
+ * mistri_locks_stats_prometheus(locks, NULL, 0, &needed);
+ * char *text = malloc(needed);
+ * mistri_locks_stats_prometheus(locks, text, needed, &needed);
+ * ```
+ *
+ * The counters move between two calls, so the second call may need a few
+ * bytes more: compare `*needed` with `len` again (or give some slack).
+ *
+ * Errors: `MISTRI_NULL_ARGUMENT` for a NULL `locks` or `needed`, or a
+ * NULL `buf` with `len > 0`. Threading: any thread.
+ *
+ * # Safety
+ * `locks` is a live handle; `buf` is NULL or writable for `len` bytes;
+ * `needed` is writable.
+ */
+enum mistri_status mistri_locks_stats_prometheus(const struct mistri_locks *locks, char *buf, size_t len, size_t *needed);
+
+/**
  * Makes a builder holding the default options.
  *
  * On `MISTRI_OK`, `*out` receives it; free it with

@@ -26,7 +26,9 @@ tools=("maturin>=1.16,<1.17" "pytest>=8,<10" "mypy>=1.18,<3" "typing_extensions>
        # The task faces (mistri_locks.celery, .django, .dramatiq) run against the
        # real frameworks; celery_once is the benchmark's peer (bench_celery.py).
        "celery[redis]>=5.4,<6" "django>=4.2,<6" "dramatiq[redis]>=1.17,<2" "rq>=1.16,<3"
-       "celery_once>=3,<4")
+       "celery_once>=3,<4"
+       # mistri_locks.metrics.Collector's tests (the package stays optional for users).
+       "prometheus-client>=0.20,<1")
 stamp="$venv/.mistri-tools"
 want="$("$python" -c 'import sys; print(sys.version)') ${tools[*]}"
 

@@ -22,6 +22,7 @@
 //! on bad input.
 
 mod run;
+mod serve;
 mod show;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -89,11 +90,14 @@ enum Command {
         #[command(flatten)]
         view: show::View,
     },
-    /// Raise the flag FLAG (e.g. the stop key a holder watches).
+    /// Raise the flag FLAG (e.g. the stop key a holder watches), or with --holder-of KEY the stop keys of KEY's holders.
     Stop {
         /// The flag to raise, e.g. nightly:stop.
-        #[arg(value_parser = key)]
-        flag: String,
+        #[arg(value_parser = key, required_unless_present = "holder_of", conflicts_with = "holder_of")]
+        flag: Option<String>,
+        /// Raise the stop key of every holder of this lease (as the page's Stop does).
+        #[arg(long, value_parser = key, value_name = "KEY")]
+        holder_of: Option<String>,
         /// How long the flag stays up.
         #[arg(long, value_parser = duration, default_value = "300", value_name = "S")]
         ttl: Duration,
@@ -116,6 +120,9 @@ enum Command {
     /// Run a command while holding the lease on KEY.
     #[command(after_help = run::AFTER_HELP)]
     Run(run::RunArgs),
+    /// Serve the operator's page, its JSON, actions and /metrics over HTTP.
+    #[command(after_help = serve::AFTER_HELP)]
+    Serve(serve::ServeArgs),
     /// Print the Postgres backend's DDL (idempotent: tables, functions, fence_check) for a DBA to run.
     #[command(after_help = SCHEMA_HELP)]
     Schema {
@@ -333,7 +340,21 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
     match cli.command {
         Command::Status { keys, view } => show::status(&locks, &keys, &view),
         Command::List { prefix, view } => show::list(&locks, &prefix, &view),
-        Command::Stop { flag, ttl } => {
+        Command::Stop {
+            holder_of: Some(key),
+            ..
+        } => match mistri_locks::operator::stop_holders(&locks, &key)? {
+            Ok(message) => {
+                println!("{message}");
+                Ok(0)
+            }
+            Err((_, message)) => Err(Failure {
+                status: EXIT_ERROR,
+                message,
+            }),
+        },
+        Command::Stop { flag, ttl, .. } => {
+            let flag = flag.unwrap_or_default();
             locks.set_flag(&flag, ttl)?;
             println!("raised flag {flag} for {}", show::human(ttl));
             Ok(0)
@@ -353,6 +374,7 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
         }
         Command::Break { key, yes } => break_lease(&locks, &key, yes),
         Command::Run(args) => run::run(&locks, args),
+        Command::Serve(args) => serve::serve(locks, args),
         Command::Completions { .. } | Command::Schema { .. } => Ok(0),
     }
 }

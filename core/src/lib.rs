@@ -36,7 +36,7 @@
 
 // The layers, lower never importing higher (docs/ARCHITECTURE.md):
 // error, args, runtime → contract → signal, stats, waiting → backend →
-// hold → locks. `python3 scripts/check_cycles.py core/src` checks it.
+// hold → locks → operator. `python3 scripts/check_cycles.py core/src` checks it.
 // Modules whose path did not change stay reachable (hidden) for one
 // release; the documented API is the list below.
 #[doc(hidden)]
@@ -49,6 +49,7 @@ pub mod error;
 pub mod hold;
 #[doc(hidden)]
 pub mod locks;
+pub mod operator;
 mod runtime;
 #[doc(hidden)]
 pub mod signal;

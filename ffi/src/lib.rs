@@ -34,6 +34,7 @@ pub mod hold;
 pub mod info;
 pub mod listing;
 pub mod locks;
+pub mod metrics;
 pub mod options;
 mod panic;
 pub mod signal;

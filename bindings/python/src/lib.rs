@@ -16,6 +16,7 @@ mod events;
 mod hold;
 mod info;
 mod locks;
+mod operator;
 mod signal;
 mod waiting;
 
@@ -125,6 +126,9 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("_hold", wrap_pyfunction!(hold::hold_args, m)?)?;
     m.add_function(wrap_pyfunction!(signal::_deliver_pending, m)?)?;
     m.add_function(wrap_pyfunction!(signal::_stop_dispatch, m)?)?;
+    m.add_function(wrap_pyfunction!(operator::_operator_handle, m)?)?;
+    m.add_function(wrap_pyfunction!(operator::_stats_prometheus, m)?)?;
+    m.add("_OPERATOR_MAX_BODY", operator::MAX_BODY)?;
     let exc = error::exceptions(py)?;
     m.add("Error", exc.error.bind(py))?;
     m.add("ConfigError", exc.config.bind(py))?;

@@ -36,6 +36,9 @@ module MistriLocks
   # ActiveJob, MistriLocks::Sidekiq::ServerMiddleware for plain Sidekiq.
   autoload :Job, "mistri_locks/job"
   autoload :Sidekiq, "mistri_locks/sidekiq"
+  # The operator's page as a Rack app, and Prometheus text (loaded on first use).
+  autoload :Web, "mistri_locks/web"
+  autoload :Metrics, "mistri_locks/metrics"
 
   @locks = nil
 

@@ -24,6 +24,7 @@ mod locks;
 mod memory;
 mod nogvl;
 mod notes;
+mod operator;
 mod postgres;
 mod redis;
 mod signal;
@@ -58,5 +59,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     redis::init(ruby, module)?;
     local::init(ruby, module)?;
     postgres::init(ruby, module)?;
+    operator::init(ruby, module)?;
     Ok(())
 }

@@ -27,6 +27,9 @@ __all__ = [
     "_hold",
     "_deliver_pending",
     "_stop_dispatch",
+    "_operator_handle",
+    "_stats_prometheus",
+    "_OPERATOR_MAX_BODY",
     "Error",
     "ConfigError",
     "ConnectionError",
@@ -247,3 +250,24 @@ def _hold(
 ) -> Optional[Hold]: ...
 def _deliver_pending(timeout: Optional[_Seconds] = None) -> bool: ...
 def _stop_dispatch() -> None: ...
+def _operator_handle(
+    locks: Locks,
+    method: str,
+    path: str,
+    query: str,
+    mount: str,
+    scheme: str,
+    host: Optional[str],
+    origin: Optional[str],
+    authorization: Optional[str],
+    csrf: Optional[str],
+    cookie: Optional[str],
+    body: bytes,
+    host_authorized: Optional[bool],
+    prefix: str,
+    allow_actions: bool,
+    token: Optional[str],
+) -> tuple[int, list[tuple[str, str]], bytes]: ...
+def _stats_prometheus(locks: Locks) -> str: ...
+
+_OPERATOR_MAX_BODY: int

@@ -1,0 +1,200 @@
+"""The operator's page for Python hosts: a WSGI app and a Django URL helper.
+
+``app(locks)`` serves the same page, JSON, actions and metrics as
+``mistri-locks serve`` (the routes and refusals are written once, in the
+core: see docs/OPERATING.md)::
+
+    GET  /              the page
+    GET  /api/state     the leases and flags as JSON (?prefix=…)
+    GET  /metrics       Prometheus text: this handle's counters + fleet gauges
+    POST /api/stop      {"key": "…"}: raise the stop keys of the lease's holders
+    POST /api/clear     {"key": "…"}: lower a flag
+    POST /api/break     {"key": "…"}: delete a lease
+
+Read-only unless ``authorize`` (or ``token``) is given: an action then needs
+``authorize(request)`` to return true (or ``Authorization: Bearer <token>``),
+a same-origin request, and the page's CSRF token. ``authorize`` gets the
+WSGI environ from :func:`app` and Django's ``HttpRequest`` from
+:func:`django_urls`; it is called for actions only (protect viewing with the
+host's own routes or middleware).
+
+Nothing of Django is imported until :func:`django_urls` is called.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from . import _native
+from ._native import Locks
+
+__all__ = ["app", "django_urls", "WSGIApp"]
+
+_ACTIONS = ("/api/stop", "/api/clear", "/api/break")
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[Dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class _Options:
+    def __init__(
+        self,
+        authorize: Optional[Callable[[Any], bool]],
+        token: Optional[str],
+        allow_actions: Optional[bool],
+        prefix: str,
+    ) -> None:
+        if authorize is not None and not callable(authorize):
+            raise TypeError("authorize must be callable (request -> bool)")
+        if token is not None and (not isinstance(token, str) or len(token) < 16):
+            raise ValueError("token must be a string of at least 16 characters")
+        if not isinstance(prefix, str):
+            raise TypeError("prefix must be a str")
+        self.authorize = authorize
+        self.token = token
+        if allow_actions is None:
+            allow_actions = authorize is not None or token is not None
+        if allow_actions and authorize is None and token is None:
+            raise ValueError("allow_actions needs authorize= or token=")
+        self.allow_actions = bool(allow_actions)
+        self.prefix = prefix
+
+
+def _respond(
+    locks: Locks,
+    opts: _Options,
+    meta: Any,
+    path: str,
+    mount: str,
+    body: bytes,
+    request: Any,
+) -> Tuple[int, List[Tuple[str, str]], bytes]:
+    method = meta.get("REQUEST_METHOD", "GET")
+    host_authorized: Optional[bool] = None
+    if method == "POST" and path in _ACTIONS and opts.authorize is not None:
+        host_authorized = bool(opts.authorize(request))
+    host = meta.get("HTTP_HOST")
+    if not host:
+        host = "%s:%s" % (meta.get("SERVER_NAME", ""), meta.get("SERVER_PORT", ""))
+    return _native._operator_handle(
+        locks,
+        method,
+        path or "/",
+        meta.get("QUERY_STRING", ""),
+        mount,
+        meta.get("wsgi.url_scheme", "http"),
+        host,
+        meta.get("HTTP_ORIGIN"),
+        meta.get("HTTP_AUTHORIZATION"),
+        meta.get("HTTP_X_CSRF_TOKEN"),
+        meta.get("HTTP_COOKIE"),
+        body,
+        host_authorized,
+        opts.prefix,
+        opts.allow_actions,
+        opts.token,
+    )
+
+
+def _too_large(meta: Any) -> bool:
+    try:
+        return int(meta.get("CONTENT_LENGTH") or 0) > _native._OPERATOR_MAX_BODY
+    except ValueError:
+        return True
+
+
+_REFUSED = (413, [("Content-Type", "application/json")], b'{"ok":false,"error":"the body is larger than 64 KiB"}')
+
+
+def app(
+    locks: Locks,
+    *,
+    authorize: Optional[Callable[[Dict[str, Any]], bool]] = None,
+    token: Optional[str] = None,
+    allow_actions: Optional[bool] = None,
+    prefix: str = "",
+) -> WSGIApp:
+    """A WSGI app serving the operator's page for ``locks``.
+
+    Mount it anywhere (``SCRIPT_NAME`` is its mount point), e.g. with
+    werkzeug's ``DispatcherMiddleware`` or Flask's ``app.wsgi_app``.
+    ``prefix`` limits what is shown and acted on to keys under it.
+    """
+    if not isinstance(locks, Locks):
+        raise TypeError("locks must be a mistri_locks handle (Memory(), Redis(…), …)")
+    opts = _Options(authorize, token, allow_actions, prefix)
+
+    def wsgi(environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if _too_large(environ):
+            status, headers, body = _REFUSED
+        else:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            data = environ["wsgi.input"].read(length) if length else b""
+            status, headers, body = _respond(
+                locks, opts, environ, environ.get("PATH_INFO", "/"),
+                environ.get("SCRIPT_NAME", ""), data, environ,
+            )
+        reason = _REASONS.get(status, "Error")
+        start_response("%d %s" % (status, reason), headers + [("Content-Length", str(len(body)))])
+        if environ.get("REQUEST_METHOD") == "HEAD":
+            return [b""]
+        return [body]
+
+    return wsgi
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large",
+            502: "Bad Gateway"}
+
+
+def django_urls(
+    locks: Locks,
+    *,
+    authorize: Optional[Callable[[Any], bool]] = None,
+    token: Optional[str] = None,
+    allow_actions: Optional[bool] = None,
+    prefix: str = "",
+) -> List[Any]:
+    """URL patterns serving the page in Django::
+
+        urlpatterns = [
+            path("locks/", include(mistri_locks.web.django_urls(
+                locks, authorize=lambda request: request.user.is_staff))),
+        ]
+
+    The view is exempt from Django's CSRF middleware because the
+    interface checks its own token (and the origin) on every action.
+    """
+    from django.http import HttpResponse  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from django.urls import re_path  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from django.views.decorators.csrf import csrf_exempt  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    if not isinstance(locks, Locks):
+        raise TypeError("locks must be a mistri_locks handle (Memory(), Redis(…), …)")
+    opts = _Options(authorize, token, allow_actions, prefix)
+
+    @csrf_exempt  # type: ignore[untyped-decorator, misc, unused-ignore]
+    def view(request: Any, rest: str = "") -> Any:
+        meta = dict(request.META)
+        meta["REQUEST_METHOD"] = request.method
+        full = request.path
+        mount = full[: len(full) - len(rest)].rstrip("/")
+        if _too_large(meta):
+            status, headers, body = _REFUSED
+        else:
+            status, headers, body = _respond(
+                locks, opts, meta, "/" + rest, mount, request.body, request
+            )
+        response = HttpResponse(body, status=status)
+        for name, value in headers:
+            if name.lower() == "set-cookie":
+                cookie, _, _ = value.partition(";")
+                key, _, val = cookie.partition("=")
+                response.set_cookie(key, val, path=mount or "/", samesite="Strict",
+                                    httponly=True, secure=request.is_secure())
+            else:
+                response[name] = value
+        return response
+
+    return [re_path(r"^(?P<rest>.*)$", view)]

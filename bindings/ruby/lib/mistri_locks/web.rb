@@ -1,0 +1,85 @@
+# frozen_string_literal: true
+
+module MistriLocks
+  # The operator's page as a Rack app: the same page, JSON, actions and
+  # metrics as `mistri-locks serve` (routes and refusals are written once,
+  # in the core; docs/OPERATING.md):
+  #
+  #   GET  /              the page
+  #   GET  /api/state     leases and flags as JSON (?prefix=...)
+  #   GET  /metrics       Prometheus text: this handle's counters + fleet gauges
+  #   POST /api/stop      {"key": "..."}: raise the stop keys of the lease's holders
+  #   POST /api/clear     {"key": "..."}: lower a flag
+  #   POST /api/break     {"key": "..."}: delete a lease
+  #
+  # In Rails routes:
+  #
+  #   mount MistriLocks::Web.new(MistriLocks.locks) { |request| request.env["warden"].user&.admin? } => "/locks"
+  #
+  # Read-only unless an authorize block (or token:) is given. An action then
+  # needs the block to return true for the request (a Rack::Request when
+  # Rack is loaded, else the env Hash) or `Authorization: Bearer <token>`,
+  # a same-origin request and the page's CSRF token. The block runs for
+  # actions only: protect viewing with your routes (a constraint, Devise's
+  # `authenticate`).
+  class Web
+    ACTIONS = %w[/api/stop /api/clear /api/break].freeze
+    REASONS = { 200 => "OK", 400 => "Bad Request", 403 => "Forbidden", 404 => "Not Found",
+                405 => "Method Not Allowed", 409 => "Conflict", 413 => "Content Too Large",
+                502 => "Bad Gateway" }.freeze
+    TOO_LARGE = [413, { "content-type" => "application/json" },
+                 ['{"ok":false,"error":"the body is larger than 64 KiB"}']].freeze
+
+    attr_reader :locks, :prefix
+
+    def initialize(locks, authorize: nil, token: nil, allow_actions: nil, prefix: "", &block)
+      unless locks.is_a?(MistriLocks::Locks)
+        raise TypeError, "MistriLocks::Web.new takes a MistriLocks::Locks (Memory, Redis, Local, Postgres), got #{locks.class}"
+      end
+      authorize ||= block
+      raise TypeError, "authorize must respond to call(request)" if authorize && !authorize.respond_to?(:call)
+      if token && (!token.is_a?(String) || token.length < 16)
+        raise ArgumentError, "token must be a String of at least 16 characters"
+      end
+      raise TypeError, "prefix must be a String" unless prefix.is_a?(String)
+
+      allow_actions = !authorize.nil? || !token.nil? if allow_actions.nil?
+      raise ArgumentError, "allow_actions needs authorize (a block) or token:" if allow_actions && !authorize && !token
+
+      @locks = locks
+      @authorize = authorize
+      @token = token
+      @allow_actions = allow_actions ? true : false
+      @prefix = prefix
+    end
+
+    def call(env)
+      length = env["CONTENT_LENGTH"].to_s
+      return TOO_LARGE.map(&:dup) if length.to_i > MistriLocks::OPERATOR_MAX_BODY
+
+      body = env["rack.input"]&.read(length.to_i).to_s
+      method = env["REQUEST_METHOD"].to_s
+      path = env["PATH_INFO"].to_s
+      path = "/" if path.empty?
+      authorized = nil
+      authorized = @authorize.call(request_for(env)) ? true : false if method == "POST" && ACTIONS.include?(path) && @authorize
+      host = env["HTTP_HOST"] || "#{env["SERVER_NAME"]}:#{env["SERVER_PORT"]}"
+      status, headers, out = @locks.send(
+        :_operator_handle,
+        [method, path, env["QUERY_STRING"].to_s, env["SCRIPT_NAME"].to_s, env["rack.url_scheme"] || "http",
+         host, env["HTTP_ORIGIN"], env["HTTP_AUTHORIZATION"], env["HTTP_X_CSRF_TOKEN"], env["HTTP_COOKIE"],
+         body, authorized, @prefix, @allow_actions, @token]
+      )
+      response_headers = {}
+      headers.each { |k, v| response_headers[k.downcase] = v }
+      out = "" if method == "HEAD"
+      [status, response_headers, [out]]
+    end
+
+    private
+
+    def request_for(env)
+      defined?(::Rack::Request) ? ::Rack::Request.new(env) : env
+    end
+  end
+end

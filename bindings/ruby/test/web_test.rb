@@ -1,0 +1,184 @@
+# frozen_string_literal: true
+
+# The operator's page as a Rack app (MistriLocks::Web) and the metrics
+# (MistriLocks::Metrics), driven with Debian's rack-test: the same JSON,
+# actions and refusals as `mistri-locks serve`; every exposition checked by
+# `promtool check metrics`.
+
+require_relative "test_helper"
+require "json"
+require "open3"
+require "rack"
+require "rack/test"
+
+module OperatorTestHelpers
+  TOKEN = "0123456789abcdef-token"
+  ORIGIN = "http://example.org" # rack-test's default host
+
+  def promtool!(text)
+    out, status = Open3.capture2e("promtool", "check", "metrics", stdin_data: text)
+    assert status.success?, "promtool refused:\n#{out}\n#{text}"
+  end
+
+  # Loads the page (mounted at +mount+) and returns its CSRF token; the
+  # cookie stays in rack-test's jar.
+  def load_page(mount = "")
+    get "#{mount}/"
+    assert_equal 200, last_response.status
+    cookie = last_response.headers["set-cookie"] || last_response.headers["Set-Cookie"]
+    token = cookie[/mistri_locks_csrf=([0-9a-f]+)/, 1]
+    assert token
+    assert_includes last_response.body, %(content="#{token}")
+    token
+  end
+
+  def post_json(path, key, headers = {})
+    post path, JSON.generate(key: key), { "CONTENT_TYPE" => "application/json" }.merge(headers)
+    last_response
+  end
+end
+
+class WebReadOnlyTest < Minitest::Test
+  include Rack::Test::Methods
+  include OperatorTestHelpers
+
+  def setup
+    @locks = MistriLocks::Memory.new
+  end
+
+  def app = MistriLocks::Web.new(@locks)
+
+  def test_read_only_by_default_no_buttons_and_403_on_post
+    @locks.set_flag("stop:x", ttl: 60)
+    csrf = load_page
+    assert_includes last_response.body, '<meta name="mistri-actions" content="off">'
+    assert_match(/default-src 'none'/, last_response.headers["content-security-policy"])
+    r = post_json("/api/clear", "stop:x", "HTTP_ORIGIN" => ORIGIN, "HTTP_X_CSRF_TOKEN" => csrf)
+    assert_equal 403, r.status
+    assert_match(/read-only/, JSON.parse(r.body)["error"])
+    assert @locks.flag?("stop:x")
+  end
+
+  def test_state_is_the_listing_escaped
+    evil = "<img src=x onerror=alert(1)>"
+    h1 = @locks.hold("report:42", ttl: 10, heartbeat: 1)
+    h2 = @locks.hold(evil, ttl: 10, heartbeat: 1)
+    get "/api/state", prefix: ""
+    assert_equal 200, last_response.status
+    assert_equal "application/json", last_response.headers["content-type"]
+    refute_includes last_response.body, "<"
+    doc = JSON.parse(last_response.body)
+    assert_equal ["report:42", evil].sort, doc["leases"].map { |l| l["key"] }.sort
+    lease = doc["leases"].find { |l| l["key"] == "report:42" }
+    assert_equal h1.fence, lease["fence"]
+    assert_equal false, lease["holders"][0]["stuck"]
+    get "/api/state", prefix: "report:"
+    assert_equal ["report:42"], JSON.parse(last_response.body)["leases"].map { |l| l["key"] }
+  ensure
+    h1&.release
+    h2&.release
+  end
+
+  def test_metrics_pass_promtool
+    hold = @locks.hold("job", ttl: 10, heartbeat: 1)
+    assert_nil @locks.hold("job", ttl: 10)
+    text = MistriLocks::Metrics.text(@locks)
+    promtool!(text)
+    assert_includes text, "mistri_locks_holds_active 1\n"
+    assert_includes text, %(mistri_locks_acquisitions_total{outcome="refused"} 1\n)
+    get "/metrics"
+    assert_equal 200, last_response.status
+    assert last_response.headers["content-type"].start_with?("text/plain; version=0.0.4")
+    promtool!(last_response.body)
+    assert_includes last_response.body, "mistri_locks_fleet_leases_held 1\n"
+    status, headers, body = MistriLocks::Metrics.rack(@locks).call("REQUEST_METHOD" => "GET")
+    assert_equal [200, MistriLocks::Metrics::CONTENT_TYPE], [status, headers["content-type"]]
+    promtool!(body.join)
+    assert_raises(TypeError) { MistriLocks::Metrics.text(Object.new) }
+  ensure
+    hold&.release
+  end
+end
+
+class WebActionsTest < Minitest::Test
+  include Rack::Test::Methods
+  include OperatorTestHelpers
+
+  def setup
+    @locks = MistriLocks::Memory.new
+    @allowed = true
+    @seen = []
+  end
+
+  def app
+    allowed = -> { @allowed }
+    seen = @seen
+    inner = MistriLocks::Web.new(@locks, prefix: "job") do |request|
+      seen << request
+      allowed.call
+    end
+    Rack::URLMap.new("/locks" => inner)
+  end
+
+  def test_actions_need_authorize_same_origin_and_the_pages_csrf_token
+    other = @locks.new_owner
+    assert other.acquire("job:1", ttl: 30)
+    csrf = load_page("/locks")
+    assert_match(%r{Path=/locks; SameSite=Strict; HttpOnly}, last_response.headers["set-cookie"])
+    good = { "HTTP_ORIGIN" => ORIGIN, "HTTP_X_CSRF_TOKEN" => csrf }
+    assert_equal 403, post_json("/locks/api/break", "job:1", {}).status # no origin, no token
+    assert_equal 403, post_json("/locks/api/break", "job:1", good.merge("HTTP_ORIGIN" => "http://evil.example")).status
+    assert_equal 403, post_json("/locks/api/break", "job:1", good.merge("HTTP_X_CSRF_TOKEN" => "nope")).status
+    @allowed = false
+    assert_equal 403, post_json("/locks/api/break", "job:1", good).status
+    @allowed = true
+    assert_equal 403, post_json("/locks/api/break", "elsewhere", good).status # outside the prefix
+    assert @locks.held?("job:1")
+    get "/locks/api/break"
+    assert_equal 405, last_response.status
+    r = post_json("/locks/api/break", "job:1", good)
+    assert_equal 200, r.status, r.body
+    refute @locks.held?("job:1")
+    assert_kind_of Rack::Request, @seen.last
+    @locks.set_flag("job:stop", ttl: 60)
+    assert_equal 200, post_json("/locks/api/clear", "job:stop", good).status
+    refute @locks.flag?("job:stop")
+    post "/locks/api/clear", "{", "CONTENT_TYPE" => "application/json", **good
+    assert_equal 400, last_response.status
+  end
+end
+
+class WebTokenTest < Minitest::Test
+  include Rack::Test::Methods
+  include OperatorTestHelpers
+
+  def setup
+    @locks = MistriLocks::Memory.new
+  end
+
+  def app = MistriLocks::Web.new(@locks, token: TOKEN)
+
+  def test_a_bearer_token_authorises_scripts
+    @locks.set_flag("stop:x", ttl: 60)
+    assert_equal 403, post_json("/api/clear", "stop:x").status
+    assert_equal 403, post_json("/api/clear", "stop:x", "HTTP_AUTHORIZATION" => "Bearer wrong-token-0123").status
+    assert_equal 403, post_json("/api/clear", "stop:x", "HTTP_AUTHORIZATION" => "Bearer #{TOKEN}",
+                                                        "HTTP_ORIGIN" => "http://evil.example").status
+    assert_equal 200, post_json("/api/clear", "stop:x", "HTTP_AUTHORIZATION" => "Bearer #{TOKEN}").status
+    refute @locks.flag?("stop:x")
+    assert_raises(ArgumentError) { MistriLocks::Web.new(@locks, token: "short") }
+    assert_raises(ArgumentError) { MistriLocks::Web.new(@locks, allow_actions: true) }
+    assert_raises(TypeError) { MistriLocks::Web.new(Object.new) }
+  end
+
+  def test_stop_raises_the_holders_stop_key
+    worker = @locks.new_owner
+    hold = worker.hold("report:42", ttl: 10, heartbeat: 0.05, stop_key: "report:42:stop")
+    r = post_json("/api/stop", "report:42", "HTTP_AUTHORIZATION" => "Bearer #{TOKEN}")
+    assert_equal 200, r.status, r.body
+    # Tripped within a tick (50 ms); the bound is the flag's ttl.
+    assert hold.signal.wait(5)
+  ensure
+    hold&.release
+  end
+end

@@ -1,0 +1,401 @@
+//! The operator's HTTP interface, written once: every server
+//! (`mistri-locks serve`, the Rack app, the WSGI app) turns its request
+//! into an [`OperatorRequest`], calls [`handle`] and writes the
+//! [`OperatorResponse`] back, so the routes, the JSON, the actions and the
+//! refusals are the same byte for byte wherever the page is served.
+//!
+//! Routes (relative to where the app is mounted):
+//! - `GET /`: the page ([`PAGE`]), with a fresh CSRF token in it and in a
+//!   cookie (double submit: the two must match on an action, and only a
+//!   page of this origin can read the one it was given);
+//! - `GET /api/state?prefix=P`: [`super::state_json`] of the listing under
+//!   the served prefix + `P` (or `P` itself when it already starts with
+//!   the served prefix);
+//! - `GET /metrics`: this handle's counters ([`super::stats_prometheus`])
+//!   and the fleet gauges of the listing ([`super::fleet_prometheus`]);
+//! - `POST /api/stop`, `/api/clear`, `/api/break` with `{"key": "…"}`:
+//!   raise the stop keys of the lease's holders, lower a flag, delete a
+//!   lease.
+//!
+//! Safe by default. An action is refused with 403 unless all of these hold:
+//! actions are enabled ([`OperatorOptions::allow_actions`]); the caller is
+//! authorised, by `Authorization: Bearer <token>` equal to
+//! [`OperatorOptions::token`] or by the host application's own check
+//! ([`OperatorRequest::host_authorized`]); the request is same-origin
+//! (an `Origin` header, when present, must be this server's
+//! `scheme://host`; a request without one must carry the bearer token,
+//! which a browser never attaches by itself); and, unless the bearer token
+//! authorised it, the `X-CSRF-Token` header equals the page's CSRF cookie.
+//! Keys outside the served prefix are refused too.
+
+use super::{fleet_prometheus, json, state_json, stats_prometheus, PROMETHEUS_CONTENT_TYPE};
+use crate::hold::FLAG_TTL;
+use crate::locks::Locks;
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+/// The operator's page: one self-contained HTML file (no build step, no
+/// CDN), served by [`handle`] with its placeholders filled.
+pub const PAGE: &str = include_str!("page.html");
+
+/// The largest action body accepted (a key is at most a few hundred bytes).
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The name of the CSRF cookie the page is given.
+pub const CSRF_COOKIE: &str = "mistri_locks_csrf";
+
+/// How a server serves the interface.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorOptions {
+    /// Only keys under this prefix are shown and acted on (`""`: all).
+    pub prefix: String,
+    /// Enable Stop, Clear and Break (still behind authorisation).
+    pub allow_actions: bool,
+    /// The bearer token that authorises an action (`serve --token-file`).
+    pub token: Option<String>,
+}
+
+/// One request, as a server read it.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorRequest<'a> {
+    /// `GET`, `POST`, …
+    pub method: &'a str,
+    /// The path below the mount point: `/`, `/api/state`, …
+    pub path: &'a str,
+    /// The query string without `?`.
+    pub query: &'a str,
+    /// Where the app is mounted (`""` or `/locks`): the cookie's path.
+    pub mount: &'a str,
+    /// `http` or `https`, for the same-origin check.
+    pub scheme: &'a str,
+    /// The `Host` header.
+    pub host: Option<&'a str>,
+    /// The `Origin` header.
+    pub origin: Option<&'a str>,
+    /// The `Authorization` header.
+    pub authorization: Option<&'a str>,
+    /// The `X-CSRF-Token` header.
+    pub csrf: Option<&'a str>,
+    /// The `Cookie` header.
+    pub cookie: Option<&'a str>,
+    /// The body (at most [`MAX_BODY`] bytes; a server refuses more with 413).
+    pub body: &'a [u8],
+    /// The host application's answer to "may this request act?" (its
+    /// `authorize`), `None` where there is no host application.
+    pub host_authorized: Option<bool>,
+}
+
+/// What to send back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorResponse {
+    /// The HTTP status.
+    pub status: u16,
+    /// Headers, `Content-Type` first.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl OperatorResponse {
+    fn new(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Self {
+        OperatorResponse {
+            status,
+            headers: vec![
+                ("Content-Type".into(), content_type.into()),
+                ("Cache-Control".into(), "no-store".into()),
+                ("X-Content-Type-Options".into(), "nosniff".into()),
+            ],
+            body: body.into(),
+        }
+    }
+
+    fn json(status: u16, body: String) -> Self {
+        Self::new(status, "application/json", body)
+    }
+
+    fn reply(status: u16, ok: bool, message: &str) -> Self {
+        let mut body = format!(
+            "{{\"ok\":{ok},\"{}\":",
+            if ok { "message" } else { "error" }
+        );
+        json::string(&mut body, message);
+        body.push('}');
+        Self::json(status, body)
+    }
+
+    /// The reason phrase of [`OperatorResponse::status`].
+    pub fn reason(&self) -> &'static str {
+        match self.status {
+            200 => "OK",
+            400 => "Bad Request",
+            403 => "Forbidden",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            409 => "Conflict",
+            413 => "Content Too Large",
+            502 => "Bad Gateway",
+            _ => "Error",
+        }
+    }
+}
+
+/// The response for a body larger than [`MAX_BODY`] (servers send it
+/// without reading the body).
+pub fn too_large() -> OperatorResponse {
+    OperatorResponse::reply(413, false, "the body is larger than 64 KiB")
+}
+
+/// Answers one request (see the module header).
+pub fn handle(
+    locks: &Locks,
+    opts: &OperatorOptions,
+    req: &OperatorRequest<'_>,
+) -> OperatorResponse {
+    let read = matches!(req.method, "GET" | "HEAD");
+    match req.path {
+        "" | "/" | "/index.html" if read => page(opts, req),
+        "/api/state" if read => {
+            let asked = query_param(req.query, "prefix").unwrap_or_default();
+            let prefix = if asked.starts_with(&opts.prefix) {
+                asked
+            } else {
+                format!("{}{asked}", opts.prefix)
+            };
+            match locks.list(&prefix) {
+                Ok(listing) => {
+                    OperatorResponse::json(200, state_json(&listing, &prefix, SystemTime::now()))
+                }
+                Err(e) => OperatorResponse::reply(502, false, &e.to_string()),
+            }
+        }
+        "/metrics" if read => {
+            let mut text = stats_prometheus(&locks.stats());
+            match locks.list(&opts.prefix) {
+                Ok(listing) => text.push_str(&fleet_prometheus(&listing, SystemTime::now())),
+                Err(e) => return OperatorResponse::reply(502, false, &e.to_string()),
+            }
+            OperatorResponse::new(200, PROMETHEUS_CONTENT_TYPE, text)
+        }
+        "/api/stop" | "/api/clear" | "/api/break" => {
+            if req.method != "POST" {
+                let mut r = OperatorResponse::reply(405, false, "actions are POST only");
+                r.headers.push(("Allow".into(), "POST".into()));
+                return r;
+            }
+            if let Err(why) = may_act(opts, req) {
+                return OperatorResponse::reply(403, false, why);
+            }
+            let key = match std::str::from_utf8(req.body)
+                .map_err(|_| "the body is not UTF-8".to_string())
+                .and_then(|b| json::field(b, "key"))
+            {
+                Ok(Some(k)) if !k.is_empty() => k,
+                Ok(_) => {
+                    return OperatorResponse::reply(
+                        400,
+                        false,
+                        "the body needs {\"key\": \"…\"} with a non-empty key",
+                    )
+                }
+                Err(e) => return OperatorResponse::reply(400, false, &e),
+            };
+            if !key.starts_with(&opts.prefix) {
+                return OperatorResponse::reply(403, false, "the key is outside the served prefix");
+            }
+            act(locks, &req.path[5..], &key)
+        }
+        "" | "/" | "/index.html" | "/api/state" | "/metrics" => {
+            let mut r = OperatorResponse::reply(405, false, "use GET");
+            r.headers.push(("Allow".into(), "GET, HEAD".into()));
+            r
+        }
+        _ => OperatorResponse::reply(404, false, "no such page"),
+    }
+}
+
+fn act(locks: &Locks, action: &str, key: &str) -> OperatorResponse {
+    let result = match action {
+        "stop" => stop_holders(locks, key),
+        "clear" => locks
+            .clear_flag(key)
+            .map(|()| Ok(format!("lowered flag {key}"))),
+        _ => locks.break_lease(key).map(|broke| {
+            if broke {
+                Ok(format!("broke the lease on {key}"))
+            } else {
+                Err((404, format!("no live lease on {key}")))
+            }
+        }),
+    };
+    match result {
+        Ok(Ok(message)) => OperatorResponse::reply(200, true, &message),
+        Ok(Err((status, message))) => OperatorResponse::reply(status, false, &message),
+        Err(crate::Error::InvalidArgument(m)) => OperatorResponse::reply(400, false, &m),
+        Err(e) => OperatorResponse::reply(502, false, &e.to_string()),
+    }
+}
+
+type Outcome = std::result::Result<String, (u16, String)>;
+
+/// Raises the stop key of every holder of `key` that watches one.
+pub(crate) fn stop_holders(locks: &Locks, key: &str) -> crate::Result<Outcome> {
+    let Some(info) = locks.info(key)? else {
+        return Ok(Err((404, format!("no live lease on {key}"))));
+    };
+    let mut raised: Vec<String> = Vec::new();
+    for h in &info.holders {
+        if let Some(stop) = super::state::stop_key(h) {
+            if !raised.iter().any(|r| r == stop) {
+                locks.set_flag(stop, FLAG_TTL)?;
+                raised.push(stop.to_owned());
+            }
+        }
+    }
+    if raised.is_empty() {
+        return Ok(Err((
+            409,
+            format!("the holder of {key} watches no stop key (Break deletes the lease instead)"),
+        )));
+    }
+    Ok(Ok(format!("raised {}", raised.join(", "))))
+}
+
+fn may_act(opts: &OperatorOptions, req: &OperatorRequest<'_>) -> Result<(), &'static str> {
+    if !opts.allow_actions {
+        return Err("this server is read-only (actions are not enabled)");
+    }
+    let bearer = match (
+        &opts.token,
+        req.authorization.and_then(|a| a.strip_prefix("Bearer ")),
+    ) {
+        (Some(token), Some(given)) => same_secret(token.as_bytes(), given.trim().as_bytes()),
+        _ => false,
+    };
+    if !bearer && req.host_authorized != Some(true) {
+        return Err("not authorised (send Authorization: Bearer <token>)");
+    }
+    match req.origin {
+        Some(origin) => {
+            let host = req.host.unwrap_or_default();
+            let scheme = if req.scheme.is_empty() {
+                "http"
+            } else {
+                req.scheme
+            };
+            if host.is_empty() || origin != format!("{scheme}://{host}") {
+                return Err("cross-origin request refused");
+            }
+        }
+        None if !bearer => return Err("a request without an Origin header needs the bearer token"),
+        None => {}
+    }
+    if !bearer {
+        let cookie = req.cookie.and_then(|c| cookie_value(c, CSRF_COOKIE));
+        match (cookie, req.csrf) {
+            (Some(c), Some(h)) if !c.is_empty() && same_secret(c.as_bytes(), h.as_bytes()) => {}
+            _ => return Err("missing or wrong CSRF token (reload the page)"),
+        }
+    }
+    Ok(())
+}
+
+/// Compares two secrets in time that depends on their lengths only.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn cookie_value<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    header.split(';').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k.trim() == name).then(|| v.trim())
+    })
+}
+
+/// The value of `name` in a query string, percent-decoded.
+pub fn query_param(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (percent_decode(k) == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn page(opts: &OperatorOptions, req: &OperatorRequest<'_>) -> OperatorResponse {
+    let csrf = crate::runtime::token::mint_token().unwrap_or_default();
+    let nonce = crate::runtime::token::mint_token().unwrap_or_default();
+    let auth = if opts.token.is_some() {
+        "bearer"
+    } else {
+        "host"
+    };
+    let html = PAGE
+        .replace("{{NONCE}}", &nonce)
+        .replace("{{CSRF}}", &csrf)
+        .replace("{{ACTIONS}}", if opts.allow_actions { "on" } else { "off" })
+        .replace("{{AUTH}}", auth);
+    let mut r = OperatorResponse::new(200, "text/html; charset=utf-8", html);
+    let path = if req.mount.is_empty() { "/" } else { req.mount };
+    let mut cookie = format!("{CSRF_COOKIE}={csrf}; Path={path}; SameSite=Strict; HttpOnly");
+    if req.scheme == "https" {
+        cookie.push_str("; Secure");
+    }
+    r.headers.push(("Set-Cookie".into(), cookie));
+    let mut csp = String::new();
+    let _ = write!(
+        csp,
+        "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    );
+    r.headers.push(("Content-Security-Policy".into(), csp));
+    r.headers.push(("X-Frame-Options".into(), "DENY".into()));
+    r.headers
+        .push(("Referrer-Policy".into(), "no-referrer".into()));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_and_cookies() {
+        assert_eq!(
+            query_param("a=1&prefix=report%3A4+2", "prefix").as_deref(),
+            Some("report:4 2")
+        );
+        assert_eq!(query_param("prefix", "prefix").as_deref(), Some(""));
+        assert_eq!(query_param("x=%zz%4", "x").as_deref(), Some("%zz%4"));
+        assert_eq!(
+            cookie_value("a=1; mistri_locks_csrf=abc", CSRF_COOKIE),
+            Some("abc")
+        );
+        assert!(
+            same_secret(b"abc", b"abc")
+                && !same_secret(b"abc", b"abd")
+                && !same_secret(b"ab", b"abc")
+        );
+    }
+}

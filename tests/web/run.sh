@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The operator's page in a real browser: Debian's chromium (/usr/bin/chromium)
+# driven by npm playwright-core (installed here into tests/web/node_modules,
+# pinned by package-lock.json; no browser download), against
+# `mistri-locks serve --allow-actions` on a throwaway redis-server (a free
+# 127.0.0.1 port) and on a Local file. The Redis run saves the screenshot
+# docs/operating-page.png; the Local run also pages and filters 10,000
+# leases. See tests/web/browser.mjs for the cases.
+#
+#   bash tests/web/run.sh          (honours CARGO_TARGET_DIR)
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+cd "$ROOT"
+
+[ -x /usr/bin/chromium ] || { echo "tests/web/run.sh: no /usr/bin/chromium (scripts/setup installs it)" >&2; exit 1; }
+if [ ! -d "$HERE/node_modules/playwright-core" ]; then
+  (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+cargo build -q -p mistri_locks_cli
+cargo build -q -p mistri_locks_core --example operator_bench
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+BIN="$TARGET_DIR/debug/mistri-locks"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mistri-web-test.XXXXXX")
+REDIS_PID=""
+cleanup() {
+  [ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null || true
+  [ -n "$REDIS_PID" ] && wait "$REDIS_PID" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
+  --dir "$WORK" --logfile "$WORK/redis.log" &
+REDIS_PID=$!
+for _ in $(seq 200); do
+  redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && break
+  kill -0 "$REDIS_PID" 2>/dev/null || { cat "$WORK/redis.log"; exit 1; }
+  sleep 0.05
+done
+
+"$TARGET_DIR/debug/examples/operator_bench" 10000 --fill "$WORK/big.db"
+
+node "$HERE/browser.mjs" "$BIN" "redis://127.0.0.1:$PORT/0" redis --screenshot "$ROOT/docs/operating-page.png"
+node "$HERE/browser.mjs" "$BIN" "$WORK/local.db" local --big "$WORK/big.db"
