@@ -3,9 +3,11 @@
 # driven by npm playwright-core (installed here into tests/web/node_modules,
 # pinned by package-lock.json; no browser download), against
 # `mistri-locks serve --allow-actions` on a throwaway redis-server (a free
-# 127.0.0.1 port) and on a Local file. The Redis run saves the screenshot
-# docs/operating-page.png; the Local run also pages and filters 10,000
-# leases. See tests/web/browser.mjs for the cases.
+# 127.0.0.1 port) and on a Local file. The Redis run saves a screenshot of
+# the page (20 leases, waiters, a flag, a stuck holder) to
+# $TARGET_DIR/operating-page.png, or to SCREENSHOT=PATH (the one in the docs:
+# SCREENSHOT=docs/operating-page.png); the Local run also pages and filters
+# 10,000 leases. See tests/web/browser.mjs for the cases.
 #
 #   bash tests/web/run.sh          (honours CARGO_TARGET_DIR)
 set -euo pipefail
@@ -46,5 +48,5 @@ done
 
 "$TARGET_DIR/debug/examples/operator_bench" 10000 --fill "$WORK/big.db"
 
-node "$HERE/browser.mjs" "$BIN" "redis://127.0.0.1:$PORT/0" redis --screenshot "$ROOT/docs/operating-page.png"
+node "$HERE/browser.mjs" "$BIN" "redis://127.0.0.1:$PORT/0" redis --screenshot "${SCREENSHOT:-$TARGET_DIR/operating-page.png}"
 node "$HERE/browser.mjs" "$BIN" "$WORK/local.db" local --big "$WORK/big.db"
