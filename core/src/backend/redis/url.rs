@@ -49,6 +49,11 @@ pub struct ReplicaAck {
     /// The longest one `WAIT` may block (also capped by the operation's
     /// deadline).
     pub timeout: Duration,
+    /// The URL's `eviction=accept` (what the server may do to the writes
+    /// travels with the rest of the URL's durability settings): run on a
+    /// server whose memory policy may evict leases, which is otherwise
+    /// refused at every connect (`Redis::accepting_eviction`).
+    pub accept_eviction: bool,
 }
 
 impl ReplicaAck {
@@ -118,6 +123,7 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
     let mut ack = ReplicaAck {
         min_replicas: 0,
         timeout: DEFAULT_REPLICA_TIMEOUT,
+        accept_eviction: false,
     };
     let mut kept = Vec::new();
     let mut sentinel_params = Vec::new();
@@ -138,6 +144,17 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
                     ))
                 })?;
                 ack.timeout = crate::args::duration_from_secs("replica_timeout", secs)?;
+            }
+            "eviction" => {
+                ack.accept_eviction = match v {
+                    "accept" => true,
+                    "refuse" => false,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "eviction must be accept or refuse, got {v:?}"
+                        )))
+                    }
+                };
             }
             "sentinel_username" | "sentinel_password" => {
                 sentinel_params.push((k.to_owned(), v.to_owned()));

@@ -212,9 +212,17 @@ impl RedisCluster {
             return Ok(con);
         }
         let left = left(deadline, addr)?;
-        self.client(addr)?
+        let mut con = self
+            .client(addr)?
             .get_connection_with_timeout((left / 3).max(MIN_IO))
-            .map_err(|e| map_err(e, addr))
+            .map_err(|e| map_err(e, addr))?;
+        if !self.replicas.accept_eviction {
+            // Every new connection to every node the operations reach
+            // (each master) reads its memory policy.
+            crate::backend::redis::server::check_eviction(&mut con, addr)
+                .map_err(|e| map_err(e, addr))?;
+        }
+        Ok(con)
     }
 
     pub(crate) fn checkin(&self, addr: &str, con: Connection) {
