@@ -99,6 +99,9 @@ pub struct Redis {
     /// The URL's `eviction=accept`: run on a server whose memory policy may
     /// evict leases ([`check_eviction`]).
     pub(crate) accept_eviction: bool,
+    /// With `min_replicas=all`: the replicas connected to the master when
+    /// the newest connection was made (each `WAIT` asks for them all).
+    pub(crate) replicas_connected: std::sync::atomic::AtomicU32,
 }
 
 impl Redis {
@@ -153,6 +156,7 @@ impl Redis {
             sentinel: None,
             replicas: ReplicaAck::default(),
             accept_eviction: false,
+            replicas_connected: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -625,6 +629,11 @@ impl Redis {
             // to each new master after a Sentinel switch) reads the policy.
             check_eviction(&mut con, &self.addr)?;
         }
+        if self.replicas.min_replicas == ReplicaAck::ALL {
+            let n = connected_replicas(&mut con, &self.addr)?;
+            self.replicas_connected
+                .store(n, std::sync::atomic::Ordering::SeqCst);
+        }
         Ok(con)
     }
 
@@ -666,11 +675,15 @@ impl Redis {
         let ms = millis_ceil(self.replicas.timeout.min(left * 3 / 4)).max(1);
         con.aimed = None;
         con.con.set_read_timeout(Some(left.max(MIN_IO)))?;
+        let connected = self
+            .replicas_connected
+            .load(std::sync::atomic::Ordering::SeqCst);
+        let wanted = self.replicas.wanted(connected);
         let acked: u64 = ::redis::cmd("WAIT")
-            .arg(self.replicas.min_replicas)
+            .arg(wanted)
             .arg(ms)
             .query(&mut con.con)?;
-        Ok(acked >= u64::from(self.replicas.min_replicas))
+        Ok(acked >= u64::from(wanted))
     }
 
     /// A renewal that applied but was not acknowledged is not confirmed.
@@ -679,7 +692,9 @@ impl Redis {
             Ok(Renewed::Yes) if !acked => Err(Error::Backend(format!(
                 "Redis at {}: renewal applied but not confirmed: fewer than {} replica(s) \
                  acknowledged it within {:?} (min_replicas)",
-                self.addr, self.replicas.min_replicas, self.replicas.timeout
+                self.addr,
+                self.replicas.describe(),
+                self.replicas.timeout
             ))),
             other => other,
         }
@@ -724,7 +739,7 @@ impl Redis {
              acknowledged it within {:?} (min_replicas); {undone}",
             self.addr,
             lease.key(),
-            self.replicas.min_replicas,
+            self.replicas.describe(),
             self.replicas.timeout
         ))
     }
@@ -750,6 +765,26 @@ pub(crate) fn check_eviction(con: &mut Connection, addr: &str) -> ::redis::Redis
             ),
         ))),
     }
+}
+
+/// With `min_replicas=all`: the replicas connected to the master `con`
+/// reaches (`INFO replication`, `connected_slaves`); none is a Config error
+/// (nothing could acknowledge).
+pub(crate) fn connected_replicas(con: &mut Connection, addr: &str) -> ::redis::RedisResult<u32> {
+    let info: String = ::redis::cmd("INFO").arg("replication").query(con)?;
+    let n = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_slaves:"))
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    if n == 0 {
+        return Err(::redis::RedisError::from((
+            ::redis::ErrorKind::InvalidClientConfig,
+            "no replica",
+            format!("min_replicas=all, but the Redis master at {addr} has no connected replica"),
+        )));
+    }
+    Ok(n)
 }
 
 /// The policy and `maxmemory` of an `INFO memory` reply, if `maxmemory` is
