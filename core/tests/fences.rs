@@ -262,3 +262,73 @@ fn the_protocol_document_carries_the_exact_acquire_script() {
         "docs/PROTOCOL.md must quote ACQUIRE_LUA verbatim"
     );
 }
+
+#[test]
+fn redis_fence_counters_get_a_long_ttl_and_fences_still_rise_without_them() {
+    // A counter idle for 7 days is 7 days below the clock floor: it
+    // expires then, and the next fence is the floor, still higher.
+    let server = RedisServer::start();
+    let port = server.port();
+    let locks = Locks::redis(&server.url(), "mistri:test").unwrap();
+    let before = rising(&locks, "job", 2, 0);
+    let ttl = |key: &str| -> i64 {
+        let reply = command(port, &format!("PTTL mistri:test:fence:{{{key}}}"));
+        reply.trim().trim_start_matches(':').parse().unwrap()
+    };
+    let week = 7 * 24 * 3600 * 1000;
+    let left = ttl("job");
+    assert!(left > week - 60_000 && left <= week, "PTTL {left}");
+    // N-holder leases share the counter and refresh it the same way.
+    let slot = locks.adapter();
+    let who = mistri_locks::Identity::of_process();
+    let lease = slot.acquire_limited("slots", secs(5.0), &who, 2).unwrap();
+    let left = ttl("slots");
+    assert!(left > week - 60_000 && left <= week, "PTTL {left}");
+    assert!(slot.release(&lease.unwrap()).unwrap());
+    // The counter gone (as when it expires): fences still rise.
+    command(port, "DEL mistri:test:fence:{job}");
+    rising(&locks, "job", 2, before);
+}
+
+#[test]
+fn postgres_prunes_fence_rows_far_below_the_clock_floor() {
+    use mistri_locks::Postgres;
+    use mistri_locks_testkit::PgServer;
+    let server = PgServer::start();
+    let locks = Locks::new(Postgres::open(&server.url(), "prune").unwrap());
+    let kept = fence_of(&locks, "recent");
+    // A counter from 8 days ago, no lease: prunable; one with a live lease
+    // is not.
+    let old = kept - 8 * 24 * 3600 * 1_000_000;
+    server.sql(&format!(
+        "INSERT INTO mistri_locks.fences VALUES ('prune', 'old', {old}), \
+         ('prune', 'held-long', {old})"
+    ));
+    server.sql(
+        "INSERT INTO mistri_locks.leases VALUES ('prune', 'held-long', 't', 1, 1, \
+         now() + interval '1 hour', now(), now(), 3600000, 0, 'x')",
+    );
+    let count = |key: &str| {
+        server
+            .sql(&format!(
+                "SELECT count(*) FROM mistri_locks.fences WHERE ns = 'prune' AND key = '{key}'"
+            ))
+            .trim()
+            .to_owned()
+    };
+    // The sweep runs with 2 % of acquires: 2,000 make missing it
+    // practically impossible (0.98^2000).
+    let mut n = 0;
+    while count("old") == "1" {
+        assert!(n < 2_000, "never swept");
+        fence_of(&locks, &format!("k{}", n % 8));
+        n += 1;
+    }
+    assert_eq!(
+        count("held-long"),
+        "1",
+        "a key with a lease keeps its counter"
+    );
+    assert_eq!(count("recent"), "1");
+    assert!(fence_of(&locks, "old") > old);
+}

@@ -392,3 +392,39 @@ fn a_silent_network_after_a_confirmed_renewal_is_expired_at_the_lease_end() {
     // Nothing is left to retry.
     assert_eq!(hold.release().unwrap(), ReleaseOutcome::AlreadyReleased);
 }
+
+#[test]
+fn the_token_less_release_returns_by_the_lease_end_too() {
+    // Locks::release(key), the seed's surface: bounded by the lease's end
+    // (the acquire's or last renewal's answer + ttl), not only by the I/O
+    // timeout; false (nothing left to delete) when the end came first.
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let locks = Locks::new(Redis::with_timeout(&proxy.url(), NS, secs(IO_TIMEOUT)).unwrap());
+    let witness = Locks::new(Redis::open(&server.url(), NS).unwrap());
+    let key = unique("token-less");
+    assert!(locks.acquire(&key, secs(TTL)).unwrap());
+    assert!(locks.renew(&key, secs(TTL)).unwrap());
+    let renewed = Instant::now();
+    proxy.blackhole(true);
+    let start = Instant::now();
+    let got = locks.release(&key);
+    let took = start.elapsed();
+    println!(
+        "  ttl {TTL} s, silent proxy, Redis timeout {IO_TIMEOUT} s: Locks::release returned \
+         after {:.3} s ({got:?})",
+        took.as_secs_f64()
+    );
+    assert!(
+        !got.unwrap(),
+        "the lease's end came first: nothing released"
+    );
+    assert!(
+        Instant::now() < renewed + secs(TTL + 0.5),
+        "release took {took:?}: past the lease's end"
+    );
+    // The lease has lapsed on the server.
+    assert!(free_at(&witness, &key, secs(0.5)).is_some());
+    assert!(!locks.release(&key).unwrap(), "forgotten");
+    proxy.blackhole(false);
+}

@@ -44,7 +44,9 @@ pub fn open(url: &str, namespace: &str) -> Result<Arc<dyn Adapter>> {
             Ok(Arc::new(Redis::open_sentinel(sentinel, namespace, ack)?))
         }
         _ => Ok(Arc::new(
-            Redis::with_timeout(&rest, namespace, DEFAULT_TIMEOUT)?.replicated(ack),
+            Redis::with_timeout(&rest, namespace, DEFAULT_TIMEOUT)?
+                .replicated(ack)
+                .accepting_eviction(ack.accept_eviction),
         )),
     }
 }

@@ -31,12 +31,18 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Default)]
 struct Issued {
     // Keyed by the lease's own shared key: no second allocation per key.
     leases: HashMap<Arc<str>, Lease>,
+    /// Per key, the latest instant its lease can be alive on the backend:
+    /// the arrival of the answer to its acquire or last renewal + ttl
+    /// (the backend applied it before answering). No entry after a renewal
+    /// that failed (it may have been applied later): then only the I/O
+    /// timeout bounds a release.
+    ends: HashMap<Arc<str>, Instant>,
 }
 
 /// The issued leases of one fork generation.
@@ -258,14 +264,16 @@ impl Locks {
     }
 
     /// Remembers `lease` as this object's lease on its key (replacing an
-    /// older one), or with `keep_older`, only if none is there.
-    fn remember(&self, lease: Lease, keep_older: bool) {
+    /// older one), or with `keep_older`, only if none is there; `end`: the
+    /// latest instant it can be alive ([`Issued::ends`]).
+    fn remember(&self, lease: Lease, keep_older: bool, end: Option<Instant>) {
         let cell = self.inner.issued.get();
         let mut issued = cell.map.lock();
         cell.any.store(true, Ordering::Release);
-        let entry = issued.leases.entry(lease.shared_key().clone());
+        let key = lease.shared_key().clone();
+        let entry = issued.leases.entry(key.clone());
         match entry {
-            std::collections::hash_map::Entry::Occupied(_) if keep_older => {}
+            std::collections::hash_map::Entry::Occupied(_) if keep_older => return,
             std::collections::hash_map::Entry::Occupied(mut e) => {
                 e.insert(lease);
             }
@@ -273,6 +281,10 @@ impl Locks {
                 e.insert(lease);
             }
         }
+        match end {
+            Some(end) => issued.ends.insert(key, end),
+            None => issued.ends.remove(&key),
+        };
     }
 
     /// Takes the lease on `key` for `ttl` if no live lease exists.
@@ -291,6 +303,7 @@ impl Locks {
                 // stale now (this one replaces it, as below).
                 if let Some(mut issued) = self.issued_if_any() {
                     issued.leases.remove(key);
+                    issued.ends.remove(key);
                 }
             }
             return Ok(taken.is_some());
@@ -298,7 +311,8 @@ impl Locks {
         let who = self.identity();
         match self.adapter().acquire_as(key, ttl, &who)? {
             Some(lease) => {
-                self.remember(lease, false);
+                let end = Instant::now() + ttl;
+                self.remember(lease, false, Some(end));
                 Ok(true)
             }
             None => Ok(false),
@@ -350,7 +364,8 @@ impl Locks {
         let finish = move |got: Option<Lease>| {
             Ok(match got {
                 Some(lease) => {
-                    done_locks.remember(lease, false);
+                    let end = Instant::now() + ttl;
+                    done_locks.remember(lease, false, Some(end));
                     true
                 }
                 None => false,
@@ -424,18 +439,41 @@ impl Locks {
         let Some(lease) = lease else {
             return Ok(false);
         };
-        let renewed = self.adapter().renew(&lease, ttl)?;
-        if !renewed {
+        let renewed = match self.adapter().renew(&lease, ttl) {
+            Ok(renewed) => renewed,
+            Err(e) => {
+                // It may have been applied, answer lost: no known end.
+                if let Some(mut issued) = self.issued_if_any() {
+                    issued.ends.remove(key);
+                }
+                return Err(e);
+            }
+        };
+        if renewed {
+            let end = Instant::now() + ttl;
+            if let Some(mut issued) = self.issued_if_any() {
+                if issued.leases.get(key) == Some(&lease) {
+                    issued.ends.insert(lease.shared_key().clone(), end);
+                }
+            }
+        } else {
             self.forget(&lease);
         }
         Ok(renewed)
     }
 
-    /// Deletes this object's lease on `key`. `false` if it holds none.
+    /// Deletes this object's lease on `key`. `false` if it holds none, or
+    /// if the lease's end passed before the backend answered (it cannot be
+    /// alive there any more: nothing is left to delete).
+    ///
+    /// Bounded twice, as [`Hold::release`]: by the adapter's I/O timeout
+    /// and by the lease's end, the arrival of the answer to its acquire or
+    /// last renewal + ttl (after a renewal that failed, the I/O timeout
+    /// only: it may have been applied).
     ///
     /// # Errors
-    /// Invalid key; the backend's errors (the lease is then kept, so the
-    /// release can be retried).
+    /// Invalid key; the backend's errors before the lease's end (the lease
+    /// is then kept, so the release can be retried).
     pub fn release(&self, key: &str) -> Result<bool> {
         check_key("key", key)?;
         if let Some((owned, owner)) = self.owned() {
@@ -445,16 +483,28 @@ impl Locks {
                 return Ok(true);
             }
         }
-        let lease = self
-            .issued_if_any()
-            .and_then(|mut issued| issued.leases.remove(key));
-        let Some(lease) = lease else {
+        let taken = self.issued_if_any().and_then(|mut issued| {
+            let lease = issued.leases.remove(key)?;
+            Some((lease, issued.ends.remove(key)))
+        });
+        let Some((lease, end)) = taken else {
             return Ok(false);
         };
-        let released = self.adapter().release(&lease).inspect_err(|_| {
-            // Keep it, so the release can be retried.
-            self.remember(lease.clone(), true);
-        })?;
+        // Bounded twice: by the I/O timeout, and by the lease's end, after
+        // which it cannot be alive on the backend (then: nothing to delete).
+        let result = match end {
+            Some(end) => self.adapter().release_by(&lease, end),
+            None => self.adapter().release(&lease),
+        };
+        let released = match result {
+            Ok(released) => released,
+            Err(_) if end.is_some_and(|end| Instant::now() >= end) => return Ok(false),
+            Err(e) => {
+                // Keep it, so the release can be retried.
+                self.remember(lease, true, end);
+                return Err(e);
+            }
+        };
         if released {
             // This process's waiters on the key: the head tries now.
             crate::waiting::lines::released(self.adapter(), &lease);
@@ -466,6 +516,7 @@ impl Locks {
         let mut issued = self.issued();
         if issued.leases.get(lease.key()) == Some(lease) {
             issued.leases.remove(lease.key());
+            issued.ends.remove(lease.key());
         }
     }
 

@@ -168,6 +168,12 @@ BEGIN
       WHERE x.expires_at < now_ts - interval '1 minute' LIMIT 32 FOR UPDATE SKIP LOCKED);
     DELETE FROM @S.queue l WHERE l.ctid IN (SELECT x.ctid FROM @S.queue x
       WHERE x.deadline < now_ts - interval '1 minute' LIMIT 32 FOR UPDATE SKIP LOCKED);
+    -- A fence counter idle for 7 days is below the clock floor by that
+    -- much: without it the next fence is the same or higher.
+    DELETE FROM @S.fences l WHERE l.ctid IN (SELECT x.ctid FROM @S.fences x
+      WHERE x.fence < (extract(epoch FROM now_ts - interval '7 days') * 1000000)::bigint
+        AND NOT EXISTS (SELECT 1 FROM @S.leases y WHERE y.ns = x.ns AND y.key = x.key)
+      LIMIT 32 FOR UPDATE SKIP LOCKED);
   END IF;
   RETURN v_fence;
 END

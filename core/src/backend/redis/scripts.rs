@@ -91,7 +91,7 @@ if free then
       .. ' ' .. (ARGV[4] or '0') .. ' ' .. ARGV[3]
   end
   if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-    redis.call('SET', KEYS[2], text)
+    redis.call('SET', KEYS[2], text, 'PX', 604800000)
     if line then
       redis.call('ZREM', KEYS[4], line)
       redis.call('HDEL', KEYS[5], line)

@@ -96,6 +96,12 @@ pub struct Redis {
     pub(crate) sentinel: Option<Arc<Sentinel>>,
     /// Opt-in `WAIT` after acquire and renewals.
     pub(crate) replicas: ReplicaAck,
+    /// The URL's `eviction=accept`: run on a server whose memory policy may
+    /// evict leases ([`check_eviction`]).
+    pub(crate) accept_eviction: bool,
+    /// With `min_replicas=all`: the replicas connected to the master when
+    /// the newest connection was made (each `WAIT` asks for them all).
+    pub(crate) replicas_connected: std::sync::atomic::AtomicU32,
 }
 
 impl Redis {
@@ -149,6 +155,8 @@ impl Redis {
             release: Script::new(RELEASE_LUA),
             sentinel: None,
             replicas: ReplicaAck::default(),
+            accept_eviction: false,
+            replicas_connected: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -566,7 +574,19 @@ impl Redis {
         let mut redis = Self::with_timeout("redis://127.0.0.1/", namespace, DEFAULT_TIMEOUT)?;
         redis.addr = sentinel.describe();
         redis.sentinel = Some(Arc::new(sentinel));
-        Ok(redis.replicated(replicas))
+        Ok(redis
+            .replicated(replicas)
+            .accepting_eviction(replicas.accept_eviction))
+    }
+
+    /// This adapter on a server whose `maxmemory-policy` may evict keys
+    /// with a TTL (the URL's `eviction=accept`): every new connection then
+    /// skips [`check_eviction`]. What it costs: an evicted lease is free
+    /// for the next acquire while its holder is told only at its next
+    /// renewal (`docs/RELIABILITY.md`, "Settings and promises").
+    pub fn accepting_eviction(mut self, accept: bool) -> Self {
+        self.accept_eviction = accept;
+        self
     }
 
     /// This adapter with replica acknowledgement as `replicas` says.
@@ -596,14 +616,25 @@ impl Redis {
         left: Duration,
         deadline: Instant,
     ) -> ::redis::RedisResult<Connection> {
-        match &self.sentinel {
-            Some(sentinel) => sentinel.connect(deadline),
+        let mut con = match &self.sentinel {
+            Some(sentinel) => sentinel.connect(deadline)?,
             // Connecting also runs a setup pipeline of two replies, each of
             // which may wait out the read timeout: give each step a third.
             None => self
                 .client
-                .get_connection_with_timeout((left / 3).max(MIN_IO)),
+                .get_connection_with_timeout((left / 3).max(MIN_IO))?,
+        };
+        if !self.accept_eviction {
+            // Every new connection (at connect, after every reconnect, and
+            // to each new master after a Sentinel switch) reads the policy.
+            check_eviction(&mut con, &self.addr)?;
         }
+        if self.replicas.min_replicas == ReplicaAck::ALL {
+            let n = connected_replicas(&mut con, &self.addr)?;
+            self.replicas_connected
+                .store(n, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(con)
     }
 
     /// With a sentinel: after a connection error or a `READONLY` reply the
@@ -644,11 +675,15 @@ impl Redis {
         let ms = millis_ceil(self.replicas.timeout.min(left * 3 / 4)).max(1);
         con.aimed = None;
         con.con.set_read_timeout(Some(left.max(MIN_IO)))?;
+        let connected = self
+            .replicas_connected
+            .load(std::sync::atomic::Ordering::SeqCst);
+        let wanted = self.replicas.wanted(connected);
         let acked: u64 = ::redis::cmd("WAIT")
-            .arg(self.replicas.min_replicas)
+            .arg(wanted)
             .arg(ms)
             .query(&mut con.con)?;
-        Ok(acked >= u64::from(self.replicas.min_replicas))
+        Ok(acked >= u64::from(wanted))
     }
 
     /// A renewal that applied but was not acknowledged is not confirmed.
@@ -657,7 +692,9 @@ impl Redis {
             Ok(Renewed::Yes) if !acked => Err(Error::Backend(format!(
                 "Redis at {}: renewal applied but not confirmed: fewer than {} replica(s) \
                  acknowledged it within {:?} (min_replicas)",
-                self.addr, self.replicas.min_replicas, self.replicas.timeout
+                self.addr,
+                self.replicas.describe(),
+                self.replicas.timeout
             ))),
             other => other,
         }
@@ -702,8 +739,84 @@ impl Redis {
              acknowledged it within {:?} (min_replicas); {undone}",
             self.addr,
             lease.key(),
-            self.replicas.min_replicas,
+            self.replicas.describe(),
             self.replicas.timeout
         ))
+    }
+}
+
+/// Refuses a server that may evict leases: `INFO memory` (which works where
+/// `CONFIG` is renamed or disabled, as on managed services) with
+/// `maxmemory` set and an `allkeys-*` or `volatile-*` policy (every lease
+/// has a TTL). The error names the policy and the fixes; the URL's
+/// `eviction=accept` skips the check.
+pub(crate) fn check_eviction(con: &mut Connection, addr: &str) -> ::redis::RedisResult<()> {
+    let info: String = ::redis::cmd("INFO").arg("memory").query(con)?;
+    match evicting_policy(&info) {
+        None => Ok(()),
+        Some((policy, maxmemory)) => Err(::redis::RedisError::from((
+            ::redis::ErrorKind::InvalidClientConfig,
+            "unsafe memory policy",
+            format!(
+                "Redis at {addr} runs maxmemory-policy {policy} with maxmemory {maxmemory}: it \
+                 may evict a live lease, and then two processes hold one key while the holder \
+                 is not told. Set maxmemory-policy noeviction, or give the locks a Redis of \
+                 their own; or accept the risk with eviction=accept in the URL"
+            ),
+        ))),
+    }
+}
+
+/// With `min_replicas=all`: the replicas connected to the master `con`
+/// reaches (`INFO replication`, `connected_slaves`); none is a Config error
+/// (nothing could acknowledge).
+pub(crate) fn connected_replicas(con: &mut Connection, addr: &str) -> ::redis::RedisResult<u32> {
+    let info: String = ::redis::cmd("INFO").arg("replication").query(con)?;
+    let n = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_slaves:"))
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    if n == 0 {
+        return Err(::redis::RedisError::from((
+            ::redis::ErrorKind::InvalidClientConfig,
+            "no replica",
+            format!("min_replicas=all, but the Redis master at {addr} has no connected replica"),
+        )));
+    }
+    Ok(n)
+}
+
+/// The policy and `maxmemory` of an `INFO memory` reply, if `maxmemory` is
+/// set and the policy may evict a key with a TTL.
+pub(crate) fn evicting_policy(info: &str) -> Option<(String, u64)> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let maxmemory: u64 = field("maxmemory")?.parse().ok()?;
+    let policy = field("maxmemory_policy")?;
+    let evicts = policy.starts_with("allkeys-") || policy.starts_with("volatile-");
+    (maxmemory > 0 && evicts).then(|| (policy.to_owned(), maxmemory))
+}
+
+#[cfg(test)]
+mod eviction_tests {
+    use super::evicting_policy;
+
+    #[test]
+    fn an_evicting_policy_with_maxmemory_is_found() {
+        let info = |max: u64, policy: &str| {
+            format!("# Memory\r\nused_memory:1\r\nmaxmemory:{max}\r\nmaxmemory_human:1M\r\nmaxmemory_policy:{policy}\r\n")
+        };
+        assert_eq!(
+            evicting_policy(&info(1 << 20, "volatile-ttl")),
+            Some(("volatile-ttl".into(), 1 << 20))
+        );
+        assert!(evicting_policy(&info(1 << 20, "allkeys-lru")).is_some());
+        assert_eq!(evicting_policy(&info(1 << 20, "noeviction")), None);
+        assert_eq!(evicting_policy(&info(0, "allkeys-lru")), None);
+        assert_eq!(evicting_policy("# Memory\r\n"), None);
     }
 }

@@ -136,6 +136,7 @@ if us > fence then
   fence = us
   redis.call('SET', KEYS[2], string.format('%.0f', us))
 end
+redis.call('PEXPIRE', KEYS[2], 604800000)
 local ms = string.format('%.0f', now)
 redis.call('ZADD', KEYS[3], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[4], ARGV[1], table.concat({string.format('%.0f', fence), ms, ms,

@@ -49,12 +49,42 @@ pub struct ReplicaAck {
     /// The longest one `WAIT` may block (also capped by the operation's
     /// deadline).
     pub timeout: Duration,
+    /// The URL's `eviction=accept` (what the server may do to the writes
+    /// travels with the rest of the URL's durability settings): run on a
+    /// server whose memory policy may evict leases, which is otherwise
+    /// refused at every connect (`Redis::accepting_eviction`).
+    pub accept_eviction: bool,
 }
 
 impl ReplicaAck {
+    /// `min_replicas=all`: every replica connected to the master when the
+    /// connection was made must acknowledge (the one Sentinel or the
+    /// Cluster promotes may be any of them). A replica that drops later
+    /// makes `WAIT` fall short, and the write is not confirmed.
+    pub const ALL: u32 = u32::MAX;
+
     /// Is acknowledgement asked for?
     pub fn enabled(&self) -> bool {
         self.min_replicas > 0
+    }
+
+    /// How many replicas a `WAIT` asks for, given the replicas `connected`
+    /// to the master when the connection was made.
+    pub fn wanted(&self, connected: u32) -> u32 {
+        if self.min_replicas == Self::ALL {
+            connected
+        } else {
+            self.min_replicas
+        }
+    }
+
+    /// `min_replicas` as the URL says it (`all`, or the number).
+    pub fn describe(&self) -> String {
+        if self.min_replicas == Self::ALL {
+            "all".to_owned()
+        } else {
+            self.min_replicas.to_string()
+        }
     }
 }
 
@@ -118,16 +148,18 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
     let mut ack = ReplicaAck {
         min_replicas: 0,
         timeout: DEFAULT_REPLICA_TIMEOUT,
+        accept_eviction: false,
     };
     let mut kept = Vec::new();
     let mut sentinel_params = Vec::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         match k {
+            "min_replicas" if v == "all" => ack.min_replicas = ReplicaAck::ALL,
             "min_replicas" => {
                 ack.min_replicas = v.parse().map_err(|_| {
                     Error::InvalidArgument(format!(
-                        "min_replicas must be a whole number of replicas, got {v:?}"
+                        "min_replicas must be a whole number of replicas or all, got {v:?}"
                     ))
                 })?;
             }
@@ -138,6 +170,17 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
                     ))
                 })?;
                 ack.timeout = crate::args::duration_from_secs("replica_timeout", secs)?;
+            }
+            "eviction" => {
+                ack.accept_eviction = match v {
+                    "accept" => true,
+                    "refuse" => false,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "eviction must be accept or refuse, got {v:?}"
+                        )))
+                    }
+                };
             }
             "sentinel_username" | "sentinel_password" => {
                 sentinel_params.push((k.to_owned(), v.to_owned()));

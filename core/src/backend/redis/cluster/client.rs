@@ -52,6 +52,9 @@ pub(crate) struct State {
     pub(crate) map: SlotMap,
     pub(crate) idle: HashMap<String, Vec<Connection>>,
     pub(crate) clients: HashMap<String, Client>,
+    /// With `min_replicas=all`: per node, the replicas connected to it when
+    /// the newest connection to it was made.
+    pub(crate) replicas_connected: HashMap<String, u32>,
 }
 
 impl State {
@@ -66,6 +69,7 @@ impl State {
             map,
             idle: HashMap::new(),
             clients: HashMap::new(),
+            replicas_connected: HashMap::new(),
         })
     }
 }
@@ -146,6 +150,7 @@ impl RedisCluster {
                     map: SlotMap::empty(),
                     idle: HashMap::new(),
                     clients: HashMap::new(),
+                    replicas_connected: HashMap::new(),
                 }),
                 State::for_child,
             ),
@@ -212,9 +217,23 @@ impl RedisCluster {
             return Ok(con);
         }
         let left = left(deadline, addr)?;
-        self.client(addr)?
+        let mut con = self
+            .client(addr)?
             .get_connection_with_timeout((left / 3).max(MIN_IO))
-            .map_err(|e| map_err(e, addr))
+            .map_err(|e| map_err(e, addr))?;
+        if !self.replicas.accept_eviction {
+            // Every new connection to every node the operations reach
+            // (each master) reads its memory policy.
+            crate::backend::redis::server::check_eviction(&mut con, addr)
+                .map_err(|e| map_err(e, addr))?;
+        }
+        if self.replicas.min_replicas == ReplicaAck::ALL {
+            let n = crate::backend::redis::server::connected_replicas(&mut con, addr)
+                .map_err(|e| map_err(e, addr))?;
+            let mut state = self.state.get().lock();
+            state.replicas_connected.insert(addr.to_owned(), n);
+        }
+        Ok(con)
     }
 
     pub(crate) fn checkin(&self, addr: &str, con: Connection) {
@@ -411,12 +430,18 @@ impl RedisCluster {
             let left = deadline.saturating_duration_since(Instant::now());
             // WAIT 0 would block forever: never send it.
             let ms = millis_ceil(self.replicas.timeout.min(left * 3 / 4)).max(1);
-            pipe.cmd("WAIT").arg(self.replicas.min_replicas).arg(ms);
+            pipe.cmd("WAIT").arg(self.wanted_replicas(addr)).arg(ms);
         }
         aim(&con, deadline, addr)?;
         con.send_packed_command(&pipe.get_packed_pipeline())
             .map_err(|e| map_err(e, addr))?;
         Ok((con, waits))
+    }
+
+    /// How many replicas a `WAIT` on `addr` asks for ([`ReplicaAck::wanted`]).
+    fn wanted_replicas(&self, addr: &str) -> u32 {
+        let connected = (self.state.get().lock().replicas_connected.get(addr)).copied();
+        self.replicas.wanted(connected.unwrap_or(0))
     }
 
     /// Reads one node's replies, each with the time left until `deadline`.
@@ -445,7 +470,7 @@ impl RedisCluster {
         }
         let acked = if waits {
             match recv(con)? {
-                Value::Int(n) => n >= i64::from(self.replicas.min_replicas),
+                Value::Int(n) => n >= i64::from(self.wanted_replicas(addr)),
                 _ => false,
             }
         } else {
@@ -675,7 +700,8 @@ impl RedisCluster {
         Error::Backend(format!(
             "Redis Cluster: {what} applied but fewer than {} replica(s) acknowledged it within \
              {:?} (min_replicas)",
-            self.replicas.min_replicas, self.replicas.timeout
+            self.replicas.describe(),
+            self.replicas.timeout
         ))
     }
 }
