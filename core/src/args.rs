@@ -207,6 +207,19 @@ pub fn fork_generation() -> u64 {
     crate::runtime::fork::generation()
 }
 
+/// The most holders an N-holder lease may have.
+pub const MAX_LIMIT: u32 = 1_000_000;
+
+/// Checks an N-holder limit: 1 ..= [`MAX_LIMIT`].
+pub(crate) fn check_limit(limit: u32) -> Result<()> {
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(Error::InvalidArgument(format!(
+            "limit must be between 1 and {MAX_LIMIT}, got {limit}"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

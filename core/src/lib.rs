@@ -59,6 +59,7 @@ pub mod stats;
 pub mod waiting;
 
 // The public API, one list.
+pub use args::MAX_LIMIT;
 pub use args::{
     check_key, check_label, check_namespace, duration_from_secs, fork_generation,
     wait_timeout_from_secs, MAX_NAME_BYTES,
@@ -75,13 +76,14 @@ pub use contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 pub use contract::push::{FlagWatch, FlagWatcher};
 pub use contract::{QUEUE_ENTRY_TTL, SAFETY_POLL};
 pub use error::{Error, Result};
-pub use hold::engine::{default_margin, IDLE_EXIT, MAX_TICK, MIN_HEARTBEAT};
+pub use hold::engine::{default_margin, MAX_TICK, MIN_HEARTBEAT};
 pub use hold::{Hold, HoldOptions, ReleaseOutcome, FLAG_TTL, HEARTBEAT, LEASE_TTL, MIN_HOLD_TTL};
 pub use locks::global::{configure, hold, locks, start_hold};
 pub use locks::Locks;
+pub use runtime::IDLE_EXIT;
 pub use signal::{delivery, AbortSignal, CallbackHandle, WaitOutcome, WakeToken};
 pub use stats::{Event, EventHookHandle, EventKind, LostCause, StatValue, StatsSnapshot};
-pub use waiting::{AcquireOptions, Poll, WaitWaker, Waiting, MAX_LIMIT};
+pub use waiting::{AcquireOptions, Poll, WaitWaker, Waiting};
 
 /// Pieces the faces and the tests share that are not part of the
 /// contract: the host's language in labels, the script texts, the Cluster

@@ -164,7 +164,7 @@ impl HoldOptions {
         if let Some(label) = &self.label {
             crate::args::check_label("label", label)?;
         }
-        crate::waiting::check_limit(self.limit)?;
+        crate::args::check_limit(self.limit)?;
         if let Some(max_hold) = self.max_hold {
             check_duration("max_hold", max_hold)?;
         }

@@ -346,7 +346,7 @@ impl Locks {
     ) -> Result<Waiting<bool>> {
         check_key("key", key)?;
         check_duration("ttl", ttl)?;
-        crate::waiting::check_limit(opts.limit)?;
+        crate::args::check_limit(opts.limit)?;
         let (try_locks, done_locks) = (self.clone(), self.clone());
         let (try_key, limit) = (key.to_owned(), opts.limit);
         let who = self.identity();

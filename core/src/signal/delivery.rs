@@ -44,7 +44,7 @@ pub enum Payload {
     /// A signal's abort, with its reason.
     Abort(Option<String>),
     /// A hold's event, for an `on_event` hook ([`post_event`]).
-    Hold(crate::stats::Event),
+    Hold(crate::signal::event::Event),
 }
 
 /// One delivery: the face's listener id and what it carries.
@@ -126,7 +126,7 @@ pub fn listen(signal: &AbortSignal, id: u64) -> (CallbackHandle, Vec<Delivery>) 
 /// host thread inside [`abort`]/[`listen`], for that call): how a face's
 /// `on_event` hook, which runs on the notifier thread, hands the event to
 /// host code, typed all the way.
-pub fn post_event(id: u64, event: crate::stats::Event) {
+pub fn post_event(id: u64, event: crate::signal::event::Event) {
     record(id, Payload::Hold(event));
 }
 

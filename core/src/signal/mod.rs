@@ -29,6 +29,7 @@
 //! is taken, and never while callbacks run.
 
 pub mod delivery;
+pub(crate) mod event;
 #[cfg(all(test, loom))]
 mod loom_models;
 pub(crate) mod notify;

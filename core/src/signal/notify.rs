@@ -9,7 +9,7 @@
 //! once; callbacks follow in trip order.
 //!
 //! The thread starts on the first queued batch and exits after
-//! [`IDLE_EXIT`](crate::IDLE_EXIT) with nothing to do. Fork: the queue is a
+//! [`IDLE_EXIT`](crate::runtime::IDLE_EXIT) with nothing to do. Fork: the queue is a
 //! [`ForkLocal`], so a forked child starts with an empty queue of its own
 //! (the parent's pending callbacks are the parent's) and starts its own
 //! thread when it needs one.
@@ -95,7 +95,9 @@ fn serve(n: &'static Notifier) {
             queue = n.queue.lock();
             continue;
         }
-        let (guard, timed_out) = n.ready.wait_until(queue, Instant::now() + crate::IDLE_EXIT);
+        let (guard, timed_out) = n
+            .ready
+            .wait_until(queue, Instant::now() + crate::runtime::IDLE_EXIT);
         queue = guard;
         if timed_out && queue.batches.is_empty() {
             queue.running = false;

@@ -106,8 +106,7 @@ use lines::Place;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The most holders an N-holder lease may have.
-pub const MAX_LIMIT: u32 = 1_000_000;
+pub use crate::args::MAX_LIMIT;
 
 pub use crate::contract::{QUEUE_ENTRY_TTL, SAFETY_POLL};
 
@@ -164,16 +163,6 @@ impl Default for AcquireOptions {
 #[doc(hidden)]
 pub fn check_wait(wait: Duration) -> Result<()> {
     let _ = wait;
-    Ok(())
-}
-
-/// Checks an N-holder limit: 1 ..= [`MAX_LIMIT`].
-pub(crate) fn check_limit(limit: u32) -> Result<()> {
-    if limit == 0 || limit > MAX_LIMIT {
-        return Err(Error::InvalidArgument(format!(
-            "limit must be between 1 and {MAX_LIMIT}, got {limit}"
-        )));
-    }
     Ok(())
 }
 

@@ -122,7 +122,7 @@ mod threads;
 mod timers;
 
 pub(crate) use state::Unregistered;
-pub use status::{default_margin, IDLE_EXIT, MAX_TICK, MIN_HEARTBEAT};
+pub use status::{default_margin, MAX_TICK, MIN_HEARTBEAT};
 pub(crate) use status::{HoldStatus, Registration};
 
 use crate::contract::adapter::{Adapter, Lease};

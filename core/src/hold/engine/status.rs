@@ -8,8 +8,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long an idle heartbeat thread lingers before exiting.
-pub const IDLE_EXIT: Duration = Duration::from_secs(2);
 /// Upper bound of the stop-flag tick.
 pub const MAX_TICK: Duration = Duration::from_secs(1);
 /// The engine's resolution: shorter heartbeats are treated as this.
