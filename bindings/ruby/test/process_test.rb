@@ -40,7 +40,11 @@ class CrossProcessTest < Minitest::Test
       line = Timeout.timeout(5) { out.gets }
       assert_match(/interrupted/, line)
       assert_operator Clock.now - sent, :<, 2
-      assert wait.value.success?
+      assert Timeout.timeout(5) { wait.value }.success?
+    ensure
+      # popen2's block end waits for the child: a child that missed the
+      # signal must not hang the suite.
+      Subprocess.reap(wait)
     end
   end
 
