@@ -1,6 +1,6 @@
 //! The fault suite of issue 9: what a hold promises whatever the network or
 //! the server does, measured on a real redis-server on loopback, through the
-//! testkit's [`Proxy`] where the network is the fault.
+//! testkit's `Proxy` where the network is the fault.
 //!
 //! The promises asserted (independent of how the engine is built):
 //!
@@ -41,7 +41,7 @@ use common::*;
 mod fault_kit;
 use fault_kit::*;
 use mistri_locks::{Error, Hold, HoldOptions, Locks, Redis};
-use mistri_locks_testkit::{unique, Proxy, RedisServer};
+use mistri_locks_testkit::{unique, FaultServer, RedisServer};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -160,7 +160,7 @@ fn lease_key(key: &str) -> String {
 fn harness_proxy_forwards_holds_and_delays() {
     let _one = one_at_a_time();
     let server = RedisServer::start();
-    let proxy = Proxy::start(server.port());
+    let proxy = server.proxy();
 
     // Raw round trips, including a value larger than one read.
     let mut s = std::net::TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
@@ -254,7 +254,7 @@ fn blackhole_case(n: usize) {
         "{label}: ttl {TTL} s, heartbeat {HEARTBEAT} s, Redis timeout {IO_TIMEOUT} s, stop keys on"
     );
     let server = RedisServer::start();
-    let proxy = Proxy::start(server.port());
+    let proxy = server.proxy();
     let locks = redis_locks(&proxy.url(), IO_TIMEOUT);
     let witness = redis_locks(&server.url(), IO_TIMEOUT);
 
@@ -340,7 +340,7 @@ fn redis_frozen_past_the_ttl() {
     let _one = one_at_a_time();
     let label = "frozen redis";
     println!("{label}: SIGSTOP for ttl + 1 s, then SIGCONT; ttl {TTL} s, heartbeat {HEARTBEAT} s");
-    let server = RedisServer::start();
+    let mut server = RedisServer::start();
     let locks = redis_locks(&server.url(), IO_TIMEOUT);
     let witness = redis_locks(&server.url(), IO_TIMEOUT);
     let ks = keys("frozen", 10);
@@ -350,11 +350,7 @@ fn redis_frozen_past_the_ttl() {
     assert!(holds.iter().all(|h| !h.is_lost()), "lost before the fault");
 
     wait_for_renewal(&server, &ks[0]);
-    let frozen = Instant::now();
-    server.freeze();
-    std::thread::sleep(secs(TTL + 1.0));
-    server.thaw();
-    let thawed = Instant::now();
+    let (frozen, thawed) = server.frozen_for(secs(TTL + 1.0));
 
     let taken = take_when_free(&witness, &ks, thawed + secs(3.0));
     wait_told(&told, thawed + secs(LATE_WAIT));
@@ -520,7 +516,7 @@ fn latency_beyond_the_margin() {
     let delay = 1.2;
     println!("{label}: every chunk held {delay} s each way; ttl {TTL} s, heartbeat {HEARTBEAT} s, Redis timeout {IO_TIMEOUT} s");
     let server = RedisServer::start();
-    let proxy = Proxy::start(server.port());
+    let proxy = server.proxy();
     let locks = redis_locks(&proxy.url(), IO_TIMEOUT);
     let witness = redis_locks(&server.url(), IO_TIMEOUT);
     let mut pttl = direct(&server);

@@ -43,7 +43,7 @@ use common::*;
 mod fault_kit;
 use fault_kit::*;
 use mistri_locks::{Error, Hold, HoldOptions, Locks, Postgres, ReleaseOutcome};
-use mistri_locks_testkit::{unique, PgBouncer, PgServer, Proxy};
+use mistri_locks_testkit::{unique, FaultServer, PgBouncer, PgServer, Proxy};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -191,7 +191,7 @@ fn wait_for_renewal(witness: &Locks, key: &str) {
 fn harness_hold_through_the_proxy_renews() {
     let _one = one_at_a_time();
     let server = pg_server();
-    let proxy = Proxy::start(server.port());
+    let proxy = server.proxy();
     let locks = pg_locks(&via(&proxy), IO_TIMEOUT);
     let witness = pg_locks(&server.url(), IO_TIMEOUT);
     let ks = keys("sanity", 10);
@@ -241,7 +241,7 @@ fn blackhole_case(n: usize) {
         "{label}: ttl {TTL} s, heartbeat {HEARTBEAT} s, I/O timeout {IO_TIMEOUT} s, stop keys on"
     );
     let server = pg_server();
-    let proxy = Proxy::start(server.port());
+    let proxy = server.proxy();
     let locks = pg_locks(&via(&proxy), IO_TIMEOUT);
     let witness = pg_locks(&server.url(), IO_TIMEOUT);
 
@@ -324,11 +324,7 @@ fn server_frozen_past_the_ttl() {
     assert!(holds.iter().all(|h| !h.is_lost()), "lost before the fault");
 
     wait_for_renewal(&witness, &ks[0]);
-    let frozen = Instant::now();
-    server.freeze();
-    std::thread::sleep(secs(TTL + 1.0));
-    server.thaw();
-    let thawed = Instant::now();
+    let (frozen, thawed) = server.frozen_for(secs(TTL + 1.0));
 
     let taken = take_when_free(&witness, &ks, thawed + secs(5.0));
     wait_told(&told, thawed + secs(LATE_WAIT));

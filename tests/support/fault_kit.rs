@@ -8,8 +8,10 @@
 //! fault_kit;`) rather than part of the testkit crate: its judges take the
 //! core's `Hold` and `Locks`, and the testkit depending on the core would
 //! build the core twice for the core's own unit tests (which use the
-//! testkit's servers). The servers a case faults (`RedisServer`,
-//! `PgServer`, behind the `Proxy`) are the testkit's.
+//! testkit's servers). The servers a case faults are the testkit's, behind
+//! its `FaultServer` trait (start, stop, freeze, thaw, restart, proxy),
+//! which `RedisServer` and `PgServer` implement: a new backend's fault
+//! suite implements it for its server harness and lists only its cases.
 //!
 //! # One case at a time
 //!
