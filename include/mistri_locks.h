@@ -949,6 +949,16 @@ enum mistri_status mistri_lease_info_described(const struct mistri_lease_info *i
 enum mistri_status mistri_lease_info_label(const struct mistri_lease_info *info, const char **label);
 
 /**
+ * The stop key the holder's hold watches (the flag that stops it), owned
+ * by the snapshot (valid until the snapshot is freed); NULL when the
+ * holder has none or is not described.
+ *
+ * # Safety
+ * `info` is NULL or a live snapshot; `stop_key` is NULL or writable.
+ */
+enum mistri_status mistri_lease_info_stop_key(const struct mistri_lease_info *info, const char **stop_key);
+
+/**
  * The fencing number of the holder's acquisition (0 when not described).
  *
  * # Safety

@@ -21,6 +21,22 @@ pub fn check_key(what: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a holder's label: not empty, no NUL, and not the byte 0x1F that
+/// separates a stored label from the hold's stop key
+/// ([`crate::Identity::stop_key`]).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `what`.
+pub fn check_label(what: &str, label: &str) -> Result<()> {
+    check_key(what, label)?;
+    if label.contains('\0') || label.contains('\u{1f}') {
+        return Err(Error::InvalidArgument(format!(
+            "{what} must not contain NUL or the unit separator (0x1F), got {label:?}"
+        )));
+    }
+    Ok(())
+}
+
 /// Turns seconds (as Python, Ruby and C pass them) into a [`Duration`].
 ///
 /// # Errors

@@ -597,6 +597,56 @@ pub fn zero_durations_from_rust_are_invalid_arguments(f: Fixture) {
     assert!(bad(a.hold("k", opts(1.0, 0.0)).map(drop)));
     assert!(!a.held("k").unwrap());
 }
+pub fn a_holds_stop_key_is_in_its_description(f: Fixture) {
+    // Written atomically with the lease, read back by info and list; a
+    // plain acquire and a hold without one show none; the label is the
+    // label alone.
+    let a = f.locks();
+    let stop = "stop:job 7:ü";
+    let with_stop = |limit: u32| HoldOptions {
+        stop_key: Some(stop.to_owned()),
+        label: Some("worker 1".to_owned()),
+        limit,
+        ..opts(5.0, 1.0)
+    };
+    let hold = a.hold("described", with_stop(1)).unwrap().expect("free");
+    let info = a.info("described").unwrap().expect("held");
+    let holder = info.holder.expect("a description");
+    assert_eq!(holder.stop_key.as_deref(), Some(stop));
+    assert_eq!(holder.label, "worker 1");
+    let listed = a.list("describ").unwrap();
+    assert_eq!(listed.leases.len(), 1);
+    let holder = listed.leases[0].holder.as_ref().expect("a description");
+    assert_eq!(holder.stop_key.as_deref(), Some(stop));
+    hold.release().unwrap();
+
+    let slot = a.hold("described-2", with_stop(2)).unwrap().expect("free");
+    let info = a.info("described-2").unwrap().expect("held");
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.holders[0].stop_key.as_deref(), Some(stop));
+    assert_eq!(info.holders[0].label, "worker 1");
+    slot.release().unwrap();
+
+    let plain = a.hold("described", opts(5.0, 1.0)).unwrap().expect("free");
+    let holder = a.info("described").unwrap().unwrap().holder.unwrap();
+    assert_eq!(holder.stop_key, None);
+    plain.release().unwrap();
+    assert!(a.acquire("described", secs(5.0)).unwrap());
+    let holder = a.info("described").unwrap().unwrap().holder.unwrap();
+    assert_eq!(holder.stop_key, None);
+    assert!(a.release("described").unwrap());
+
+    // The separator byte is no label's.
+    let bad = HoldOptions {
+        label: Some("a\u{1f}b".to_owned()),
+        ..opts(5.0, 1.0)
+    };
+    assert!(matches!(
+        a.hold("described", bad).map(drop),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
 /// `locks` after one acquire and release of a key no case uses: a fresh
 /// adapter's first call pays for its connection (on PostgreSQL also a new
 /// server process and the first compile of the schema's functions, 30-65 ms
@@ -624,6 +674,7 @@ macro_rules! contract {
                 stale_lease_values_can_neither_renew_nor_release,
                 contending_threads_never_both_hold,
                 zero_durations_from_rust_are_invalid_arguments,
+                a_holds_stop_key_is_in_its_description,
             );
         }
     };

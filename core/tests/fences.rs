@@ -203,6 +203,57 @@ fn memory_fences_rise_across_adapters() {
     assert!(after > before, "fence {after} after {before}");
 }
 
+/// Acquires and releases `key` on `locks` and returns its fence (Memory:
+/// no connection to retry).
+fn memory_fence(locks: &Locks, key: &str) -> u64 {
+    assert!(locks.acquire(key, secs(30.0)).unwrap(), "{key} is held");
+    let fence = locks.fence(key).expect("a fence for a held lease");
+    assert!(locks.release(key).unwrap());
+    fence
+}
+
+#[test]
+fn memory_fences_rise_across_adapters_while_another_is_contended() {
+    // Two threads contend for one adapter's lock (an acquire that waited
+    // for the lock must not pair a stale instant with a fresh wall
+    // reading); every fresh adapter's first fence is above every fence
+    // the contended one issued before it.
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let old = Arc::new(Locks::memory());
+    let issued = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            let (old, issued, done) = (old.clone(), issued.clone(), done.clone());
+            std::thread::spawn(move || {
+                let key = format!("job-{t}");
+                while !done.load(Ordering::Relaxed) {
+                    issued.fetch_max(memory_fence(&old, &key), Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for round in 0..3000 {
+        let before = issued.load(Ordering::SeqCst);
+        let first = memory_fence(&Locks::memory(), "job");
+        if first <= before {
+            failures.push(format!("round {round}: {first} after {before}"));
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(
+        failures.is_empty(),
+        "{} fell back: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+}
+
 #[test]
 fn the_protocol_document_carries_the_exact_acquire_script() {
     let doc = include_str!("../../docs/PROTOCOL.md");

@@ -19,6 +19,7 @@ fn who() -> Identity {
     Identity {
         label: "leaver:1 rust".into(),
         heartbeat: Duration::from_millis(250),
+        stop_key: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn who() -> Identity {
     Identity {
         label: "tester:1 rust".into(),
         heartbeat: ms(250),
+        stop_key: None,
     }
 }
 
@@ -240,9 +241,15 @@ fn the_schema_is_made_once_by_many_clients_at_once_and_versioned() {
     }
     assert_eq!(
         server.sql("SELECT version FROM racy.meta").trim(),
-        "1",
+        "2",
         "one version row"
     );
+    // A version-1 schema (whose release did not lock the key's fences
+    // row) is upgraded in place by the first operation of this client.
+    server.sql("UPDATE racy.meta SET version = 1");
+    let pg = Postgres::open(&url, "upgrade").unwrap();
+    assert!(!pg.held("k").unwrap());
+    assert_eq!(server.sql("SELECT version FROM racy.meta").trim(), "2");
     // The DDL runs again without harm (the CLI's `schema` output, by psql).
     let ddl = Postgres::schema_sql("racy").unwrap();
     server.sql(&ddl);

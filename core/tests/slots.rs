@@ -25,6 +25,7 @@ fn who(label: &str) -> Identity {
     Identity {
         label: label.into(),
         heartbeat: Duration::ZERO,
+        stop_key: None,
     }
 }
 

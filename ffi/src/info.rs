@@ -35,6 +35,8 @@ pub(crate) struct InfoSnapshot {
     /// `info.key` as C reads it (cut at a NUL byte, as event keys are).
     key: CString,
     label: Option<CString>,
+    /// The holder's stop key, as C reads it.
+    stop_key: Option<CString>,
     /// Each of `info.holders`' labels, as C reads them.
     labels: Vec<CString>,
 }
@@ -44,6 +46,9 @@ impl InfoSnapshot {
         InfoSnapshot {
             key: c_string_lossy(&info.key),
             label: info.holder.as_ref().map(|h| c_label(&h.label)),
+            stop_key: (info.holder.as_ref())
+                .and_then(|h| h.stop_key.as_deref())
+                .map(c_string_lossy),
             labels: info.holders.iter().map(|h| c_label(&h.label)).collect(),
             info,
         }
@@ -147,6 +152,24 @@ pub unsafe extern "C" fn mistri_lease_info_label(
         let out = try_out!(label);
         let snap = try_ref_from_ptr!(info);
         out.write(snap.label.as_ref().map_or(std::ptr::null(), |l| l.as_ptr()))
+    })
+}
+
+/// The stop key the holder's hold watches (the flag that stops it), owned
+/// by the snapshot (valid until the snapshot is freed); NULL when the
+/// holder has none or is not described.
+///
+/// # Safety
+/// `info` is NULL or a live snapshot; `stop_key` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_lease_info_stop_key(
+    info: *const mistri_lease_info,
+    stop_key: *mut *const c_char,
+) -> mistri_status {
+    ffi_boundary!("mistri_lease_info_stop_key", {
+        let out = try_out!(stop_key);
+        let snap = try_ref_from_ptr!(info);
+        out.write((snap.stop_key.as_ref()).map_or(std::ptr::null(), |k| k.as_ptr()))
     })
 }
 

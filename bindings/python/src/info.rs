@@ -11,11 +11,11 @@ use pyo3::types::PyDict;
 use std::time::SystemTime;
 
 /// `{"key", "time_left", "holder", "fence", "acquired_at", "renewed_at",
-/// "ttl", "heartbeat", "limit", "holders"}`: seconds as floats, times as
+/// "ttl", "heartbeat", "stop_key", "limit", "holders"}`: seconds as floats, times as
 /// Unix seconds; the holder's fields are None when it stored no
 /// description, and always for an N-holder lease, whose holders are the
 /// list `holders` (by fence; each a dict of `holder`, `fence`,
-/// `acquired_at`, `renewed_at`, `ttl`, `heartbeat`) and whose `limit` is
+/// `acquired_at`, `renewed_at`, `ttl`, `heartbeat`, `stop_key`) and whose `limit` is
 /// the newest holder's.
 pub fn to_dict<'py>(py: Python<'py>, info: &LeaseInfo) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -67,6 +67,7 @@ fn describe(d: &Bound<'_, PyDict>, h: Option<&HolderInfo>) -> PyResult<()> {
     d.set_item("renewed_at", h.map(|h| unix_secs(h.renewed_at)))?;
     d.set_item("ttl", h.map(|h| h.ttl.as_secs_f64()))?;
     d.set_item("heartbeat", h.map(|h| h.heartbeat.as_secs_f64()))?;
+    d.set_item("stop_key", h.and_then(|h| h.stop_key.clone()))?;
     Ok(())
 }
 

@@ -8,11 +8,11 @@ use mistri_locks::{FlagInfo, HolderInfo, LeaseInfo, Listing};
 use std::time::{Duration, SystemTime};
 
 /// `{key:, time_left:, holder:, fence:, acquired_at:, renewed_at:, ttl:,
-/// heartbeat:, limit:, holders:}`: seconds as Floats, times as Unix
+/// heartbeat:, stop_key:, limit:, holders:}`: seconds as Floats, times as Unix
 /// seconds; the holder's fields are nil when it stored no description, and
 /// always for an N-holder lease, whose holders are the Array `holders:` (by
 /// fence; each a Hash of `holder:`, `fence:`, `acquired_at:`,
-/// `renewed_at:`, `ttl:`, `heartbeat:`) and whose `limit:` is the newest
+/// `renewed_at:`, `ttl:`, `heartbeat:`, `stop_key:`) and whose `limit:` is the newest
 /// holder's.
 pub fn to_hash(ruby: &Ruby, info: &LeaseInfo) -> Result<RHash, Error> {
     let h = ruby.hash_new();
@@ -71,13 +71,14 @@ fn unix_seconds(ruby: &Ruby, t: SystemTime) -> Value {
 }
 
 /// The keys [`describe`] sets.
-const HOLDER_FIELDS: [&str; 6] = [
+const HOLDER_FIELDS: [&str; 7] = [
     "holder",
     "fence",
     "acquired_at",
     "renewed_at",
     "ttl",
     "heartbeat",
+    "stop_key",
 ];
 
 /// One holder's fields into `h` (all nil for `None`).
@@ -95,5 +96,11 @@ fn describe(ruby: &Ruby, h: RHash, d: Option<&HolderInfo>) -> Result<(), Error> 
     set("renewed_at", unix_seconds(ruby, d.renewed_at))?;
     set("ttl", seconds(ruby, Some(d.ttl)))?;
     set("heartbeat", seconds(ruby, Some(d.heartbeat)))?;
+    set(
+        "stop_key",
+        d.stop_key
+            .as_deref()
+            .map_or_else(|| ruby.qnil().as_value(), |s| ruby.str_new(s).as_value()),
+    )?;
     Ok(())
 }

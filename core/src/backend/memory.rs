@@ -4,15 +4,24 @@
 //! is read, so no sweeper thread is needed. Expired entries are pruned when
 //! the maps have doubled since the last prune, so memory stays proportional
 //! to the live entries. Fencing numbers come from one counter per adapter,
-//! which makes them strictly increasing per key without remembering keys,
+//! raised to the process's high-water mark ("Fences" below), which makes
+//! them strictly increasing per key without remembering keys,
 //! floored by the realtime clock like every backend's ([`crate::contract::fence`]), so
 //! they also rise across adapters and process restarts.
 //!
-//! Clocks: an acquire reads the monotonic clock once. Its wall-clock time
+//! Fences: every Memory adapter of a process draws from one process-wide
+//! high-water mark ([`issue`]), so no adapter ever issues a fence at or below
+//! one another adapter of the process issued before, however the clock
+//! floor and the adapters' own counters compare (a busy adapter's counter
+//! runs ahead of the clock: more than one acquire per microsecond).
+//!
+//! Clocks: an acquire reads the monotonic clock once, under the store's
+//! lock. Its wall-clock time
 //! (the holder description's `acquired_at`, and the fence's realtime
 //! floor) is derived from a pair of readings (monotonic, wall) taken at most
-//! [`WALL_REBASE`] earlier, so it follows a wall-clock step within a second
-//! and is never behind the pair's own reading.
+//! [`WALL_REBASE`] earlier, so it follows a wall-clock step within a second.
+//! The pair reads the wall clock first, so a derived time is never ahead of
+//! the wall clock.
 //!
 //! Owner tokens: Memory's never leave the process, so they need not be
 //! unguessable, only unique: a process-wide counter in 16 hex characters
@@ -168,9 +177,11 @@ impl Memory {
     /// Takes the exclusive lease on `key` if no live lease or slot is
     /// there: its fence.
     fn take(&self, key: &str, ttl: Duration, by: By<'_>) -> Option<u64> {
-        // The one clock read of an acquire (module header, "Clocks").
-        let now = Instant::now();
+        // The one clock read of an acquire (module header, "Clocks"), under
+        // the lock: an instant read before it may be stale by the time the
+        // lock is won, and would pair with a fresher wall reading.
         let mut state = self.state().lock();
+        let now = Instant::now();
         if state.slots.live(key, now) {
             return None;
         }
@@ -186,7 +197,7 @@ impl Memory {
             // An expired or released entry: reuse its allocations (the
             // label's too, when it is the same holder's).
             Some(e) => {
-                *counter = crate::contract::fence::next(*counter, floor);
+                issue(counter, floor);
                 e.expires = expires;
                 let h = &mut e.holder;
                 match by {
@@ -197,6 +208,9 @@ impl Memory {
                         e.stamp = (0, 0);
                         if h.label != who.label {
                             h.label.clone_from(&who.label);
+                        }
+                        if h.stop_key != who.stop_key {
+                            h.stop_key.clone_from(&who.stop_key);
                         }
                         h.heartbeat = who.heartbeat;
                     }
@@ -211,6 +225,7 @@ impl Memory {
                             e.stamp = (stamp, owner.generation);
                         }
                         h.heartbeat = Duration::ZERO;
+                        h.stop_key = None;
                     }
                 }
                 h.fence = *counter;
@@ -220,15 +235,15 @@ impl Memory {
                 Some(*counter)
             }
             None => {
-                *counter = crate::contract::fence::next(*counter, floor);
-                let fence = *counter;
-                let (token, owner, stamp, label, heartbeat) = match by {
+                let fence = issue(counter, floor);
+                let (token, owner, stamp, label, heartbeat, stop_key) = match by {
                     By::Token(token, who) => (
                         token.as_bytes().to_vec(),
                         None,
                         (0, 0),
                         who.label.clone(),
                         who.heartbeat,
+                        who.stop_key.clone(),
                     ),
                     By::Owner(owner, _, who) => {
                         let (stamp, who) = who();
@@ -239,6 +254,7 @@ impl Memory {
                             stamp,
                             who.label.clone(),
                             Duration::ZERO,
+                            None,
                         )
                     }
                 };
@@ -254,6 +270,7 @@ impl Memory {
                         renewed_at: wall,
                         ttl,
                         heartbeat,
+                        stop_key,
                     },
                 };
                 state.prune(now);
@@ -347,7 +364,7 @@ impl Default for State {
             flags: HashMap::default(),
             fence: 0,
             prune_at: MIN_PRUNE_AT,
-            clock: wall_now(Instant::now()),
+            clock: wall_now(),
             slots: Slots::default(),
         }
     }
@@ -382,7 +399,7 @@ impl State {
         match now.checked_duration_since(at) {
             Some(since) if since < WALL_REBASE => (wall + since, micros + since.as_micros() as u64),
             _ => {
-                self.clock = wall_now(now);
+                self.clock = wall_now();
                 (self.clock.1, self.clock.2)
             }
         }
@@ -402,9 +419,31 @@ impl State {
     }
 }
 
-/// The wall clock read now, paired with `now`.
-fn wall_now(now: Instant) -> (Instant, SystemTime, u64) {
+/// The highest fence any Memory adapter of this process has issued (module
+/// header, "Fences").
+static ISSUED: AtomicU64 = AtomicU64::new(0);
+
+/// Issues the next fence of an adapter whose counter is `counter`, floored
+/// by `floor`: above the adapter's last and above every fence any Memory
+/// adapter of this process issued before. Sets the counter to it.
+fn issue(counter: &mut u64, floor: u64) -> u64 {
+    let mut fence = 0;
+    // The closure always returns Some, so this never fails.
+    let _ = ISSUED.fetch_update(Ordering::AcqRel, Ordering::Acquire, |high| {
+        fence = crate::contract::fence::next(high.max(*counter), floor);
+        Some(fence)
+    });
+    *counter = fence;
+    fence
+}
+
+/// The wall clock read now, then the monotonic one: a pair whose wall time
+/// is never ahead of its instant's, so no time derived from it runs ahead
+/// of the wall clock (a preemption between the two reads only puts it
+/// behind, which the fence's counter covers).
+fn wall_now() -> (Instant, SystemTime, u64) {
     let wall = SystemTime::now();
+    let now = Instant::now();
     let micros = wall
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(i64::MAX as u64))
@@ -508,8 +547,8 @@ impl Adapter for Memory {
             return self.acquire_as(key, ttl, who);
         }
         let token = memory_token();
-        let now = Instant::now();
         let mut state = self.state().lock();
+        let now = Instant::now();
         if state.live_lease(key, now).is_some() {
             return Ok(None);
         }
@@ -669,7 +708,7 @@ impl Slots {
             .map(|d| u64::try_from(d.as_micros()).unwrap_or(i64::MAX as u64))
             .unwrap_or(0)
             .clamp(1, i64::MAX as u64);
-        *counter = crate::contract::fence::next(*counter, floor);
+        issue(counter, floor);
         set.push(Slot {
             token: token.to_owned(),
             expires: deadline(now, ttl),
@@ -681,6 +720,7 @@ impl Slots {
                 renewed_at: wall,
                 ttl,
                 heartbeat: who.heartbeat,
+                stop_key: who.stop_key.clone(),
             },
         });
         Some(*counter)
@@ -760,6 +800,59 @@ impl Slots {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fence_of(m: &Memory) -> u64 {
+        let lease = m.acquire("job", Duration::from_secs(30)).unwrap();
+        let lease = lease.expect("job is free");
+        assert!(m.release(&lease).unwrap());
+        lease.fence()
+    }
+
+    #[test]
+    fn a_fresh_adapter_issues_above_a_busy_one() {
+        // A busy adapter issues more than one fence per microsecond, so
+        // its counter runs ahead of the clock floor (here by 10 ms).
+        let busy = Memory::new();
+        let ahead = fence_of(&busy) + 10_000;
+        busy.state().lock().fence = ahead;
+        let last = fence_of(&busy);
+        assert!(last > ahead);
+        let first = fence_of(&Memory::new());
+        assert!(first > last, "a fresh adapter's fence {first} after {last}");
+    }
+
+    #[test]
+    fn an_acquire_that_waited_for_the_lock_reads_the_clock_after_it() {
+        // An acquire blocks on the store's lock while another thread
+        // re-reads the clock pair; its wall time must not run ahead of
+        // the wall clock (an instant read before the lock, paired with
+        // a fresher wall reading, would: by the wait).
+        let m = Arc::new(Memory::new());
+        let state = m.state().lock();
+        let waiter = {
+            let m = m.clone();
+            std::thread::spawn(move || m.acquire("job", Duration::from_secs(30)))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        let mut state = state;
+        state.clock = wall_now();
+        drop(state);
+        let lease = waiter.join().unwrap().unwrap().expect("job is free");
+        assert!(m.release(&lease).unwrap());
+        // The next acquire derives its wall time from the pair the
+        // waiter left behind.
+        let next = m.acquire("job", Duration::from_secs(30)).unwrap();
+        let lease = next.expect("job is free");
+        let now = SystemTime::now();
+        let info = m.info("job").unwrap().expect("held");
+        let at = info.holder.expect("a holder description").acquired_at;
+        assert!(
+            at <= now,
+            "acquired {:?} ahead of the wall clock",
+            at.duration_since(now).unwrap()
+        );
+        assert!(m.release(&lease).unwrap());
+    }
 
     #[test]
     fn expired_entries_are_pruned() {

@@ -16,6 +16,13 @@
 //! that is there now (a lease taken by a client that writes no description
 //! shows `holder: None`).
 //!
+//! Stop key: a hold's stop key is part of its description, so an operator
+//! or a job face can find which flag stops a lease's holder. It is stored
+//! inside the label field every backend already has (label, the byte 0x1F,
+//! the stop key: [`Identity::stored_label`], [`unpack_label`]), so no
+//! backend's layout or schema changes and an older reader shows it as part
+//! of the label (`docs/PROTOCOL.md`, "Holder descriptions").
+//!
 //! N-holder leases (semaphores): each slot stores its own description the
 //! same way (Redis: a field of the hash `NS:holders:{KEY}`; Local: columns
 //! of the slot's row; Memory: the slot's entry), and [`LeaseInfo`] lists
@@ -34,6 +41,9 @@ pub struct Identity {
     pub label: String,
     /// The heartbeat of the hold (zero for a plain acquire).
     pub heartbeat: Duration,
+    /// The stop key the hold watches (`None` for a plain acquire or a hold
+    /// without one): operators and job faces stop a hold by raising it.
+    pub stop_key: Option<String>,
 }
 
 impl Identity {
@@ -42,6 +52,40 @@ impl Identity {
         Identity {
             label: default_label(),
             heartbeat: Duration::ZERO,
+            stop_key: None,
+        }
+    }
+
+    /// The label as every backend stores it beside the lease: the label,
+    /// then [`STOP_KEY_MARK`] and the stop key if the hold has one (module
+    /// header, "Stop key"). Read back by [`unpack_label`].
+    pub(crate) fn stored_label(&self) -> std::borrow::Cow<'_, str> {
+        match &self.stop_key {
+            None => std::borrow::Cow::Borrowed(&self.label),
+            Some(stop) => {
+                let mut stored = String::with_capacity(self.label.len() + 1 + stop.len());
+                stored.push_str(&self.label);
+                stored.push(STOP_KEY_MARK);
+                stored.push_str(stop);
+                std::borrow::Cow::Owned(stored)
+            }
+        }
+    }
+}
+
+/// The byte between a stored label and the hold's stop key (ASCII unit
+/// separator, 0x1F), which no label may contain ([`crate::args::check_label`]).
+pub(crate) const STOP_KEY_MARK: char = '\u{1f}';
+
+/// A stored label ([`Identity::stored_label`]) as the label and the stop
+/// key.
+pub(crate) fn unpack_label(mut stored: String) -> (String, Option<String>) {
+    match stored.find(STOP_KEY_MARK) {
+        None => (stored, None),
+        Some(at) => {
+            let stop = stored[at + STOP_KEY_MARK.len_utf8()..].to_owned();
+            stored.truncate(at);
+            (stored, Some(stop))
         }
     }
 }
@@ -112,6 +156,8 @@ pub struct HolderInfo {
     pub ttl: Duration,
     /// The hold's heartbeat; zero for a plain acquire.
     pub heartbeat: Duration,
+    /// The stop key the hold watches ([`Identity::stop_key`]).
+    pub stop_key: Option<String>,
 }
 
 /// A live flag.

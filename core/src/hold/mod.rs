@@ -33,10 +33,15 @@
 //! unless a renewal is unanswered (the backend may have applied it: an
 //! error, and a retry is bounded by the adapter's timeout). `release_in_background`
 //! hands the delete to the engine's I/O thread instead (no I/O on the
-//! caller's thread: for garbage collectors). A Hold copied into a forked child (it is not
-//! `Clone`, but `fork` copies memory) neither renews nor releases: the child
-//! has no heartbeat thread, and `release` there returns
-//! [`ReleaseOutcome::OtherProcess`] without touching the backend.
+//! caller's thread: for garbage collectors).
+//!
+//! Fork: a Hold copied into a forked child (it is not `Clone`, but `fork`
+//! copies memory) neither renews nor releases: the child has no heartbeat
+//! thread, and `release` there returns [`ReleaseOutcome::OtherProcess`]
+//! without touching the backend. The copy is told: on its first use in the
+//! child (`is_lost`, `signal`, `release`, or any use of the signal itself,
+//! see [`crate::signal`]) it reports lost and its signal trips with a reason
+//! naming the fork. The parent's hold is unaffected.
 
 pub(crate) mod engine;
 
@@ -157,7 +162,7 @@ impl HoldOptions {
             check_key("stop_key", stop)?;
         }
         if let Some(label) = &self.label {
-            check_key("label", label)?;
+            crate::args::check_label("label", label)?;
         }
         crate::waiting::check_limit(self.limit)?;
         if let Some(max_hold) = self.max_hold {
@@ -272,6 +277,7 @@ impl Hold {
         Identity {
             label: opts.label.clone().unwrap_or_else(default_label),
             heartbeat: opts.heartbeat,
+            stop_key: opts.stop_key.clone(),
         }
     }
 
@@ -334,6 +340,7 @@ impl Hold {
                 return Err(e);
             }
         };
+        signal.bind_hold();
         crate::stats::bump(&engine.stats().holds_acquired, 1);
         engine
             .stats()
@@ -366,7 +373,20 @@ impl Hold {
     /// Has the lease been lost (its signal is tripped, with a reason saying
     /// so)?
     pub fn is_lost(&self) -> bool {
+        if self.forked() {
+            return true;
+        }
         self.status.lost.load(Ordering::SeqCst)
+    }
+
+    /// Is this a forked child's copy of the hold (module header, "Fork")?
+    /// Then its signal is tripped, with a reason naming the fork.
+    fn forked(&self) -> bool {
+        if self.generation == fork_generation() {
+            return false;
+        }
+        self.signal.forked_copy();
+        true
     }
 
     /// Reports progress for the hung-holder guard
@@ -376,8 +396,10 @@ impl Hold {
         self.status.touch();
     }
 
-    /// The signal tripped on stop flag or loss.
+    /// The signal tripped on stop flag or loss (and, in a forked child,
+    /// on its first use there).
     pub fn signal(&self) -> &AbortSignal {
+        self.forked();
         &self.signal
     }
 
@@ -407,7 +429,7 @@ impl Hold {
     /// a ttl after it arrived; calling `release` again retries the delete,
     /// bounded by the adapter's timeout.
     pub fn release(&self) -> Result<ReleaseOutcome> {
-        if self.generation != fork_generation() {
+        if self.forked() {
             return Ok(ReleaseOutcome::OtherProcess);
         }
         let mut state = self.release.lock();
@@ -416,6 +438,7 @@ impl Hold {
             Releasing::Holding => {
                 if self.engine.unregister(self.id) == Unregistered::Gone {
                     *state = Releasing::Done;
+                    self.signal.unbind_hold();
                     return Ok(ReleaseOutcome::Lost);
                 }
                 self.released();
@@ -486,6 +509,7 @@ impl Hold {
 
     /// Counts the hold's leaving the engine by release; queues `released`.
     fn released(&self) {
+        self.signal.unbind_hold();
         let stats = self.engine.stats();
         crate::stats::bump(&stats.holds_released, 1);
         stats.emit_now(|| {

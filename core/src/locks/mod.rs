@@ -187,7 +187,7 @@ impl Locks {
     /// [`crate::Error::InvalidArgument`] for an empty label (nothing changes).
     pub fn set_label(&self, label: Option<&str>) -> Result<()> {
         if let Some(label) = label {
-            check_key("label", label)?;
+            crate::args::check_label("label", label)?;
         }
         let mut guard = self.inner.label.lock();
         *guard = Label {
@@ -232,6 +232,7 @@ impl Locks {
                 None => default_label(),
             },
             heartbeat: Duration::ZERO,
+            stop_key: None,
         });
         label.identity = Some((generation, who.clone()));
         who

@@ -17,7 +17,13 @@
 //!
 //! Fork: the state lock and condvar are `std::sync` ones (see
 //! `crate::runtime::sync`), so a child whose parent had threads in `wait` can still
-//! abort and wait.
+//! abort and wait. A signal knows how many live holds watch it and in which
+//! process ([`AbortSignal::bind_hold`]); a forked child's copy of a signal
+//! that live holds watched at the fork trips on its first use in the child
+//! (any read, wait or registration: one atomic load when no hold watches),
+//! with a reason naming the fork ([`forked_reason`]): the child's copies of
+//! those holds neither renew nor release, so their lease is the parent's,
+//! not the child's. The parent's signal is untouched.
 //!
 //! Lock order: a signal's own state lock is never held while any other lock
 //! is taken, and never while callbacks run.
@@ -29,6 +35,7 @@ pub(crate) mod notify;
 
 use crate::runtime::sync::{Condvar, Mutex};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -112,6 +119,12 @@ struct State {
 struct Inner {
     state: Mutex<State>,
     changed: Condvar,
+    /// How many live holds watch this signal (module header, "Fork").
+    holds: AtomicUsize,
+    /// The fork generation of the process whose holds those are.
+    generation: AtomicU64,
+    /// That process's id, for the reason a forked copy reports.
+    pid: AtomicU32,
 }
 
 /// A one-way "please stop" latch that work loops check cooperatively.
@@ -199,12 +212,51 @@ impl AbortSignal {
 
     /// Has the signal been tripped?
     pub fn is_aborted(&self) -> bool {
+        self.forked_copy();
         self.inner.state.lock().aborted
     }
 
     /// The reason given to the first `abort`, if any.
     pub fn reason(&self) -> Option<String> {
+        self.forked_copy();
         self.inner.state.lock().reason.clone()
+    }
+
+    /// A hold of this process starts watching this signal (module header,
+    /// "Fork"). A signal inherited from a parent whose holds watched it
+    /// trips first.
+    pub(crate) fn bind_hold(&self) {
+        self.forked_copy();
+        let generation = crate::runtime::fork::generation();
+        self.inner.generation.store(generation, Ordering::SeqCst);
+        self.inner.pid.store(std::process::id(), Ordering::SeqCst);
+        self.inner.holds.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A hold bound by [`AbortSignal::bind_hold`] stopped watching this
+    /// signal (released, or lost).
+    pub(crate) fn unbind_hold(&self) {
+        if self.inner.generation.load(Ordering::SeqCst) == crate::runtime::fork::generation() {
+            let _ = (self.inner.holds)
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Trips this signal if it is a forked child's copy of a signal that
+    /// live holds of the parent watched at the fork (module header,
+    /// "Fork"): those holds are the parent's.
+    pub(crate) fn forked_copy(&self) {
+        if self.inner.holds.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let generation = crate::runtime::fork::generation();
+        if self.inner.generation.load(Ordering::SeqCst) == generation {
+            return;
+        }
+        let parent = self.inner.pid.load(Ordering::SeqCst);
+        self.inner.holds.store(0, Ordering::SeqCst);
+        self.inner.generation.store(generation, Ordering::SeqCst);
+        self.abort(Some(&forked_reason(parent)));
     }
 
     /// Registers `callback` to run once when the signal is aborted. If it is
@@ -213,6 +265,7 @@ impl AbortSignal {
     where
         F: FnOnce(Option<&str>) + Send + 'static,
     {
+        self.forked_copy();
         let mut state = self.inner.state.lock();
         state.next_handle += 1;
         let handle = CallbackHandle(state.next_handle);
@@ -241,6 +294,7 @@ impl AbortSignal {
     /// Blocks until the signal is aborted or `timeout` passes (`None`: no
     /// timeout). Returns whether it is aborted.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
+        self.forked_copy();
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut state = self.inner.state.lock();
         while !state.aborted {
@@ -283,6 +337,7 @@ impl AbortSignal {
     /// assert_eq!(signal.wait_or_wake(since, None), WaitOutcome::Woken);
     /// ```
     pub fn wait_or_wake(&self, since: WakeToken, timeout: Option<Duration>) -> WaitOutcome {
+        self.forked_copy();
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut state = self.inner.state.lock();
         loop {
@@ -321,6 +376,7 @@ impl AbortSignal {
     /// A child signal: aborted (with the parent's reason) when this one is,
     /// but aborting it leaves this one alone.
     pub fn derive(&self) -> AbortSignal {
+        self.forked_copy();
         let child = AbortSignal::new();
         let mut state = self.inner.state.lock();
         if state.aborted {
@@ -338,6 +394,17 @@ impl AbortSignal {
     pub fn same_as(&self, other: &AbortSignal) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
+}
+
+/// The reason a forked child's copy of a hold (and of the signal its
+/// holds watch) reports: it names the fork, the two processes, and what it
+/// means.
+pub(crate) fn forked_reason(parent: u32) -> String {
+    format!(
+        "lost: forked (process {} is a fork of process {parent}, which holds the lease; \
+         a forked copy of a hold neither renews nor releases it: take a hold in the child)",
+        std::process::id()
+    )
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ class HolderInfo(TypedDict):
     renewed_at: float  #: at first, the acquire time
     ttl: float  #: of the last acquire or renewal
     heartbeat: float  #: of its hold; 0 for a plain acquire
+    stop_key: Optional[str]  #: the stop key its hold watches; None: none
 
 
 class LeaseInfo(TypedDict):
@@ -33,6 +34,7 @@ class LeaseInfo(TypedDict):
     renewed_at: Optional[float]
     ttl: Optional[float]
     heartbeat: Optional[float]
+    stop_key: Optional[str]  #: the stop key the holder's hold watches
     limit: int  #: 1, or the newest holder's limit of an N-holder lease
     holders: list[HolderInfo]  #: by fence
 

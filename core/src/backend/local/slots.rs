@@ -98,7 +98,7 @@ impl Local {
             now.saturating_add(ns(ttl)),
             self.boot,
             i64::from(limit),
-            who.label,
+            who.stored_label(),
             fence,
             floor / 1000,
             ms(ttl),

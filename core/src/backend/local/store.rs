@@ -10,7 +10,7 @@ use super::place::config_err;
 use super::place::default_path;
 use super::place::prepare;
 use crate::contract::adapter::{Lease, Renewal, Renewed};
-use crate::contract::info::{from_unix_millis, HolderInfo, Identity, LeaseInfo};
+use crate::contract::info::{from_unix_millis, unpack_label, HolderInfo, Identity, LeaseInfo};
 use crate::contract::push::Registry;
 use crate::error::{Error, Result};
 use crate::runtime::fork::ForkLocal;
@@ -125,13 +125,17 @@ pub(crate) fn holder_from(
     let heartbeat: Option<i64> = row.get(first + 5)?;
     let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
     Ok(match (label, fence, acquired, renewed, ttl) {
-        (Some(label), Some(fence), Some(acquired), Some(renewed), Some(ttl)) => Some(HolderInfo {
-            label,
-            fence: unsigned(fence),
-            acquired_at: from_unix_millis(unsigned(acquired)),
-            renewed_at: from_unix_millis(unsigned(renewed)),
-            ttl: Duration::from_millis(unsigned(ttl)),
-            heartbeat: Duration::from_millis(unsigned(heartbeat.unwrap_or(0))),
+        (Some(label), Some(fence), Some(acquired), Some(renewed), Some(ttl)) => Some({
+            let (label, stop_key) = unpack_label(label);
+            HolderInfo {
+                label,
+                stop_key,
+                fence: unsigned(fence),
+                acquired_at: from_unix_millis(unsigned(acquired)),
+                renewed_at: from_unix_millis(unsigned(renewed)),
+                ttl: Duration::from_millis(unsigned(ttl)),
+                heartbeat: Duration::from_millis(unsigned(heartbeat.unwrap_or(0))),
+            }
         }),
         _ => None,
     })
@@ -656,7 +660,7 @@ impl Local {
             token,
             now.saturating_add(ns(ttl)),
             self.boot,
-            who.label,
+            who.stored_label(),
             fence,
             wall,
             ms(ttl),

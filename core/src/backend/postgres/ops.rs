@@ -9,7 +9,9 @@ use super::Postgres;
 use crate::args::millis_ceil;
 use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
-use crate::contract::info::{from_unix_millis, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
+use crate::contract::info::{
+    from_unix_millis, unpack_label, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing,
+};
 use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
 use crate::runtime::token::mint_token;
@@ -83,7 +85,7 @@ impl Postgres {
                 Some(key),
                 Some(&token),
                 Some(&ttl_ms),
-                Some(&who.label),
+                Some(&who.stored_label()),
                 Some(&hb_ms),
                 Some(&limit_text),
                 line,
@@ -151,8 +153,10 @@ impl Postgres {
         let ms = |i: usize| -> Result<u64> { Ok(u64::try_from(num(i)?).unwrap_or(0)) };
         let key = row.first().and_then(|c| c.clone()).ok_or_else(bad)?;
         let label = row.get(8).and_then(|c| c.clone()).ok_or_else(bad)?;
+        let (label, stop_key) = unpack_label(label);
         let holder = HolderInfo {
             label,
+            stop_key,
             fence: ms(1)?,
             acquired_at: from_unix_millis(ms(4)?),
             renewed_at: from_unix_millis(ms(5)?),

@@ -5,14 +5,18 @@
 //! Every operation is ONE statement, most a call of a function installed
 //! with the schema (like the Lua scripts on Redis: any client in any
 //! language can call them and gets the same atomic step). Per key, the
-//! operations that decide who holds it (acquire, slot acquire) first lock
-//! the key's row of `@S.fences` (`FOR UPDATE`), so they run one at a time
-//! per key; a renewal locks only its own lease row, and an acquire's
+//! operations that decide who holds it (acquire, slot acquire) and those
+//! that announce a free lease to the queue (release, break_lease,
+//! leave_queue) first lock the key's row of `@S.fences` (`FOR UPDATE`), so
+//! they run one at a time per key and an announcement reads a queue that
+//! every earlier refused try has committed to; a renewal locks only its own lease row, and an acquire's
 //! pruning of expired rows waits for it and re-checks. The database clock
 //! (`clock_timestamp()`, read after the locks are taken) decides expiry.
 
 /// The schema version this client writes and reads.
-pub(crate) const VERSION: i64 = 1;
+/// 2: `release`, `break_lease` and `leave_queue` lock the key's `fences` row
+/// first (a waiter's refused try could commit unseen, its line never rung).
+pub(crate) const VERSION: i64 = 2;
 
 /// The DDL: idempotent, one transaction, serialized across processes by a
 /// transaction-scoped advisory lock; refuses (SQLSTATE `MLV01`) to touch a
@@ -188,6 +192,9 @@ CREATE OR REPLACE FUNCTION @S.release(p_ns text, p_key text, p_token text, p_pay
 RETURNS int LANGUAGE plpgsql AS $f$
 DECLARE was_live boolean;
 BEGIN
+  -- The key's fences row first, as acquire takes it: a refused try that
+  -- queued a line commits before this reads the queue, so its line is rung.
+  PERFORM 1 FROM @S.fences f WHERE f.ns = p_ns AND f.key = p_key FOR UPDATE;
   DELETE FROM @S.leases l WHERE l.ns = p_ns AND l.key = p_key AND l.token = p_token
     RETURNING l.expires_at > clock_timestamp() INTO was_live;
   IF NOT coalesce(was_live, false) THEN
@@ -202,6 +209,9 @@ CREATE OR REPLACE FUNCTION @S.break_lease(p_ns text, p_key text)
 RETURNS int LANGUAGE plpgsql AS $f$
 DECLARE n int;
 BEGIN
+  -- The key's fences row first, as acquire takes it: a refused try that
+  -- queued a line commits before this reads the queue, so its line is rung.
+  PERFORM 1 FROM @S.fences f WHERE f.ns = p_ns AND f.key = p_key FOR UPDATE;
   WITH gone AS (
     DELETE FROM @S.leases l WHERE l.ns = p_ns AND l.key = p_key RETURNING l.expires_at
   ) SELECT count(*) FILTER (WHERE gone.expires_at > clock_timestamp()) INTO n FROM gone;
@@ -216,6 +226,9 @@ CREATE OR REPLACE FUNCTION @S.leave_queue(p_ns text, p_key text, p_line text)
 RETURNS int LANGUAGE plpgsql AS $f$
 DECLARE head text;
 BEGIN
+  -- The key's fences row first, as acquire takes it: a refused try that
+  -- queued a line commits before this reads the queue, so its line is rung.
+  PERFORM 1 FROM @S.fences f WHERE f.ns = p_ns AND f.key = p_key FOR UPDATE;
   SELECT q.line INTO head FROM @S.queue q
     WHERE q.ns = p_ns AND q.key = p_key AND q.deadline > clock_timestamp()
     ORDER BY q.queued_at, q.line LIMIT 1;

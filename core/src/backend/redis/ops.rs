@@ -57,7 +57,7 @@ impl Redis {
                         .key(&self.namespace, "queued", key)
                         .bulk(token.as_bytes())
                         .int(millis_ceil(ttl))
-                        .bulk(who.label.as_bytes())
+                        .bulk(who.stored_label().as_bytes())
                         .int(min_left_ms(who.heartbeat));
                     if let Some(line) = line {
                         w.bulk(line.as_bytes()).int(queue_ttl_ms());

@@ -3,7 +3,7 @@
 
 use crate::args::millis_ceil;
 use crate::contract::adapter::Renewed;
-use crate::contract::info::{from_unix_millis, HolderInfo};
+use crate::contract::info::{from_unix_millis, unpack_label, HolderInfo};
 use crate::error::{Error, Result};
 use ::redis::Value;
 use std::time::Duration;
@@ -32,8 +32,10 @@ pub(crate) fn holder_from(
             .clamp(acquired_ms.min(now_ms), now_ms),
         None => acquired_ms,
     };
+    let (label, stop_key) = unpack_label(label.to_owned());
     Some(HolderInfo {
-        label: label.to_owned(),
+        label,
+        stop_key,
         fence,
         acquired_at: from_unix_millis(acquired_ms),
         renewed_at: from_unix_millis(renewed_ms),

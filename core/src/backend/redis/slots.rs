@@ -35,7 +35,7 @@ use super::keys::key_of;
 use super::replies::min_left_ms;
 use crate::args::millis_ceil;
 use crate::contract::adapter::{Lease, Renewal};
-use crate::contract::info::{from_unix_millis, HolderInfo, Identity, LeaseInfo};
+use crate::contract::info::{from_unix_millis, unpack_label, HolderInfo, Identity, LeaseInfo};
 use crate::error::{Error, Result};
 use ::redis::{Script, Value};
 use std::sync::LazyLock;
@@ -262,7 +262,7 @@ pub(crate) fn acquire_call(
         token.to_owned(),
         millis_ceil(ttl).to_string(),
         limit.to_string(),
-        who.label.clone(),
+        who.stored_label().into_owned(),
         min_left_ms(who.heartbeat).to_string(),
     ];
     if let Some(line) = line {
@@ -332,10 +332,11 @@ pub(crate) fn holder_of(text: &str) -> Option<(HolderInfo, u32)> {
     let mut num = || parts.next()?.parse::<u64>().ok();
     let (fence, acquired, renewed, ttl, heartbeat, limit) =
         (num()?, num()?, num()?, num()?, num()?, num()?);
-    let label = parts.next()?.to_owned();
+    let (label, stop_key) = unpack_label(parts.next()?.to_owned());
     Some((
         HolderInfo {
             label,
+            stop_key,
             fence,
             acquired_at: from_unix_millis(acquired),
             renewed_at: from_unix_millis(renewed),

@@ -73,7 +73,7 @@ impl RedisCluster {
         let mut args = vec![
             token.clone(),
             millis_ceil(ttl).to_string(),
-            who.label.clone(),
+            who.stored_label().into_owned(),
             min_left_ms(who.heartbeat).to_string(),
         ];
         if let Some(line) = line {
