@@ -40,12 +40,10 @@ use common::*;
 #[path = "../../tests/support/fault_kit.rs"]
 mod fault_kit;
 use fault_kit::*;
-use mistri_locks::{Error, Hold, HoldOptions, Locks, Redis};
+use mistri_locks::{Hold, HoldOptions, Locks, Redis};
 use mistri_locks_testkit::{unique, FaultServer, RedisServer};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Lease ttl, heartbeat and Redis I/O timeout of the single-process cases.
@@ -70,48 +68,6 @@ fn hold_all(locks: &Locks, keys: &[String]) -> Vec<Hold> {
     keys.iter()
         .map(|k| locks.hold(k, hold_opts(k)).unwrap().expect("free key"))
         .collect()
-}
-
-/// Promise 2: the release returned within the bound.
-fn judge_release(
-    label: &str,
-    rx: &mpsc::Receiver<(Duration, Result<(), Error>)>,
-    started: Instant,
-) -> Vec<String> {
-    let bound = secs(IO_TIMEOUT + RELEASE_SLACK);
-    // Wait at least to the bound; longer only to measure how late it is.
-    let wait = (started + bound + secs(LATE_WAIT)).saturating_duration_since(Instant::now());
-    match rx.recv_timeout(wait) {
-        Ok((took, result)) => {
-            println!(
-                "  {label}: release() returned in {} ({result:?})",
-                ms(took.as_secs_f64())
-            );
-            let mut v = Vec::new();
-            if took > bound {
-                v.push(format!(
-                    "{label}: release() took {}, bound {}",
-                    ms(took.as_secs_f64()),
-                    ms(bound.as_secs_f64())
-                ));
-            }
-            if let Err(e) = result {
-                if !matches!(e, Error::Connection(_)) {
-                    v.push(format!("{label}: release() failed with {e}"));
-                }
-            }
-            v
-        }
-        Err(_) => {
-            let blocked = started.elapsed().as_secs_f64();
-            println!("  {label}: release() still blocked after {}", ms(blocked));
-            vec![format!(
-                "{label}: release() still blocked after {}, bound {}",
-                ms(blocked),
-                ms(bound.as_secs_f64())
-            )]
-        }
-    }
 }
 
 /// A plain redis-rs connection straight to the server, for PTTL.
@@ -310,7 +266,12 @@ fn blackhole_case(n: usize) {
     println!("  {label}: holders told at silence + {}", stats(told_at));
     let mut violations =
         judge_told_before(&label, &watched, &told, &taken, "the independent acquire");
-    violations.extend(judge_release(&label, &released, release_started));
+    violations.extend(judge_release(
+        &label,
+        secs(IO_TIMEOUT),
+        &released,
+        release_started,
+    ));
     // `finish` releases the holds after the proxy closed.
     finish(&label, Some(proxy), holds, violations);
 }
@@ -614,6 +575,7 @@ fn holder_process_killed() {
     let server = RedisServer::start();
     let key = unique("killed");
     let mut child = spawn_role(
+        "MISTRI_FAULT",
         "hold",
         &dir.0,
         &[("URL", server.url()), ("KEY", key.clone())],
@@ -678,16 +640,4 @@ fn child() {
         }
         other => panic!("unknown role {other}"),
     }
-}
-
-fn spawn_role(role: &str, dir: &Path, env: &[(&str, String)]) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env("MISTRI_FAULT_ROLE", role)
-        .env("MISTRI_FAULT_DIR", dir)
-        .stdout(Stdio::null());
-    for (k, v) in env {
-        cmd.env(format!("MISTRI_FAULT_{k}"), v);
-    }
-    cmd.spawn().unwrap()
 }

@@ -42,11 +42,9 @@ use common::*;
 #[path = "../../tests/support/fault_kit.rs"]
 mod fault_kit;
 use fault_kit::*;
-use mistri_locks::{Error, Hold, HoldOptions, Locks, Postgres, ReleaseOutcome};
+use mistri_locks::{Hold, HoldOptions, Locks, Postgres, ReleaseOutcome};
 use mistri_locks_testkit::{unique, FaultServer, PgBouncer, PgServer, Proxy};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Lease ttl, heartbeat and I/O timeout of the single-process cases.
@@ -110,50 +108,6 @@ fn hold_all(locks: &Locks, keys: &[String]) -> Vec<Hold> {
     keys.iter()
         .map(|k| locks.hold(k, hold_opts(k)).unwrap().expect("free key"))
         .collect()
-}
-
-/// Promise 2: the release returned within the adapter's I/O timeout + 1 s.
-fn judge_release(
-    label: &str,
-    io_timeout: Duration,
-    rx: &mpsc::Receiver<(Duration, Result<(), Error>)>,
-    started: Instant,
-) -> Vec<String> {
-    let bound = io_timeout + secs(RELEASE_SLACK);
-    // Wait at least to the bound; longer only to measure how late it is.
-    let wait = (started + bound + secs(LATE_WAIT)).saturating_duration_since(Instant::now());
-    match rx.recv_timeout(wait) {
-        Ok((took, result)) => {
-            println!(
-                "  {label}: release() returned in {} ({result:?}); bound {}",
-                ms(took.as_secs_f64()),
-                ms(bound.as_secs_f64())
-            );
-            let mut v = Vec::new();
-            if took > bound {
-                v.push(format!(
-                    "{label}: release() took {}, bound {}",
-                    ms(took.as_secs_f64()),
-                    ms(bound.as_secs_f64())
-                ));
-            }
-            if let Err(e) = result {
-                if !matches!(e, Error::Connection(_)) {
-                    v.push(format!("{label}: release() failed with {e}"));
-                }
-            }
-            v
-        }
-        Err(_) => {
-            let blocked = started.elapsed().as_secs_f64();
-            println!("  {label}: release() still blocked after {}", ms(blocked));
-            vec![format!(
-                "{label}: release() still blocked after {}, bound {}",
-                ms(blocked),
-                ms(bound.as_secs_f64())
-            )]
-        }
-    }
 }
 
 /// When the database last renewed `key`, read by `witness`.
@@ -540,6 +494,7 @@ fn holder_process_killed() {
     let server = pg_server();
     let key = unique("killed");
     let mut child = spawn_role(
+        "MISTRI_PGFAULT",
         "hold",
         &dir.0,
         &[("URL", server.url()), ("KEY", key.clone())],
@@ -751,16 +706,4 @@ fn child() {
         }
         other => panic!("unknown role {other}"),
     }
-}
-
-fn spawn_role(role: &str, dir: &Path, env: &[(&str, String)]) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env("MISTRI_PGFAULT_ROLE", role)
-        .env("MISTRI_PGFAULT_DIR", dir)
-        .stdout(Stdio::null());
-    for (k, v) in env {
-        cmd.env(format!("MISTRI_PGFAULT_{k}"), v);
-    }
-    cmd.spawn().unwrap()
 }

@@ -27,7 +27,7 @@
 use mistri_locks::{Error, Hold, Locks};
 use mistri_locks_testkit::Proxy;
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -266,4 +266,63 @@ pub fn judge_exclusive_while_held(
         }
     }
     violations
+}
+
+/// Promise 2: the release returned within the adapter's I/O timeout + 1 s.
+pub fn judge_release(
+    label: &str,
+    io_timeout: Duration,
+    rx: &mpsc::Receiver<(Duration, Result<(), Error>)>,
+    started: Instant,
+) -> Vec<String> {
+    let bound = io_timeout + secs(RELEASE_SLACK);
+    // Wait at least to the bound; longer only to measure how late it is.
+    let wait = (started + bound + secs(LATE_WAIT)).saturating_duration_since(Instant::now());
+    match rx.recv_timeout(wait) {
+        Ok((took, result)) => {
+            println!(
+                "  {label}: release() returned in {} ({result:?}); bound {}",
+                ms(took.as_secs_f64()),
+                ms(bound.as_secs_f64())
+            );
+            let mut v = Vec::new();
+            if took > bound {
+                v.push(format!(
+                    "{label}: release() took {}, bound {}",
+                    ms(took.as_secs_f64()),
+                    ms(bound.as_secs_f64())
+                ));
+            }
+            if let Err(e) = result {
+                if !matches!(e, Error::Connection(_)) {
+                    v.push(format!("{label}: release() failed with {e}"));
+                }
+            }
+            v
+        }
+        Err(_) => {
+            let blocked = started.elapsed().as_secs_f64();
+            println!("  {label}: release() still blocked after {}", ms(blocked));
+            vec![format!(
+                "{label}: release() still blocked after {}, bound {}",
+                ms(blocked),
+                ms(bound.as_secs_f64())
+            )]
+        }
+    }
+}
+
+/// Re-executes this test binary as a child running `role` (its `child`
+/// test reads `{prefix}_ROLE`, `{prefix}_DIR` and `{prefix}_<name>` for
+/// each of `env`).
+pub fn spawn_role(prefix: &str, role: &str, dir: &Path, env: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(format!("{prefix}_ROLE"), role)
+        .env(format!("{prefix}_DIR"), dir)
+        .stdout(Stdio::null());
+    for (k, v) in env {
+        cmd.env(format!("{prefix}_{k}"), v);
+    }
+    cmd.spawn().unwrap()
 }
