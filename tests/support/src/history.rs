@@ -70,13 +70,17 @@
 //!
 //! The harness records a fault's `end` when it lifts the fault, but a
 //! request the fault held back is applied later: up to 5 ms later through
-//! the [`crate::Proxy`] (a blackholed pump polls every 5 ms), up to 43 ms
-//! later on a thawed PostgreSQL backend (measured in the review of issue 29,
-//! a thawed backend answering a statement sent during the freeze). The checker therefore
-//! closes every fault window [`FAULT_SETTLE_NS`] (100 ms, more than twice
-//! the larger of the two) after its recorded end, for every rule that uses
-//! fault windows (rule 4 only). The margin makes rule 4 more lenient by
-//! at most 100 ms per fault; rules 1-3 do not use fault windows.
+//! the [`crate::Proxy`] (a blackholed pump polls every 5 ms), and later
+//! still on a thawed PostgreSQL. `tests/support/settle_margin.py` measures
+//! the latter from the client (an upper bound on when the server applied
+//! it): on the shared 2-core machine at load average 5-8, 2 December 2026,
+//! 80 statements sent during a freeze were answered 0.2 ms (min), 0.5 ms
+//! (median) and 241 ms (max; every other one within 13 ms) after SIGCONT;
+//! the review of issue 29 had measured up to 43 ms. The checker therefore
+//! closes every fault window [`FAULT_SETTLE_NS`] (300 ms, above the largest
+//! delay measured) after its recorded end, for every rule that uses fault
+//! windows (rule 4 only). The margin makes rule 4 more lenient by at most
+//! 300 ms per fault; rules 1-3 do not use fault windows.
 //!
 //! # Waiting lines
 //!
@@ -98,7 +102,7 @@ use std::sync::Mutex;
 
 /// How long after its recorded end a fault window is held open (module
 /// header, "How a fault's end is judged").
-pub const FAULT_SETTLE_NS: u64 = 100_000_000;
+pub const FAULT_SETTLE_NS: u64 = 300_000_000;
 
 /// `CLOCK_MONOTONIC` in ns: one clock for every process of the host
 /// (the same clock as `core/tests/common::mono_ns`).
