@@ -63,10 +63,15 @@ def test_stop_flag_from_another_process_trips_the_holder_within_a_tick(
             holder.wait()
 
 
+# The child sets SIGINT's disposition first: a shell that starts jobs in the
+# background (cron, nohup, a CI agent) starts them with SIGINT ignored, and
+# children inherit that. "waiting" is printed inside the try, so a SIGINT
+# that lands before the wait begins still ends in the handler.
 WAITER = """
-import sys, time, mistri_locks
-print("waiting", flush=True)
+import signal, sys, time, mistri_locks
+signal.signal(signal.SIGINT, signal.default_int_handler)
 try:
+    print("waiting", flush=True)
     mistri_locks.AbortSignal().wait({timeout})
 except KeyboardInterrupt:
     print("interrupted", flush=True)

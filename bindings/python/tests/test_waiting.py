@@ -190,13 +190,17 @@ def test_hold_arguments_are_one_list() -> None:
     h.release()
 
 
+# The child sets SIGINT's disposition first (a background shell starts its
+# jobs with SIGINT ignored, and children inherit that); "waiting" is printed
+# inside the try, so a SIGINT that lands before the wait still ends there.
 WAITER = """
-import math, sys, mistri_locks
+import math, signal, sys, mistri_locks
+signal.signal(signal.SIGINT, signal.default_int_handler)
 holder = mistri_locks.Memory()
 waiter = holder.new_owner()
 assert holder.acquire("job", 60)
-print("waiting", flush=True)
 try:
+    print("waiting", flush=True)
     {call}
 except KeyboardInterrupt:
     holder.release("job")

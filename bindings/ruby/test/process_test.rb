@@ -18,7 +18,8 @@ class CrossProcessTest < Minitest::Test
     assert status.success?
     raised_at = Float(out)
     result = JSON.parse(Timeout.timeout(20) { holder.gets })
-    holder.close
+    # Bounded: a holder that hangs at exit fails the test, not the suite.
+    Timeout.timeout(20) { holder.close }
     assert $?.success?, "holder exited badly (or hung at exit)"
     # tick = heartbeat = 0.1 s, + 0.25 s slack
     assert_operator result["signal_at"] - raised_at, :<=, 0.1 + 0.25
@@ -29,6 +30,11 @@ class CrossProcessTest < Minitest::Test
     refute result["lost"]
     adapter = MistriLocks::Redis.new(url: TestRedis.url, namespace: namespace)
     refute adapter.held?("xp:plain"), "released on the way out"
+  ensure
+    if holder && !holder.closed?
+      Process.kill("KILL", holder.pid) rescue nil # rubocop:disable Style/RescueModifier
+      holder.close rescue nil # rubocop:disable Style/RescueModifier
+    end
   end
 
   def test_sigint_interrupts_a_blocked_wait_promptly
@@ -40,7 +46,11 @@ class CrossProcessTest < Minitest::Test
       line = Timeout.timeout(5) { out.gets }
       assert_match(/interrupted/, line)
       assert_operator Clock.now - sent, :<, 2
-      assert wait.value.success?
+      assert Timeout.timeout(5) { wait.value }.success?
+    ensure
+      # popen2's block end waits for the child: a child that missed the
+      # signal must not hang the suite.
+      Subprocess.reap(wait)
     end
   end
 

@@ -250,4 +250,13 @@ module Subprocess
   def self.command(script, *args)
     [RbConfig.ruby, "-I", LIB, File.join(SCRIPTS, script), *args.map(&:to_s)]
   end
+
+  # Kills a child that is still running (one that missed a signal a test
+  # sent it) and waits for it, so a failing test fails instead of hanging.
+  def self.reap(wait_thread)
+    return unless wait_thread&.alive?
+
+    Process.kill("KILL", wait_thread.pid) rescue nil # rubocop:disable Style/RescueModifier
+    wait_thread.join(5)
+  end
 end

@@ -16,6 +16,8 @@ pub use postgres::{pg_bindir, PgAuth, PgBouncer, PgConfig, PgServer};
 pub mod history;
 mod proxy;
 pub use proxy::Proxy;
+mod fault_server;
+pub use fault_server::FaultServer;
 mod topology;
 pub use topology::{command_on, RedisCluster, RedisSentinels};
 

@@ -3,6 +3,11 @@
 # Blocks in a wait that nothing will end; SIGINT must interrupt it.
 require "mistri_locks"
 
+# Ruby's own SIGINT handler (raise Interrupt): a shell that starts jobs in the
+# background (cron, nohup, a CI agent) starts them with SIGINT ignored, and
+# Ruby keeps an inherited SIG_IGN unless told otherwise.
+trap("INT", "DEFAULT")
+
 hold = MistriLocks::Memory.new.hold("int", ttl: 5, heartbeat: 1)
 puts "waiting"
 $stdout.flush
