@@ -72,8 +72,9 @@
 //! forget it ([`Adapter::leave_queue`], best effort). While another line
 //! heads the queue the lease may be free: a head refused then does not poll
 //! (that line was told, and its holder's release will name the next line):
-//! it waits for its own announcement, the lease's expiry or
-//! [`SAFETY_POLL`]; without a listener it backs off (5 ms doubling up to
+//! after one quick retry (the lease may instead have lapsed between its try
+//! and its question), it waits for its own announcement, the lease's expiry
+//! or [`SAFETY_POLL`]; without a listener it backs off (5 ms doubling up to
 //! [`SAFETY_POLL`]). N-holder leases queue the same way: a free slot goes to the
 //! first `free` live lines (`free` = limit minus live slots). See
 //! `docs/PROTOCOL.md`, "Waiting".
@@ -410,6 +411,16 @@ impl<T> Waiting<T> {
                 self.knows_expiry = true;
                 self.quick = 0;
                 (left + EXPIRY_SLACK).min(SAFETY_POLL)
+            }
+            // No lease now, though the try was refused: first suppose it
+            // lapsed (or was released) between the try and this question, a
+            // try made just before the expiry (a ring, a descheduled
+            // thread), and try once more soon; only a second refusal in a
+            // row with no lease there means another line is ahead. (Sleeping
+            // the safety poll at once left a free key untaken for 2 s.)
+            Ok(None) if self.quick == 0 => {
+                self.quick = 1;
+                QUICK_RETRY
             }
             // Gone since the try: it lapsed or was released in between, or
             // it is free and another process's line is ahead in the
