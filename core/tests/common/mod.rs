@@ -124,3 +124,27 @@ impl<H: BeatHook> Adapter for Wrapped<H> {
         self.hook.beat(&self.inner, renewals, flags, deadline)
     }
 }
+
+/// Runs `child` in a forked child with a 10 s alarm (a hang fails the test
+/// instead of wedging it) and returns its exit code.
+pub fn in_child(child: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: fork has no memory-safety preconditions; the child only runs
+    // `child` and then _exit, never returning into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: alarm and _exit are async-signal-safe and take no pointers.
+        unsafe { libc::alarm(10) };
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(99);
+        // SAFETY: as above.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: `status` is a valid out-pointer; pid is our child.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid);
+    if libc::WIFSIGNALED(status) {
+        panic!("child killed by signal {} (hung?)", libc::WTERMSIG(status));
+    }
+    libc::WEXITSTATUS(status)
+}
