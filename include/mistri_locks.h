@@ -323,6 +323,24 @@ typedef struct mistri_listing mistri_listing;
 typedef struct mistri_locks mistri_locks;
 
 /**
+ * Options for `mistri_locks_open`, set one at a time. Made by
+ * `mistri_open_options_new` with every default: the namespace
+ * `"mistri:locks"`, the label `host:pid language`, the Postgres schema of
+ * the URL (else `mistri_locks`), the backend's own I/O timeout.
+ *
+ * The namespace, label and timeout setters check their value at once (a
+ * bad value is `MISTRI_INVALID_ARGUMENT` and leaves the option as it
+ * was); the schema is checked when a handle opens, against the URL.
+ * Strings are copied.
+ *
+ * Ownership: made by `mistri_open_options_new`, freed by
+ * `mistri_open_options_free` (handles opened with it do not need it).
+ *
+ * Threading: no two threads may use one builder at once.
+ */
+typedef struct mistri_open_options mistri_open_options;
+
+/**
  * A one-way "please stop" latch with a reason, that work loops check
  * cooperatively (`mistri_signal_aborted`, `mistri_signal_wait`).
  *
@@ -1122,16 +1140,18 @@ enum mistri_status mistri_locks_memory_new(struct mistri_locks **out);
 /**
  * Makes a handle on Redis at `url` (`redis://[user:pass@]host:port/db`, or
  * `rediss://` for TLS), with every key under `namespace` (NULL means the
- * default, `"mistri:locks"`). It opens any backend URL the core knows, so
- * a `postgres://` URL (taken from a `MISTRI_LOCKS_URL`, say) gives the
- * same handle as `mistri_locks_postgres_new`. Connections are opened on first use (a
+ * default, `"mistri:locks"`). It takes the Redis schemes only
+ * (`redis://`, `rediss://`, `unix://`, `redis+cluster://`,
+ * `redis+sentinel://`); another backend's URL (one taken from a
+ * `MISTRI_LOCKS_URL`, say) is `MISTRI_CONFIG` pointing to
+ * `mistri_locks_open`, which opens every backend. Connections are opened on first use (a
  * small pool, reconnected after `fork()`), so an unreachable server shows
  * as `MISTRI_CONNECTION` from the first operation, not from here.
  *
  * On `MISTRI_OK`, `*out` receives a new handle; free it with
  * `mistri_locks_free`.
  *
- * Errors: `MISTRI_CONFIG` (unparsable URL), `MISTRI_INVALID_ARGUMENT`
+ * Errors: `MISTRI_CONFIG` (unparsable URL, another backend's URL), `MISTRI_INVALID_ARGUMENT`
  * (namespace empty or containing `{` or `}`), `MISTRI_NULL_ARGUMENT` (url,
  * out), `MISTRI_INVALID_UTF8`. Messages never contain the password.
  *
@@ -1155,8 +1175,8 @@ enum mistri_status mistri_locks_redis_new(const char *url, const char *namespace
  * transaction with `SELECT mistri_locks.fence_check(resource, fence)`
  * (see docs/PROTOCOL.md).
  *
- * `mistri_locks_redis_new` accepts the same URLs (it dispatches on the
- * scheme); this constructor accepts only PostgreSQL ones.
+ * This constructor accepts only PostgreSQL URLs (another backend's is
+ * `MISTRI_CONFIG` pointing to `mistri_locks_open`, which takes them all).
  *
  * On `MISTRI_OK`, `*out` receives a new handle; free it with
  * `mistri_locks_free`. Connections are reopened after `fork()`.
@@ -1434,6 +1454,93 @@ enum mistri_status mistri_configured(struct mistri_locks **out);
  * `needed` is writable.
  */
 enum mistri_status mistri_locks_stats_prometheus(const struct mistri_locks *locks, char *buf, size_t len, size_t *needed);
+
+/**
+ * Makes a builder holding the default options.
+ *
+ * On `MISTRI_OK`, `*out` receives it; free it with
+ * `mistri_open_options_free`.
+ *
+ * # Safety
+ * `out` is NULL (an error) or writable.
+ */
+enum mistri_status mistri_open_options_new(struct mistri_open_options **out);
+
+/**
+ * Frees a builder. NULL is ignored.
+ *
+ * # Safety
+ * `options` is NULL or a live builder that no other thread is using; it
+ * must not be used again.
+ */
+void mistri_open_options_free(struct mistri_open_options *options);
+
+/**
+ * Sets the namespace every key lives under (Redis and Postgres; Memory
+ * and Local have none). NULL: the default, `"mistri:locks"`. Empty or
+ * containing `{` or `}` is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile;
+ * `namespace_` is NULL or a NUL-terminated string.
+ */
+enum mistri_status mistri_open_options_set_namespace(struct mistri_open_options *options, const char *namespace_);
+
+/**
+ * Sets the label the handle's leases and holds describe their holder
+ * with. NULL: `host:pid language`. Empty is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile;
+ * `label` is NULL or a NUL-terminated string.
+ */
+enum mistri_status mistri_open_options_set_label(struct mistri_open_options *options, const char *label);
+
+/**
+ * Sets the Postgres schema the tables live in. NULL: the URL's
+ * `schema=`, else `mistri_locks`. Checked when a handle opens: a bad name
+ * or another backend's URL is `MISTRI_CONFIG`, a URL that names a schema
+ * too is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile;
+ * `schema` is NULL or a NUL-terminated string.
+ */
+enum mistri_status mistri_open_options_set_schema(struct mistri_open_options *options, const char *schema);
+
+/**
+ * Sets the per-operation I/O timeout in seconds (one-server Redis and
+ * Postgres; Cluster and Sentinel keep their own). NaN, infinite, <= 0 or
+ * > 1e9 is `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `options` is NULL or a live builder used by no other thread meanwhile.
+ */
+enum mistri_status mistri_open_options_set_io_timeout(struct mistri_open_options *options, double seconds);
+
+/**
+ * Makes a handle on the backend `url` names, any of them: `memory://`, a
+ * Local path or `file://PATH`, `redis://`, `rediss://`,
+ * `redis+cluster://`, `redis+sentinel://`, `postgres://`, `postgresql://`
+ * or a libpq key/value DSN (`host=h dbname=d`). `options` is NULL (every
+ * default) or a builder from `mistri_open_options_new`; it is only read.
+ * Network backends connect on first use, so an unreachable server shows
+ * as `MISTRI_CONNECTION` from the first operation.
+ *
+ * On `MISTRI_OK`, `*out` receives a new handle; free it with
+ * `mistri_locks_free`.
+ *
+ * Errors: `MISTRI_CONFIG` (an unknown scheme: the message lists them all;
+ * an unparsable URL; a schema for a backend other than Postgres),
+ * `MISTRI_INVALID_ARGUMENT` (a schema given in the URL and the options),
+ * `MISTRI_NULL_ARGUMENT` (url, out), `MISTRI_INVALID_UTF8`. Messages
+ * never contain the password.
+ *
+ * # Safety
+ * `url` is NULL or a NUL-terminated string; `options` is NULL or a live
+ * builder not being changed meanwhile; `out` is NULL or writable.
+ */
+enum mistri_status mistri_locks_open(const char *url, const struct mistri_open_options *options, struct mistri_locks **out);
 
 /**
  * Makes a builder holding the default options.

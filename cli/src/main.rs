@@ -26,7 +26,7 @@ mod serve;
 mod show;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use mistri_locks::{Error, Locks};
+use mistri_locks::{Error, Family, Locks, OpenOptions};
 use std::time::Duration;
 
 /// Exit status: an error (backend unreachable, refused folder, …).
@@ -47,8 +47,9 @@ Backend: --url or $MISTRI_LOCKS_URL: redis://[user:pass@]host[:port][/db], redis
 redis+cluster://h1:p1,h2:p2 (Cluster), redis+sentinel://s1:p1,s2:p2/service[/db] (Sentinel),
 rediss+cluster://…, rediss+sentinel://… (optional ?min_replicas=N&replica_timeout=SECONDS),
 postgres://[user:pass@]host[:port]/dbname or postgresql://… (libpq's conventions:
-?sslmode=, ?application_name=, ?host=/socket/dir; ?schema=NAME, default mistri_locks),
-or a path to a Local database file (default: the Local adapter's per-user file,
+?sslmode=, ?application_name=, ?host=/socket/dir; ?schema=NAME, default mistri_locks)
+or a libpq key/value DSN (host=h dbname=d), memory:// (this process only),
+or file://PATH or a path to a Local database file (default: the Local adapter's per-user file,
 $MISTRI_LOCKS_LOCAL_PATH or /var/tmp/mistri_locks-<uid>/locks.db).
 
 Durations are seconds (0.5, 10) or with a unit (250ms, 10s, 5m, 1h); `run --wait` also takes `forever`.
@@ -231,7 +232,8 @@ impl From<Error> for Failure {
     }
 }
 
-/// Opens the backend named by `url` (None: the Local default).
+/// Opens the backend named by `url` (None: the Local default) through the
+/// core's one scheme table, so the CLI takes what every face takes.
 fn open(url: Option<&str>, namespace: &str) -> Result<Locks, Failure> {
     let Some(url) = url else {
         return Ok(Locks::local(None)?);
@@ -239,28 +241,20 @@ fn open(url: Option<&str>, namespace: &str) -> Result<Locks, Failure> {
     if url.is_empty() {
         return Err(Failure::usage("--url must not be empty"));
     }
-    let scheme = url.split_once("://").map(|(s, _)| s);
-    match scheme {
-        Some(
-            "redis" | "rediss" | "redis+unix" | "unix" | "redis+cluster" | "rediss+cluster"
-            | "redis+sentinel" | "rediss+sentinel",
-        ) => Ok(Locks::redis(url, namespace)
-            .map_err(|e| match e {
-                Error::Config(m) => Failure::usage(format!("bad URL: {m}")),
-                other => other.into(),
-            })?),
-        Some("postgres" | "postgresql") => Ok(Locks::new(
-            mistri_locks::Postgres::open(url, namespace).map_err(|e| match e {
-                Error::Config(m) => Failure::usage(format!("bad URL: {m}")),
-                other => other.into(),
-            })?,
-        )),
-        Some("file") => Ok(Locks::local(Some(std::path::Path::new(&url[7..])))?),
-        Some(other) => Err(Failure::usage(format!(
-            "bad URL {url:?}: unknown scheme {other:?} (use redis://, rediss://, redis+cluster://, redis+sentinel://, postgres:// or a path to a Local database)"
-        ))),
-        None => Ok(Locks::local(Some(std::path::Path::new(url)))?),
-    }
+    let bad_url = |e: Error| match e {
+        Error::Config(m) => Failure::usage(format!("bad URL: {m}")),
+        other => other.into(),
+    };
+    let family = mistri_locks::family_of(url).map_err(bad_url)?;
+    let options = OpenOptions::new().namespace(namespace);
+    Locks::open_with(url, &options).map_err(|e| {
+        // A Local file's problem is the file's, not the URL's.
+        if family == Family::Local {
+            e.into()
+        } else {
+            bad_url(e)
+        }
+    })
 }
 
 fn one_line(text: &str) -> String {

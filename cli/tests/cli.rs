@@ -2,7 +2,7 @@
 //! real throwaway redis-server and a real throwaway PostgreSQL (127.0.0.1,
 //! free ports).
 
-use mistri_locks::{HoldOptions, Locks};
+use mistri_locks::{HoldOptions, Locks, OpenOptions};
 use mistri_locks_testkit::{unique, PgServer, RedisServer};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -50,7 +50,7 @@ impl Backend {
         if self.dir.is_some() {
             Locks::local(Some(std::path::Path::new(&self.url))).unwrap()
         } else {
-            Locks::redis(&self.url, &self.namespace).unwrap()
+            Locks::open_with(&self.url, &OpenOptions::new().namespace(&self.namespace)).unwrap()
         }
     }
 
@@ -532,7 +532,7 @@ fn schema_prints_the_ddl() {
     server.sql(&ddl);
     server.sql(&ddl);
     let url = format!("{}?schema=cli_ddl", server.url());
-    let locks = Locks::redis(&url, "mistri:cli").unwrap();
+    let locks = Locks::open_with(&url, &OpenOptions::new().namespace("mistri:cli")).unwrap();
     assert!(locks.acquire("after-ddl", Duration::from_secs(5)).unwrap());
     assert_eq!(
         server

@@ -66,11 +66,11 @@ pub use args::{
 };
 pub use backend::local::{default_path as local_default_path, Local};
 pub use backend::memory::Memory;
-pub use backend::open;
 pub use backend::postgres::Postgres;
 pub use backend::redis::cluster::RedisCluster;
 pub use backend::redis::url::ReplicaAck;
 pub use backend::redis::{Redis, DEFAULT_NAMESPACE, DEFAULT_URL};
+pub use backend::{check_family, family_of, open, open_with, schemes_of, Family, OpenOptions};
 pub use contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 pub use contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 pub use contract::push::{FlagWatch, FlagWatcher};

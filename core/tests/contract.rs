@@ -13,7 +13,8 @@ mod common;
 use common::*;
 use mistri_locks::wait_timeout_from_secs;
 use mistri_locks::{
-    duration_from_secs, AbortSignal, Error, Hold, HoldOptions, Locks, ReleaseOutcome, FLAG_TTL,
+    duration_from_secs, AbortSignal, Error, Hold, HoldOptions, Locks, OpenOptions, ReleaseOutcome,
+    FLAG_TTL,
 };
 use mistri_locks_testkit::{PgBouncer, PgServer, RedisCluster, RedisSentinels, RedisServer};
 use std::collections::HashMap;
@@ -92,8 +93,8 @@ impl Fixture {
     }
 
     /// PostgreSQL: one server for the test process, each case under a
-    /// namespace of its own (`Locks::redis` opens whatever the URL names,
-    /// through the one dispatcher).
+    /// namespace of its own (`Locks::open_with` opens whatever the URL
+    /// names, through the one scheme table).
     fn postgres() -> Self {
         Self::shared(shared_postgres().0.url())
     }
@@ -106,7 +107,9 @@ impl Fixture {
     fn shared(url: String) -> Self {
         let ns = mistri_locks_testkit::unique("mistri:test");
         Fixture {
-            first: warmed(Locks::redis(&url, &ns).expect("redis adapter")),
+            first: warmed(
+                Locks::open_with(&url, &OpenOptions::new().namespace(&ns)).expect("adapter"),
+            ),
             server: None,
             db: None,
             shared: Some((url, ns)),
@@ -122,7 +125,9 @@ impl Fixture {
     /// separate adapter object (its own connections) where the backend allows.
     fn owner(&self) -> Locks {
         if let Some((url, ns)) = &self.shared {
-            return warmed(Locks::redis(url, ns).expect("redis adapter"));
+            return warmed(
+                Locks::open_with(url, &OpenOptions::new().namespace(ns)).expect("adapter"),
+            );
         }
         match (&self.server, &self.db) {
             (Some(server), _) => Locks::redis(&server.url(), "mistri:test").expect("redis adapter"),

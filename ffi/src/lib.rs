@@ -35,6 +35,7 @@ pub mod info;
 pub mod listing;
 pub mod locks;
 pub mod metrics;
+pub mod open;
 pub mod options;
 mod panic;
 pub mod signal;

@@ -51,7 +51,7 @@ impl Castable for mistri_locks {
 
 /// A new handle; the default holder labels of this process say "c"
 /// (`host:pid c`) unless another face claimed the process first.
-fn locks_handle(locks: Locks) -> *mut mistri_locks {
+pub(crate) fn locks_handle(locks: Locks) -> *mut mistri_locks {
     mistri_core::internals::set_language("c");
     to_boxed_mut_ptr(locks)
 }
@@ -73,16 +73,18 @@ pub unsafe extern "C" fn mistri_locks_memory_new(out: *mut *mut mistri_locks) ->
 
 /// Makes a handle on Redis at `url` (`redis://[user:pass@]host:port/db`, or
 /// `rediss://` for TLS), with every key under `namespace` (NULL means the
-/// default, `"mistri:locks"`). It opens any backend URL the core knows, so
-/// a `postgres://` URL (taken from a `MISTRI_LOCKS_URL`, say) gives the
-/// same handle as `mistri_locks_postgres_new`. Connections are opened on first use (a
+/// default, `"mistri:locks"`). It takes the Redis schemes only
+/// (`redis://`, `rediss://`, `unix://`, `redis+cluster://`,
+/// `redis+sentinel://`); another backend's URL (one taken from a
+/// `MISTRI_LOCKS_URL`, say) is `MISTRI_CONFIG` pointing to
+/// `mistri_locks_open`, which opens every backend. Connections are opened on first use (a
 /// small pool, reconnected after `fork()`), so an unreachable server shows
 /// as `MISTRI_CONNECTION` from the first operation, not from here.
 ///
 /// On `MISTRI_OK`, `*out` receives a new handle; free it with
 /// `mistri_locks_free`.
 ///
-/// Errors: `MISTRI_CONFIG` (unparsable URL), `MISTRI_INVALID_ARGUMENT`
+/// Errors: `MISTRI_CONFIG` (unparsable URL, another backend's URL), `MISTRI_INVALID_ARGUMENT`
 /// (namespace empty or containing `{` or `}`), `MISTRI_NULL_ARGUMENT` (url,
 /// out), `MISTRI_INVALID_UTF8`. Messages never contain the password.
 ///
@@ -116,8 +118,8 @@ pub unsafe extern "C" fn mistri_locks_redis_new(
 /// transaction with `SELECT mistri_locks.fence_check(resource, fence)`
 /// (see docs/PROTOCOL.md).
 ///
-/// `mistri_locks_redis_new` accepts the same URLs (it dispatches on the
-/// scheme); this constructor accepts only PostgreSQL ones.
+/// This constructor accepts only PostgreSQL URLs (another backend's is
+/// `MISTRI_CONFIG` pointing to `mistri_locks_open`, which takes them all).
 ///
 /// On `MISTRI_OK`, `*out` receives a new handle; free it with
 /// `mistri_locks_free`. Connections are reopened after `fork()`.

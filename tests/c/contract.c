@@ -1735,7 +1735,78 @@ static const test_case CONTRACT[] = {
      true},
 };
 
+/* One entry point: mistri_locks_open takes every backend's URL with typed
+ * options (a lease taken through it is the one the backend's own
+ * constructor sees), an unknown scheme's error lists every scheme, and
+ * each backend's own constructor refuses another backend's URL. */
+static void open_takes_every_scheme_and_constructors_refuse_others(const void *arg)
+{
+    (void)arg;
+    const char *redis_url = BACKENDS[1].param, *pg_url = BACKENDS[3].param;
+    char ns[64], key[64];
+    snprintf(ns, sizeof ns, "mistri:c-open:%ld", (long)getpid());
+    snprintf(key, sizeof key, "open-%ld", (long)getpid());
+    mistri_open_options *o = NULL;
+    REQUIRE_OK(mistri_open_options_new(&o));
+    CHECK_OK(mistri_open_options_set_namespace(o, ns));
+    CHECK_OK(mistri_open_options_set_label(o, "c-opener"));
+    CHECK_OK(mistri_open_options_set_io_timeout(o, 3.0));
+    CHECK_STATUS(mistri_open_options_set_namespace(o, ""), MISTRI_INVALID_ARGUMENT);
+    CHECK_STATUS(mistri_open_options_set_io_timeout(o, -1.0), MISTRI_INVALID_ARGUMENT);
+    CHECK_STATUS(mistri_open_options_set_label(NULL, "x"), MISTRI_NULL_ARGUMENT);
+
+    const char *urls[] = {redis_url, pg_url};
+    for (size_t i = 0; i < 2; i++) {
+        mistri_locks *opened = NULL, *own = NULL;
+        CHECK_OK(mistri_locks_open(urls[i], o, &opened));
+        CHECK_OK(i == 0 ? mistri_locks_redis_new(urls[i], ns, &own)
+                        : mistri_locks_postgres_new(urls[i], ns, &own));
+        if (opened && own) {
+            CHECK(acquire(opened, key, 30));
+            CHECK(!acquire(own, key, 30)); /* the same backend, the same namespace */
+            CHECK(release(opened, key));
+        }
+        mistri_locks_free(opened);
+        mistri_locks_free(own);
+    }
+
+    mistri_locks *l = NULL;
+    CHECK_OK(mistri_locks_open("memory://", NULL, &l));
+    if (l) {
+        CHECK(acquire(l, key, 30));
+        CHECK(held(l, key));
+    }
+    mistri_locks_free(l);
+    l = NULL;
+
+    CHECK_STATUS(mistri_locks_open("http://example.com", NULL, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("memory://");
+    CHECK_LAST_ERROR_HAS("redis+sentinel://");
+    CHECK_LAST_ERROR_HAS("postgresql://");
+    CHECK_LAST_ERROR_HAS("DSN");
+    CHECK(l == NULL);
+
+    CHECK_STATUS(mistri_locks_redis_new(pg_url, ns, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("Redis constructor takes redis://");
+    CHECK_LAST_ERROR_HAS("open(url)");
+    CHECK(l == NULL);
+    CHECK_STATUS(mistri_locks_postgres_new(redis_url, ns, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("Postgres constructor takes postgres://");
+    CHECK(l == NULL);
+    CHECK_STATUS(mistri_locks_local_new(redis_url, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("Local constructor takes");
+    CHECK(l == NULL);
+
+    /* schema is a Postgres option. */
+    CHECK_OK(mistri_open_options_set_schema(o, "c_open"));
+    CHECK_STATUS(mistri_locks_open("memory://", o, &l), MISTRI_CONFIG);
+    CHECK_LAST_ERROR_HAS("Postgres option");
+    CHECK(l == NULL);
+    mistri_open_options_free(o);
+}
+
 static const test_case GENERAL[] = {
+    CASE(open_takes_every_scheme_and_constructors_refuse_others),
     CASE(signal_abort_is_one_way_and_first_reason_wins),
     CASE(signal_wait_times_out_and_sees_aborts),
     CASE(signal_wait_wakes_on_abort_from_another_thread),

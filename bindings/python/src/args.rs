@@ -321,35 +321,3 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "object".to_owned())
 }
-
-/// `url` with `schema` added as its `?schema=` parameter (percent-encoded);
-/// `url` as it is when `schema` is None. A schema given both ways is
-/// refused: which one the caller meant is not ours to guess. The core
-/// parses and checks the result (an unknown scheme, a bad name: its
-/// `ConfigError`).
-pub(crate) fn url_with_schema(url: &str, schema: Option<&str>) -> Result<String, String> {
-    let Some(schema) = schema else {
-        return Ok(url.to_owned());
-    };
-    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
-    if query
-        .split('&')
-        .any(|pair| pair.split('=').next() == Some("schema"))
-    {
-        return Err(format!(
-            "schema {schema:?} given twice: the URL has ?schema= too; give it once"
-        ));
-    }
-    let mut out = String::with_capacity(url.len() + schema.len() + 8);
-    out.push_str(url);
-    out.push(if url.contains('?') { '&' } else { '?' });
-    out.push_str("schema=");
-    for byte in schema.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    Ok(out)
-}

@@ -15,7 +15,7 @@ use crate::aio;
 use crate::args::{Key, Limit, Seconds, Ttl, Wait};
 use crate::error::IntoPyResult;
 use crate::signal::PyAbortSignal;
-use mistri_locks::{AcquireOptions, Locks};
+use mistri_locks::{AcquireOptions, Family, Locks, OpenOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::PyClass;
@@ -357,7 +357,8 @@ impl Memory {
 
 /// Leases and flags on a Redis server, shared by every process (and
 /// language) that speaks the protocol. Connects lazily: an unreachable
-/// server is reported by the first operation.
+/// server is reported by the first operation. Another backend's URL is a
+/// `ConfigError` (`mistri_locks.open` takes every backend).
 #[pyclass(extends = PyLocks, frozen, module = "mistri_locks")]
 pub(crate) struct Redis {
     namespace: String,
@@ -454,10 +455,11 @@ impl Local {
 ///
 /// `url`: `postgres://` or `postgresql://` with libpq's conventions
 /// (`postgres://user:pass@host:5432/dbname?sslmode=require`, a unix socket
-/// with `?host=/run/postgresql`). `schema`: where the tables live (default
-/// `mistri_locks`, created on first use); give it here or as `?schema=` in
-/// the URL, not both (a `ValueError`). An unparsable URL is a
-/// `ConfigError`. `Postgres.schema_sql()` returns the DDL for a role that
+/// with `?host=/run/postgresql`) or a libpq key/value DSN. `schema`: where
+/// the tables live (default `mistri_locks`, created on first use); give it
+/// here or as `?schema=` in the URL, not both (a `ValueError`). An
+/// unparsable URL or another backend's is a `ConfigError`
+/// (`mistri_locks.open` takes every backend). `Postgres.schema_sql()` returns the DDL for a role that
 /// may not run it (e.g. in a Django migration's `RunSQL`).
 #[pyclass(extends = PyLocks, frozen, module = "mistri_locks")]
 pub(crate) struct Postgres {
@@ -475,12 +477,10 @@ impl Postgres {
         namespace: String,
         label: Option<String>,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let url = crate::args::url_with_schema(&url, schema.as_deref())
-            .map_err(pyo3::exceptions::PyValueError::new_err)?;
-        let postgres = py
-            .detach(|| mistri_locks::Postgres::open(&url, &namespace))
-            .py_err(py)?;
-        let locks = labelled(py, Locks::new(postgres), label)?;
+        // Another backend's URL: name ours and point to open().
+        mistri_locks::check_family(&url, Family::Postgres).py_err(py)?;
+        let options = open_options(&namespace, label, schema);
+        let locks = py.detach(|| Locks::open_with(&url, &options)).py_err(py)?;
         Ok(PyClassInitializer::from(PyLocks::new(locks)).add_subclass(Postgres { namespace }))
     }
 
@@ -511,4 +511,48 @@ impl Postgres {
         // Never the URL: it may carry a password.
         format!("<mistri_locks.Postgres namespace={:?}>", self.namespace)
     }
+}
+
+/// The core's options from a face's keyword arguments.
+fn open_options(namespace: &str, label: Option<String>, schema: Option<String>) -> OpenOptions {
+    let mut options = OpenOptions::new().namespace(namespace);
+    options.label = label;
+    options.schema = schema;
+    options
+}
+
+/// The one entry point: the backend `url` names, any of them (`memory://`,
+/// a Local path or `file://PATH`, `redis://`, `rediss://`,
+/// `redis+cluster://`, `redis+sentinel://`, `postgres://`,
+/// `postgresql://`, a libpq key/value DSN), as that backend's class
+/// (`Memory`, `Local`, `Redis`, `Postgres`). `namespace` is for Redis and
+/// Postgres; `schema` for Postgres only (another backend's is a
+/// `ConfigError`). An unknown scheme is a `ConfigError` listing them all.
+#[pyfunction]
+#[pyo3(signature = (url, *, namespace = String::from(mistri_locks::DEFAULT_NAMESPACE), label = None, schema = None))]
+pub(crate) fn open(
+    py: Python<'_>,
+    url: String,
+    namespace: String,
+    label: Option<String>,
+    schema: Option<String>,
+) -> PyResult<Py<PyAny>> {
+    let family = mistri_locks::family_of(&url).py_err(py)?;
+    let options = open_options(&namespace, label, schema);
+    let locks = py.detach(|| Locks::open_with(&url, &options)).py_err(py)?;
+    let base = PyClassInitializer::from(PyLocks::new(locks));
+    Ok(match family {
+        Family::Memory => Py::new(py, base.add_subclass(Memory))?.into_any(),
+        Family::Local => {
+            let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+            let path = if rest.is_empty() {
+                mistri_locks::local_default_path()
+            } else {
+                PathBuf::from(rest)
+            };
+            Py::new(py, base.add_subclass(Local { path }))?.into_any()
+        }
+        Family::Redis => Py::new(py, base.add_subclass(Redis { namespace }))?.into_any(),
+        Family::Postgres => Py::new(py, base.add_subclass(Postgres { namespace }))?.into_any(),
+    })
 }

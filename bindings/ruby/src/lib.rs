@@ -24,6 +24,7 @@ mod locks;
 mod memory;
 mod nogvl;
 mod notes;
+mod open;
 mod operator;
 mod postgres;
 mod redis;
@@ -59,6 +60,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     redis::init(ruby, module)?;
     local::init(ruby, module)?;
     postgres::init(ruby, module)?;
+    open::init(ruby, module)?;
     operator::init(ruby, module)?;
     Ok(())
 }

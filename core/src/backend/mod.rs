@@ -1,8 +1,9 @@
 //! The backends: [`memory::Memory`] (one process), [`local::Local`] (the
 //! processes of one host, an SQLite file), [`redis`] (one server, the
 //! master Sentinel names, or a Cluster), [`postgres`] (tables in a
-//! PostgreSQL database), and [`open`], the one dispatcher
-//! from a URL every face goes through. Each implements
+//! PostgreSQL database), and [`open_with`], the one dispatcher
+//! from a URL every face goes through, over the one scheme table
+//! (`SCHEMES`): a new backend adds its rows there. Each implements
 //! [`crate::Adapter`] and nothing above it.
 
 pub(crate) mod local;
@@ -11,44 +12,312 @@ pub(crate) mod postgres;
 pub(crate) mod redis;
 
 use crate::contract::adapter::Adapter;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use redis::cluster::RedisCluster;
 use redis::sentinel::Sentinel;
 use redis::url::{parse_host_list, take_own_params};
-use redis::{Redis, DEFAULT_TIMEOUT};
+use redis::{Redis, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
 use std::sync::Arc;
+use std::time::Duration;
 
-/// The adapter for `url` with keys under `namespace`: the one dispatcher
-/// every face's Redis constructor goes through.
+/// Which backend a URL names: one row of [`SCHEMES`] each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `memory://`: one process.
+    Memory,
+    /// A path or `file://PATH`: an SQLite file shared by a host's processes.
+    Local,
+    /// One Redis server, a Cluster or the master Sentinel names.
+    Redis,
+    /// A PostgreSQL database.
+    Postgres,
+}
+
+impl Family {
+    /// The name a face's constructor for this family goes by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Memory => "Memory",
+            Family::Local => "Local",
+            Family::Redis => "Redis",
+            Family::Postgres => "Postgres",
+        }
+    }
+}
+
+/// How one scheme is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    Memory,
+    Local,
+    Server,
+    Cluster,
+    Sentinel,
+    Postgres,
+}
+
+/// The one scheme table: every URL any face opens is looked up here.
+/// Two forms have no scheme: a libpq key/value DSN (`host=h dbname=d`,
+/// Postgres) and a bare path (Local); [`classify`] tells them apart.
+const SCHEMES: &[(&str, Family, Via)] = &[
+    ("memory", Family::Memory, Via::Memory),
+    ("file", Family::Local, Via::Local),
+    ("redis", Family::Redis, Via::Server),
+    ("rediss", Family::Redis, Via::Server),
+    ("unix", Family::Redis, Via::Server),
+    ("redis+unix", Family::Redis, Via::Server),
+    ("redis+cluster", Family::Redis, Via::Cluster),
+    ("rediss+cluster", Family::Redis, Via::Cluster),
+    ("redis+sentinel", Family::Redis, Via::Sentinel),
+    ("rediss+sentinel", Family::Redis, Via::Sentinel),
+    ("postgres", Family::Postgres, Via::Postgres),
+    ("postgresql", Family::Postgres, Via::Postgres),
+];
+
+/// What a family's constructor takes, for its error messages: the
+/// schemes of its rows, plus the scheme-less forms.
+pub fn schemes_of(family: Family) -> String {
+    let mut out: Vec<String> = SCHEMES
+        .iter()
+        .filter(|(_, f, _)| *f == family)
+        .map(|(s, _, _)| format!("{s}://"))
+        .collect();
+    match family {
+        Family::Local => out.push("a path".to_owned()),
+        Family::Postgres => out.push("a libpq key/value DSN (host=… dbname=…)".to_owned()),
+        _ => {}
+    }
+    out.join(", ")
+}
+
+/// Every form [`open_with`] takes, for the unknown-scheme error.
+fn all_schemes() -> String {
+    [
+        Family::Memory,
+        Family::Local,
+        Family::Redis,
+        Family::Postgres,
+    ]
+    .into_iter()
+    .map(schemes_of)
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
+/// The family and row for `url`.
+fn classify(url: &str) -> Result<(Family, Via)> {
+    if url.is_empty() {
+        return Err(Error::InvalidArgument("the URL must not be empty".into()));
+    }
+    if let Some((scheme, _)) = url.split_once("://") {
+        return SCHEMES
+            .iter()
+            .find(|(s, _, _)| s.eq_ignore_ascii_case(scheme))
+            .map(|(_, f, v)| (*f, *v))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "unknown URL scheme {scheme:?}; the schemes are: {}",
+                    all_schemes()
+                ))
+            });
+    }
+    if is_dsn(url) {
+        Ok((Family::Postgres, Via::Postgres))
+    } else {
+        Ok((Family::Local, Via::Local))
+    }
+}
+
+/// A libpq key/value DSN starts with `keyword=`; a path starts with `/`,
+/// `.` or `~`, or has no `=` before its first `/` or space.
+fn is_dsn(url: &str) -> bool {
+    let url = url.trim_start();
+    if url.starts_with(['/', '.', '~']) {
+        return false;
+    }
+    let word: &str = url.split(['=', ' ', '/']).next().unwrap_or("");
+    !word.is_empty()
+        && url[word.len()..].trim_start().starts_with('=')
+        && word.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// The family `url` belongs to (which backend it opens).
 ///
 /// # Errors
-/// [`Error::Config`] for an unparsable URL or an unknown scheme;
-/// [`Error::InvalidArgument`] for a bad namespace or a bad
-/// `min_replicas` / `replica_timeout`.
+/// [`Error::Config`] for an unknown scheme (the message lists them all);
+/// [`Error::InvalidArgument`] for an empty URL.
+pub fn family_of(url: &str) -> Result<Family> {
+    classify(url).map(|(f, _)| f)
+}
+
+/// Checks that `url` belongs to `family`, for a backend's own
+/// constructor: another backend's URL gets an error naming the schemes
+/// the constructor takes and pointing to `open`, which takes them all.
+///
+/// # Errors
+/// [`Error::Config`] for another family's URL or an unknown scheme.
+pub fn check_family(url: &str, family: Family) -> Result<()> {
+    let found = family_of(url)?;
+    if found == family {
+        return Ok(());
+    }
+    let shown = match url.split_once("://") {
+        Some((scheme, _)) => format!("a {scheme}:// URL"),
+        None => describe_plain(found).to_owned(),
+    };
+    Err(Error::Config(format!(
+        "the {} constructor takes {}; this is {shown}, a {} URL: use open(url), which opens every backend",
+        family.name(),
+        schemes_of(family),
+        found.name()
+    )))
+}
+
+fn describe_plain(found: Family) -> &'static str {
+    match found {
+        Family::Postgres => "a key/value DSN",
+        _ => "a path",
+    }
+}
+
+/// Typed options for [`open_with`]: no face writes them into the URL.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Every key under this namespace (None: [`DEFAULT_NAMESPACE`]).
+    /// Memory and Local have none: their file or process is the scope.
+    pub namespace: Option<String>,
+    /// The label leases and holds describe their holder with (None: `host:pid language`).
+    pub label: Option<String>,
+    /// Postgres: the schema the tables live in (None: the URL's
+    /// `schema=`, else `mistri_locks`). Another backend refuses it.
+    pub schema: Option<String>,
+    /// One-server Redis and Postgres: the per-operation I/O timeout
+    /// (None: the backend's default). Cluster and Sentinel keep their own.
+    pub io_timeout: Option<Duration>,
+}
+
+impl OpenOptions {
+    /// No options: every default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the namespace.
+    #[must_use]
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Sets the label.
+    #[must_use]
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Sets the Postgres schema.
+    #[must_use]
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// Sets the I/O timeout.
+    #[must_use]
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
+        self.io_timeout = Some(timeout);
+        self
+    }
+
+    fn namespace_or_default(&self) -> &str {
+        self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)
+    }
+}
+
+/// The adapter for `url` with keys under `namespace`: [`open_with`] with
+/// only a namespace.
+///
+/// # Errors
+/// As [`open_with`].
 pub fn open(url: &str, namespace: &str) -> Result<Arc<dyn Adapter>> {
-    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
-    if scheme == "postgres" || scheme == "postgresql" {
-        return Ok(Arc::new(postgres::Postgres::open(url, namespace)?));
-    }
-    let (rest, ack, sentinel_params) = take_own_params(url)?;
-    let tls = scheme.starts_with("rediss");
-    let base = if tls { "rediss" } else { "redis" };
-    match scheme {
-        "redis+cluster" | "rediss+cluster" => {
-            let parts = parse_host_list(&rest, base)?;
-            Ok(Arc::new(RedisCluster::open(parts, namespace, ack)?))
+    open_with(url, &OpenOptions::new().namespace(namespace))
+}
+
+/// The adapter for `url`, any scheme of the one table: the dispatcher
+/// every face goes through (`open` and each backend's constructor).
+/// `options.label` is for [`crate::Locks::open_with`]; an adapter has none.
+///
+/// # Errors
+/// [`Error::Config`] for an unparsable URL or an unknown scheme (the
+/// message lists them all), or a `schema` for a backend other than
+/// Postgres; [`Error::InvalidArgument`] for a bad namespace, timeout or
+/// `min_replicas` / `replica_timeout`.
+pub fn open_with(url: &str, options: &OpenOptions) -> Result<Arc<dyn Adapter>> {
+    let (family, via) = classify(url)?;
+    check_options(url, family, options)?;
+    let namespace = options.namespace_or_default();
+    let timeout = options.io_timeout.unwrap_or(DEFAULT_TIMEOUT);
+    match via {
+        Via::Memory => Ok(Arc::new(memory::Memory::new())),
+        Via::Local => Ok(Arc::new(local::Local::open(local_path(url).as_deref())?)),
+        Via::Postgres => Ok(Arc::new(postgres::Postgres::with_schema(
+            url,
+            namespace,
+            options.io_timeout.unwrap_or(postgres::DEFAULT_TIMEOUT),
+            options.schema.as_deref(),
+        )?)),
+        Via::Server | Via::Cluster | Via::Sentinel => {
+            let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+            let (rest, ack, sentinel_params) = take_own_params(url)?;
+            let base = if scheme.starts_with("rediss") {
+                "rediss"
+            } else {
+                "redis"
+            };
+            match via {
+                Via::Cluster => {
+                    let parts = parse_host_list(&rest, base)?;
+                    Ok(Arc::new(RedisCluster::open(parts, namespace, ack)?))
+                }
+                Via::Sentinel => {
+                    let parts = parse_host_list(&rest, base)?;
+                    let sentinel = Sentinel::new(parts, &sentinel_params)?;
+                    Ok(Arc::new(Redis::open_sentinel(sentinel, namespace, ack)?))
+                }
+                _ => Ok(Arc::new(
+                    Redis::with_timeout(&rest, namespace, timeout)?
+                        .replicated(ack)
+                        .accepting_eviction(ack.accept_eviction),
+                )),
+            }
         }
-        "redis+sentinel" | "rediss+sentinel" => {
-            let parts = parse_host_list(&rest, base)?;
-            let sentinel = Sentinel::new(parts, &sentinel_params)?;
-            Ok(Arc::new(Redis::open_sentinel(sentinel, namespace, ack)?))
-        }
-        _ => Ok(Arc::new(
-            Redis::with_timeout(&rest, namespace, DEFAULT_TIMEOUT)?
-                .replicated(ack)
-                .accepting_eviction(ack.accept_eviction),
-        )),
     }
+}
+
+/// Refuses an option `url`'s backend has no use for.
+pub(crate) fn check_options(url: &str, family: Family, options: &OpenOptions) -> Result<()> {
+    if options.schema.is_some() && family != Family::Postgres {
+        let shown = match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://"),
+            None => "a path".to_owned(),
+        };
+        return Err(Error::Config(format!(
+            "schema is a Postgres option; {shown} opens {}",
+            family.name()
+        )));
+    }
+    Ok(())
+}
+
+/// The Local file a Local URL names: `file://PATH` or a bare path;
+/// `file://` alone is the per-user default.
+pub(crate) fn local_path(url: &str) -> Option<std::path::PathBuf> {
+    let path = match url.split_once("://") {
+        Some((_, rest)) => rest,
+        None => url,
+    };
+    (!path.is_empty()).then(|| std::path::PathBuf::from(path))
 }
 
 #[cfg(test)]

@@ -151,10 +151,56 @@ impl Locks {
     /// A [`Local`] backend: the database file at `path`, or the per-user
     /// default ([`crate::backend::local::default_path`]) when `None`.
     ///
+    /// A path written as a URL must be a Local one (`file://PATH`, read as
+    /// PATH); another backend's URL is refused, pointing to [`Locks::open`].
+    ///
     /// # Errors
-    /// As [`Local::open`].
+    /// As [`Local::open`], and [`crate::Error::Config`] for another
+    /// backend's URL.
     pub fn local(path: Option<&std::path::Path>) -> Result<Self> {
+        if let Some(text) = path.and_then(|p| p.to_str()).filter(|t| t.contains("://")) {
+            crate::backend::check_family(text, crate::backend::Family::Local)?;
+            let rest = text.split_once("://").map_or("", |(_, rest)| rest);
+            let inner = (!rest.is_empty()).then(|| std::path::Path::new(rest));
+            return Ok(Self::new(Local::open(inner)?));
+        }
         Ok(Self::new(Local::open(path)?))
+    }
+
+    /// The backend `url` names, any scheme of the one table
+    /// ([`crate::backend::open_with`]): `memory://`, a Local path or
+    /// `file://PATH`, `redis://`, `rediss://`, `redis+cluster://`,
+    /// `redis+sentinel://`, `postgres://`, `postgresql://` or a libpq
+    /// key/value DSN; every default option.
+    ///
+    /// # Errors
+    /// As [`Locks::open_with`].
+    pub fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, &crate::backend::OpenOptions::default())
+    }
+
+    /// [`Locks::open`] with typed options (namespace, label, Postgres
+    /// schema, I/O timeout).
+    ///
+    /// # Errors
+    /// As [`crate::backend::open_with`], and [`crate::Error::InvalidArgument`]
+    /// for an empty label.
+    pub fn open_with(url: &str, options: &crate::backend::OpenOptions) -> Result<Self> {
+        if let Some(label) = &options.label {
+            crate::args::check_label("label", label)?;
+        }
+        let family = crate::backend::family_of(url)?;
+        crate::backend::check_options(url, family, options)?;
+        // Memory is wrapped typed (its owner ids live beside it).
+        let locks = if family == crate::backend::Family::Memory {
+            Self::memory()
+        } else if family == crate::backend::Family::Local {
+            Self::local(crate::backend::local_path(url).as_deref())?
+        } else {
+            Self::from_arc(crate::backend::open_with(url, options)?)
+        };
+        locks.set_label(options.label.as_deref())?;
+        Ok(locks)
     }
 
     /// A Redis backend for `url`: one server (`redis://`, `rediss://`,
@@ -163,7 +209,10 @@ impl Locks {
     ///
     /// # Errors
     /// As [`crate::Redis::open`] and [`crate::backend::redis::url::open`].
+    /// [`crate::Error::Config`] for another backend's URL (the message names
+    /// the Redis schemes and points to [`Locks::open`]).
     pub fn redis(url: &str, namespace: &str) -> Result<Self> {
+        crate::backend::check_family(url, crate::backend::Family::Redis)?;
         Ok(Self::from_arc(crate::backend::open(url, namespace)?))
     }
 

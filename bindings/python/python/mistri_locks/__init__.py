@@ -81,6 +81,7 @@ from ._native import (
     configure,
     hold,
     locks,
+    open,
 )
 from . import _dispatch as _dispatch  # noqa: F401  (atexit hook)
 from ._aio import HoldContext, hold_async
@@ -122,4 +123,5 @@ __all__ = [
     "HoldContext",
     "leased",
     "locks",
+    "open",
 ]

@@ -21,6 +21,7 @@ __all__ = [
     "Postgres",
     "Hold",
     "AbortSignal",
+    "open",
     "configure",
     "locks",
     "hold",
@@ -213,6 +214,13 @@ class Postgres(Locks):
     @property
     def namespace(self) -> str: ...
 
+def open(
+    url: str,
+    *,
+    namespace: str = ...,
+    label: Optional[str] = None,
+    schema: Optional[str] = None,
+) -> Locks: ...
 @overload
 def configure(locks: Optional[Locks]) -> None: ...
 @overload

@@ -110,4 +110,17 @@ module MistriLocks
     end
     private_class_method :_open
   end
+
+  # The one entry point: the backend +url+ names, any of them (memory://, a
+  # Local path or file://PATH, redis://, rediss://, redis+cluster://,
+  # redis+sentinel://, postgres://, postgresql://, a libpq key/value DSN),
+  # as that backend's class. +namespace+ is for Redis and Postgres;
+  # +schema+ for Postgres only (another backend's is a ConfigError). An
+  # unknown scheme is a ConfigError listing them all.
+  #
+  #   MistriLocks.locks = MistriLocks.open(ENV.fetch("MISTRI_LOCKS_URL"))
+  def self.open(url, namespace: Redis::DEFAULT_NAMESPACE, label: nil, schema: nil)
+    _open(String(url), String(namespace), label.nil? ? nil : String(label), schema.nil? ? nil : String(schema))
+  end
+  private_class_method :_open
 end

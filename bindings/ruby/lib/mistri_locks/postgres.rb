@@ -16,8 +16,8 @@ module MistriLocks
   # (postgres://user:pass@host:5432/dbname?sslmode=require, a unix socket
   # as ?host=/run/postgresql). +schema+: where the tables live (default
   # "mistri_locks", created on first use), here or as ?schema= in the URL,
-  # not both (an ArgumentError). An unparsable URL is a
-  # MistriLocks::ConfigError. Postgres.schema_sql is the DDL for a role that
+  # not both (an ArgumentError). An unparsable URL, or another backend's
+  # (MistriLocks.open takes every backend), is a MistriLocks::ConfigError. Postgres.schema_sql is the DDL for a role that
   # may not run it.
   #
   # Fencing at the resource: inside the application's own transaction,
@@ -38,7 +38,7 @@ module MistriLocks
 
     class << self
       def new(url:, schema: nil, namespace: Redis::DEFAULT_NAMESPACE, label: nil)
-        _open(url_with_schema(url, schema), namespace).tap { |locks| locks.label = label unless label.nil? }
+        _open(String(url), namespace, schema.nil? ? nil : String(schema)).tap { |locks| locks.label = label unless label.nil? }
       end
 
       # The DDL that creates (or, run again, leaves as it is) the tables and
@@ -99,20 +99,6 @@ module MistriLocks
       end
 
       private
-
-      # +url+ with ?schema= added (or as it is for schema nil); a schema in
-      # the URL and in the argument is the caller's ambiguity to resolve.
-      def url_with_schema(url, schema)
-        url = String(url)
-        return url if schema.nil?
-
-        query = url.partition("?").last
-        if query.split("&").any? { |pair| pair.split("=", 2).first == "schema" }
-          raise ArgumentError, "schema #{schema.to_s.inspect} given twice: the URL has ?schema= too; give it once"
-        end
-
-        "#{url}#{url.include?("?") ? "&" : "?"}schema=#{escape(schema.to_s)}"
-      end
 
       def escape(part) = URI.encode_www_form_component(part).gsub("+", "%20")
 

@@ -159,7 +159,8 @@ impl Postgres {
     ///
     /// # Errors
     /// [`Error::Config`] for a bad URL (naming the part, the password
-    /// masked); [`Error::InvalidArgument`] for an empty namespace.
+    /// masked) or another backend's URL (naming the schemes this takes and
+    /// pointing to `open`); [`Error::InvalidArgument`] for an empty namespace.
     pub fn open(url: &str, namespace: &str) -> Result<Postgres> {
         Self::with_timeout(url, namespace, DEFAULT_TIMEOUT)
     }
@@ -171,9 +172,39 @@ impl Postgres {
     /// As [`Postgres::open`], and [`Error::InvalidArgument`] for a zero
     /// timeout.
     pub fn with_timeout(url: &str, namespace: &str, timeout: Duration) -> Result<Postgres> {
+        // Another backend's URL: name ours and point to open.
+        crate::backend::check_family(url, crate::backend::Family::Postgres)?;
+        Self::with_schema(url, namespace, timeout, None)
+    }
+
+    /// [`Postgres::with_timeout`] with the tables in `schema` (None: the
+    /// URL's `schema=`, else [`url::DEFAULT_SCHEMA`]); what
+    /// [`crate::backend::open_with`] passes a typed `schema` option through,
+    /// so no face writes it into the URL.
+    ///
+    /// # Errors
+    /// As [`Postgres::with_timeout`], and [`Error::Config`] for a bad
+    /// schema name; [`Error::InvalidArgument`] for a schema the URL names
+    /// too.
+    pub(crate) fn with_schema(
+        url: &str,
+        namespace: &str,
+        timeout: Duration,
+        schema: Option<&str>,
+    ) -> Result<Postgres> {
         crate::args::check_namespace(namespace)?;
         crate::args::check_duration("timeout", timeout)?;
-        let cfg = url::parse(url)?;
+        let mut cfg = url::parse(url)?;
+        if let Some(schema) = schema {
+            url::check_schema(schema)?;
+            // Both ways: which one the caller meant is not ours to guess.
+            if cfg.schema_named {
+                return Err(Error::InvalidArgument(format!(
+                    "schema {schema:?} given twice: the URL has schema= too; give it once"
+                )));
+            }
+            cfg.schema = schema.to_owned();
+        }
         if cfg.ssl != url::SslMode::Disable {
             // rustls needs a process-wide provider; another library may
             // have installed one already, which is just as good.

@@ -62,6 +62,8 @@ pub(crate) struct PgConfig {
     pub(crate) application_name: Option<String>,
     pub(crate) connect_timeout: Option<Duration>,
     pub(crate) schema: String,
+    /// The URL named the schema (`schema=`), rather than leaving the default.
+    pub(crate) schema_named: bool,
     pub(crate) listen: Listen,
 }
 
@@ -328,6 +330,7 @@ pub(crate) fn parse(url: &str) -> Result<PgConfig> {
     let mut application_name = None;
     let mut connect_timeout = None;
     let mut schema = DEFAULT_SCHEMA.to_owned();
+    let mut schema_named = false;
     let mut listen_off = false;
     let (mut listen_host, mut listen_port) = (None, None);
     for pair in query.into_iter().flat_map(|q| q.split('&')) {
@@ -377,6 +380,7 @@ pub(crate) fn parse(url: &str) -> Result<PgConfig> {
                 check_schema(&v)
                     .map_err(|e| bad(url, e.message()))?;
                 schema = v;
+                schema_named = true;
             }
             "listen" => match v.as_str() {
                 "off" | "false" | "0" => listen_off = true,
@@ -427,6 +431,7 @@ pub(crate) fn parse(url: &str) -> Result<PgConfig> {
         application_name,
         connect_timeout,
         schema,
+        schema_named,
         listen,
     })
 }

@@ -37,7 +37,8 @@ from typing import Any, Callable, Optional, TypeVar
 from urllib.parse import quote, urlencode
 
 from .._leased import leased as _leased
-from .._native import Local, Locks, Postgres, Redis
+from .._native import Locks
+from .._native import open as _open
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,13 +89,11 @@ def backend_url() -> str:
 
 
 def open_url(url: str, namespace: str = "mistri:locks", schema: Optional[str] = None) -> Locks:
-    """The backend for a URL: ``redis…://``, ``postgres(ql)://`` (in
-    ``schema``, default ``mistri_locks``), else a Local database path."""
-    if url.startswith(("redis://", "rediss://", "redis+", "rediss+")):
-        return Redis(url, namespace=namespace)
-    if url.startswith(("postgres://", "postgresql://")):
-        return Postgres(url, namespace=namespace, schema=schema)
-    return Local(url)
+    """The backend for a URL, through ``mistri_locks.open`` (the core's one
+    scheme table): ``redis…://``, ``postgres(ql)://`` (in ``schema``,
+    default ``mistri_locks``; a ``schema`` for another backend is a
+    ``ConfigError``), ``memory://``, else a Local database path."""
+    return _open(url, namespace=namespace, schema=schema)
 
 
 def default_database_schema() -> Optional[str]:

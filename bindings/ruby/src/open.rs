@@ -1,0 +1,36 @@
+//! `MistriLocks.open(url, namespace:, label:, schema:)`: the one entry
+//! point, any URL of the core's one scheme table, wrapped as that
+//! backend's class (`Memory`, `Local`, `Redis`, `Postgres`).
+//! `lib/mistri_locks/locks.rb` defines the keywords; it calls `_open`.
+//! Opening may talk to the server, so it runs without the GVL.
+
+use crate::error;
+use crate::locks::RbLocks;
+use crate::nogvl::nogvl;
+use magnus::{function, prelude::*, typed_data::Obj, Error, RClass, RModule, RString, Ruby};
+use mistri_locks::{Locks, OpenOptions};
+
+/// `MistriLocks._open(url, namespace, label, schema)`.
+fn open(
+    ruby: &Ruby,
+    url: RString,
+    namespace: RString,
+    label: Option<RString>,
+    schema: Option<RString>,
+) -> Result<Obj<RbLocks>, Error> {
+    let url = url.to_string()?;
+    let mut options = OpenOptions::new().namespace(namespace.to_string()?);
+    options.label = label.map(|l| l.to_string()).transpose()?;
+    options.schema = schema.map(|s| s.to_string()).transpose()?;
+    let family = mistri_locks::family_of(&url).map_err(|e| error::to_ruby(ruby, e))?;
+    let locks =
+        nogvl(ruby, || Locks::open_with(&url, &options))?.map_err(|e| error::to_ruby(ruby, e))?;
+    let module: RModule = ruby.class_object().const_get("MistriLocks")?;
+    let class: RClass = module.const_get(family.name())?;
+    Ok(ruby.obj_wrap_as(RbLocks::new(locks), class))
+}
+
+pub fn init(_ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    module.define_singleton_method("_open", function!(open, 4))?;
+    Ok(())
+}
