@@ -507,6 +507,28 @@ impl PgServer {
                 signal(pid, libc::SIGSTOP);
             }
         }
+        // kill() returns before the target has stopped (a busy process on
+        // the other core stops at its next trip through the kernel): the
+        // freeze is not done until every process shows state T, so a caller
+        // that times a silence from here times a real one.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let running: Vec<i32> = std::iter::once(pm)
+                .chain(children_of(pm))
+                .filter(|&pid| !process_stopped(pid))
+                .collect();
+            if running.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "processes {running:?} of the server never stopped"
+            );
+            for pid in running {
+                signal(pid, libc::SIGSTOP);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         self.frozen = true;
     }
 
@@ -890,4 +912,19 @@ fn pgbouncer_binary() -> PathBuf {
         .unwrap_or_else(|| {
             panic!("pgbouncer not found (install it: bash scripts/setup, or apt-get install pgbouncer)")
         })
+}
+
+/// Whether `pid` is stopped (state `T` in `/proc/PID/stat`), or gone: a
+/// process that exited can't answer either.
+fn process_stopped(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .next();
+    matches!(state, Some("T" | "t" | "Z" | "X"))
 }
