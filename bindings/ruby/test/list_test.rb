@@ -10,7 +10,22 @@ module ListCases
   def locks = backend.locks
 
   # info's Hash without what changes between two reads.
-  def steady(lease) = lease.except(:time_left)
+  # What two reads of one lease agree on. time_left runs down between them,
+  # and on Redis renewed_at is derived at read time (now - (ttl - time left)),
+  # so it moves with how long each read's round trip took: both are checked
+  # against the clock instead (see renewed_within).
+  def steady(lease)
+    lease.except(:time_left, :renewed_at).merge(holders: lease[:holders]&.map { |h| h.except(:renewed_at) })
+  end
+
+  # Every renewed_at of +lease+ lies between +from+ and now (wall clock, s),
+  # with a millisecond of rounding.
+  def renewed_within(lease, from)
+    [lease, *lease[:holders]].each do |h|
+      assert_operator h[:renewed_at], :>=, from - 0.001
+      assert_operator h[:renewed_at], :<=, Time.now.to_f + 0.001
+    end
+  end
 
   def test_nothing_listed_at_first
     assert_equal({ leases: [], flags: [] }, locks.list)
@@ -19,6 +34,7 @@ module ListCases
 
   def test_leases_and_flags_under_a_prefix_sorted_by_key
     other = backend.owner
+    started = Time.now.to_f
     assert other.acquire("job:b", ttl: 5)
     hold = locks.hold("job:a", ttl: 5, heartbeat: 0.5, label: "report 7")
     assert locks.acquire("mail", ttl: 5)
@@ -29,6 +45,7 @@ module ListCases
     assert_equal %i[leases flags], listing.keys
     assert_equal %w[job:a job:b], listing[:leases].map { |l| l[:key] }
     assert_equal(%w[job:a job:b].map { |k| steady(locks.info(k)) }, listing[:leases].map { |l| steady(l) })
+    listing[:leases].each { |l| renewed_within(l, started) }
     a = listing[:leases][0]
     assert_equal "report 7", a[:holder]
     assert_equal hold.fence, a[:fence]
