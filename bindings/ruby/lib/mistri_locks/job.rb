@@ -409,16 +409,21 @@ module MistriLocks
       end
     end
 
-    # The lease inside perform: the MistriLocks::Hold (fence, signal, lost?,
-    # checkpoint!, stopping?), nil outside perform.
-    def lease
-      @mistri_lease_hold
-    end
+    # The readers a leased perform uses, for ActiveJob and (through
+    # MistriLocks::Sidekiq::Leased) plain Sidekiq jobs alike.
+    module Leased
+      # The lease inside perform: the MistriLocks::Hold (fence, signal, lost?,
+      # checkpoint!, stopping?), nil outside perform.
+      def lease
+        @mistri_lease_hold
+      end
 
-    # :stopped, :lost or nil: whether the lease asks this job to stop.
-    def stopping?
-      @mistri_lease_hold&.stopping?
+      # :stopped, :lost or nil: whether the lease asks this job to stop.
+      def stopping?
+        @mistri_lease_hold&.stopping?
+      end
     end
+    include Leased
 
     # Conflict retries are counted in the job's payload.
     def serialize

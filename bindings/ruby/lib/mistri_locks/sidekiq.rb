@@ -57,18 +57,9 @@ module MistriLocks
       ::Sidekiq::Client.push(again.merge("at" => Time.now.to_f + wait, "mistri_lease_attempts" => attempts))
     end
 
-    # `lease` and `stopping?` inside a Sidekiq job's perform.
-    module Leased
-      # The MistriLocks::Hold while perform runs under the middleware, else nil.
-      def lease
-        @mistri_lease_hold
-      end
-
-      # :stopped, :lost or nil.
-      def stopping?
-        @mistri_lease_hold&.stopping?
-      end
-    end
+    # `lease` and `stopping?` inside a Sidekiq job's perform (the same
+    # readers as MistriLocks::Job's).
+    Leased = MistriLocks::Job::Leased
 
     # Prepended to Sidekiq's sidekiq_options: takes mistri_lease out,
     # checks it (ArgumentError at class load) and keeps it on the class.
