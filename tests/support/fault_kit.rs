@@ -1,8 +1,11 @@
-//! The fault suites' kit: what `core/tests/network_faults.rs` (Redis) and
-//! `core/tests/postgres_faults.rs` (PostgreSQL) share, so each suite lists
-//! only its cases: the judges of the promises (told first, exclusive while
-//! held, release bounded), the independent witness that takes a key the
-//! moment it is free, the figures they print, and the one-at-a-time guard.
+//! The fault suites' kit: what every backend's fault suite shares, so a
+//! suite (`core/tests/network_faults.rs` for Redis,
+//! `core/tests/postgres_faults.rs` for PostgreSQL) is a list of cases: the
+//! judges of the promises (told first, exclusive while held, release
+//! bounded, fences rising), the independent witness that takes a key the
+//! moment it is free, the figures they print, the one-at-a-time guard, and
+//! (in [`cases`], `tests/support/fault_cases.rs`) one generic body per case
+//! and the `fault_suite!` macro that lists them for a backend.
 //!
 //! Included by path (`#[path = "../../tests/support/fault_kit.rs"] mod
 //! fault_kit;`) rather than part of the testkit crate: its judges take the
@@ -10,35 +13,42 @@
 //! build the core twice for the core's own unit tests (which use the
 //! testkit's servers). The servers a case faults are the testkit's, behind
 //! its `FaultServer` trait (start, stop, freeze, thaw, restart, proxy),
-//! which `RedisServer` and `PgServer` implement: a new backend's fault
-//! suite implements it for its server harness and lists only its cases.
+//! which `RedisServer` and `PgServer` implement; a suite adds how a client
+//! reaches its server ([`cases::FaultBackend`]) and lists its cases.
 //!
 //! # One case at a time
 //!
 //! A case measures how late a holder is told against a ttl of one or two
 //! seconds, and faults a server it started for itself; two cases on two
 //! cores would measure each other. Every case takes [`one_at_a_time`]
-//! first, so `cargo test --workspace` (which runs a file's tests on as many
-//! threads as there are cores) runs them one after another, as the headers'
-//! `--test-threads=1` does.
+//! first (`fault_suite!` takes it for each case it lists; a suite's own
+//! case takes it itself), so `cargo test --workspace` (which runs a file's
+//! tests on as many threads as there are cores) runs them one after
+//! another, as the headers' `--test-threads=1` does.
 
 #![allow(dead_code)] // each suite uses its own subset
 
-use mistri_locks::{Error, Hold, Locks};
+use mistri_locks::{Error, Hold, HoldOptions, Locks};
 use mistri_locks_testkit::Proxy;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::common::secs;
+use super::common::{opts, secs};
 use mistri_locks_testkit::unique;
+
+#[path = "fault_cases.rs"]
+pub mod cases;
 
 /// Held by each case for its whole run (module header).
 pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     static ONE: Mutex<()> = Mutex::new(());
     ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Lease ttl, heartbeat and I/O timeout of the single-process cases.
+pub const TTL: f64 = 2.0;
 
 pub const HEARTBEAT: f64 = 0.5;
 
@@ -61,6 +71,51 @@ pub fn watch(hold: &Hold) -> Told {
         let _ = cell.set((Instant::now(), reason.unwrap_or("").to_owned()));
     });
     told
+}
+
+/// A hold of the cases: ttl, heartbeat, and a stop key of its own.
+pub fn hold_opts(key: &str) -> HoldOptions {
+    HoldOptions {
+        stop_key: Some(format!("stop-{key}")),
+        ..opts(TTL, HEARTBEAT)
+    }
+}
+
+/// A hold on each of `keys` (all free).
+pub fn hold_all(locks: &Locks, keys: &[String]) -> Vec<Hold> {
+    keys.iter()
+        .map(|k| locks.hold(k, hold_opts(k)).unwrap().expect("free key"))
+        .collect()
+}
+
+/// How long the lease on `key` has left on the server's clock, read by
+/// `witness` (straight to the server); `None` if there is none or the read
+/// failed.
+pub fn time_left(witness: &Locks, key: &str) -> Option<Duration> {
+    witness.info(key).ok().flatten().and_then(|i| i.time_left)
+}
+
+/// Waits until a renewal of `key` has just landed on the server (the time
+/// left on its lease, read straight from the server, jumps back up), so a
+/// fault started right after it has the last confirmable renewal at "now":
+/// the lease's latest server expiry is then now + ttl, which makes the
+/// "told before expiry" bound sharp instead of depending on where in the
+/// renewal cycle the fault happened to start.
+pub fn wait_for_renewal(witness: &Locks, key: &str) {
+    let start = Instant::now();
+    let mut prev = time_left(witness, key);
+    assert!(prev.is_some(), "{key}: no lease seen by the witness");
+    while start.elapsed() < secs(3.0) {
+        let now = time_left(witness, key);
+        if let (Some(now), Some(prev)) = (now, prev) {
+            if now > prev + Duration::from_millis(100) {
+                return;
+            }
+        }
+        prev = now.or(prev);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("no renewal of {key} seen within 3 s (harness: is the hold renewing?)");
 }
 
 pub fn keys(prefix: &str, n: usize) -> Vec<String> {
@@ -266,6 +321,27 @@ pub fn judge_exclusive_while_held(
         }
     }
     violations
+}
+
+/// Fences keep rising: every fence after the fault is above every fence
+/// before it. Prints both ranges; returns the violations.
+pub fn judge_fences(label: &str, before: &[u64], after: &[u64]) -> Vec<String> {
+    let highest = before.iter().copied().max().unwrap_or(0);
+    println!(
+        "  {label}: fences before {:?}..{:?}, after {:?}..{:?}",
+        before.iter().min(),
+        before.iter().max(),
+        after.iter().min(),
+        after.iter().max()
+    );
+    if after.is_empty() {
+        return vec![format!("{label}: no fence after the fault")];
+    }
+    after
+        .iter()
+        .filter(|f| **f <= highest)
+        .map(|f| format!("{label}: fence {f} after the fault is not above {highest}"))
+        .collect()
 }
 
 /// Promise 2: the release returned within the adapter's I/O timeout + 1 s.

@@ -1,10 +1,10 @@
 //! What a fault case does to a backend's server, as one trait: start it,
 //! stop it, freeze and thaw it (SIGSTOP/SIGCONT of every process that
-//! serves), restart it (now, or after some downtime with the port dead),
-//! and reach it through a [`Proxy`] whose network the case can break. The
-//! fault suites' kit (`tests/support/fault_kit.rs`) drives faults through
-//! it; a new backend's harness implements it and its fault suite lists
-//! only its cases.
+//! serves), restart it (now, after some downtime with the port dead, or as
+//! a crash), and reach it, straight or through a [`Proxy`] whose network
+//! the case can break. The fault suites' cases (`tests/support/fault_cases.rs`)
+//! are generic over it; a new backend's harness implements it, and its
+//! fault suite is a list of those cases.
 
 use crate::{PgServer, Proxy, RedisServer};
 use std::time::{Duration, Instant};
@@ -17,6 +17,16 @@ pub trait FaultServer {
         Self: Sized;
     /// Its port.
     fn port(&self) -> u16;
+    /// The URL a client opens to reach it straight.
+    fn url(&self) -> String;
+    /// The URL a client opens to reach it through `proxy`: its own URL
+    /// with the proxy's port.
+    fn url_via(&self, proxy: &Proxy) -> String {
+        let own = format!("127.0.0.1:{}/", self.port());
+        let url = self.url();
+        assert!(url.contains(&own), "{url} does not name {own}");
+        url.replace(&own, &format!("127.0.0.1:{}/", proxy.port()))
+    }
     /// Stops it for good.
     fn stop(&mut self);
     /// Every process that serves stops (SIGSTOP): connections stay open,
@@ -24,12 +34,22 @@ pub trait FaultServer {
     fn freeze(&mut self);
     /// Resumes a frozen server (SIGCONT).
     fn thaw(&mut self);
+    /// Whether a restart keeps its leases (Postgres keeps its rows; a
+    /// throwaway redis-server comes back empty). The cases of a restart at
+    /// once differ on it.
+    const KEEPS_DATA: bool;
     /// Down and back at once.
     fn restart(&mut self) {
         self.restart_after(Duration::ZERO);
     }
     /// Down, the port dead for `downtime`, and back.
     fn restart_after(&mut self, downtime: Duration);
+    /// Killed as a crash would (SIGKILL of every server process) and back
+    /// at once. The default is [`FaultServer::restart`], for a server whose
+    /// restart is a SIGKILL already.
+    fn crash_restart(&mut self) {
+        self.restart();
+    }
     /// A proxy in front of it, for network faults.
     fn proxy(&self) -> Proxy {
         Proxy::start(self.port())
@@ -46,11 +66,15 @@ pub trait FaultServer {
 }
 
 impl FaultServer for RedisServer {
+    const KEEPS_DATA: bool = false;
     fn start() -> Self {
         RedisServer::start()
     }
     fn port(&self) -> u16 {
         RedisServer::port(self)
+    }
+    fn url(&self) -> String {
+        RedisServer::url(self)
     }
     fn stop(&mut self) {
         RedisServer::stop(self);
@@ -67,11 +91,15 @@ impl FaultServer for RedisServer {
 }
 
 impl FaultServer for PgServer {
+    const KEEPS_DATA: bool = true;
     fn start() -> Self {
         PgServer::start()
     }
     fn port(&self) -> u16 {
         PgServer::port(self)
+    }
+    fn url(&self) -> String {
+        PgServer::url(self)
     }
     fn stop(&mut self) {
         PgServer::stop(self);
@@ -84,5 +112,8 @@ impl FaultServer for PgServer {
     }
     fn restart_after(&mut self, downtime: Duration) {
         PgServer::restart_after(self, downtime);
+    }
+    fn crash_restart(&mut self) {
+        PgServer::crash_restart(self);
     }
 }
