@@ -58,14 +58,27 @@ pub(crate) fn retry<T, E: Interrupted>(
 
 /// Holds the asynchronous signals off the calling thread while alive (a
 /// host thread's round trip); puts the thread's mask back on drop. Nests.
+/// Two system calls on a host thread (about 2 µs on a sandboxed kernel,
+/// 4% of a loopback round trip; far less on bare Linux); none on a library
+/// thread, or inside another guard.
 pub(crate) struct HostSignalsHeld(Option<libc::sigset_t>);
+
+std::thread_local! {
+    /// A guard is alive on this thread (an inner one changes nothing).
+    static HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 impl HostSignalsHeld {
     /// Blocks the asynchronous signals in this thread until dropped. If
     /// the mask cannot be set (never, with valid arguments), nothing is
     /// held and [`retry`] is the only defence.
     pub(crate) fn new() -> Self {
-        HostSignalsHeld(super::thread::block_asynchronous().ok())
+        if super::thread::deaf() || HELD.with(std::cell::Cell::get) {
+            return HostSignalsHeld(None);
+        }
+        let previous = super::thread::block_asynchronous().ok();
+        HELD.with(|held| held.set(previous.is_some()));
+        HostSignalsHeld(previous)
     }
 }
 
@@ -73,6 +86,7 @@ impl Drop for HostSignalsHeld {
     fn drop(&mut self) {
         if let Some(previous) = &self.0 {
             super::thread::restore(previous);
+            HELD.with(|held| held.set(false));
         }
     }
 }
@@ -140,5 +154,19 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn a_library_thread_keeps_its_mask_under_a_guard() {
+        let blocked = crate::runtime::thread::spawn("mistri-test", || {
+            drop(HostSignalsHeld::new());
+            // SAFETY: a null `set` only reads the mask into `now`.
+            unsafe {
+                let mut now: libc::sigset_t = std::mem::zeroed();
+                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut now);
+                libc::sigismember(&now, libc::SIGCHLD) == 1
+            }
+        });
+        assert!(blocked.unwrap().join().unwrap(), "a guard's drop unblocked");
     }
 }

@@ -43,9 +43,24 @@ pub(crate) fn spawn<T: Send + 'static>(
     body: impl FnOnce() -> T + Send + 'static,
 ) -> io::Result<JoinHandle<T>> {
     let previous = block_asynchronous()?;
-    let started = std::thread::Builder::new().name(name.into()).spawn(body);
+    let started = std::thread::Builder::new().name(name.into()).spawn(|| {
+        DEAF.with(|deaf| deaf.set(true));
+        body()
+    });
     restore(&previous);
     started
+}
+
+std::thread_local! {
+    /// This thread was started by [`spawn`]: its mask already blocks every
+    /// host signal ([`crate::runtime::eintr::HostSignalsHeld`] then costs
+    /// no system call).
+    static DEAF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Was this thread started by [`spawn`] (host signals blocked for life)?
+pub(super) fn deaf() -> bool {
+    DEAF.with(std::cell::Cell::get)
 }
 
 /// Blocks the asynchronous signals in this thread; returns the old mask.
