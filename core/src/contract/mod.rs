@@ -1,11 +1,13 @@
 //! What a backend is: the [`adapter::Adapter`] trait and the values it
 //! trades in (leases, renewals, beats), the descriptions `info` and `list`
-//! return, the fence rule, the push registry a backend's listener feeds,
+//! return, the fence rule, the push registry a backend's listener feeds
+//! and the one listener lifecycle that feeds it,
 //! and the constants of the waiting queue every backend keeps.
 
 pub(crate) mod adapter;
 pub(crate) mod fence;
 pub(crate) mod info;
+pub(crate) mod listen;
 pub(crate) mod push;
 
 use std::time::Duration;

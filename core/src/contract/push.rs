@@ -594,12 +594,10 @@ pub(crate) fn fork_local_registry() -> ForkLocal<Arc<Registry>> {
     ForkLocal::new(Arc::default(), |_| Arc::default())
 }
 
-/// Starts a named listener thread; false if the OS refuses.
+/// Starts a named listener thread, deaf to host signals; false if the OS
+/// refuses.
 pub(crate) fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> bool {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(body)
-        .is_ok()
+    crate::runtime::thread::spawn(name, body).is_ok()
 }
 
 #[cfg(test)]

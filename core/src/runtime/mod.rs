@@ -1,6 +1,8 @@
 //! What every layer leans on: the fork generation and values that reset in
 //! a forked child ([`fork::ForkLocal`]), and locks that a fork cannot leave
-//! held, and owner tokens ([`token::mint_token`]).
+//! held, owner tokens ([`token::mint_token`]), the one way a library
+//! thread starts ([`thread::spawn`], deaf to host signals) and the one
+//! retry of a call a signal cut short ([`eintr::retry`]).
 
 use std::time::Duration;
 
@@ -8,6 +10,8 @@ use std::time::Duration;
 /// lingers before exiting; a new one starts with the next work.
 pub const IDLE_EXIT: Duration = Duration::from_secs(2);
 
+pub(crate) mod eintr;
 pub(crate) mod fork;
 pub(crate) mod sync;
+pub(crate) mod thread;
 pub(crate) mod token;

@@ -57,9 +57,7 @@ pub(crate) fn run_later(pending: PendingCallbacks) {
         n.ready.notify_one();
         return;
     }
-    let started = std::thread::Builder::new()
-        .name("mistri-notifier".into())
-        .spawn(move || serve(n));
+    let started = crate::runtime::thread::spawn("mistri-notifier", move || serve(n));
     match started {
         Ok(_) => queue.running = true,
         Err(_) => {

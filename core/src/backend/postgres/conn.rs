@@ -395,15 +395,26 @@ impl Conn {
             if soft && deadline <= Instant::now() + MIN_IO {
                 return Ok(None);
             }
-            if let Err(e) = self.aim(deadline) {
+            let mut chunk = [0u8; 8192];
+            // A read cut short by a signal is tried again, aimed at what is
+            // left: the read system call re-reads the same reply (nothing
+            // is sent again), so any statement is safe.
+            let mut aimed = Ok(());
+            let read = crate::runtime::eintr::retry(deadline, || {
+                aimed = self.aim(deadline);
+                match &aimed {
+                    Ok(()) => self.stream.read(&mut chunk),
+                    Err(_) => Ok(0),
+                }
+            });
+            if let Err(e) = aimed {
                 if soft {
                     return Ok(None);
                 }
                 self.broken = true;
                 return Err(e);
             }
-            let mut chunk = [0u8; 8192];
-            match self.stream.read(&mut chunk) {
+            match read {
                 Ok(0) => {
                     self.broken = true;
                     return Err(Error::Connection(format!(
@@ -413,7 +424,6 @@ impl Conn {
                 }
                 Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
                 Err(e) if soft && is_timeout(&e) => return Ok(None),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.broken = true;
                     return Err(self.io(&e));

@@ -47,13 +47,30 @@ pub(crate) fn aim(con: &Connection, deadline: Instant, peer: Peer<'_>) -> Result
     Ok(left)
 }
 
-/// What `e` from `peer` means.
-/// Was `e` a read or write interrupted by a signal (EINTR)? redis-rs does
-/// not retry those; the connection's state is then unknown.
-pub(crate) fn interrupted(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::Io && e.to_string().contains("(os error 4)")
+/// A read interrupted by a signal (EINTR): redis-rs does not retry those
+/// (its writes do, in `write_all`), and marks the reply to be skipped, so
+/// the connection is dropped and only an idempotent command is sent again
+/// ([`crate::runtime::eintr`]).
+impl crate::runtime::eintr::Interrupted for RedisError {
+    fn interrupted(&self) -> bool {
+        self.kind() == ErrorKind::Io && self.to_string().contains("(os error 4)")
+    }
 }
 
+/// Why one try on a pooled connection failed: before the command (no
+/// connection, no time left; already the caller's error) or in its reply.
+pub(crate) enum Failed {
+    Setup(Error),
+    Reply(RedisError),
+}
+
+impl crate::runtime::eintr::Interrupted for Failed {
+    fn interrupted(&self) -> bool {
+        matches!(self, Failed::Reply(e) if e.interrupted())
+    }
+}
+
+/// What `e` from `peer` means.
 pub(crate) fn error(e: &RedisError, peer: Peer<'_>) -> Error {
     if e.kind() == ErrorKind::AuthenticationFailed {
         return Error::Config(format!("{peer} refused the credentials: {e}"));

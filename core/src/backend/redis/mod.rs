@@ -29,8 +29,9 @@
 //!   registry's interests, batched when the listener next wakes
 //!   (`push::HOT_SLICE` / `COLD_SLICE`), unsubscribed after
 //!   [`crate::contract::push::LINGER`]. A message trips the holds watching that key at
-//!   once. The listener checks a silent connection with a `PING` every
-//!   [`PING_EVERY`]; on any error it drops the connection, reconnects
+//!   once. The listener's life is the one every network backend shares
+//!   ([`crate::contract::listen`]): it checks a silent connection with a
+//!   `PING` every [`crate::contract::listen::PING_EVERY`]; on any error it drops the connection, reconnects
 //!   (backing off 50 ms to 1 s) and, once it has subscribed the whole set
 //!   again, tells the engines to read every watched flag and every line to
 //!   try once (anything announced in the gap). The listener is generic over

@@ -296,11 +296,12 @@ impl Redis {
     /// [`Redis::with_con`] ending by `by` if that comes before the
     /// timeout: connecting, sending and reading all end then, and a
     /// connection that timed out is dropped (a late reply must never be
-    /// read as the next command's). Used by the hold's release: a read or
-    /// write interrupted by a signal (EINTR: a handled `SIGCHLD` in a Ruby
-    /// host, say) drops the connection and tries once more on a fresh one
-    /// by the same deadline. `f` is a compare-and-delete: a retry after a
-    /// delete whose answer was interrupted finds nothing and says so.
+    /// read as the next command's). Used by the hold's release: host
+    /// signals are held off each try ([`crate::runtime::eintr`]); a read
+    /// still interrupted (EINTR after `SIGSTOP`/`SIGCONT`) drops the
+    /// connection and tries again on a fresh one by the same deadline. `f`
+    /// is a compare-and-delete: a retry after a delete whose answer was
+    /// interrupted finds nothing and says so.
     pub(crate) fn with_con_by<T>(
         &self,
         by: Option<Instant>,
@@ -310,12 +311,14 @@ impl Redis {
         if let Some(by) = by {
             deadline = deadline.min(by);
         }
-        match self.attempt(deadline, &f)? {
-            Err(e) if io::interrupted(&e) => {
-                self.attempt(deadline, &f)?.map_err(|e| self.map_err(e))
-            }
-            done => done.map_err(|e| self.map_err(e)),
-        }
+        // `f` is idempotent: sent again (fresh connection) if interrupted.
+        crate::runtime::eintr::retry(deadline, || {
+            (self.attempt(deadline, &f).map_err(io::Failed::Setup)?).map_err(io::Failed::Reply)
+        })
+        .map_err(|e| match e {
+            io::Failed::Setup(e) => e,
+            io::Failed::Reply(e) => self.map_err(e),
+        })
     }
 
     /// One try of `f` on a pooled connection aimed at `deadline`: the
@@ -325,6 +328,7 @@ impl Redis {
         deadline: Instant,
         f: impl FnOnce(&mut Con, Instant) -> ::redis::RedisResult<T>,
     ) -> Result<::redis::RedisResult<T>> {
+        let _held = crate::runtime::eintr::HostSignalsHeld::new();
         let epoch = self.master_epoch();
         let mut con = self.checkout(deadline)?;
         self.aim(&mut con, deadline)?;

@@ -28,9 +28,7 @@ use std::time::Instant;
 
 pub(crate) fn ensure_threads(shared: &Arc<Shared>, state: &mut State) -> Result<()> {
     let spawn = |name: &str, body: fn(Arc<Shared>), shared: Arc<Shared>| {
-        std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || body(shared))
+        crate::runtime::thread::spawn(name, move || body(shared))
             .map(drop)
             .map_err(|e| Error::System(format!("cannot start the {name} thread: {e}")))
     };

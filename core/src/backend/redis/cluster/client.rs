@@ -302,6 +302,7 @@ impl RedisCluster {
     /// Runs `ops` by `deadline`: one pipeline per node per round, redirected
     /// items again in the next round. One answer per op, in order.
     pub(crate) fn run(&self, ops: &[Op], deadline: Instant) -> Vec<Answer> {
+        let _held = crate::runtime::eintr::HostSignalsHeld::new(); // no EINTR on a host thread
         let mut answers: Vec<Option<Answer>> = vec![None; ops.len()];
         let mut pending: Vec<Pending> = (0..ops.len()).map(|i| (i, Route::Slot, false)).collect();
         let mut last_reply: HashMap<usize, Value> = HashMap::new();
@@ -662,6 +663,7 @@ impl RedisCluster {
 
     /// Every key matching `pattern` on every master, by `SCAN`.
     pub(crate) fn scan(&self, pattern: &str) -> Result<Vec<String>> {
+        let _held = crate::runtime::eintr::HostSignalsHeld::new(); // no EINTR on a host thread
         let mut found = Vec::new();
         for addr in self.masters()? {
             let mut cursor: u64 = 0;

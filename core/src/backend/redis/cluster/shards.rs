@@ -34,8 +34,9 @@
 //! leaves; neither is held while calling the registry or doing I/O.
 
 use super::map::{slot_map_from, slot_of, SlotMap};
-use crate::backend::redis::listener::{channel_of, deliver};
+use crate::backend::redis::listener::channel_of;
 use crate::backend::redis::url::UrlParts;
+use crate::contract::listen::{deliver, PING_EVERY};
 use crate::contract::push::{
     Interest, Registry, Subscriptions, COLD_SLICE, HOT_FOR, HOT_SLICE, LISTENER_IDLE,
 };
@@ -411,7 +412,7 @@ impl ShardListener {
                 drop(mb);
                 bell.ring();
             }
-            if checked.elapsed() >= crate::backend::redis::listener::PING_EVERY {
+            if checked.elapsed() >= PING_EVERY {
                 // Silence: is the node still there?
                 if con.set_read_timeout(Some(self.timeout)).is_err()
                     || self.ping(&mut con, &channels, registry).is_err()

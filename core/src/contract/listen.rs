@@ -1,0 +1,252 @@
+//! The one listener lifecycle of a network backend ([`super::push`]):
+//! connect, subscribe the process's whole set of interests, then follow
+//! the registry's changes, read messages in short slices, check a silent
+//! connection, and on any failure drop the connection and start again —
+//! written once. A backend says only how ([`PushSource`]): connect,
+//! (un)subscribe a batch of channels, read what arrives by a deadline,
+//! ping, and the channel of an interest. Redis (a single server or
+//! Sentinel's master) and Postgres (`LISTEN`) use it; a Cluster shards its
+//! channels over one reader per master (`backend/redis/cluster/shards.rs`)
+//! and shares [`deliver`] and [`PING_EVERY`].
+//!
+//! The life of one listener thread ([`Listener::run`]):
+//! 1. Connect, subscribe everything wanted ([`Registry::wanted`]) in
+//!    batches of [`PushSource::CHUNK`], each confirmed by the server.
+//! 2. Live: tell every watcher to read its flags and every waiting line
+//!    to try once ([`Registry::poll_now`], [`Registry::released_any`]):
+//!    anything raised or released before (or while the channel was down)
+//!    is found by reading, anything after is announced.
+//! 3. Loop: apply the registry's pending changes ([`Subscriptions::plan`],
+//!    then [`Registry::live`] for what just became live), read messages
+//!    for a [`Subscriptions::slice`], deliver them. After a second of
+//!    silence: retire if nobody watches, let watchers drop lingering
+//!    interests ([`Registry::idle`]), ping every [`PING_EVERY`], and ask
+//!    whether the publisher moved (a Sentinel failover).
+//! 4. Any failure after step 1 worked (a lost connection, a failed ping,
+//!    a refused subscription, a move): reconnect at once. A failed
+//!    connect or first subscription: back off 50 ms, doubling to
+//!    [`LISTENER_IDLE`].
+//!
+//! Errors are never reported: push is an accelerator and the tick poll is
+//! the floor. Threads: only the listener's own (started by
+//! [`super::push::spawn`], deaf to host signals).
+
+use super::push::{Interest, Plan, Registry, Subscriptions, HOT_FOR, LISTENER_IDLE};
+use crate::error::Result;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How often a silent listener checks its connection (a per-process cost
+/// while idle, so not every second: a broken connection fails a read at
+/// once; this is for one that went silent, and until it is found the tick
+/// poll is the floor).
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// Messages read, channel and payload, in the order they arrived.
+pub(crate) type Heard = Vec<(String, Vec<u8>)>;
+
+/// What a backend supplies to the lifecycle (module header).
+pub(crate) trait PushSource: Send + Sync + 'static {
+    /// One subscribed connection.
+    type Con;
+    /// Channels per (un)subscribe command.
+    const CHUNK: usize;
+    /// A connection, opened by `deadline`.
+    fn connect(&self, deadline: Instant) -> Result<Self::Con>;
+    /// The channel an announcement of `interest` is published on.
+    fn channel_of(&self, interest: &Interest) -> String;
+    /// Subscribes `names` (`on`) or unsubscribes them, by `deadline`;
+    /// returns once the server confirmed (a subscribed channel is then
+    /// live). Messages read meanwhile go to `heard`.
+    fn subscribe(
+        &self,
+        con: &mut Self::Con,
+        names: &[String],
+        on: bool,
+        deadline: Instant,
+        heard: &mut Heard,
+    ) -> Result<()>;
+    /// Reads what arrives until `until` into `heard` (nothing by then is
+    /// not an error).
+    fn read(&self, con: &mut Self::Con, until: Instant, heard: &mut Heard) -> Result<()>;
+    /// Checks a silent connection by `deadline` (messages read meanwhile go
+    /// to `heard`).
+    fn ping(&self, con: &mut Self::Con, deadline: Instant, heard: &mut Heard) -> Result<()>;
+    /// Asked about once a second of silence: true when `con` no longer goes
+    /// where messages are published (a failover). Default: never.
+    fn moved(&self, con: &Self::Con, deadline: Instant) -> bool {
+        let _ = (con, deadline);
+        false
+    }
+}
+
+/// One listener: a backend's [`PushSource`] and its I/O timeout.
+pub(crate) struct Listener<S> {
+    source: S,
+    timeout: Duration,
+}
+
+enum Listened {
+    /// Nobody watches any more.
+    Retired,
+    /// The connection failed after it was subscribed.
+    Lost,
+}
+
+/// What a message on `channel` tells `registry`, given the channels
+/// subscribed: a raise, or a release whose payload is the released
+/// lease's fence (0 or anything else: not known).
+pub(crate) fn deliver(
+    channels: &HashMap<String, Interest>,
+    registry: &Registry,
+    channel: &str,
+    payload: &[u8],
+) {
+    match channels.get(channel) {
+        Some(Interest::Flag(key)) => registry.raised(key),
+        Some(Interest::Line { key, .. }) => {
+            let fence = std::str::from_utf8(payload)
+                .ok()
+                .and_then(|p| p.parse::<u64>().ok())
+                .filter(|f| *f != 0);
+            registry.released(key, fence);
+        }
+        None => {}
+    }
+}
+
+fn deliver_all(channels: &HashMap<String, Interest>, registry: &Registry, heard: &mut Heard) {
+    for (channel, payload) in heard.drain(..) {
+        deliver(channels, registry, &channel, &payload);
+    }
+}
+
+impl<S: PushSource> Listener<S> {
+    pub(crate) fn new(source: S, timeout: Duration) -> Self {
+        Listener { source, timeout }
+    }
+
+    /// Runs until nobody watches (the listener thread's body).
+    pub(crate) fn run(&self, registry: &Registry) {
+        const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+        let mut backoff = FIRST_BACKOFF;
+        while !registry.retire_if_unwatched() {
+            let subscribed = match self.listen(registry) {
+                Ok(Listened::Retired) => return,
+                Ok(Listened::Lost) => true,
+                Err(_) => false,
+            };
+            // A connection that worked reconnects at once; failed attempts
+            // back off (a server being restarted, a partition).
+            if subscribed {
+                backoff = FIRST_BACKOFF;
+            } else {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(LISTENER_IDLE);
+            }
+        }
+    }
+
+    /// Sends `plan` (subscribes, then unsubscribes, in chunks), delivering
+    /// what was heard meanwhile.
+    fn apply(
+        &self,
+        con: &mut S::Con,
+        plan: &Plan,
+        channels: &mut HashMap<String, Interest>,
+        registry: &Registry,
+    ) -> Result<()> {
+        let mut heard = Heard::new();
+        for (items, on) in [(&plan.subscribe, true), (&plan.unsubscribe, false)] {
+            for chunk in items.chunks(S::CHUNK) {
+                let names: Vec<String> = chunk
+                    .iter()
+                    .map(|i| {
+                        let name = self.source.channel_of(i);
+                        match on {
+                            true => channels.insert(name.clone(), i.clone()),
+                            false => channels.remove(&name),
+                        };
+                        name
+                    })
+                    .collect();
+                let deadline = Instant::now() + self.timeout;
+                self.source
+                    .subscribe(con, &names, on, deadline, &mut heard)?;
+                deliver_all(channels, registry, &mut heard);
+            }
+        }
+        Ok(())
+    }
+
+    /// One subscribed connection, until it fails or nobody watches.
+    fn listen(&self, registry: &Registry) -> Result<Listened> {
+        let mut con = self.source.connect(Instant::now() + self.timeout)?;
+        let mut channels: HashMap<String, Interest> = HashMap::new();
+        let mut subs = Subscriptions::default();
+        let all = Plan {
+            subscribe: registry.wanted(),
+            unsubscribe: Vec::new(),
+        };
+        self.apply(&mut con, &all, &mut channels, registry)?;
+        subs.done(&all);
+        // Live from here: what was raised before is found by reading, and
+        // every waiter tries once (a release may have gone unheard).
+        registry.poll_now();
+        registry.released_any();
+        let mut heard = Heard::new();
+        let mut checked = Instant::now();
+        let mut pinged = checked;
+        let mut hot_until = checked + HOT_FOR;
+        loop {
+            let now = Instant::now();
+            let plan = subs.plan(registry, now);
+            if !plan.is_empty() {
+                if self
+                    .apply(&mut con, &plan, &mut channels, registry)
+                    .is_err()
+                {
+                    return Ok(Listened::Lost);
+                }
+                subs.done(&plan);
+                registry.live(&plan.subscribe);
+                hot_until = Instant::now() + HOT_FOR;
+            }
+            let until = Instant::now() + subs.slice(now, hot_until);
+            if self.source.read(&mut con, until, &mut heard).is_err() {
+                return Ok(Listened::Lost);
+            }
+            if !heard.is_empty() {
+                deliver_all(&channels, registry, &mut heard);
+                continue;
+            }
+            if checked.elapsed() < LISTENER_IDLE {
+                continue;
+            }
+            if registry.retire_if_unwatched() {
+                return Ok(Listened::Retired);
+            }
+            registry.idle();
+            // Silence: every PING_EVERY make sure the server is still
+            // there, and every second that it is still where messages are
+            // published.
+            if pinged.elapsed() >= PING_EVERY {
+                let pong = self
+                    .source
+                    .ping(&mut con, Instant::now() + self.timeout, &mut heard);
+                deliver_all(&channels, registry, &mut heard);
+                if pong.is_err() {
+                    return Ok(Listened::Lost);
+                }
+                pinged = Instant::now();
+            }
+            checked = Instant::now();
+            if self
+                .source
+                .moved(&con, checked + LISTENER_IDLE.min(self.timeout))
+            {
+                return Ok(Listened::Lost);
+            }
+        }
+    }
+}
