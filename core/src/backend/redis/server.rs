@@ -629,8 +629,7 @@ impl Redis {
             // to each new master after a Sentinel switch) reads the policy.
             check_eviction(&mut con, &self.addr)?;
         }
-        if self.replicas.min_replicas == ReplicaAck::ALL {
-            let n = connected_replicas(&mut con, &self.addr)?;
+        if let Some(n) = check_replicas(&mut con, &self.addr, self.replicas)? {
             self.replicas_connected
                 .store(n, std::sync::atomic::Ordering::SeqCst);
         }
@@ -767,24 +766,61 @@ pub(crate) fn check_eviction(con: &mut Connection, addr: &str) -> ::redis::Redis
     }
 }
 
-/// With `min_replicas=all`: the replicas connected to the master `con`
-/// reaches (`INFO replication`, `connected_slaves`); none is a Config error
-/// (nothing could acknowledge).
-pub(crate) fn connected_replicas(con: &mut Connection, addr: &str) -> ::redis::RedisResult<u32> {
+/// Replica acknowledgement at every new connection (`INFO replication`,
+/// `connected_slaves`, on the node `con` reaches): with `min_replicas=all`
+/// the replicas connected now (`Some(n)`; none is a Config error: nothing
+/// could acknowledge); with a number below them a Config error naming both
+/// numbers (a `WAIT` met by fewer than all may miss the replica Sentinel or
+/// the Cluster promotes); off, no round trip (`None`).
+pub(crate) fn check_replicas(
+    con: &mut Connection,
+    addr: &str,
+    ack: ReplicaAck,
+) -> ::redis::RedisResult<Option<u32>> {
+    if !ack.enabled() {
+        return Ok(None);
+    }
     let info: String = ::redis::cmd("INFO").arg("replication").query(con)?;
     let n = info
         .lines()
         .find_map(|l| l.strip_prefix("connected_slaves:"))
         .and_then(|v| v.trim().parse::<u32>().ok())
         .unwrap_or(0);
-    if n == 0 {
-        return Err(::redis::RedisError::from((
+    let refuse = |what: &'static str, detail: String| {
+        Err(::redis::RedisError::from((
             ::redis::ErrorKind::InvalidClientConfig,
-            "no replica",
-            format!("min_replicas=all, but the Redis master at {addr} has no connected replica"),
-        )));
+            what,
+            detail,
+        )))
+    };
+    if ack.min_replicas == ReplicaAck::ALL {
+        if n == 0 {
+            return refuse(
+                "no replica",
+                format!(
+                    "min_replicas=all, but the Redis master at {addr} has no connected replica"
+                ),
+            );
+        }
+        return Ok(Some(n));
     }
-    Ok(n)
+    if ack.min_replicas < n {
+        return refuse(
+            "too few replicas asked for",
+            too_few_replicas(ack.min_replicas, n, addr),
+        );
+    }
+    Ok(None)
+}
+
+/// The refusal of a numeric `min_replicas` below the `connected` replicas.
+pub(crate) fn too_few_replicas(asked: u32, connected: u32, addr: &str) -> String {
+    format!(
+        "min_replicas={asked}, but the Redis master at {addr} has {connected} connected \
+         replicas: a write acknowledged by {asked} of {connected} may be missing on the replica \
+         that is promoted, and then two processes hold one key. Use min_replicas=all (every \
+         connected replica acknowledges), or min_replicas={connected}"
+    )
 }
 
 /// The policy and `maxmemory` of an `INFO memory` reply, if `maxmemory` is
