@@ -329,6 +329,28 @@ pub trait Adapter: Send + Sync + 'static {
         None
     }
 
+    /// How often the heartbeat reads the backend's settings that can break
+    /// the promise after connect ([`Adapter::check_settings`]); `None` (the
+    /// default): never.
+    fn settings_check_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Reads, once, the backend's settings that can break the promise at
+    /// run time (Redis: `INFO memory` of each server, for an evicting
+    /// memory policy), answered by `deadline`. `Ok(Some(risk))` says what
+    /// is wrong; the engine then tells every hold of its owner (an
+    /// `at_risk` event with `risk` as the reason). The engine calls it from
+    /// its I/O thread every [`Adapter::settings_check_every`] while it has
+    /// holds: one call per engine per period, never one per hold.
+    ///
+    /// # Errors
+    /// The backend's errors (the verdict stands until the next check).
+    fn check_settings(&self, deadline: Instant) -> Result<Option<String>> {
+        let _ = deadline;
+        Ok(None)
+    }
+
     /// Extends `renewal.lease` if its token still owns the key and at least
     /// `renewal.min_left` of its life is left.
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed>;

@@ -122,6 +122,14 @@ impl Adapter for Redis {
         self.timeout
     }
 
+    fn settings_check_every(&self) -> Option<Duration> {
+        self.settings_every()
+    }
+
+    fn check_settings(&self, deadline: Instant) -> Result<Option<String>> {
+        self.memory_risk(deadline)
+    }
+
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
         self.with_con(|con, deadline| {
             self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (2, 2), |w| {

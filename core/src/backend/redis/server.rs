@@ -14,6 +14,7 @@ use super::scripts::ACQUIRE_LUA;
 use super::scripts::RELEASE_LUA;
 use super::scripts::RENEW_LUA;
 use super::sentinel::Sentinel;
+use super::settings::{check_eviction, check_replicas};
 use super::slots;
 use super::url::ReplicaAck;
 use super::url::DEFAULT_TIMEOUT;
@@ -741,118 +742,5 @@ impl Redis {
             self.replicas.describe(),
             self.replicas.timeout
         ))
-    }
-}
-
-/// Refuses a server that may evict leases: `INFO memory` (which works where
-/// `CONFIG` is renamed or disabled, as on managed services) with
-/// `maxmemory` set and an `allkeys-*` or `volatile-*` policy (every lease
-/// has a TTL). The error names the policy and the fixes; the URL's
-/// `eviction=accept` skips the check.
-pub(crate) fn check_eviction(con: &mut Connection, addr: &str) -> ::redis::RedisResult<()> {
-    let info: String = ::redis::cmd("INFO").arg("memory").query(con)?;
-    match evicting_policy(&info) {
-        None => Ok(()),
-        Some((policy, maxmemory)) => Err(::redis::RedisError::from((
-            ::redis::ErrorKind::InvalidClientConfig,
-            "unsafe memory policy",
-            format!(
-                "Redis at {addr} runs maxmemory-policy {policy} with maxmemory {maxmemory}: it \
-                 may evict a live lease, and then two processes hold one key while the holder \
-                 is not told. Set maxmemory-policy noeviction, or give the locks a Redis of \
-                 their own; or accept the risk with eviction=accept in the URL"
-            ),
-        ))),
-    }
-}
-
-/// Replica acknowledgement at every new connection (`INFO replication`,
-/// `connected_slaves`, on the node `con` reaches): with `min_replicas=all`
-/// the replicas connected now (`Some(n)`; none is a Config error: nothing
-/// could acknowledge); with a number below them a Config error naming both
-/// numbers (a `WAIT` met by fewer than all may miss the replica Sentinel or
-/// the Cluster promotes); off, no round trip (`None`).
-pub(crate) fn check_replicas(
-    con: &mut Connection,
-    addr: &str,
-    ack: ReplicaAck,
-) -> ::redis::RedisResult<Option<u32>> {
-    if !ack.enabled() {
-        return Ok(None);
-    }
-    let info: String = ::redis::cmd("INFO").arg("replication").query(con)?;
-    let n = info
-        .lines()
-        .find_map(|l| l.strip_prefix("connected_slaves:"))
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(0);
-    let refuse = |what: &'static str, detail: String| {
-        Err(::redis::RedisError::from((
-            ::redis::ErrorKind::InvalidClientConfig,
-            what,
-            detail,
-        )))
-    };
-    if ack.min_replicas == ReplicaAck::ALL {
-        if n == 0 {
-            return refuse(
-                "no replica",
-                format!(
-                    "min_replicas=all, but the Redis master at {addr} has no connected replica"
-                ),
-            );
-        }
-        return Ok(Some(n));
-    }
-    if ack.min_replicas < n {
-        return refuse(
-            "too few replicas asked for",
-            too_few_replicas(ack.min_replicas, n, addr),
-        );
-    }
-    Ok(None)
-}
-
-/// The refusal of a numeric `min_replicas` below the `connected` replicas.
-pub(crate) fn too_few_replicas(asked: u32, connected: u32, addr: &str) -> String {
-    format!(
-        "min_replicas={asked}, but the Redis master at {addr} has {connected} connected \
-         replicas: a write acknowledged by {asked} of {connected} may be missing on the replica \
-         that is promoted, and then two processes hold one key. Use min_replicas=all (every \
-         connected replica acknowledges), or min_replicas={connected}"
-    )
-}
-
-/// The policy and `maxmemory` of an `INFO memory` reply, if `maxmemory` is
-/// set and the policy may evict a key with a TTL.
-pub(crate) fn evicting_policy(info: &str) -> Option<(String, u64)> {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
-    let maxmemory: u64 = field("maxmemory")?.parse().ok()?;
-    let policy = field("maxmemory_policy")?;
-    let evicts = policy.starts_with("allkeys-") || policy.starts_with("volatile-");
-    (maxmemory > 0 && evicts).then(|| (policy.to_owned(), maxmemory))
-}
-
-#[cfg(test)]
-mod eviction_tests {
-    use super::evicting_policy;
-
-    #[test]
-    fn an_evicting_policy_with_maxmemory_is_found() {
-        let info = |max: u64, policy: &str| {
-            format!("# Memory\r\nused_memory:1\r\nmaxmemory:{max}\r\nmaxmemory_human:1M\r\nmaxmemory_policy:{policy}\r\n")
-        };
-        assert_eq!(
-            evicting_policy(&info(1 << 20, "volatile-ttl")),
-            Some(("volatile-ttl".into(), 1 << 20))
-        );
-        assert!(evicting_policy(&info(1 << 20, "allkeys-lru")).is_some());
-        assert_eq!(evicting_policy(&info(1 << 20, "noeviction")), None);
-        assert_eq!(evicting_policy(&info(0, "allkeys-lru")), None);
-        assert_eq!(evicting_policy("# Memory\r\n"), None);
     }
 }

@@ -237,6 +237,13 @@ impl Engine {
                 None => Arc::from(key),
             });
         let watches = entry.stop_key.clone();
+        if let Some(risk) = &state.settings_risk {
+            // A settings check found a risk that still stands.
+            state::settings_at_risk(&state.stats, &entry, risk);
+        }
+        if let (Some(every), None) = (shared.settings_every, state.settings_due) {
+            state.settings_due = Some(ms(std::time::Instant::now() + every));
+        }
         let id = state.entries.insert(entry);
         state.arm(Kind::Renew, id);
         state.arm(Kind::Deadline, id);

@@ -139,6 +139,11 @@ impl Slab {
         Some(entry)
     }
 
+    /// Every entry (a settings risk is told to each hold).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.cells.iter().filter_map(|c| c.entry.as_ref())
+    }
+
     #[cfg(test)]
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Entry)> {
         self.cells.iter_mut().enumerate().filter_map(|(i, s)| {

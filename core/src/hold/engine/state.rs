@@ -32,6 +32,8 @@ pub(crate) struct Job {
     /// comes a little later: holds would drift a little each round, and
     /// two batches half an interval apart would never merge).
     pub(crate) collected: Option<Instant>,
+    /// Read the backend's settings after the beat ([`Adapter::check_settings`]).
+    pub(crate) check_settings: bool,
 }
 
 #[derive(Default)]
@@ -56,6 +58,12 @@ pub(crate) struct State {
     /// The entries watching each stop key (so a push finds them without a
     /// scan of every hold).
     pub(crate) watching: HashMap<Arc<str>, rustc_hash::FxHashSet<u64>>,
+    /// When the backend's settings are read next (while there are holds
+    /// and the adapter asks for it: [`Adapter::settings_check_every`]).
+    pub(crate) settings_due: Option<Ms>,
+    /// What the last settings check found wrong: every hold was told
+    /// (`at_risk`), and so is each new one while it stands.
+    pub(crate) settings_risk: Option<Arc<str>>,
 }
 
 impl State {
@@ -129,11 +137,14 @@ pub(crate) struct Shared {
     /// Wakes the I/O thread (a job is ready).
     pub(crate) io_wake: Condvar,
     pub(crate) stats: Arc<Stats>,
+    /// The adapter's [`Adapter::settings_check_every`].
+    pub(crate) settings_every: Option<Duration>,
 }
 
 impl Shared {
     pub(crate) fn new(adapter: Arc<dyn Adapter>, stats: Arc<Stats>) -> Arc<Shared> {
         Arc::new(Shared {
+            settings_every: adapter.settings_check_every(),
             adapter,
             state: Mutex::new(State {
                 stats: stats.clone(),
@@ -220,6 +231,40 @@ pub(crate) fn renewal_failed(stats: &Stats, e: &Entry, error: &str) {
             reason: Some(error.to_owned()),
             ..Event::new(EventKind::AtRisk, e.lease().key(), e.lease().fence())
         });
+    }
+}
+
+/// Queues `at_risk` for `e`: the backend's settings may break its
+/// promise (`risk` says how; [`Adapter::check_settings`]).
+pub(crate) fn settings_at_risk(stats: &Stats, e: &Entry, risk: &str) {
+    stats.emit(|| Event {
+        reason: Some(risk.to_owned()),
+        ..Event::new(EventKind::AtRisk, e.lease().key(), e.lease().fence())
+    });
+}
+
+impl State {
+    /// Applies a settings check's verdict: a new risk is told to every
+    /// hold (once per risk, not once per check); none clears it; an error
+    /// leaves the verdict standing. The next check is due `every` after
+    /// `now` while there are holds.
+    pub(crate) fn settings_checked(
+        &mut self,
+        verdict: crate::error::Result<Option<String>>,
+        now: Instant,
+        every: Duration,
+    ) {
+        self.settings_due = (self.entries.len > 0).then(|| ms(now + every));
+        match verdict {
+            Ok(Some(risk)) if self.settings_risk.as_deref() != Some(risk.as_str()) => {
+                for e in self.entries.iter() {
+                    settings_at_risk(&self.stats, e, &risk);
+                }
+                self.settings_risk = Some(risk.into());
+            }
+            Ok(None) => self.settings_risk = None,
+            _ => {}
+        }
     }
 }
 

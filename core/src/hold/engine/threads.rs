@@ -139,10 +139,16 @@ pub(crate) fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) ->
     let now_ms = ms(now);
     let due = state.sched.renew_due.first().is_some_and(|at| at <= now_ms)
         || state.sched.check_due.first().is_some_and(|at| at <= now_ms);
-    if !due && state.deletes.is_empty() {
+    let settings = state.settings_due.is_some_and(|at| at <= now_ms);
+    if !due && !settings && state.deletes.is_empty() {
         return None;
     }
     let mut job = Job::default();
+    if settings {
+        // Armed again when the I/O thread has the verdict.
+        state.settings_due = None;
+        job.check_settings = state.entries.len > 0;
+    }
     if due {
         let State {
             entries,
@@ -196,7 +202,11 @@ pub(crate) fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) ->
         }
     }
     job.deletes = std::mem::take(&mut state.deletes);
-    if job.renew_ids.is_empty() && job.check_ids.is_empty() && job.deletes.is_empty() {
+    if job.renew_ids.is_empty()
+        && job.check_ids.is_empty()
+        && job.deletes.is_empty()
+        && !job.check_settings
+    {
         return None;
     }
     job.deadline = state.sched.deadlines.first().map(instant);
@@ -231,7 +241,11 @@ pub(crate) fn run_scheduler(shared: Arc<Shared>) {
         if !state.io_busy {
             let renew = sched.renew_due.first();
             let check = sched.check_due.first();
-            wake_at = [wake_at, renew, check].into_iter().flatten().min();
+            let settings = state.settings_due;
+            wake_at = [wake_at, renew, check, settings]
+                .into_iter()
+                .flatten()
+                .min();
         }
         let mut wake_at = wake_at.map(instant);
         if idle {
@@ -240,6 +254,9 @@ pub(crate) fn run_scheduler(shared: Arc<Shared>) {
                 state.scheduler_running = false;
                 // The listener closes its channel once nobody watches.
                 state.watch = None;
+                // The next hold starts the settings checks afresh.
+                state.settings_due = None;
+                state.settings_risk = None;
                 return;
             }
             wake_at = Some(since + IDLE_EXIT);
@@ -319,6 +336,9 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
             shared.wake.notify_one();
         }
         trip_all(trips);
+        if job.check_settings {
+            check_settings(&shared, &job);
+        }
         shared.stats.flush();
         for (lease, until) in deletes {
             // Best effort, bounded by the lease's own end (waiting longer
@@ -340,6 +360,25 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// The settings check a job carries: one call of the adapter, bounded as
+/// a beat is (the earliest safe deadline, the adapter's I/O timeout), its
+/// verdict applied under the lock.
+fn check_settings(shared: &Shared, job: &Job) {
+    let Some(every) = shared.settings_every else {
+        return;
+    };
+    let cap = shared.adapter.io_timeout();
+    let now = Instant::now();
+    let mut deadline = job.deadline.unwrap_or(now + MAX_TICK);
+    if !cap.is_zero() {
+        deadline = deadline.min(now + cap);
+    }
+    let verdict = shared.adapter.check_settings(deadline);
+    let mut state = shared.state.lock();
+    state.settings_checked(verdict, Instant::now(), every);
+    shared.wake.notify_one();
 }
 
 pub(crate) fn apply(

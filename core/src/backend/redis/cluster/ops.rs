@@ -169,6 +169,14 @@ impl Adapter for RedisCluster {
         self.timeout
     }
 
+    fn settings_check_every(&self) -> Option<Duration> {
+        self.settings_every()
+    }
+
+    fn check_settings(&self, deadline: Instant) -> Result<Option<String>> {
+        self.memory_risk(deadline)
+    }
+
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
         let mut op = self.script_op(
             &LEAVE_QUEUE,
