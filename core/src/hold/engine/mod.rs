@@ -111,6 +111,7 @@
 //! Both threads exit after [`IDLE_EXIT`] with nothing to do and are started
 //! again by the next registration.
 
+mod clocks;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod slab;
@@ -239,7 +240,7 @@ impl Engine {
         let watches = entry.stop_key.clone();
         if let Some(risk) = &state.settings_risk {
             // A settings check found a risk that still stands.
-            state::settings_at_risk(&state.stats, &entry, risk);
+            state::tell_at_risk(&state.stats, &entry, risk);
         }
         if let (Some(every), None) = (shared.settings_every, state.settings_due) {
             state.settings_due = Some(ms(std::time::Instant::now() + every));

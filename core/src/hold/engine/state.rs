@@ -1,8 +1,10 @@
 //! The engine's state under its one lock, and what the threads share.
 
+use super::clocks::SuspendWatch;
 use super::slab::index_of;
 use super::slab::Entry;
 use super::slab::Slab;
+use super::status::dur;
 use super::status::ms;
 use super::status::HoldStatus;
 use super::status::Ms;
@@ -34,6 +36,8 @@ pub(crate) struct Job {
     pub(crate) collected: Option<Instant>,
     /// Read the backend's settings after the beat ([`Adapter::check_settings`]).
     pub(crate) check_settings: bool,
+    /// [`super::clocks::suspended_ns`] just before the beat was sent (`None`: not sent).
+    pub(crate) offset_sent: Option<u64>,
 }
 
 #[derive(Default)]
@@ -64,6 +68,9 @@ pub(crate) struct State {
     /// What the last settings check found wrong: every hold was told
     /// (`at_risk`), and so is each new one while it stands.
     pub(crate) settings_risk: Option<Arc<str>>,
+    /// The host's suspended time the deadlines account for
+    /// ([`super::clocks`]).
+    pub(crate) suspend: SuspendWatch,
 }
 
 impl State {
@@ -234,9 +241,10 @@ pub(crate) fn renewal_failed(stats: &Stats, e: &Entry, error: &str) {
     }
 }
 
-/// Queues `at_risk` for `e`: the backend's settings may break its
-/// promise (`risk` says how; [`Adapter::check_settings`]).
-pub(crate) fn settings_at_risk(stats: &Stats, e: &Entry, risk: &str) {
+/// Queues `at_risk` for `e` with `risk` as its reason: the backend's
+/// settings may break its promise ([`Adapter::check_settings`]), or the
+/// host was suspended ([`State::suspended`]).
+pub(crate) fn tell_at_risk(stats: &Stats, e: &Entry, risk: &str) {
     stats.emit(|| Event {
         reason: Some(risk.to_owned()),
         ..Event::new(EventKind::AtRisk, e.lease().key(), e.lease().fence())
@@ -258,12 +266,45 @@ impl State {
         match verdict {
             Ok(Some(risk)) if self.settings_risk.as_deref() != Some(risk.as_str()) => {
                 for e in self.entries.iter() {
-                    settings_at_risk(&self.stats, e, &risk);
+                    tell_at_risk(&self.stats, e, &risk);
                 }
                 self.settings_risk = Some(risk.into());
             }
             Ok(None) => self.settings_risk = None,
             _ => {}
+        }
+    }
+}
+
+impl State {
+    /// The host was suspended for `grew` (seen at schedule time `now`):
+    /// every safe deadline moves that much earlier ([`super::clocks`]). A
+    /// hold whose deadline is then past is lost by [`super::threads::expire`]
+    /// with a reason naming the suspend; one whose deadline moved by its
+    /// safety margin or more is told `at_risk`.
+    pub(crate) fn suspended(&mut self, grew: Duration, now: Ms) {
+        let by = u64::try_from(grew.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        let what = format!(
+            "the host was suspended for {:.3} s (CLOCK_BOOTTIME ran ahead of the monotonic \
+             clock): the lease ends that much sooner than the engine's clock said",
+            grew.as_secs_f64()
+        );
+        let holds: Vec<(u64, Ms, u64)> = self
+            .entries
+            .iter_ids()
+            .map(|(id, e)| (id, e.safe_deadline, e.margin))
+            .collect();
+        for (id, deadline, margin) in holds {
+            let at = deadline.saturating_sub(by);
+            self.schedule(Kind::Deadline, id, at);
+            let Some(e) = self.entries.get_mut(id) else {
+                continue;
+            };
+            if at <= now {
+                e.last_error = Some(what.clone().into());
+            } else if grew >= dur(margin) {
+                tell_at_risk(&self.stats, e, &what);
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The scheduler thread (collects what is due) and the I/O thread (one
 //! beat per batch), and how a beat's results are applied.
 
+use super::clocks::suspended_ns;
 use super::slab::Entry;
 use super::slab::Guard;
 use super::state::lost_hold;
@@ -24,7 +25,7 @@ use crate::runtime::IDLE_EXIT;
 use crate::stats::{bump, Event, EventKind, LostCause};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub(crate) fn ensure_threads(shared: &Arc<Shared>, state: &mut State) -> Result<()> {
     let spawn = |name: &str, body: fn(Arc<Shared>), shared: Arc<Shared>| {
@@ -220,6 +221,10 @@ pub(crate) fn run_scheduler(shared: Arc<Shared>) {
     loop {
         let now = Instant::now();
         let mut trips = Trips::new();
+        // A host suspend moves every deadline earlier (super::clocks).
+        if let Some(grew) = state.suspend.observe(suspended_ns()) {
+            state.suspended(grew, ms(now));
+        }
         expire(&mut state, ms(now), &mut trips);
         if trips.is_empty() && !state.io_busy {
             if let Some(job) = collect_due(&mut state, now, &mut trips) {
@@ -248,6 +253,11 @@ pub(crate) fn run_scheduler(shared: Arc<Shared>) {
                 .min();
         }
         let mut wake_at = wake_at.map(instant);
+        if state.entries.len > 0 {
+            // Read the clocks at least once a tick (super::clocks).
+            let tick = now + MAX_TICK;
+            wake_at = Some(wake_at.map_or(tick, |at| at.min(tick)));
+        }
         if idle {
             let since = *idle_since.get_or_insert(now);
             if now >= since + IDLE_EXIT {
@@ -304,6 +314,7 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
             })
             .collect();
         let checks: Vec<&str> = job.checks.iter().map(|k| &**k).collect();
+        job.offset_sent = Some(suspended_ns());
         let sent = Instant::now();
         let beating = !(renewals.is_empty() && checks.is_empty());
         let result = if !beating {
@@ -452,7 +463,12 @@ pub(crate) fn apply(
                     });
                 }
                 let ttl = dur(e.ttl);
-                let deadline = ms((sent + ttl).checked_sub(dur(e.margin)).unwrap_or(sent));
+                // A suspend the scheduler accounted for since the send
+                // counts here too (super::clocks).
+                let early = job.offset_sent.map_or(Duration::ZERO, |at| state.suspend.since(at));
+                let deadline = ms((sent + ttl)
+                    .checked_sub(dur(e.margin) + early)
+                    .unwrap_or(sent));
                 e.rtt = ns(done.saturating_duration_since(sent));
                 e.last_error = None;
                 let next = ms(job.collected.unwrap_or(sent) + dur(e.renew_every));

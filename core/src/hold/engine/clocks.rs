@@ -1,0 +1,158 @@
+//! The engine's clock against the host's suspends (issue 28 §3b).
+//!
+//! The engine's deadlines run on the monotonic clock (`Instant`:
+//! `CLOCK_MONOTONIC` on Linux), which stops while the host is suspended;
+//! the server keeps counting, and so does Local, which expires leases on
+//! `CLOCK_BOOTTIME`. So after a suspend a holder's safe deadline is late by
+//! the time suspended. `CLOCK_BOOTTIME − CLOCK_MONOTONIC` is the time the
+//! host spent suspended since boot: the scheduler reads it at every wake
+//! (at least once per [`super::MAX_TICK`] while it has holds; two or three
+//! `clock_gettime` calls, no I/O) and when it grew by more than
+//! [`SUSPEND_NOISE`], moves every safe deadline earlier by as much
+//! ([`super::state::State::suspended`]): a hold whose deadline is then past
+//! is told lost at once (its reason names the suspend), and one whose
+//! deadline moved by its safety margin or more is told `at_risk`.
+//!
+//! Every deadline in the queues is expressed at the offset the watch last
+//! saw ([`SuspendWatch::seen`]); a renewal's new deadline, computed from
+//! its send time, is moved by the growth between its send and that offset
+//! (so a suspend while it was in flight is counted once, whether the
+//! scheduler saw it before or after the answer). Elsewhere than Linux the
+//! offset reads 0: nothing is detected.
+
+use super::status::ns;
+use std::time::Duration;
+
+/// Growth of the offset below this is read noise, not a suspend (the two
+/// clocks are read a few nanoseconds apart; a read pair interrupted for
+/// longer is read again).
+pub(crate) const SUSPEND_NOISE: Duration = Duration::from_millis(2);
+
+/// The time the host was suspended since boot, in nanoseconds:
+/// `CLOCK_BOOTTIME − CLOCK_MONOTONIC` (Linux; 0 elsewhere). Read as
+/// monotonic, boottime, monotonic, keeping the pair least apart of three
+/// tries, so a preemption between the reads does not count as a suspend.
+pub(crate) fn suspended_ns() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut best: Option<(u64, u64)> = None; // (spread, offset)
+        for _ in 0..3 {
+            let before = read(libc::CLOCK_MONOTONIC);
+            let boot = read(libc::CLOCK_BOOTTIME);
+            let after = read(libc::CLOCK_MONOTONIC);
+            let spread = after.saturating_sub(before);
+            let offset = boot.saturating_sub(after);
+            if best.is_none_or(|(s, _)| spread < s) {
+                best = Some((spread, offset));
+            }
+            if spread < 100_000 {
+                break;
+            }
+        }
+        best.map_or(0, |(_, offset)| offset)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn read(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only
+    // it, and both clock ids exist on Linux.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// The suspended time the engine has accounted for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SuspendWatch {
+    /// The offset ([`suspended_ns`]) every queued deadline is expressed at.
+    pub(crate) seen: u64,
+}
+
+impl Default for SuspendWatch {
+    fn default() -> Self {
+        SuspendWatch {
+            seen: suspended_ns(),
+        }
+    }
+}
+
+impl SuspendWatch {
+    /// A reading of [`suspended_ns`]: how long the host was suspended since
+    /// the last suspend reported, if longer than [`SUSPEND_NOISE`] (smaller
+    /// growths add up until they are).
+    pub(crate) fn observe(&mut self, reading: u64) -> Option<Duration> {
+        let grew = reading.saturating_sub(self.seen);
+        if grew > ns(SUSPEND_NOISE) {
+            self.seen = reading;
+            return Some(Duration::from_nanos(grew));
+        }
+        None
+    }
+
+    /// How much earlier a deadline computed from a send at offset
+    /// `at_send` must be to be expressed at [`SuspendWatch::seen`].
+    pub(crate) fn since(&self, at_send: u64) -> Duration {
+        Duration::from_nanos(self.seen.saturating_sub(at_send))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_growth_beyond_the_noise_is_a_suspend_and_is_reported_once() {
+        let mut w = SuspendWatch { seen: 5_000 * MS };
+        assert_eq!(w.observe(5_000 * MS), None);
+        assert_eq!(w.observe(5_001 * MS), None, "below the noise");
+        // A 12.5 s suspend since the last report.
+        assert_eq!(w.observe(17_500 * MS), Some(Duration::from_millis(12_500)));
+        assert_eq!(w.seen, 17_500 * MS);
+        assert_eq!(w.observe(17_500 * MS), None, "reported once");
+        // Never negative (the clocks never make the offset shrink; a bad
+        // read must not count as one).
+        assert_eq!(w.observe(0), None);
+        assert_eq!(w.seen, 17_500 * MS);
+    }
+
+    #[test]
+    fn small_growths_add_up_until_they_pass_the_noise() {
+        let mut w = SuspendWatch { seen: 0 };
+        assert_eq!(w.observe(MS), None);
+        assert_eq!(w.observe(2 * MS), None);
+        assert_eq!(w.observe(3 * MS), Some(Duration::from_millis(3)));
+    }
+
+    #[test]
+    fn a_deadline_from_before_a_suspend_the_watch_saw_is_moved_by_it() {
+        let w = SuspendWatch { seen: 10_000 * MS };
+        // Sent before a 4 s suspend the watch has accounted for.
+        assert_eq!(w.since(6_000 * MS), Duration::from_secs(4));
+        // Sent after it: nothing to move.
+        assert_eq!(w.since(10_000 * MS), Duration::ZERO);
+        assert_eq!(w.since(11_000 * MS), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_host_offset_reads_and_does_not_shrink() {
+        let a = suspended_ns();
+        let b = suspended_ns();
+        // Read noise only (no suspend between two reads in a test).
+        assert!(b + ns(SUSPEND_NOISE) >= a, "{a} then {b}");
+    }
+}
