@@ -135,6 +135,12 @@ pub struct Beat {
     pub renewals: Vec<Result<Renewed>>,
     /// For each flag key: is the flag up, or why there is no answer.
     pub flags: Vec<Result<bool>>,
+    /// The server's wall clock (time since the Unix epoch) read within the
+    /// beat's round trip, if the backend reports it (Redis `TIME`,
+    /// Postgres `clock_timestamp()`): the engine compares its steps with
+    /// its own clock and tells the holds when the server's clock jumps by
+    /// more than their safety margin (server expiry is absolute wall time).
+    pub server_clock: Option<Duration>,
 }
 
 /// A backend for leases and flags. Object-safe, shared between threads.
@@ -387,6 +393,7 @@ pub trait Adapter: Send + Sync + 'static {
                 .iter()
                 .map(|key| in_time(name, deadline, || self.flag(key)))
                 .collect(),
+            server_clock: None,
         })
     }
 }

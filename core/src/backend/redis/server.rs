@@ -401,8 +401,8 @@ impl Redis {
     /// One tick on one connection: everything sent at once, each reply
     /// read with the time left until `deadline` (so a stalled server costs
     /// the tick's budget once, not once per reply). Returns the raw reply
-    /// of each item, or the I/O error that ended the tick; the caller drops
-    /// the connection after an error.
+    /// of each item and, last, `TIME`'s, or the I/O error that ended the
+    /// tick; the caller drops the connection after an error.
     pub(crate) fn beat_on(
         &self,
         con: &mut Con,
@@ -464,8 +464,11 @@ impl Redis {
                 .key(&self.namespace, "flag", key);
             flush(con, false)?;
         }
+        // The server's clock, read within the beat's round trip (the
+        // engine watches it for steps): the last reply.
+        Resp::new(&mut con.buf).command(1).bulk(b"TIME");
         flush(con, true)?;
-        let count = renewals.len() + flags.len();
+        let count = renewals.len() + flags.len() + 1;
         let mut replies = Vec::with_capacity(count);
         for _ in 0..count {
             // Re-aim the read timeout whenever a millisecond has passed,

@@ -19,6 +19,16 @@
 //! (so a suspend while it was in flight is counted once, whether the
 //! scheduler saw it before or after the answer). Elsewhere than Linux the
 //! offset reads 0: nothing is detected.
+//!
+//! Server clock steps (§3c): expiry on the server is absolute wall time
+//! (Redis 7 replicates `PX` as `PXAT`; Postgres compares with
+//! `clock_timestamp()`), so a server clock that jumps ahead by δ (a step,
+//! or a promoted replica whose clock is ahead) expires every lease δ
+//! early. Each beat's answer carries the server's clock
+//! ([`crate::contract::adapter::Beat::server_clock`]); [`ServerClock`]
+//! compares how far it moved since the last beat with how far this host's
+//! clock (monotonic + suspended) moved between the two round trips, and a
+//! jump ahead by more than a hold's safety margin tells it `at_risk`.
 
 use super::status::ns;
 use std::time::Duration;
@@ -109,11 +119,99 @@ impl SuspendWatch {
     }
 }
 
+/// One reading of the server's clock: this host's clock (monotonic +
+/// suspended, nanoseconds) when the beat was sent and when it was
+/// answered, and the server's wall clock read in between.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClockReading {
+    pub(crate) sent: u64,
+    pub(crate) done: u64,
+    pub(crate) server: Duration,
+}
+
+/// The server's clock as the beats saw it last.
+#[derive(Debug, Default)]
+pub(crate) struct ServerClock {
+    last: Option<ClockReading>,
+}
+
+/// What two clocks may drift apart without a step: 1,000 ppm (NTP slews
+/// at most 500) of the time between the readings, plus a millisecond
+/// (`TIME` and `clock_timestamp()` are microseconds).
+fn slack(interval: u64) -> u64 {
+    1_000_000 + interval / 1000
+}
+
+impl ServerClock {
+    /// A new reading: how far (nanoseconds) the server's clock moved beyond
+    /// what this host's clock allows since the last reading, ahead
+    /// (positive) or back (negative); `None` within the round trips and
+    /// [`slack`], or at the first reading.
+    pub(crate) fn observe(&mut self, r: ClockReading) -> Option<i128> {
+        let prev = self.last.replace(r)?;
+        let server = i128::try_from(r.server.as_nanos()).ok()?
+            - i128::try_from(prev.server.as_nanos()).ok()?;
+        // The host's clock moved at least from the last answer to this
+        // send, at most from the last send to this answer.
+        let least = i128::from(r.sent) - i128::from(prev.done);
+        let most = i128::from(r.done) - i128::from(prev.sent);
+        let slack = i128::from(slack(r.done.saturating_sub(prev.sent)));
+        if server > most + slack {
+            Some(server - most)
+        } else if server < least - slack {
+            Some(server - least)
+        } else {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+
+    fn read(sent_ms: u64, rtt_ms: u64, server_ms: u64) -> ClockReading {
+        ClockReading {
+            sent: sent_ms * MS,
+            done: (sent_ms + rtt_ms) * MS,
+            server: Duration::from_millis(server_ms),
+        }
+    }
+
+    #[test]
+    fn a_server_clock_that_moves_with_the_hosts_is_no_step() {
+        let mut c = ServerClock::default();
+        let base = 1_700_000_000_000;
+        assert_eq!(c.observe(read(1_000, 2, base)), None, "the first reading");
+        // A second later, read anywhere within the round trips.
+        assert_eq!(c.observe(read(2_000, 2, base + 1_001)), None);
+        assert_eq!(c.observe(read(3_000, 40, base + 2_030)), None);
+        // A minute later, 0.5 ms apart per second (NTP's worst slew).
+        assert_eq!(c.observe(read(63_000, 2, base + 62_030 + 30)), None);
+    }
+
+    #[test]
+    fn a_jump_ahead_or_back_is_found_by_its_size() {
+        let mut c = ServerClock::default();
+        let base = 1_700_000_000_000;
+        c.observe(read(1_000, 2, base));
+        // A second later the server says 6 s later: ahead by about 5 s.
+        let ahead = c.observe(read(2_000, 2, base + 6_000)).expect("a step");
+        assert!(
+            (4_990 * MS as i128..=5_000 * MS as i128).contains(&ahead),
+            "{ahead}"
+        );
+        // The next second is normal again: no new step.
+        assert_eq!(c.observe(read(3_000, 2, base + 7_000)), None);
+        // Stepped back by 3 s.
+        let back = c.observe(read(4_000, 2, base + 5_000)).expect("a step");
+        assert!(
+            (-3_002 * MS as i128..=-2_990 * MS as i128).contains(&back),
+            "{back}"
+        );
+    }
 
     #[test]
     fn a_growth_beyond_the_noise_is_a_suspend_and_is_reported_once() {

@@ -1,6 +1,6 @@
 //! The engine's state under its one lock, and what the threads share.
 
-use super::clocks::SuspendWatch;
+use super::clocks::{ClockReading, ServerClock, SuspendWatch};
 use super::slab::index_of;
 use super::slab::Entry;
 use super::slab::Slab;
@@ -71,6 +71,8 @@ pub(crate) struct State {
     /// The host's suspended time the deadlines account for
     /// ([`super::clocks`]).
     pub(crate) suspend: SuspendWatch,
+    /// The server's clock as the beats saw it ([`super::clocks`]).
+    pub(crate) server_clock: ServerClock,
 }
 
 impl State {
@@ -303,6 +305,32 @@ impl State {
             if at <= now {
                 e.last_error = Some(what.clone().into());
             } else if grew >= dur(margin) {
+                tell_at_risk(&self.stats, e, &what);
+            }
+        }
+    }
+}
+
+impl State {
+    /// A beat's reading of the server's clock: a jump ahead by more than a
+    /// hold's safety margin tells it `at_risk` (the server expires its
+    /// lease that much early). A step back only makes leases outlive their
+    /// holders' count: nobody is told.
+    pub(crate) fn server_clock_read(&mut self, reading: ClockReading) {
+        let Some(step) = self.server_clock.observe(reading) else {
+            return;
+        };
+        let Ok(ahead) = u64::try_from(step) else {
+            return;
+        };
+        let what = format!(
+            "the server's clock jumped ahead by {:.3} s against this host's clock: leases on it \
+             may expire up to that much early (a clock step, or a promoted replica whose clock \
+             is ahead)",
+            dur(ahead).as_secs_f64()
+        );
+        for e in self.entries.iter() {
+            if ahead > e.margin {
                 tell_at_risk(&self.stats, e, &what);
             }
         }

@@ -204,3 +204,55 @@ fn a_host_suspend_moves_every_safe_deadline_and_tells_the_holds() {
     assert_eq!(kinds, [EventKind::AtRisk, EventKind::Lost]);
     consistent(&mut state);
 }
+
+/// A server clock that jumps ahead (injected readings, as the I/O thread
+/// passes them from each beat's answer) tells the holds whose safety
+/// margin it exceeds `at_risk`; a step back tells nobody.
+#[test]
+fn a_server_clock_jump_ahead_tells_the_holds_whose_margin_it_exceeds() {
+    use super::clocks::ClockReading;
+    use crate::stats::{Event, EventKind};
+    use std::sync::Mutex;
+    let mut state = State::default();
+    let seen: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let sink = seen.clone();
+    state.stats.add_hook(Arc::new(move |e: &Event| {
+        sink.lock().unwrap().push(e.clone())
+    }));
+    for (key, margin) in [("tight", 1), ("loose", 10)] {
+        let mut e = entry(1_000);
+        e.status = Arc::new(HoldStatus::new(
+            Lease::new(key, "t", 1),
+            Instant::now() + Duration::from_secs(60),
+        ));
+        e.margin = ns(Duration::from_secs(margin));
+        state.entries.insert(e);
+    }
+    let read = |at_s: u64, server_s: u64| ClockReading {
+        sent: at_s * 1_000_000_000,
+        done: at_s * 1_000_000_000 + 2_000_000,
+        server: Duration::from_secs(1_700_000_000 + server_s),
+    };
+    state.server_clock_read(read(1, 1));
+    state.server_clock_read(read(2, 2)); // steady
+    state.server_clock_read(read(3, 8)); // 5 s ahead
+    state.server_clock_read(read(4, 4)); // 5 s back: nobody
+    state.stats.flush();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.lock().unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let told: Vec<(EventKind, String, String)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| (e.kind, e.key.clone(), e.reason.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(
+        (told[0].0, told[0].1.as_str()),
+        (EventKind::AtRisk, "tight")
+    );
+    assert!(told[0].2.contains("jumped ahead by 4.99"), "{}", told[0].2);
+}

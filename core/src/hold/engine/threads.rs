@@ -1,7 +1,7 @@
 //! The scheduler thread (collects what is due) and the I/O thread (one
 //! beat per batch), and how a beat's results are applied.
 
-use super::clocks::suspended_ns;
+use super::clocks::{suspended_ns, ClockReading};
 use super::slab::Entry;
 use super::slab::Guard;
 use super::state::lost_hold;
@@ -13,6 +13,7 @@ use super::state::Shared;
 use super::state::State;
 use super::state::Trips;
 use super::status::dur;
+use super::status::epoch;
 use super::status::instant;
 use super::status::ms;
 use super::status::ns;
@@ -324,6 +325,8 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
             shared.adapter.beat(&renewals, &checks, deadline)
         };
         let done = Instant::now();
+        let server_clock = result.as_ref().ok().and_then(|b| b.server_clock);
+        let offset_done = suspended_ns();
         if beating {
             shared.stats.beat(done - sent, result.is_ok());
         }
@@ -342,6 +345,17 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
                 &mut trips,
                 &mut deletes,
             );
+            if let (Some(server), Some(offset_sent)) = (server_clock, job.offset_sent) {
+                // This host's clock: monotonic + suspended (super::clocks).
+                let host = |t: Instant, offset: u64| {
+                    ns(t.saturating_duration_since(epoch())).saturating_add(offset)
+                };
+                state.server_clock_read(ClockReading {
+                    sent: host(sent, offset_sent),
+                    done: host(done, offset_done),
+                    server,
+                });
+            }
             state.orphans.clear();
             state.io_busy = false;
             shared.wake.notify_one();

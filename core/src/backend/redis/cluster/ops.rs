@@ -364,6 +364,8 @@ impl Adapter for RedisCluster {
                 .into_iter()
                 .map(|a| flag_from(&a?.0, "Redis Cluster"))
                 .collect(),
+            // Each node has its own clock; a beat spans several.
+            server_clock: None,
         })
     }
 }
