@@ -112,10 +112,19 @@ impl SuspendWatch {
         None
     }
 
-    /// How much earlier a deadline computed from a send at offset
-    /// `at_send` must be to be expressed at [`SuspendWatch::seen`].
-    pub(crate) fn since(&self, at_send: u64) -> Duration {
-        Duration::from_nanos(self.seen.saturating_sub(at_send))
+    /// How much earlier (nanoseconds; negative: later) a deadline computed
+    /// from a send at offset `at_send` must be to be expressed at
+    /// [`SuspendWatch::seen`]: earlier by a suspend the watch saw since the
+    /// send; later by one before the send that it has not seen yet (it
+    /// will move every deadline by that when it does). Growth within
+    /// [`SUSPEND_NOISE`] moves nothing.
+    pub(crate) fn since(&self, at_send: u64) -> i128 {
+        let moved = i128::from(self.seen) - i128::from(at_send);
+        if moved < -i128::from(ns(SUSPEND_NOISE)) {
+            moved
+        } else {
+            moved.max(0)
+        }
     }
 }
 
@@ -239,11 +248,15 @@ mod tests {
     #[test]
     fn a_deadline_from_before_a_suspend_the_watch_saw_is_moved_by_it() {
         let w = SuspendWatch { seen: 10_000 * MS };
-        // Sent before a 4 s suspend the watch has accounted for.
-        assert_eq!(w.since(6_000 * MS), Duration::from_secs(4));
+        // Sent before a 4 s suspend the watch has accounted for: earlier.
+        assert_eq!(w.since(6_000 * MS), 4_000 * i128::from(MS));
         // Sent after it: nothing to move.
-        assert_eq!(w.since(10_000 * MS), Duration::ZERO);
-        assert_eq!(w.since(11_000 * MS), Duration::ZERO);
+        assert_eq!(w.since(10_000 * MS), 0);
+        // Sent after a 1 s suspend the watch has not seen yet: later by it
+        // (the watch moves every deadline 1 s earlier when it sees it).
+        assert_eq!(w.since(11_000 * MS), -1_000 * i128::from(MS));
+        // Read noise moves nothing.
+        assert_eq!(w.since(10_000 * MS + 1), 0);
     }
 
     #[test]

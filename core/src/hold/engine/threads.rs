@@ -26,7 +26,7 @@ use crate::runtime::IDLE_EXIT;
 use crate::stats::{bump, Event, EventKind, LostCause};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub(crate) fn ensure_threads(shared: &Arc<Shared>, state: &mut State) -> Result<()> {
     let spawn = |name: &str, body: fn(Arc<Shared>), shared: Arc<Shared>| {
@@ -477,11 +477,15 @@ pub(crate) fn apply(
                     });
                 }
                 let ttl = dur(e.ttl);
-                // A suspend the scheduler accounted for since the send
-                // counts here too (super::clocks).
-                let early = job.offset_sent.map_or(Duration::ZERO, |at| state.suspend.since(at));
-                let deadline = ms((sent + ttl)
-                    .checked_sub(dur(e.margin) + early)
+                // Expressed at the suspend the scheduler accounted for
+                // (super::clocks): a suspend in flight counts once.
+                let moved = job.offset_sent.map_or(0, |at| state.suspend.since(at));
+                let end = match u64::try_from(moved) {
+                    Ok(early) => (sent + ttl).checked_sub(dur(early)),
+                    Err(_) => Some(sent + ttl + dur(u64::try_from(-moved).unwrap_or(0))),
+                };
+                let deadline = ms(end
+                    .and_then(|end| end.checked_sub(dur(e.margin)))
                     .unwrap_or(sent));
                 e.rtt = ns(done.saturating_duration_since(sent));
                 e.last_error = None;
