@@ -10,7 +10,7 @@
 mod common;
 use common::{opts, secs};
 use mistri_locks::{Error, Event, EventKind, Hold, Locks};
-use mistri_locks_testkit::{command_on, RedisCluster, RedisServer};
+use mistri_locks_testkit::{command_on, RedisCluster, RedisSentinels, RedisServer};
 use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -230,4 +230,38 @@ fn cluster_an_evicting_policy_on_any_master_is_told() {
     assert_eq!(told, ["job"], "the hold was not told");
     assert!(!hold.is_lost());
     hold.release().unwrap();
+}
+
+#[test]
+fn sentinel_an_evicting_policy_on_the_master_named_after_a_failover_is_told() {
+    let set = RedisSentinels::start();
+    let locks = Locks::redis(
+        &format!("{}?settings_check={EVERY}", set.url()),
+        "mistri:runtime",
+    )
+    .unwrap();
+    let risk = at_risk_events(&locks);
+    let hold = locks.hold("job", opts(30.0, TICK)).unwrap().expect("free");
+    let new_master = set.failover();
+    let (old_master, _) = set.data_ports();
+    assert_ne!(new_master, old_master);
+    set.command(new_master, "CONFIG SET maxmemory 100mb");
+    set.command(new_master, "CONFIG SET maxmemory-policy volatile-lru");
+    // Renewals may fail across the switch (at_risk naming the error): the
+    // one naming the policy is the settings check's, on the new master.
+    let by = Instant::now() + told_within(&locks);
+    let mut told = None;
+    while told.is_none() {
+        let left = by.saturating_duration_since(Instant::now());
+        let Ok(e) = risk.recv_timeout(left) else {
+            break;
+        };
+        told = e
+            .reason
+            .filter(|r| r.contains("maxmemory-policy volatile-lru"));
+    }
+    let told = told.expect("the hold was not told of the new master's policy");
+    assert!(told.contains(&format!(":{new_master} (")), "{told}");
+    set.command(new_master, "CONFIG SET maxmemory 0");
+    let _ = hold.release();
 }

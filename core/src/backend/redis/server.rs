@@ -609,6 +609,15 @@ impl Redis {
         self.sentinel.as_deref().and_then(Sentinel::master_addr)
     }
 
+    /// Who this adapter talks to, for messages: the address, and with a
+    /// sentinel the master it names now first (`HOST:PORT (service …)`).
+    pub(crate) fn master_named(&self) -> String {
+        match self.sentinel_master() {
+            Some(master) => format!("{master} ({})", self.addr),
+            None => self.addr.clone(),
+        }
+    }
+
     /// With a sentinel, how many times its master was forgotten (0 without).
     pub(crate) fn master_epoch(&self) -> u64 {
         self.sentinel.as_deref().map_or(0, Sentinel::epoch)
@@ -628,12 +637,14 @@ impl Redis {
                 .client
                 .get_connection_with_timeout((left / 3).max(MIN_IO))?,
         };
+        // With a sentinel, messages name the master it named too.
+        let addr = self.master_named();
         if !self.accept_eviction {
             // Every new connection (at connect, after every reconnect, and
             // to each new master after a Sentinel switch) reads the policy.
-            check_eviction(&mut con, &self.addr)?;
+            check_eviction(&mut con, &addr)?;
         }
-        if let Some(n) = check_replicas(&mut con, &self.addr, self.replicas)? {
+        if let Some(n) = check_replicas(&mut con, &addr, self.replicas)? {
             self.replicas_connected
                 .store(n, std::sync::atomic::Ordering::SeqCst);
         }

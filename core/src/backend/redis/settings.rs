@@ -150,8 +150,10 @@ impl Redis {
                 .query::<String>(&mut con.con)
         });
         match info {
-            Ok(info) => Ok(evicting_policy(&info)
-                .map(|(policy, maxmemory)| eviction_risk(&self.addr, &policy, maxmemory))),
+            Ok(info) => Ok(evicting_policy(&info).map(|(policy, maxmemory)| {
+                // With a sentinel: the master it named for this read.
+                eviction_risk(&self.master_named(), &policy, maxmemory)
+            })),
             Err(Error::Config(refused)) => Ok(Some(refused)),
             Err(e) => Err(e),
         }
