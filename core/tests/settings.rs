@@ -167,6 +167,10 @@ fn redis_an_evicting_policy_set_at_run_time_is_told_to_every_hold_by_one_check()
     let infos = info_number(port, "commandstats", "cmdstat_info:calls=");
     let opened = info_number(port, "stats", "total_connections_received:") - connections;
     let intervals = (started.elapsed().as_secs_f64() / EVERY).floor() as u64;
+    println!(
+        "{HOLDS} holds, settings_check={EVERY}: {infos} INFO calls in {intervals} intervals, \
+         {opened} connections opened"
+    );
     assert!(
         infos <= intervals + 1 + opened,
         "{infos} INFO calls in {intervals} intervals with {opened} connections opened \
