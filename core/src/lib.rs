@@ -69,7 +69,7 @@ pub use backend::memory::Memory;
 pub use backend::postgres::Postgres;
 pub use backend::redis::cluster::RedisCluster;
 pub use backend::redis::url::ReplicaAck;
-pub use backend::redis::{Redis, DEFAULT_NAMESPACE, DEFAULT_URL};
+pub use backend::redis::{Redis, DEFAULT_NAMESPACE, DEFAULT_URL, SETTINGS_CHECK_EVERY};
 pub use backend::{check_family, family_of, open, open_with, schemes_of, Family, OpenOptions};
 pub use contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 pub use contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};

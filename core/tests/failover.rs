@@ -3,7 +3,7 @@
 //! and a 3-master Redis Cluster with one replica each (`CLUSTER FAILOVER`,
 //! then a master SIGKILLed). In every case each holder either keeps its
 //! lease (its token is on the new master) or is told it lost it, and the
-//! fence of every key rises; with `min_replicas=1` and a forced failover
+//! fence of every key rises; with `min_replicas=all` and a forced failover
 //! every holder keeps its lease. Stop flags are pushed on both, before and
 //! after the failover. Each test prints its figures
 //! (`cargo test -p mistri_locks_core --test failover -- --nocapture`);
@@ -209,7 +209,7 @@ fn sleep_until(at: Instant) {
     }
 }
 
-/// Holders of plain and of `min_replicas=1` leases, and a stoppable hold,
+/// Holders of plain and of `min_replicas=all` leases, and a stoppable hold,
 /// through one sentinel failover (`kill`: SIGKILL the master, else
 /// `SENTINEL FAILOVER`).
 fn sentinel_case(kill: bool) -> (Outcome, Outcome) {
@@ -222,7 +222,7 @@ fn sentinel_case(kill: bool) -> (Outcome, Outcome) {
     let mut set = RedisSentinels::start();
     let url = set.url();
     let plain = Locks::redis(&url, ns).unwrap();
-    let acked = Locks::redis(&format!("{url}?min_replicas=1&replica_timeout=0.5"), ns).unwrap();
+    let acked = Locks::redis(&format!("{url}?min_replicas=all&replica_timeout=0.5"), ns).unwrap();
     let other = Locks::redis(&url, ns).unwrap();
     let probe = Locks::redis(&url, ns).unwrap();
     let pushed = Locks::redis(&url, ns).unwrap();
@@ -260,13 +260,13 @@ fn sentinel_case(kill: bool) -> (Outcome, Outcome) {
     let a = judge(acked_holds, ns, &other, owner);
     eprintln!(
         "sentinel, {what}: writes again after {recovered:.2?}; without acks {p}; \
-         min_replicas=1 {a}; listener on the new master after {followed:.2?}; \
+         min_replicas=all {a}; listener on the new master after {followed:.2?}; \
          stop pushed in {push_before:.2?} before, {push_after:.2?} after"
     );
     assert!(push_before < PUSHED && push_after < PUSHED);
     // With acknowledgement nothing splits: a renewal the old master took
     // alone is never confirmed, so its holder is told in time.
-    assert_eq!(a.split, 0, "min_replicas=1: a holder was not told");
+    assert_eq!(a.split, 0, "min_replicas=all: a holder was not told");
     assert_eq!(a.kept + a.lost, 10);
     (p, a)
 }
@@ -277,7 +277,7 @@ fn sentinel_failover_min_replicas_holders_keep_their_leases() {
     // The promoted replica has the other replica again within a second
     // or so (it is re-pointed as part of the failover): every renewal is
     // confirmed again long before a safe deadline.
-    assert_eq!(acked.kept, 10, "min_replicas=1: {acked}");
+    assert_eq!(acked.kept, 10, "min_replicas=all: {acked}");
 }
 
 #[test]
@@ -373,7 +373,7 @@ fn cluster_failover_holders_keep_or_are_told() {
     let mut cluster = RedisCluster::start(3, 2);
     let url = cluster.url();
     let plain = Locks::redis(&url, ns).unwrap();
-    let acked = Locks::redis(&format!("{url}?min_replicas=1&replica_timeout=0.5"), ns).unwrap();
+    let acked = Locks::redis(&format!("{url}?min_replicas=all&replica_timeout=0.5"), ns).unwrap();
     let other = Locks::redis(&url, ns).unwrap();
     let probe = Locks::redis(&url, ns).unwrap();
     let pushed = Locks::redis(&url, ns).unwrap();
@@ -407,12 +407,12 @@ fn cluster_failover_holders_keep_or_are_told() {
     let a1 = judge(holds_a, ns, &other, owner_in(&cluster));
     eprintln!(
         "cluster, CLUSTER FAILOVER ({a} -> {a_replica}): writes again after {recovered1:.2?}; \
-         16 holds (at least 4 on that master): without acks {p1}; min_replicas=1 {a1}"
+         16 holds (at least 4 on that master): without acks {p1}; min_replicas=all {a1}"
     );
     assert_eq!(p1.split + a1.split, 0, "a holder was not told");
     // Coordinated: the replica had everything and its old master is its
     // replica at once.
-    assert_eq!(a1.kept, 16, "min_replicas=1: {a1}");
+    assert_eq!(a1.kept, 16, "min_replicas=all: {a1}");
 
     // 2. SIGKILL the master the listener is on; its replica takes over
     //    after cluster-node-timeout (1 s) and an election; the other
@@ -456,7 +456,7 @@ fn cluster_failover_holders_keep_or_are_told() {
     let a2 = judge(holds_a, ns, &other, owner_in(&cluster));
     eprintln!(
         "cluster, master {b} SIGKILLed ({b_replica} promoted): writes again after \
-         {recovered2:.2?}; 16 holds ({on_b} on that master): without acks {p2}; min_replicas=1 {a2}; \
+         {recovered2:.2?}; 16 holds ({on_b} on that master): without acks {p2}; min_replicas=all {a2}; \
          listener moved to {moved_to} after {followed:.2?}; stop pushed in {push_before:.2?} \
          before, {push_after:.2?} after"
     );
@@ -466,7 +466,7 @@ fn cluster_failover_holders_keep_or_are_told() {
     // the acknowledged holds keep their leases.
     assert_eq!(
         a2.kept, 16,
-        "min_replicas=1: {a2} ({on_b} on the killed master)"
+        "min_replicas=all: {a2} ({on_b} on the killed master)"
     );
 
     // 3. After both changes of the slot map, a heartbeat still sends one

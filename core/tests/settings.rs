@@ -1,11 +1,19 @@
 //! Settings that break the promise are refused (issue 28 §1): a Redis whose
 //! `maxmemory-policy` may evict keys with a TTL (every lease has one) is
 //! refused at connect and at every reconnect with a ConfigError naming the
-//! policy and the fixes; `eviction=accept` in the URL accepts the risk.
+//! policy and the fixes; `eviction=accept` in the URL accepts the risk. A
+//! policy changed at run time is found by the heartbeat within the
+//! settings check interval (`settings_check=SECONDS`, default 60 s), with
+//! one `INFO memory` per adapter and server per interval, never one per
+//! hold, and every hold is told (an `at_risk` event naming the policy).
 
-use mistri_locks::{Error, Locks};
-use mistri_locks_testkit::{command_on, RedisServer};
-use std::time::Duration;
+mod common;
+use common::{opts, secs};
+use mistri_locks::{Error, Event, EventKind, Hold, Locks};
+use mistri_locks_testkit::{command_on, RedisCluster, RedisSentinels, RedisServer};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -70,4 +78,194 @@ fn redis_an_evicting_memory_policy_is_refused_at_every_connect() {
         Locks::redis(&format!("{}?eviction=maybe", server.url()), "ns"),
         Err(Error::InvalidArgument(_))
     ));
+}
+
+/// The `at_risk` events of `locks`.
+fn at_risk_events(locks: &Locks) -> mpsc::Receiver<Event> {
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    locks.on_event(move |e| {
+        if e.kind == EventKind::AtRisk {
+            let _ = tx.lock().unwrap().send(e.clone());
+        }
+    });
+    rx
+}
+
+/// The keys told `at_risk` by `by`, each with a reason naming `policy`.
+fn told_by(rx: &mpsc::Receiver<Event>, keys: usize, by: Instant, policy: &str) -> Vec<String> {
+    let mut told = Vec::new();
+    while told.len() < keys {
+        let left = by.saturating_duration_since(Instant::now());
+        let Ok(e) = rx.recv_timeout(left) else { break };
+        let reason = e.reason.unwrap_or_default();
+        assert!(reason.contains(policy), "{policy:?} not in: {reason}");
+        assert!(reason.contains("eviction=accept"), "no fix in: {reason}");
+        told.push(e.key);
+    }
+    told.sort();
+    told
+}
+
+/// A field of `INFO` on `port` (`section`), as a number.
+fn info_number(port: u16, section: &str, prefix: &str) -> u64 {
+    command_on(port, &format!("INFO {section}"))
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+const HOLDS: usize = 10;
+/// The settings check interval the tests ask for.
+const EVERY: f64 = 0.5;
+/// The holds' heartbeat (their tick).
+const TICK: f64 = 0.2;
+
+/// How long a run-time policy change may take to reach the holds: the
+/// interval, a tick for the scheduler, and the I/O thread's bound twice
+/// (a beat in flight, then the check itself).
+fn told_within(locks: &Locks) -> Duration {
+    secs(EVERY + TICK) + 2 * locks.adapter().io_timeout()
+}
+
+fn holds(locks: &Locks, prefix: &str) -> Vec<Hold> {
+    (0..HOLDS)
+        .map(|i| {
+            let key = format!("{prefix}-{i}");
+            locks.hold(&key, opts(30.0, TICK)).unwrap().expect("free")
+        })
+        .collect()
+}
+
+#[test]
+fn redis_an_evicting_policy_set_at_run_time_is_told_to_every_hold_by_one_check() {
+    let server = RedisServer::start();
+    let port = server.port();
+    let checked = Locks::redis(
+        &format!("{}?settings_check={EVERY}", server.url()),
+        "mistri:runtime",
+    )
+    .unwrap();
+    let accepting = Locks::redis(
+        &format!("{}?settings_check={EVERY}&eviction=accept", server.url()),
+        "mistri:runtime",
+    )
+    .unwrap();
+    let risk = at_risk_events(&checked);
+    let accepted = at_risk_events(&accepting);
+    let started = Instant::now();
+    command_on(port, "CONFIG RESETSTAT");
+    let connections = info_number(port, "stats", "total_connections_received:");
+    let held = holds(&checked, "job");
+    let _accepted_holds = holds(&accepting, "other");
+    // Several intervals with a safe policy: no hold is told, and the
+    // checks cost one INFO memory per interval for the whole engine
+    // (HOLDS holds), plus one per connection opened (the connect check).
+    std::thread::sleep(secs(4.0 * EVERY));
+    let infos = info_number(port, "commandstats", "cmdstat_info:calls=");
+    let opened = info_number(port, "stats", "total_connections_received:") - connections;
+    let intervals = (started.elapsed().as_secs_f64() / EVERY).floor() as u64;
+    println!(
+        "{HOLDS} holds, settings_check={EVERY}: {infos} INFO calls in {intervals} intervals, \
+         {opened} connections opened"
+    );
+    assert!(
+        infos <= intervals + 1 + opened,
+        "{infos} INFO calls in {intervals} intervals with {opened} connections opened \
+         ({HOLDS} holds: one check per interval, not per hold)"
+    );
+    assert!(risk.try_recv().is_err(), "told with a safe policy");
+    // The policy changed at run time, on the pooled connections' server.
+    command_on(port, "CONFIG SET maxmemory 100mb");
+    command_on(port, "CONFIG SET maxmemory-policy allkeys-lru");
+    let by = Instant::now() + told_within(&checked);
+    let told = told_by(&risk, HOLDS, by, "allkeys-lru");
+    let mut keys: Vec<String> = (0..HOLDS).map(|i| format!("job-{i}")).collect();
+    keys.sort();
+    assert_eq!(told, keys, "every hold is told once");
+    // eviction=accept: never checked, never told (its checks would have
+    // come within an interval of the other engine's).
+    assert!(
+        accepted.recv_timeout(secs(2.0 * EVERY + TICK)).is_err(),
+        "eviction=accept was told"
+    );
+    // Told once per risk, not once per check; a hold made while it stands
+    // (on a pooled connection) is told at once.
+    std::thread::sleep(secs(2.0 * EVERY));
+    assert!(risk.try_recv().is_err(), "told again for the same risk");
+    if let Ok(Some(late)) = checked.hold("late", opts(30.0, TICK)) {
+        let e = risk.recv_timeout(secs(5.0)).expect("the new hold is told");
+        assert_eq!(e.key, "late");
+        late.release().unwrap();
+    }
+    command_on(port, "CONFIG SET maxmemory 0");
+    for hold in held {
+        assert!(!hold.is_lost(), "{:?}", hold.signal().reason());
+        hold.release().unwrap();
+    }
+}
+
+#[test]
+fn cluster_an_evicting_policy_on_any_master_is_told() {
+    let cluster = RedisCluster::start(3, 1);
+    let locks = Locks::redis(
+        &format!("{}?settings_check={EVERY}", cluster.url()),
+        "mistri:runtime",
+    )
+    .unwrap();
+    let risk = at_risk_events(&locks);
+    let hold = locks.hold("job", opts(30.0, TICK)).unwrap().expect("free");
+    // A master that does not own the hold's key: only a check of every
+    // master finds it.
+    let owner = cluster.owner_of(mistri_locks::internals::slot_of(
+        "mistri:runtime:lease:{job}",
+    ));
+    let other = cluster
+        .master_ports()
+        .into_iter()
+        .find(|p| Some(*p) != owner)
+        .expect("another master");
+    cluster.command(other, "CONFIG SET maxmemory 100mb");
+    cluster.command(other, "CONFIG SET maxmemory-policy volatile-ttl");
+    let by = Instant::now() + told_within(&locks);
+    let told = told_by(&risk, 1, by, "volatile-ttl");
+    assert_eq!(told, ["job"], "the hold was not told");
+    assert!(!hold.is_lost());
+    hold.release().unwrap();
+}
+
+#[test]
+fn sentinel_an_evicting_policy_on_the_master_named_after_a_failover_is_told() {
+    let set = RedisSentinels::start();
+    let locks = Locks::redis(
+        &format!("{}?settings_check={EVERY}", set.url()),
+        "mistri:runtime",
+    )
+    .unwrap();
+    let risk = at_risk_events(&locks);
+    let hold = locks.hold("job", opts(30.0, TICK)).unwrap().expect("free");
+    let new_master = set.failover();
+    let (old_master, _) = set.data_ports();
+    assert_ne!(new_master, old_master);
+    set.command(new_master, "CONFIG SET maxmemory 100mb");
+    set.command(new_master, "CONFIG SET maxmemory-policy volatile-lru");
+    // Renewals may fail across the switch (at_risk naming the error): the
+    // one naming the policy is the settings check's, on the new master.
+    let by = Instant::now() + told_within(&locks);
+    let mut told = None;
+    while told.is_none() {
+        let left = by.saturating_duration_since(Instant::now());
+        let Ok(e) = risk.recv_timeout(left) else {
+            break;
+        };
+        told = e
+            .reason
+            .filter(|r| r.contains("maxmemory-policy volatile-lru"));
+    }
+    let told = told.expect("the hold was not told of the new master's policy");
+    assert!(told.contains(&format!(":{new_master} (")), "{told}");
+    set.command(new_master, "CONFIG SET maxmemory 0");
+    let _ = hold.release();
 }

@@ -33,7 +33,7 @@
 //! `pg_terminate_backend` of every client backend, the restart a fast
 //! shutdown (the tables survive) with ttl + 0.2 s of downtime. Memory and
 //! Local have no network to fault. Sentinel and Cluster run with
-//! `min_replicas=1`.
+//! `min_replicas=all`.
 //!
 //! Short run (part of `cargo test --workspace`, a few seconds per backend):
 //!
@@ -1077,7 +1077,7 @@ fn postgres(plan: Plan) -> Report {
 
 fn sentinel(plan: Plan) -> Report {
     let set = RedisSentinels::start();
-    let url = format!("{}?min_replicas=1&replica_timeout=0.3", set.url());
+    let url = format!("{}?min_replicas=all&replica_timeout=0.3", set.url());
     soak(
         "sentinel",
         &vec![url; plan.processes],
@@ -1099,7 +1099,7 @@ fn sentinel(plan: Plan) -> Report {
 
 fn cluster(plan: Plan) -> Report {
     let cluster = RedisCluster::start(3, 1);
-    let url = format!("{}?min_replicas=1&replica_timeout=0.3", cluster.url());
+    let url = format!("{}?min_replicas=all&replica_timeout=0.3", cluster.url());
     let specs = vec![url; plan.processes];
     // In turn: a slot migration (of a slot with soak keys in it), a
     // coordinated failover of one master.

@@ -135,6 +135,12 @@ pub struct Beat {
     pub renewals: Vec<Result<Renewed>>,
     /// For each flag key: is the flag up, or why there is no answer.
     pub flags: Vec<Result<bool>>,
+    /// The server's wall clock (time since the Unix epoch) read within the
+    /// beat's round trip, if the backend reports it (Redis `TIME`,
+    /// Postgres `clock_timestamp()`): the engine compares its steps with
+    /// its own clock and tells the holds when the server's clock jumps by
+    /// more than their safety margin (server expiry is absolute wall time).
+    pub server_clock: Option<Duration>,
 }
 
 /// A backend for leases and flags. Object-safe, shared between threads.
@@ -329,6 +335,28 @@ pub trait Adapter: Send + Sync + 'static {
         None
     }
 
+    /// How often the heartbeat reads the backend's settings that can break
+    /// the promise after connect ([`Adapter::check_settings`]); `None` (the
+    /// default): never.
+    fn settings_check_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Reads, once, the backend's settings that can break the promise at
+    /// run time (Redis: `INFO memory` of each server, for an evicting
+    /// memory policy), answered by `deadline`. `Ok(Some(risk))` says what
+    /// is wrong; the engine then tells every hold of its owner (an
+    /// `at_risk` event with `risk` as the reason). The engine calls it from
+    /// its I/O thread every [`Adapter::settings_check_every`] while it has
+    /// holds: one call per engine per period, never one per hold.
+    ///
+    /// # Errors
+    /// The backend's errors (the verdict stands until the next check).
+    fn check_settings(&self, deadline: Instant) -> Result<Option<String>> {
+        let _ = deadline;
+        Ok(None)
+    }
+
     /// Extends `renewal.lease` if its token still owns the key and at least
     /// `renewal.min_left` of its life is left.
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed>;
@@ -365,6 +393,7 @@ pub trait Adapter: Send + Sync + 'static {
                 .iter()
                 .map(|key| in_time(name, deadline, || self.flag(key)))
                 .collect(),
+            server_clock: None,
         })
     }
 }

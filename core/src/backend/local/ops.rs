@@ -204,6 +204,7 @@ impl Adapter for Local {
             Ok(Beat {
                 renewals: renewed.into_iter().map(Ok).collect(),
                 flags: up.into_iter().map(Ok).collect(),
+                server_clock: None,
             })
         })
     }

@@ -362,6 +362,12 @@ impl Adapter for Postgres {
         let mut beat = Beat {
             renewals: (0..renewals.len()).map(|_| Err(missing())).collect(),
             flags: (0..flags.len()).map(|_| Err(missing())).collect(),
+            // The server's clock of the last row (every row reads it).
+            server_clock: rows
+                .last()
+                .and_then(|row| row.get(3).cloned().flatten())
+                .and_then(|us| us.parse::<u64>().ok())
+                .map(Duration::from_micros),
         };
         for row in &rows {
             let (Some(Some(kind)), Some(Some(i)), Some(answer)) =

@@ -404,8 +404,12 @@ pub(crate) const CLEAR_FLAG: &str = "DELETE FROM @S.flags f WHERE f.ns = $1 AND 
 /// does; a function, so the server plans it once per session); a renewal
 /// it did not apply answers -1 if the token's row is live in the
 /// statement's snapshot (less than the least life was left), else 0.
-pub(crate) const BEAT: &str = "SELECT * FROM @S.beat($1, $2::text[], $3::text[], $4::bigint[], \
-     $5::bigint[], $6::text[])";
+/// Each row also carries the server's clock (`clock_timestamp()` in
+/// microseconds since the Unix epoch, read after the renewals), which the
+/// engine watches for steps; no schema change.
+pub(crate) const BEAT: &str =
+    "SELECT b.*, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+     FROM @S.beat($1, $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[]) b";
 
 /// `sql` with the schema filled in (`schema` already checked: a plain
 /// identifier).

@@ -60,9 +60,11 @@ pub(crate) mod resp;
 mod scripts;
 pub(crate) mod sentinel;
 mod server;
+mod settings;
 pub(crate) mod slots;
 pub(crate) mod url;
 
 pub use scripts::{ACQUIRE_LUA, BREAK_LUA, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA};
 pub use server::{Redis, DEFAULT_NAMESPACE};
+pub use settings::SETTINGS_CHECK_EVERY;
 pub use url::{DEFAULT_TIMEOUT, DEFAULT_URL};

@@ -122,6 +122,14 @@ impl Adapter for Redis {
         self.timeout
     }
 
+    fn settings_check_every(&self) -> Option<Duration> {
+        self.settings_every()
+    }
+
+    fn check_settings(&self, deadline: Instant) -> Result<Option<String>> {
+        self.memory_risk(deadline)
+    }
+
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
         self.with_con(|con, deadline| {
             self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (2, 2), |w| {
@@ -284,6 +292,7 @@ impl Adapter for Redis {
         // Any error below drops `con`: a timed-out connection may still
         // deliver late replies, which must never be read as this tick's.
         let mut replies = self.beat_on(&mut con, renewals, flags, deadline)?;
+        let server_clock = replies.pop().as_ref().and_then(server_time);
         // After a server restart or SCRIPT FLUSH the renewals answer
         // NOSCRIPT: load the script and send those renewals once more.
         let again: Vec<usize> = (0..renewals.len())
@@ -299,7 +308,8 @@ impl Adapter for Redis {
                     .map_err(|e| self.map_err(e))?;
             }
             let retry: Vec<Renewal<'_>> = again.iter().map(|i| renewals[*i]).collect();
-            let answers = self.beat_on(&mut con, &retry, &[], deadline)?;
+            let mut answers = self.beat_on(&mut con, &retry, &[], deadline)?;
+            answers.pop(); // its TIME
             for (i, answer) in again.into_iter().zip(answers) {
                 replies[i] = answer;
             }
@@ -313,8 +323,16 @@ impl Adapter for Redis {
                 .map(|v| self.acked(renewed_from(v, &self.addr), acked))
                 .collect(),
             flags: up.iter().map(|v| flag_from(v, &self.addr)).collect(),
+            server_clock,
         })
     }
+}
+
+/// A `TIME` reply (seconds and microseconds, as bulk strings) as the time
+/// since the Unix epoch.
+fn server_time(reply: &Value) -> Option<Duration> {
+    let (secs, micros) = ::redis::from_redis_value_ref::<(u64, u64)>(reply).ok()?;
+    Some(Duration::from_secs(secs) + Duration::from_micros(micros))
 }
 
 /// The slot operations of one server ([`Redis`]).

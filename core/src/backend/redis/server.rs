@@ -14,6 +14,7 @@ use super::scripts::ACQUIRE_LUA;
 use super::scripts::RELEASE_LUA;
 use super::scripts::RENEW_LUA;
 use super::sentinel::Sentinel;
+use super::settings::{check_eviction, check_replicas};
 use super::slots;
 use super::url::ReplicaAck;
 use super::url::DEFAULT_TIMEOUT;
@@ -404,8 +405,8 @@ impl Redis {
     /// One tick on one connection: everything sent at once, each reply
     /// read with the time left until `deadline` (so a stalled server costs
     /// the tick's budget once, not once per reply). Returns the raw reply
-    /// of each item, or the I/O error that ended the tick; the caller drops
-    /// the connection after an error.
+    /// of each item and, last, `TIME`'s, or the I/O error that ended the
+    /// tick; the caller drops the connection after an error.
     pub(crate) fn beat_on(
         &self,
         con: &mut Con,
@@ -467,8 +468,11 @@ impl Redis {
                 .key(&self.namespace, "flag", key);
             flush(con, false)?;
         }
+        // The server's clock, read within the beat's round trip (the
+        // engine watches it for steps): the last reply.
+        Resp::new(&mut con.buf).command(1).bulk(b"TIME");
         flush(con, true)?;
-        let count = renewals.len() + flags.len();
+        let count = renewals.len() + flags.len() + 1;
         let mut replies = Vec::with_capacity(count);
         for _ in 0..count {
             // Re-aim the read timeout whenever a millisecond has passed,
@@ -609,6 +613,15 @@ impl Redis {
         self.sentinel.as_deref().and_then(Sentinel::master_addr)
     }
 
+    /// Who this adapter talks to, for messages: the address, and with a
+    /// sentinel the master it names now first (`HOST:PORT (service …)`).
+    pub(crate) fn master_named(&self) -> String {
+        match self.sentinel_master() {
+            Some(master) => format!("{master} ({})", self.addr),
+            None => self.addr.clone(),
+        }
+    }
+
     /// With a sentinel, how many times its master was forgotten (0 without).
     pub(crate) fn master_epoch(&self) -> u64 {
         self.sentinel.as_deref().map_or(0, Sentinel::epoch)
@@ -628,13 +641,14 @@ impl Redis {
                 .client
                 .get_connection_with_timeout((left / 3).max(MIN_IO))?,
         };
+        // With a sentinel, messages name the master it named too.
+        let addr = self.master_named();
         if !self.accept_eviction {
             // Every new connection (at connect, after every reconnect, and
             // to each new master after a Sentinel switch) reads the policy.
-            check_eviction(&mut con, &self.addr)?;
+            check_eviction(&mut con, &addr)?;
         }
-        if self.replicas.min_replicas == ReplicaAck::ALL {
-            let n = connected_replicas(&mut con, &self.addr)?;
+        if let Some(n) = check_replicas(&mut con, &addr, self.replicas)? {
             self.replicas_connected
                 .store(n, std::sync::atomic::Ordering::SeqCst);
         }
@@ -746,81 +760,5 @@ impl Redis {
             self.replicas.describe(),
             self.replicas.timeout
         ))
-    }
-}
-
-/// Refuses a server that may evict leases: `INFO memory` (which works where
-/// `CONFIG` is renamed or disabled, as on managed services) with
-/// `maxmemory` set and an `allkeys-*` or `volatile-*` policy (every lease
-/// has a TTL). The error names the policy and the fixes; the URL's
-/// `eviction=accept` skips the check.
-pub(crate) fn check_eviction(con: &mut Connection, addr: &str) -> ::redis::RedisResult<()> {
-    let info: String = ::redis::cmd("INFO").arg("memory").query(con)?;
-    match evicting_policy(&info) {
-        None => Ok(()),
-        Some((policy, maxmemory)) => Err(::redis::RedisError::from((
-            ::redis::ErrorKind::InvalidClientConfig,
-            "unsafe memory policy",
-            format!(
-                "Redis at {addr} runs maxmemory-policy {policy} with maxmemory {maxmemory}: it \
-                 may evict a live lease, and then two processes hold one key while the holder \
-                 is not told. Set maxmemory-policy noeviction, or give the locks a Redis of \
-                 their own; or accept the risk with eviction=accept in the URL"
-            ),
-        ))),
-    }
-}
-
-/// With `min_replicas=all`: the replicas connected to the master `con`
-/// reaches (`INFO replication`, `connected_slaves`); none is a Config error
-/// (nothing could acknowledge).
-pub(crate) fn connected_replicas(con: &mut Connection, addr: &str) -> ::redis::RedisResult<u32> {
-    let info: String = ::redis::cmd("INFO").arg("replication").query(con)?;
-    let n = info
-        .lines()
-        .find_map(|l| l.strip_prefix("connected_slaves:"))
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(0);
-    if n == 0 {
-        return Err(::redis::RedisError::from((
-            ::redis::ErrorKind::InvalidClientConfig,
-            "no replica",
-            format!("min_replicas=all, but the Redis master at {addr} has no connected replica"),
-        )));
-    }
-    Ok(n)
-}
-
-/// The policy and `maxmemory` of an `INFO memory` reply, if `maxmemory` is
-/// set and the policy may evict a key with a TTL.
-pub(crate) fn evicting_policy(info: &str) -> Option<(String, u64)> {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
-    let maxmemory: u64 = field("maxmemory")?.parse().ok()?;
-    let policy = field("maxmemory_policy")?;
-    let evicts = policy.starts_with("allkeys-") || policy.starts_with("volatile-");
-    (maxmemory > 0 && evicts).then(|| (policy.to_owned(), maxmemory))
-}
-
-#[cfg(test)]
-mod eviction_tests {
-    use super::evicting_policy;
-
-    #[test]
-    fn an_evicting_policy_with_maxmemory_is_found() {
-        let info = |max: u64, policy: &str| {
-            format!("# Memory\r\nused_memory:1\r\nmaxmemory:{max}\r\nmaxmemory_human:1M\r\nmaxmemory_policy:{policy}\r\n")
-        };
-        assert_eq!(
-            evicting_policy(&info(1 << 20, "volatile-ttl")),
-            Some(("volatile-ttl".into(), 1 << 20))
-        );
-        assert!(evicting_policy(&info(1 << 20, "allkeys-lru")).is_some());
-        assert_eq!(evicting_policy(&info(1 << 20, "noeviction")), None);
-        assert_eq!(evicting_policy(&info(0, "allkeys-lru")), None);
-        assert_eq!(evicting_policy("# Memory\r\n"), None);
     }
 }

@@ -15,7 +15,10 @@
 //!
 //! Two query parameters of our own, on every form, ask for replica
 //! acknowledgement ([`ReplicaAck`]): `min_replicas=N` and
-//! `replica_timeout=SECONDS` (default 0.5 s). Every other query parameter
+//! `replica_timeout=SECONDS` (default 0.5 s); two more say what the server
+//! may do to the leases: `eviction=accept` (run on a server whose memory
+//! policy may evict them) and `settings_check=SECONDS` (how often the
+//! heartbeat reads that policy, default 60 s). Every other query parameter
 //! goes to the redis crate unchanged.
 
 use super::replies::redact;
@@ -54,6 +57,10 @@ pub struct ReplicaAck {
     /// server whose memory policy may evict leases, which is otherwise
     /// refused at every connect (`Redis::accepting_eviction`).
     pub accept_eviction: bool,
+    /// The URL's `settings_check=SECONDS`: how often the heartbeat reads
+    /// the memory policy while holds are alive (`None`: every
+    /// [`crate::SETTINGS_CHECK_EVERY`]).
+    pub settings_check: Option<Duration>,
 }
 
 impl ReplicaAck {
@@ -149,6 +156,7 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
         min_replicas: 0,
         timeout: DEFAULT_REPLICA_TIMEOUT,
         accept_eviction: false,
+        settings_check: None,
     };
     let mut kept = Vec::new();
     let mut sentinel_params = Vec::new();
@@ -181,6 +189,14 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
                         )))
                     }
                 };
+            }
+            "settings_check" => {
+                let secs: f64 = v.parse().map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "settings_check must be a number of seconds, got {v:?}"
+                    ))
+                })?;
+                ack.settings_check = Some(crate::args::duration_from_secs("settings_check", secs)?);
             }
             "sentinel_username" | "sentinel_password" => {
                 sentinel_params.push((k.to_owned(), v.to_owned()));

@@ -108,9 +108,24 @@
 //! Lock order: the state mutex is never held while calling the adapter,
 //! tripping a signal or starting a thread's work; it is a leaf.
 //!
+//! Clocks ([`clocks`]): the scheduler reads `CLOCK_BOOTTIME −
+//! CLOCK_MONOTONIC` at every wake (at least once per [`MAX_TICK`] while it
+//! has holds) and moves every safe deadline earlier by a host suspend
+//! (past ones are lost at once, their reason naming the suspend); the I/O
+//! thread hands each beat's server clock ([`Beat::server_clock`]) to a
+//! detector that tells `at_risk` the holds whose margin a jump ahead
+//! exceeds.
+//!
+//! Settings: an adapter with [`Adapter::settings_check_every`] (Redis: the
+//! memory policy) gets one [`Adapter::check_settings`] per period from the
+//! I/O thread while the engine has holds (after a beat, bounded like one);
+//! a risk found is told to every hold once (`at_risk`), and to each new
+//! hold while it stands.
+//!
 //! Both threads exit after [`IDLE_EXIT`] with nothing to do and are started
 //! again by the next registration.
 
+mod clocks;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod slab;
@@ -125,6 +140,8 @@ pub(crate) use state::Unregistered;
 pub use status::{default_margin, MAX_TICK, MIN_HEARTBEAT};
 pub(crate) use status::{HoldStatus, Registration};
 
+#[cfg(doc)]
+use crate::contract::adapter::Beat;
 use crate::contract::adapter::{Adapter, Lease};
 use crate::contract::push::FlagWatcher;
 use crate::error::Result;
@@ -237,6 +254,13 @@ impl Engine {
                 None => Arc::from(key),
             });
         let watches = entry.stop_key.clone();
+        if let Some(risk) = &state.settings_risk {
+            // A settings check found a risk that still stands.
+            state::tell_at_risk(&state.stats, &entry, risk);
+        }
+        if let (Some(every), None) = (shared.settings_every, state.settings_due) {
+            state.settings_due = Some(ms(std::time::Instant::now() + every));
+        }
         let id = state.entries.insert(entry);
         state.arm(Kind::Renew, id);
         state.arm(Kind::Deadline, id);

@@ -139,6 +139,19 @@ impl Slab {
         Some(entry)
     }
 
+    /// Every entry (a settings risk is told to each hold).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.cells.iter().filter_map(|c| c.entry.as_ref())
+    }
+
+    /// Every entry with its id.
+    pub(crate) fn iter_ids(&self) -> impl Iterator<Item = (u64, &Entry)> {
+        self.cells.iter().enumerate().filter_map(|(i, s)| {
+            let id = (u64::from(s.generation) << 32) | i as u64;
+            s.entry.as_ref().map(|e| (id, e))
+        })
+    }
+
     #[cfg(test)]
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Entry)> {
         self.cells.iter_mut().enumerate().filter_map(|(i, s)| {

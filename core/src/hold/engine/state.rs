@@ -1,8 +1,10 @@
 //! The engine's state under its one lock, and what the threads share.
 
+use super::clocks::{ClockReading, ServerClock, SuspendWatch};
 use super::slab::index_of;
 use super::slab::Entry;
 use super::slab::Slab;
+use super::status::dur;
 use super::status::ms;
 use super::status::HoldStatus;
 use super::status::Ms;
@@ -32,6 +34,10 @@ pub(crate) struct Job {
     /// comes a little later: holds would drift a little each round, and
     /// two batches half an interval apart would never merge).
     pub(crate) collected: Option<Instant>,
+    /// Read the backend's settings after the beat ([`Adapter::check_settings`]).
+    pub(crate) check_settings: bool,
+    /// [`super::clocks::suspended_ns`] just before the beat was sent (`None`: not sent).
+    pub(crate) offset_sent: Option<u64>,
 }
 
 #[derive(Default)]
@@ -56,6 +62,17 @@ pub(crate) struct State {
     /// The entries watching each stop key (so a push finds them without a
     /// scan of every hold).
     pub(crate) watching: HashMap<Arc<str>, rustc_hash::FxHashSet<u64>>,
+    /// When the backend's settings are read next (while there are holds
+    /// and the adapter asks for it: [`Adapter::settings_check_every`]).
+    pub(crate) settings_due: Option<Ms>,
+    /// What the last settings check found wrong: every hold was told
+    /// (`at_risk`), and so is each new one while it stands.
+    pub(crate) settings_risk: Option<Arc<str>>,
+    /// The host's suspended time the deadlines account for
+    /// ([`super::clocks`]).
+    pub(crate) suspend: SuspendWatch,
+    /// The server's clock as the beats saw it ([`super::clocks`]).
+    pub(crate) server_clock: ServerClock,
 }
 
 impl State {
@@ -129,11 +146,14 @@ pub(crate) struct Shared {
     /// Wakes the I/O thread (a job is ready).
     pub(crate) io_wake: Condvar,
     pub(crate) stats: Arc<Stats>,
+    /// The adapter's [`Adapter::settings_check_every`].
+    pub(crate) settings_every: Option<Duration>,
 }
 
 impl Shared {
     pub(crate) fn new(adapter: Arc<dyn Adapter>, stats: Arc<Stats>) -> Arc<Shared> {
         Arc::new(Shared {
+            settings_every: adapter.settings_check_every(),
             adapter,
             state: Mutex::new(State {
                 stats: stats.clone(),
@@ -220,6 +240,100 @@ pub(crate) fn renewal_failed(stats: &Stats, e: &Entry, error: &str) {
             reason: Some(error.to_owned()),
             ..Event::new(EventKind::AtRisk, e.lease().key(), e.lease().fence())
         });
+    }
+}
+
+/// Queues `at_risk` for `e` with `risk` as its reason: the backend's
+/// settings may break its promise ([`Adapter::check_settings`]), or the
+/// host was suspended ([`State::suspended`]).
+pub(crate) fn tell_at_risk(stats: &Stats, e: &Entry, risk: &str) {
+    stats.emit(|| Event {
+        reason: Some(risk.to_owned()),
+        ..Event::new(EventKind::AtRisk, e.lease().key(), e.lease().fence())
+    });
+}
+
+impl State {
+    /// Applies a settings check's verdict: a new risk is told to every
+    /// hold (once per risk, not once per check); none clears it; an error
+    /// leaves the verdict standing. The next check is due `every` after
+    /// `now` while there are holds.
+    pub(crate) fn settings_checked(
+        &mut self,
+        verdict: crate::error::Result<Option<String>>,
+        now: Instant,
+        every: Duration,
+    ) {
+        self.settings_due = (self.entries.len > 0).then(|| ms(now + every));
+        match verdict {
+            Ok(Some(risk)) if self.settings_risk.as_deref() != Some(risk.as_str()) => {
+                for e in self.entries.iter() {
+                    tell_at_risk(&self.stats, e, &risk);
+                }
+                self.settings_risk = Some(risk.into());
+            }
+            Ok(None) => self.settings_risk = None,
+            _ => {}
+        }
+    }
+}
+
+impl State {
+    /// The host was suspended for `grew` (seen at schedule time `now`):
+    /// every safe deadline moves that much earlier ([`super::clocks`]). A
+    /// hold whose deadline is then past is lost by [`super::threads::expire`]
+    /// with a reason naming the suspend; one whose deadline moved by its
+    /// safety margin or more is told `at_risk`.
+    pub(crate) fn suspended(&mut self, grew: Duration, now: Ms) {
+        let by = u64::try_from(grew.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        let what = format!(
+            "the host was suspended for {:.3} s (CLOCK_BOOTTIME ran ahead of the monotonic \
+             clock): the lease ends that much sooner than the engine's clock said",
+            grew.as_secs_f64()
+        );
+        let holds: Vec<(u64, Ms, u64)> = self
+            .entries
+            .iter_ids()
+            .map(|(id, e)| (id, e.safe_deadline, e.margin))
+            .collect();
+        for (id, deadline, margin) in holds {
+            let at = deadline.saturating_sub(by);
+            self.schedule(Kind::Deadline, id, at);
+            let Some(e) = self.entries.get_mut(id) else {
+                continue;
+            };
+            if at <= now {
+                e.last_error = Some(what.clone().into());
+            } else if grew >= dur(margin) {
+                tell_at_risk(&self.stats, e, &what);
+            }
+        }
+    }
+}
+
+impl State {
+    /// A beat's reading of the server's clock: a jump ahead by more than a
+    /// hold's safety margin tells it `at_risk` (the server expires its
+    /// lease that much early). A step back only makes leases outlive their
+    /// holders' count: nobody is told.
+    pub(crate) fn server_clock_read(&mut self, reading: ClockReading) {
+        let Some(step) = self.server_clock.observe(reading) else {
+            return;
+        };
+        let Ok(ahead) = u64::try_from(step) else {
+            return;
+        };
+        let what = format!(
+            "the server's clock jumped ahead by {:.3} s against this host's clock: leases on it \
+             may expire up to that much early (a clock step, or a promoted replica whose clock \
+             is ahead)",
+            dur(ahead).as_secs_f64()
+        );
+        for e in self.entries.iter() {
+            if ahead > e.margin {
+                tell_at_risk(&self.stats, e, &what);
+            }
+        }
     }
 }
 

@@ -138,3 +138,121 @@ fn take_ready_goes_early_by_the_entrys_allowance_only() {
     assert_eq!(sched.renew_due.first(), Some(10), "the other stays queued");
     consistent(&mut state);
 }
+
+/// A host suspend (injected: `State::suspended`, as the scheduler calls it
+/// when `CLOCK_BOOTTIME` ran ahead of the monotonic clock) moves every safe
+/// deadline earlier by its length: a hold whose deadline is then past is
+/// lost at once with a reason naming the suspend, one moved by its margin
+/// or more is told `at_risk`, and one the suspend left safe keeps going.
+#[test]
+fn a_host_suspend_moves_every_safe_deadline_and_tells_the_holds() {
+    use crate::stats::{Event, EventKind};
+    use std::sync::Mutex;
+    let mut state = State::default();
+    let seen: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let sink = seen.clone();
+    state.stats.add_hook(Arc::new(move |e: &Event| {
+        sink.lock().unwrap().push(e.clone())
+    }));
+    let now: Ms = 100_000;
+    let margin = ns(Duration::from_secs(1));
+    let mut hold = |deadline: Ms| {
+        let mut e = entry(now + 500);
+        e.safe_deadline = deadline;
+        e.margin = margin;
+        let id = state.entries.insert(e);
+        state.arm(Kind::Deadline, id);
+        id
+    };
+    let doomed = hold(now + 10_000); // 10 s left: a 12.5 s suspend ends it
+    let shaken = hold(now + 20_000); // 20 s left: 7.5 s after it, told
+    state.suspended(Duration::from_millis(12_500), now);
+    assert_eq!(
+        state.entries.get(shaken).map(|e| e.safe_deadline),
+        Some(now + 7_500)
+    );
+    assert_eq!(
+        state.entries.get(doomed).map(|e| e.safe_deadline),
+        Some(now - 2_500)
+    );
+    let mut trips = Vec::new();
+    super::threads::expire(&mut state, now, &mut trips);
+    assert_eq!(trips.len(), 1, "only the doomed hold is lost");
+    assert!(
+        trips[0].1.contains("host was suspended for 12.500 s"),
+        "{}",
+        trips[0].1
+    );
+    assert!(state.entries.get(doomed).is_none());
+    assert!(state.entries.get(shaken).is_some());
+    state.stats.flush();
+    // A suspend shorter than the margin moves the deadline without a word.
+    state.suspended(Duration::from_millis(300), now);
+    assert_eq!(
+        state.entries.get(shaken).map(|e| e.safe_deadline),
+        Some(now + 7_200)
+    );
+    state.stats.flush();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let kinds = loop {
+        let kinds: Vec<EventKind> = seen.lock().unwrap().iter().map(|e| e.kind).collect();
+        if kinds.len() >= 2 || Instant::now() > deadline {
+            break kinds;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(kinds, [EventKind::AtRisk, EventKind::Lost]);
+    consistent(&mut state);
+}
+
+/// A server clock that jumps ahead (injected readings, as the I/O thread
+/// passes them from each beat's answer) tells the holds whose safety
+/// margin it exceeds `at_risk`; a step back tells nobody.
+#[test]
+fn a_server_clock_jump_ahead_tells_the_holds_whose_margin_it_exceeds() {
+    use super::clocks::ClockReading;
+    use crate::stats::{Event, EventKind};
+    use std::sync::Mutex;
+    let mut state = State::default();
+    let seen: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let sink = seen.clone();
+    state.stats.add_hook(Arc::new(move |e: &Event| {
+        sink.lock().unwrap().push(e.clone())
+    }));
+    for (key, margin) in [("tight", 1), ("loose", 10)] {
+        let mut e = entry(1_000);
+        e.status = Arc::new(HoldStatus::new(
+            Lease::new(key, "t", 1),
+            Instant::now() + Duration::from_secs(60),
+        ));
+        e.margin = ns(Duration::from_secs(margin));
+        state.entries.insert(e);
+    }
+    let read = |at_s: u64, server_s: u64| ClockReading {
+        sent: at_s * 1_000_000_000,
+        done: at_s * 1_000_000_000 + 2_000_000,
+        server: Duration::from_secs(1_700_000_000 + server_s),
+    };
+    state.server_clock_read(read(1, 1));
+    state.server_clock_read(read(2, 2)); // steady
+    state.server_clock_read(read(3, 8)); // 5 s ahead
+    state.server_clock_read(read(4, 4)); // 5 s back: nobody
+    state.stats.flush();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.lock().unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let told: Vec<(EventKind, String, String)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| (e.kind, e.key.clone(), e.reason.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(
+        (told[0].0, told[0].1.as_str()),
+        (EventKind::AtRisk, "tight")
+    );
+    assert!(told[0].2.contains("jumped ahead by 4.99"), "{}", told[0].2);
+}

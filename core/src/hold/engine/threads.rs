@@ -1,6 +1,7 @@
 //! The scheduler thread (collects what is due) and the I/O thread (one
 //! beat per batch), and how a beat's results are applied.
 
+use super::clocks::{suspended_ns, ClockReading};
 use super::slab::Entry;
 use super::slab::Guard;
 use super::state::lost_hold;
@@ -12,6 +13,7 @@ use super::state::Shared;
 use super::state::State;
 use super::state::Trips;
 use super::status::dur;
+use super::status::epoch;
 use super::status::instant;
 use super::status::ms;
 use super::status::ns;
@@ -137,10 +139,16 @@ pub(crate) fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) ->
     let now_ms = ms(now);
     let due = state.sched.renew_due.first().is_some_and(|at| at <= now_ms)
         || state.sched.check_due.first().is_some_and(|at| at <= now_ms);
-    if !due && state.deletes.is_empty() {
+    let settings = state.settings_due.is_some_and(|at| at <= now_ms);
+    if !due && !settings && state.deletes.is_empty() {
         return None;
     }
     let mut job = Job::default();
+    if settings {
+        // Armed again when the I/O thread has the verdict.
+        state.settings_due = None;
+        job.check_settings = state.entries.len > 0;
+    }
     if due {
         let State {
             entries,
@@ -194,7 +202,11 @@ pub(crate) fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) ->
         }
     }
     job.deletes = std::mem::take(&mut state.deletes);
-    if job.renew_ids.is_empty() && job.check_ids.is_empty() && job.deletes.is_empty() {
+    if job.renew_ids.is_empty()
+        && job.check_ids.is_empty()
+        && job.deletes.is_empty()
+        && !job.check_settings
+    {
         return None;
     }
     job.deadline = state.sched.deadlines.first().map(instant);
@@ -208,6 +220,10 @@ pub(crate) fn run_scheduler(shared: Arc<Shared>) {
     loop {
         let now = Instant::now();
         let mut trips = Trips::new();
+        // A host suspend moves every deadline earlier (super::clocks).
+        if let Some(grew) = state.suspend.observe(suspended_ns()) {
+            state.suspended(grew, ms(now));
+        }
         expire(&mut state, ms(now), &mut trips);
         if trips.is_empty() && !state.io_busy {
             if let Some(job) = collect_due(&mut state, now, &mut trips) {
@@ -229,15 +245,27 @@ pub(crate) fn run_scheduler(shared: Arc<Shared>) {
         if !state.io_busy {
             let renew = sched.renew_due.first();
             let check = sched.check_due.first();
-            wake_at = [wake_at, renew, check].into_iter().flatten().min();
+            let settings = state.settings_due;
+            wake_at = [wake_at, renew, check, settings]
+                .into_iter()
+                .flatten()
+                .min();
         }
         let mut wake_at = wake_at.map(instant);
+        if state.entries.len > 0 {
+            // Read the clocks at least once a tick (super::clocks).
+            let tick = now + MAX_TICK;
+            wake_at = Some(wake_at.map_or(tick, |at| at.min(tick)));
+        }
         if idle {
             let since = *idle_since.get_or_insert(now);
             if now >= since + IDLE_EXIT {
                 state.scheduler_running = false;
                 // The listener closes its channel once nobody watches.
                 state.watch = None;
+                // The next hold starts the settings checks afresh.
+                state.settings_due = None;
+                state.settings_risk = None;
                 return;
             }
             wake_at = Some(since + IDLE_EXIT);
@@ -285,6 +313,7 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
             })
             .collect();
         let checks: Vec<&str> = job.checks.iter().map(|k| &**k).collect();
+        job.offset_sent = Some(suspended_ns());
         let sent = Instant::now();
         let beating = !(renewals.is_empty() && checks.is_empty());
         let result = if !beating {
@@ -294,6 +323,8 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
             shared.adapter.beat(&renewals, &checks, deadline)
         };
         let done = Instant::now();
+        let server_clock = result.as_ref().ok().and_then(|b| b.server_clock);
+        let offset_done = suspended_ns();
         if beating {
             shared.stats.beat(done - sent, result.is_ok());
         }
@@ -312,11 +343,25 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
                 &mut trips,
                 &mut deletes,
             );
+            if let (Some(server), Some(offset_sent)) = (server_clock, job.offset_sent) {
+                // This host's clock: monotonic + suspended (super::clocks).
+                let host = |t: Instant, offset: u64| {
+                    ns(t.saturating_duration_since(epoch())).saturating_add(offset)
+                };
+                state.server_clock_read(ClockReading {
+                    sent: host(sent, offset_sent),
+                    done: host(done, offset_done),
+                    server,
+                });
+            }
             state.orphans.clear();
             state.io_busy = false;
             shared.wake.notify_one();
         }
         trip_all(trips);
+        if job.check_settings {
+            check_settings(&shared, &job);
+        }
         shared.stats.flush();
         for (lease, until) in deletes {
             // Best effort, bounded by the lease's own end (waiting longer
@@ -338,6 +383,25 @@ pub(crate) fn run_io(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// The settings check a job carries: one call of the adapter, bounded as
+/// a beat is (the earliest safe deadline, the adapter's I/O timeout), its
+/// verdict applied under the lock.
+fn check_settings(shared: &Shared, job: &Job) {
+    let Some(every) = shared.settings_every else {
+        return;
+    };
+    let cap = shared.adapter.io_timeout();
+    let now = Instant::now();
+    let mut deadline = job.deadline.unwrap_or(now + MAX_TICK);
+    if !cap.is_zero() {
+        deadline = deadline.min(now + cap);
+    }
+    let verdict = shared.adapter.check_settings(deadline);
+    let mut state = shared.state.lock();
+    state.settings_checked(verdict, Instant::now(), every);
+    shared.wake.notify_one();
 }
 
 pub(crate) fn apply(
@@ -411,7 +475,16 @@ pub(crate) fn apply(
                     });
                 }
                 let ttl = dur(e.ttl);
-                let deadline = ms((sent + ttl).checked_sub(dur(e.margin)).unwrap_or(sent));
+                // Expressed at the suspend the scheduler accounted for
+                // (super::clocks): a suspend in flight counts once.
+                let moved = job.offset_sent.map_or(0, |at| state.suspend.since(at));
+                let end = match u64::try_from(moved) {
+                    Ok(early) => (sent + ttl).checked_sub(dur(early)),
+                    Err(_) => Some(sent + ttl + dur(u64::try_from(-moved).unwrap_or(0))),
+                };
+                let deadline = ms(end
+                    .and_then(|end| end.checked_sub(dur(e.margin)))
+                    .unwrap_or(sent));
                 e.rtt = ns(done.saturating_duration_since(sent));
                 e.last_error = None;
                 let next = ms(job.collected.unwrap_or(sent) + dur(e.renew_every));

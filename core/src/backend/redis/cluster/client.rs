@@ -224,12 +224,15 @@ impl RedisCluster {
         if !self.replicas.accept_eviction {
             // Every new connection to every node the operations reach
             // (each master) reads its memory policy.
-            crate::backend::redis::server::check_eviction(&mut con, addr)
+            crate::backend::redis::settings::check_eviction(&mut con, addr)
                 .map_err(|e| map_err(e, addr))?;
         }
-        if self.replicas.min_replicas == ReplicaAck::ALL {
-            let n = crate::backend::redis::server::connected_replicas(&mut con, addr)
-                .map_err(|e| map_err(e, addr))?;
+        // Each master's replica count, as on one server (a replica node
+        // reached as a seed has none connected, and passes).
+        if let Some(n) =
+            crate::backend::redis::settings::check_replicas(&mut con, addr, self.replicas)
+                .map_err(|e| map_err(e, addr))?
+        {
             let mut state = self.state.get().lock();
             state.replicas_connected.insert(addr.to_owned(), n);
         }

@@ -39,7 +39,7 @@
 //! bus to every node). The listener subscribes each channel on its slot's
 //! owner and follows slot moves and failovers.
 
-mod client;
+pub(crate) mod client;
 mod map;
 mod ops;
 /// Push by sharded pub/sub.

@@ -169,6 +169,14 @@ impl Adapter for RedisCluster {
         self.timeout
     }
 
+    fn settings_check_every(&self) -> Option<Duration> {
+        self.settings_every()
+    }
+
+    fn check_settings(&self, deadline: Instant) -> Result<Option<String>> {
+        self.memory_risk(deadline)
+    }
+
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
         let mut op = self.script_op(
             &LEAVE_QUEUE,
@@ -356,6 +364,8 @@ impl Adapter for RedisCluster {
                 .into_iter()
                 .map(|a| flag_from(&a?.0, "Redis Cluster"))
                 .collect(),
+            // Each node has its own clock; a beat spans several.
+            server_clock: None,
         })
     }
 }
