@@ -14,26 +14,32 @@ fn thousand_holds(a: &Locks) {
                 &format!("many-{i}"),
                 HoldOptions {
                     stop_key: Some(format!("stop-many-{i}")),
-                    ..opts(1.0, 0.1)
+                    ..opts(3.0, 0.3)
                 },
             )
             .unwrap()
             .expect("free")
         })
         .collect();
-    std::thread::sleep(secs(1.5)); // past the ttl: they must have been renewed
+    // Past the ttl: they must have been renewed. A ttl of 3 s, not 1 s:
+    // with 1 s one of the thousand was lost on a clean-clone run at a load
+    // average of 10 on two cores (the promise working, not the test).
+    std::thread::sleep(secs(3.5));
     let during = thread_count();
     // The scheduler, the I/O thread and (Redis, Local) the flag listener.
     assert!(
         during <= before + 3,
         "threads: {before} before, {during} with 1000 holds"
     );
+    let lost: Vec<_> = (holds.iter().enumerate())
+        .filter(|(_, h)| h.is_lost())
+        .map(|(i, h)| format!("many-{i}: {:?}", h.signal().reason()))
+        .collect();
+    assert!(lost.is_empty(), "{} lost: {lost:?}", lost.len());
     assert_eq!(a.active_holds(), 1000);
-    for (i, h) in holds.iter().enumerate().step_by(97) {
+    for i in (0..1000).step_by(97) {
         assert!(a.held(&format!("many-{i}")).unwrap());
-        assert!(!h.is_lost(), "hold {i} lost: {:?}", h.signal().reason());
     }
-    assert!(holds.iter().all(|h| !h.is_lost()));
     drop(holds);
     assert_eq!(a.active_holds(), 0);
     assert!(!a.held("many-500").unwrap());
