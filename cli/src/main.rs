@@ -45,7 +45,8 @@ pub const EXIT_LOST: i32 = 77;
 const AFTER_HELP: &str = "\
 Backend: --url or $MISTRI_LOCKS_URL: redis://[user:pass@]host[:port][/db], rediss://… (TLS),
 redis+cluster://h1:p1,h2:p2 (Cluster), redis+sentinel://s1:p1,s2:p2/service[/db] (Sentinel),
-rediss+cluster://…, rediss+sentinel://… (optional ?min_replicas=N&replica_timeout=SECONDS),
+rediss+cluster://…, rediss+sentinel://… (optional ?min_replicas=N|all&replica_timeout=SECONDS;
+an evicting maxmemory-policy is refused unless ?eviction=accept; ?settings_check=SECONDS, default 60),
 postgres://[user:pass@]host[:port]/dbname or postgresql://… (libpq's conventions:
 ?sslmode=, ?application_name=, ?host=/socket/dir; ?schema=NAME, default mistri_locks)
 or a libpq key/value DSN (host=h dbname=d), memory:// (this process only),
