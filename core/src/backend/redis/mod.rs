@@ -61,6 +61,7 @@ mod scripts;
 pub(crate) mod sentinel;
 mod server;
 mod settings;
+mod settings_watch;
 pub(crate) mod slots;
 pub(crate) mod url;
 
