@@ -814,10 +814,10 @@ fn twenty_waiters_cost_a_few_redis_commands_not_a_poll_each() {
     // redis-py's Lock(blocking=True) polls every 0.1 s per waiter: 600.
     // Here one line for the 20: its head's first tries and questions (under
     // 60 commands), then one try per QUEUE_REFRESH that keeps the line's
-    // queue entry (the acquire script: at most 10 calls and its EVALSHA).
+    // queue entry (the acquire script: at most 11 calls and its EVALSHA).
     println!("20 waiters for 3 s: {spent} Redis commands (polling: 600)");
     let refreshes = (secs(3.0).as_millis() / QUEUE_REFRESH.as_millis()) as u64;
-    assert!(spent < 60 + 11 * refreshes, "{spent} commands");
+    assert!(spent < 60 + 12 * refreshes, "{spent} commands");
 }
 
 #[test]
