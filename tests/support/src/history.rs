@@ -1084,13 +1084,15 @@ fn refusal_rule(
                 &mut report.unexplained_refusals
             };
             list.push(format!(
-                "{key} (limit {limit}): {} {:.3} ms long with at most {most} lease(s) possibly live",
+                "{key} (limit {limit}): {} {:.3} ms long (from {inv}{}) with at most {most} \
+                 lease(s) possibly live",
                 if waited {
                     "a wait that ran out"
                 } else {
                     "a refusal"
                 },
-                (cmp - inv) as f64 / 1e6
+                (cmp - inv) as f64 / 1e6,
+                line.map_or(String::new(), |l| format!(", line {}", word(l)))
             ));
         }
     }
