@@ -116,7 +116,14 @@ pub(super) fn stints<'a>(events: &[Event<'a>], faults: &[(u64, u64)]) -> Stints<
                         Some((_, was)) => *was = (*was).max(lapse),
                         None => {
                             let start = (e.inv, e.cmp);
-                            open = Some((Stint { line, start, end: 0 }, lapse));
+                            open = Some((
+                                Stint {
+                                    line,
+                                    start,
+                                    end: 0,
+                                },
+                                lapse,
+                            ));
                         }
                     }
                 }
@@ -167,8 +174,14 @@ mod tests {
             e("B", 490, 500, Did::Acquired),
         ];
         let s = stints(&events, &[]);
-        assert_eq!(s.ahead_of("k", "B", 300 * MS, 350 * MS), vec![(100 * MS, 410 * MS)]);
-        assert!(s.ahead_of("k", "A", 300 * MS, 350 * MS).is_empty(), "A heads the queue");
+        assert_eq!(
+            s.ahead_of("k", "B", 300 * MS, 350 * MS),
+            vec![(100 * MS, 410 * MS)]
+        );
+        assert!(
+            s.ahead_of("k", "A", 300 * MS, 350 * MS).is_empty(),
+            "A heads the queue"
+        );
         // A line not queued yet is behind every line.
         assert_eq!(s.ahead_of("k", "C", 300 * MS, 350 * MS).len(), 2);
     }
@@ -183,7 +196,10 @@ mod tests {
         ];
         let s = stints(&events, &[]);
         let until = 101 * MS + QUEUE_ENTRY_TTL_NS + QUEUE_REFRESH_NS;
-        assert_eq!(s.ahead_of("k", "B", 900 * MS, 950 * MS), vec![(100 * MS, until)]);
+        assert_eq!(
+            s.ahead_of("k", "B", 900 * MS, 950 * MS),
+            vec![(100 * MS, until)]
+        );
     }
 
     #[test]
@@ -207,6 +223,9 @@ mod tests {
         let events = [e("A", 100, 600, Did::Tried(false))];
         let s = stints(&events, &[(50 * MS, 2000 * MS)]);
         let until = 2000 * MS + QUEUE_ENTRY_TTL_NS + QUEUE_REFRESH_NS;
-        assert_eq!(s.ahead_of("k", "B", 2500 * MS, 2600 * MS), vec![(100 * MS, until)]);
+        assert_eq!(
+            s.ahead_of("k", "B", 2500 * MS, 2600 * MS),
+            vec![(100 * MS, until)]
+        );
     }
 }
