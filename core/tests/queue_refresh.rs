@@ -89,6 +89,28 @@ impl Waiter {
         assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     }
 
+    /// Stops it, and returns once every thread of it is stopped (kill(2)
+    /// returns before a thread running on another core has stopped: it
+    /// could still hear the release and take the lease). Up to 20 s.
+    fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let end = Instant::now() + secs(20.0);
+        loop {
+            let stopped = std::fs::read_dir(&tasks).unwrap().flatten().all(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                // "pid (comm) S ...": the state follows the last ')'.
+                let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+                matches!(state, Some(Some('T' | 't')))
+            });
+            if stopped {
+                return;
+            }
+            assert!(Instant::now() < end, "the waiting process never stopped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Its verdict: the line it printed last ("acquired true").
     fn verdict(mut self) -> String {
         let got = self
@@ -207,10 +229,16 @@ fn a_frozen_line_blocks_only_until_its_entry_lapses(name: &str, target: &str, qu
     let locks = open_here(target);
     let key = unique("frozen");
     assert!(locks.acquire(&key, secs(30.0)).unwrap());
-    let waiter = Waiter::start(target, &key);
+    let mut waiter = Waiter::start(target, &key);
     queue.wait_for_one(&key);
     let local = matches!(queue, Queue::Local(_));
-    waiter.signal(if local { libc::SIGKILL } else { libc::SIGSTOP });
+    if local {
+        // Gone (and its locks with it) before the release.
+        waiter.signal(libc::SIGKILL);
+        let _ = waiter.child.wait();
+    } else {
+        waiter.freeze();
+    }
     let frozen = Instant::now();
     assert!(locks.release(&key).unwrap());
     // While its entry is live, the free lease is not for a plain acquire.
