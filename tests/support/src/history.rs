@@ -63,8 +63,15 @@
 //!    never came, [`Record::AcquireFailed`]) until its last known instant
 //!    plus its ttl, pushed out to the end of any [`Record::Fault`] window that
 //!    covered it (a request held by a silent proxy or a frozen server is
-//!    served when the fault ends). This rule is lenient by construction:
-//!    it catches a waiter that gives up on a key nobody could have held.
+//!    served when the fault ends). A wait that ran out also counts the
+//!    spans in which a waiting line queued ahead of its own held its place
+//!    in the key's queue (a free lease goes to the first live lines):
+//!    `history_entries.rs` says how a line's place is judged from its
+//!    tries ([`Record::Queued`]), leaves ([`Record::LeftQueue`]) and
+//!    grants, and which lines are ahead. This rule is lenient by
+//!    construction: it catches a waiter that gives up on a key nobody
+//!    could have held, nor was queued for ahead of it (the head of the
+//!    queue has nobody ahead: a lost wake-up of the head is caught).
 //!
 //! # How a fault's end is judged
 //!
