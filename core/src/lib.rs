@@ -74,7 +74,7 @@ pub use backend::{check_family, family_of, open, open_with, schemes_of, Family, 
 pub use contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 pub use contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
 pub use contract::push::{FlagWatch, FlagWatcher};
-pub use contract::{QUEUE_ENTRY_TTL, SAFETY_POLL};
+pub use contract::{QUEUE_ENTRY_TTL, QUEUE_REFRESH, SAFETY_POLL};
 pub use error::{Error, Result};
 pub use hold::engine::{default_margin, MAX_TICK, MIN_HEARTBEAT};
 pub use hold::{Hold, HoldOptions, ReleaseOutcome, FLAG_TTL, HEARTBEAT, LEASE_TTL, MIN_HOLD_TTL};

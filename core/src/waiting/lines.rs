@@ -38,6 +38,10 @@ pub(crate) struct BellState {
     /// Set with `head` when the previous head left holding the lease: its
     /// ttl, the longest until that lease could lapse.
     pub(crate) lapse: Option<Duration>,
+    /// Set with `head`: when the line's queue entry, left by the previous
+    /// head (which left without the lease), must be refreshed by a try
+    /// ([`crate::contract::QUEUE_REFRESH`]); `None`: no entry to keep.
+    pub(crate) refresh_at: Option<Instant>,
 }
 
 /// One waiter's wake-up: its state and a condition variable (std's, see
@@ -55,12 +59,13 @@ impl Bell {
         self.changed.notify_all();
     }
 
-    /// Makes this waiter the head; `lapse` as in [`BellState::lapse`],
-    /// `ring` to make it try at once.
-    pub(crate) fn promote(&self, lapse: Option<Duration>, ring: bool) {
+    /// Makes this waiter the head; `lapse` and `refresh_at` as in
+    /// [`BellState`], `ring` to make it try at once.
+    pub(crate) fn promote(&self, lapse: Option<Duration>, refresh_at: Option<Instant>, ring: bool) {
         let mut state = self.state.lock();
         state.head = true;
         state.lapse = lapse;
+        state.refresh_at = refresh_at;
         if ring {
             state.rings = state.rings.wrapping_add(1);
         }
@@ -380,7 +385,7 @@ pub(crate) fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>)
         let line_id = line.id.clone();
         line.queue.push_back((id, bell.clone()));
         if line.queue.len() == 1 {
-            bell.promote(None, false);
+            bell.promote(None, None, false);
         }
         lines.waiters.fetch_add(1, Ordering::SeqCst);
         let must_watch = (!a.watching).then(|| {
@@ -432,6 +437,8 @@ pub(crate) struct Handoff {
     pub(crate) seen: Option<u64>,
     /// Else it tries after this long at most ([`BellState::lapse`]).
     pub(crate) lapse: Option<Duration>,
+    /// When the line's queue entry must be refreshed ([`BellState::refresh_at`]).
+    pub(crate) refresh_at: Option<Instant>,
     /// The leaver acquired (the backend took the line out of its queue).
     pub(crate) acquired: bool,
     /// The leaver tried with the line's id.
@@ -469,7 +476,11 @@ pub(crate) fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
     lines.waiters.fetch_sub(1, Ordering::SeqCst);
     if at == 0 {
         if let Some((_, next)) = line.queue.front() {
-            next.promote(handoff.lapse, handoff.ring || rung_meanwhile);
+            next.promote(
+                handoff.lapse,
+                handoff.refresh_at,
+                handoff.ring || rung_meanwhile,
+            );
         }
     }
     let mut forget = false;

@@ -66,16 +66,25 @@
 //! line again, at the back: processes take turns (measured with two
 //! processes of two waiters each cycling one key for 3 s: 270 vs 269
 //! turns; without the queue shares ran from 1:12 to even). An entry lives
-//! [`QUEUE_ENTRY_TTL`] (3 x [`SAFETY_POLL`]) after its line's last try, so
-//! a crashed process's line holds a free lease back at most that long. A
+//! [`QUEUE_ENTRY_TTL`] (1.5 s) after its line's last try, and a queued
+//! line's head tries at least every [`QUEUE_REFRESH`] (0.5 s, a third of
+//! that), whatever else it waits for: the refused try refreshes the entry
+//! (no extra call: it is the try the line makes anyway; one made only for
+//! this keeps the head's timer and asks nothing more). So a live line keeps
+//! its place through two refreshes lost or late, and an unreachable line
+//! (its process cut off, frozen or killed) holds a free lease back at most
+//! [`QUEUE_ENTRY_TTL`] after its last try, plus [`QUEUE_REFRESH`] until the
+//! next line's head tries again. A head that takes over from one that left
+//! without the lease takes over its refresh timer too. A
 //! line whose last waiter leaves without the lease asks the backend to
 //! forget it ([`Adapter::leave_queue`], best effort). While another line
 //! heads the queue the lease may be free: a head refused then does not poll
 //! (that line was told, and its holder's release will name the next line):
 //! after one quick retry (the lease may instead have lapsed between its try
 //! and its question), it waits for its own announcement, the lease's expiry
-//! or [`SAFETY_POLL`]; without a listener it backs off (5 ms doubling up to
-//! [`SAFETY_POLL`]). N-holder leases queue the same way: a free slot goes to the
+//! or its next refresh ([`QUEUE_REFRESH`]; a line whose entry lapsed is
+//! then passed); without a listener it backs off (5 ms doubling, its
+//! refresh at the latest). N-holder leases queue the same way: a free slot goes to the
 //! first `free` live lines (`free` = limit minus live slots). See
 //! `docs/PROTOCOL.md`, "Waiting".
 //!
@@ -109,7 +118,7 @@ use std::time::{Duration, Instant};
 
 pub use crate::args::MAX_LIMIT;
 
-pub use crate::contract::{QUEUE_ENTRY_TTL, SAFETY_POLL};
+pub use crate::contract::{QUEUE_ENTRY_TTL, QUEUE_REFRESH, SAFETY_POLL};
 
 /// Added to a lease's remaining life before the head retries (the
 /// backend's clock rounds to milliseconds).
@@ -206,6 +215,10 @@ pub struct Waiting<T> {
     was_head: bool,
     /// When the head tries again without a ring.
     retry_at: Option<Instant>,
+    /// When the head tries again to refresh its line's queue entry
+    /// ([`QUEUE_REFRESH`] after the line's last try); `None` while the line
+    /// has no entry to keep.
+    refresh_at: Option<Instant>,
     /// The adapter has told a lease's remaining life at least once.
     knows_expiry: bool,
     /// Quick retries in a row since the adapter last told a lease's life
@@ -270,6 +283,7 @@ impl<T> Waiting<T> {
             seen_rings: 0,
             was_head: false,
             retry_at: None,
+            refresh_at: None,
             knows_expiry: false,
             quick: 0,
             tried_in_line: false,
@@ -325,9 +339,9 @@ impl<T> Waiting<T> {
             {
                 self.place = Some(join(&self.adapter, &self.key, &self.bell));
             }
-            let (rings, head, lapse) = {
+            let (rings, head, lapse, refresh_at) = {
                 let state = self.bell.state.lock();
-                (state.rings, state.head, state.lapse)
+                (state.rings, state.head, state.lapse, state.refresh_at)
             };
             let now = Instant::now();
             let in_line = self.place.is_some();
@@ -342,26 +356,40 @@ impl<T> Waiting<T> {
                     // Promoted: the lease was just taken (or rung below).
                     let wait = lapse.map_or(SAFETY_POLL, |l| (l + EXPIRY_SLACK).min(SAFETY_POLL));
                     self.retry_at = Some(now + wait);
+                    self.refresh_at = refresh_at;
                 }
             }
             let may_try = head || !in_line;
-            let due = may_try
-                && (!self.started
-                    || rings != self.seen_rings
-                    || self.retry_at.is_some_and(|t| timer_due(t, now)));
-            if due {
+            let tries = !self.started
+                || rings != self.seen_rings
+                || self.retry_at.is_some_and(|t| timer_due(t, now));
+            // The line's entry is due for a refresh: a try keeps it (a
+            // refused try refreshes the entry; a free lease at the head of
+            // the queue is taken).
+            let refresh = head && self.refresh_at.is_some_and(|t| timer_due(t, now));
+            if may_try && (tries || refresh) {
                 self.started = true;
                 self.seen_rings = rings;
                 let line = self.place.as_ref().map(|p| p.line.clone());
                 self.tried_in_line |= line.is_some();
+                // The backend stamps the entry after this: its deadline is
+                // at least QUEUE_ENTRY_TTL past `sent`.
+                let sent = Instant::now();
                 if let Some(got) = (self.attempt)(line.as_deref())? {
                     return self.end(Some(got));
                 }
                 if self.deadline.is_some_and(|d| Instant::now() >= d) || !self.waits {
                     return self.end(None);
                 }
-                let next = self.next_retry();
-                self.retry_at = Some(Instant::now() + next);
+                if line.is_some() {
+                    self.refresh_at = Some(sent + QUEUE_REFRESH);
+                }
+                // A try made only to refresh keeps the head's timer (the
+                // lease's expiry it was told): no question asked.
+                if tries || self.retry_at.is_none() {
+                    let next = self.next_retry();
+                    self.retry_at = Some(Instant::now() + next);
+                }
                 continue;
             }
             if self.deadline.is_some_and(|d| now >= d) {
@@ -376,6 +404,7 @@ impl<T> Waiting<T> {
             earliest(slice_end);
             if head {
                 earliest(self.retry_at);
+                earliest(self.refresh_at);
             }
             let mut state = self.bell.state.lock();
             loop {
@@ -457,6 +486,7 @@ impl<T> Waiting<T> {
                     ring: self.limit > 1,
                     seen: None,
                     lapse: Some(self.ttl),
+                    refresh_at: None,
                     acquired: true,
                     tried: true,
                 }
@@ -469,6 +499,7 @@ impl<T> Waiting<T> {
                     ring: !self.started,
                     seen: self.started.then_some(self.seen_rings),
                     lapse: self.retry_at.map(|t| t.saturating_duration_since(now)),
+                    refresh_at: self.refresh_at,
                     acquired: false,
                     tried: self.tried_in_line,
                 }

@@ -63,8 +63,15 @@
 //!    never came, [`Record::AcquireFailed`]) until its last known instant
 //!    plus its ttl, pushed out to the end of any [`Record::Fault`] window that
 //!    covered it (a request held by a silent proxy or a frozen server is
-//!    served when the fault ends). This rule is lenient by construction:
-//!    it catches a waiter that gives up on a key nobody could have held.
+//!    served when the fault ends). A wait that ran out also counts the
+//!    spans in which a waiting line queued ahead of its own held its place
+//!    in the key's queue (a free lease goes to the first live lines):
+//!    `history_entries.rs` says how a line's place is judged from its
+//!    tries ([`Record::Queued`]), leaves ([`Record::LeftQueue`]) and
+//!    grants, and which lines are ahead. This rule is lenient by
+//!    construction: it catches a waiter that gives up on a key nobody
+//!    could have held, nor was queued for ahead of it (the head of the
+//!    queue has nobody ahead: a lost wake-up of the head is caught).
 //!
 //! # How a fault's end is judged
 //!
@@ -93,6 +100,10 @@
 //! The report also gives the **lead** of each takeover: for a tenure ended
 //! by being told, on an exclusive key, the time from told to the start of
 //! the next tenure of that key.
+
+#[path = "history_entries.rs"]
+mod entries;
+pub use entries::{QUEUE_ENTRY_TTL_NS, QUEUE_REFRESH_NS};
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -240,6 +251,36 @@ pub enum Record {
         /// See `inv`.
         cmp: u64,
     },
+    /// A waiting line's try that did not take the lease (refused, or no
+    /// answer): it may have queued the line or refreshed its queue entry,
+    /// which then lives [`QUEUE_ENTRY_TTL_NS`] past the try (rule 4).
+    Queued {
+        /// The key.
+        key: String,
+        /// The line's id.
+        line: String,
+        /// Invocation and completion of the try.
+        inv: u64,
+        /// See `inv`.
+        cmp: u64,
+        /// The backend answered (a refusal); `false`: an error.
+        answered: bool,
+    },
+    /// A waiting line asked the backend to forget its queue entry (its last
+    /// waiter left without the lease).
+    LeftQueue {
+        /// The key.
+        key: String,
+        /// The line's id.
+        line: String,
+        /// Invocation and completion of the call.
+        inv: u64,
+        /// See `inv`.
+        cmp: u64,
+        /// The backend answered; `false`: an error (the entry lapses on
+        /// its own).
+        answered: bool,
+    },
     /// A fault injected by the harness from `start` to `end` (`kind`: one
     /// word, e.g. `silence`, `delay`, `reset`, `sigstop`, `restart`).
     Fault {
@@ -299,6 +340,30 @@ impl fmt::Display for Record {
                 inv,
                 cmp,
             } => write!(f, "E {key} {ttl_ns} {inv} {cmp}"),
+            Record::Queued {
+                key,
+                line,
+                inv,
+                cmp,
+                answered,
+            } => write!(
+                f,
+                "Q {key} {} {inv} {cmp} {}",
+                word(line),
+                u8::from(*answered)
+            ),
+            Record::LeftQueue {
+                key,
+                line,
+                inv,
+                cmp,
+                answered,
+            } => write!(
+                f,
+                "X {key} {} {inv} {cmp} {}",
+                word(line),
+                u8::from(*answered)
+            ),
             Record::Fault { kind, start, end } => write!(f, "F {kind} {start} {end}"),
         }
     }
@@ -400,6 +465,28 @@ impl Record {
                     ttl_ns: n(2)?,
                     inv: n(3)?,
                     cmp: n(4)?,
+                }
+            }
+            "Q" | "X" => {
+                want(6)?;
+                let (key, line, inv, cmp) = (s(1)?, unword(f.get(2)), n(3)?, n(4)?);
+                let answered = f[5] == "1";
+                if f[0] == "Q" {
+                    Record::Queued {
+                        key,
+                        line,
+                        inv,
+                        cmp,
+                        answered,
+                    }
+                } else {
+                    Record::LeftQueue {
+                        key,
+                        line,
+                        inv,
+                        cmp,
+                        answered,
+                    }
                 }
             }
             "F" => {
@@ -656,7 +743,8 @@ pub fn check(records: &[Record]) -> Report {
     let mut report = Report::default();
     let mut tenures: HashMap<&str, Tenure> = HashMap::new();
     let mut faults = Vec::new();
-    let mut refusals: Vec<(&str, u32, u64, u64, bool)> = Vec::new(); // key, limit, inv, cmp, waited
+    let mut refusals: Vec<Refusal> = Vec::new();
+    let mut lines: Vec<entries::Event> = Vec::new();
     let mut failed: Vec<(&str, u64, u64, u64)> = Vec::new(); // key, ttl, inv, cmp
     let mut queued_keys: std::collections::HashSet<&str> = Default::default();
     for r in records {
@@ -670,8 +758,17 @@ pub fn check(records: &[Record]) -> Report {
                 cmp,
                 fence,
                 waited,
-                ..
+                line,
             } => {
+                if *waited {
+                    lines.push(entries::Event {
+                        key,
+                        line,
+                        inv: *inv,
+                        cmp: *cmp,
+                        did: entries::Did::Acquired,
+                    });
+                }
                 let t = tenures.entry(id).or_default();
                 t.id.clone_from(id);
                 t.key.clone_from(key);
@@ -709,17 +806,58 @@ pub fn check(records: &[Record]) -> Report {
                 limit,
                 inv,
                 cmp,
-            } => refusals.push((key, *limit, *inv, *cmp, false)),
+            } => refusals.push(Refusal {
+                key,
+                limit: *limit,
+                inv: *inv,
+                cmp: *cmp,
+                line: None,
+            }),
             Record::WaitRanOut {
                 key,
                 limit,
                 inv,
                 cmp,
-                ..
+                line,
             } => {
                 queued_keys.insert(key);
-                refusals.push((key, *limit, *inv, *cmp, true));
+                refusals.push(Refusal {
+                    key,
+                    limit: *limit,
+                    inv: *inv,
+                    cmp: *cmp,
+                    line: Some(line),
+                });
             }
+            Record::Queued {
+                key,
+                line,
+                inv,
+                cmp,
+                answered,
+            } => {
+                queued_keys.insert(key);
+                lines.push(entries::Event {
+                    key,
+                    line,
+                    inv: *inv,
+                    cmp: *cmp,
+                    did: entries::Did::Tried(*answered),
+                });
+            }
+            Record::LeftQueue {
+                key,
+                line,
+                inv,
+                cmp,
+                answered,
+            } => lines.push(entries::Event {
+                key,
+                line,
+                inv: *inv,
+                cmp: *cmp,
+                did: entries::Did::Left(*answered),
+            }),
             Record::AcquireFailed {
                 key,
                 ttl_ns,
@@ -784,12 +922,13 @@ pub fn check(records: &[Record]) -> Report {
             }
         }
     }
+    let stints = entries::stints(&lines, &faults);
     refusal_rule(
         &refusals,
         &failed,
         &by_key,
         &queued_keys,
-        &faults,
+        (&faults, &stints),
         &mut report,
     );
     report.leads_ns.sort_unstable();
@@ -880,13 +1019,23 @@ fn leads(list: &[&Tenure], report: &mut Report) {
     }
 }
 
+/// A refusal rule 4 judges: a plain one (`line` `None`) or a wait that ran
+/// out (its line's id, empty when unknown).
+struct Refusal<'a> {
+    key: &'a str,
+    limit: u32,
+    inv: u64,
+    cmp: u64,
+    line: Option<&'a str>,
+}
+
 /// Rule 4.
 fn refusal_rule(
-    refusals: &[(&str, u32, u64, u64, bool)],
+    refusals: &[Refusal],
     failed: &[(&str, u64, u64, u64)],
     by_key: &BTreeMap<&str, Vec<&Tenure>>,
     queued: &std::collections::HashSet<&str>,
-    faults: &[(u64, u64)],
+    (faults, stints): (&[(u64, u64)], &entries::Stints),
     report: &mut Report,
 ) {
     // Per key: the spans in which a lease may have been live.
@@ -901,7 +1050,15 @@ fn refusal_rule(
         let until = pushed_past_faults(inv, cmp, faults).saturating_add(ttl);
         live.entry(key).or_default().push((inv, until));
     }
-    for &(key, limit, inv, cmp, waited) in refusals {
+    for &Refusal {
+        key,
+        limit,
+        inv,
+        cmp,
+        line,
+    } in refusals
+    {
+        let waited = line.is_some();
         if waited {
             report.waits_ran_out += 1;
         } else {
@@ -911,9 +1068,11 @@ fn refusal_rule(
             }
         }
         let spans = live.get(key).map(Vec::as_slice).unwrap_or(&[]);
+        // A wait also counts the lines queued ahead of its own.
+        let others = line.map(|own| stints.ahead_of(key, own, inv, cmp));
         // The most spans live at once inside [inv, cmp].
         let mut events: Vec<(u64, i8)> = Vec::new();
-        for &(s, e) in spans {
+        for &(s, e) in spans.iter().chain(others.iter().flatten()) {
             if s <= cmp && e >= inv {
                 events.push((s.max(inv), 1));
                 events.push((e.min(cmp), -1));
@@ -932,13 +1091,15 @@ fn refusal_rule(
                 &mut report.unexplained_refusals
             };
             list.push(format!(
-                "{key} (limit {limit}): {} {:.3} ms long with at most {most} lease(s) possibly live",
+                "{key} (limit {limit}): {} {:.3} ms long (from {inv}{}) with at most {most} \
+                 lease(s) possibly live",
                 if waited {
                     "a wait that ran out"
                 } else {
                     "a refusal"
                 },
-                (cmp - inv) as f64 / 1e6
+                (cmp - inv) as f64 / 1e6,
+                line.map_or(String::new(), |l| format!(", line {}", word(l)))
             ));
         }
     }

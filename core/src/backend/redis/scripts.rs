@@ -39,7 +39,9 @@ use ::redis::Script;
 /// line id -> liveness deadline (ms). Dead entries (deadline passed) are
 /// pruned from the head; while a live entry other than the caller's line
 /// heads the queue the acquire is refused, even of a free lease. A refused
-/// waiter (`ARGV[5]`) is added (`ZADD NX`: it keeps its place) and its
+/// waiter (`ARGV[5]`) is added (`ZADD NX`: it keeps its place while its
+/// entry is live; a lapsed one, not pruned yet, is taken out first, so the
+/// line queues again at the back, as on Local and PostgreSQL) and its
 /// deadline refreshed; one that acquires leaves the queue. Both keys expire
 /// `ARGV[6]` ms after the last refresh.
 ///
@@ -101,6 +103,10 @@ if free then
 end
 if line then
   local ms = math.floor(floor / 1000)
+  local was = tonumber(redis.call('HGET', KEYS[5], line))
+  if was and was <= ms then
+    redis.call('ZREM', KEYS[4], line)
+  end
   redis.call('ZADD', KEYS[4], 'NX', string.format('%.0f', ms), line)
   redis.call('HSET', KEYS[5], line, string.format('%.0f', ms + tonumber(ARGV[6])))
   redis.call('PEXPIRE', KEYS[4], ARGV[6])

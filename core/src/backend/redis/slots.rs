@@ -90,6 +90,10 @@ local now = math.floor(us / 1000)
 local line = ARGV[6]
 local function refuse()
   if line then
+    local was = tonumber(redis.call('HGET', KEYS[6], line))
+    if was and was <= now then
+      redis.call('ZREM', KEYS[5], line)
+    end
     redis.call('ZADD', KEYS[5], 'NX', string.format('%.0f', now), line)
     redis.call('HSET', KEYS[6], line, string.format('%.0f', now + tonumber(ARGV[7])))
     redis.call('PEXPIRE', KEYS[5], ARGV[7])
