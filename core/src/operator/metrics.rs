@@ -169,7 +169,8 @@ pub fn stats_prometheus(stats: &StatsSnapshot) -> String {
 
 /// Fleet gauges from a listing (as `mistri-locks serve` sees the backend
 /// at `now`): leases held, holders, flags raised, holders silent past
-/// twice their heartbeat, the oldest last-renewal age.
+/// twice their heartbeat, the oldest last-renewal age, waiting lines and
+/// the oldest wait.
 ///
 /// # Examples
 /// ```
@@ -238,5 +239,26 @@ pub fn fleet_prometheus(listing: &Listing, now: SystemTime) -> String {
         "",
         oldest.as_secs_f64(),
     );
+    let lines: u64 = listing.waiting.iter().map(|w| u64::from(w.lines)).sum();
+    let oldest_wait = listing
+        .waiting
+        .iter()
+        .map(|w| w.oldest_wait)
+        .max()
+        .unwrap_or_default();
+    one(
+        o,
+        "fleet_waiting_lines",
+        "gauge",
+        "Waiting lines queued for keys under the served prefix (one per waiting process and handle; each waiter on Memory).",
+        lines,
+    );
+    family(
+        o,
+        "fleet_oldest_wait_seconds",
+        "gauge",
+        "How long the longest-waiting line has waited (0 with none).",
+    );
+    sample(o, "fleet_oldest_wait_seconds", "", oldest_wait.as_secs_f64());
     out
 }
