@@ -47,7 +47,7 @@ use parking_lot::Mutex;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How many recent beat round trips the p50/p99 are computed over.
 pub const RTT_WINDOW: usize = 128;
@@ -112,6 +112,11 @@ pub struct StatsSnapshot {
     pub stop_flags_seen: u64,
     /// Stop-flag pushes received from the adapter's listener.
     pub pushes_received: u64,
+    /// The smallest margin a confirmed renewal had left to its hold's safe
+    /// deadline, over the last minute ([`MARGIN_BUCKET`]: the current and
+    /// the previous 30 s); `None` without a confirmed renewal then. Near
+    /// zero: a hold came close to being lost by deadline.
+    pub safe_margin_min: Option<Duration>,
 }
 
 /// One named value of a [`StatsSnapshot`].
@@ -149,6 +154,7 @@ impl StatsSnapshot {
             ("lost_stalled", Count(self.lost_stalled)),
             ("stop_flags_seen", Count(self.stop_flags_seen)),
             ("pushes_received", Count(self.pushes_received)),
+            ("safe_margin_min", secs(self.safe_margin_min)),
         ]
     }
 
@@ -181,6 +187,9 @@ pub(crate) struct Stats {
     pub(crate) pushes_received: AtomicU64,
     rtt_nanos: [AtomicU64; RTT_WINDOW],
     rtt_count: AtomicU64,
+    /// The smallest safe-deadline margins of the last two buckets (a leaf
+    /// lock, taken under the engine's state lock).
+    margins: Mutex<Margins>,
     has_hooks: AtomicBool,
     hooks: Mutex<Vec<(u64, Hook)>>,
     /// Engine events waiting for [`Stats::flush`] (a leaf lock).
@@ -208,9 +217,67 @@ impl Default for Stats {
             pushes_received: AtomicU64::new(0),
             rtt_nanos: std::array::from_fn(|_| AtomicU64::new(0)),
             rtt_count: AtomicU64::new(0),
+            margins: Mutex::new(Margins::default()),
             has_hooks: AtomicBool::new(false),
             hooks: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// The width of one bucket of [`StatsSnapshot::safe_margin_min`]: the
+/// minimum is kept per bucket, and a snapshot reads the current and the
+/// previous one (so "the last minute" covers 30 to 60 s, at the cost of
+/// two numbers, not a sample per renewal).
+pub const MARGIN_BUCKET: Duration = Duration::from_secs(30);
+
+/// The per-bucket minima of the safe-deadline margin ([`MARGIN_BUCKET`]).
+#[derive(Default)]
+struct Margins {
+    /// The bucket `now` is in: whole [`MARGIN_BUCKET`]s since the first
+    /// record, and its minimum.
+    bucket: u64,
+    min: Option<Duration>,
+    /// The minimum of bucket `bucket - 1`.
+    previous: Option<Duration>,
+    /// Where bucket 0 starts.
+    start: Option<Instant>,
+}
+
+impl Margins {
+    fn bucket_of(&mut self, at: Instant) -> u64 {
+        let start = *self.start.get_or_insert(at);
+        (at.saturating_duration_since(start).as_nanos() / MARGIN_BUCKET.as_nanos()) as u64
+    }
+
+    /// Moves the buckets on to `bucket`.
+    fn advance(&mut self, bucket: u64) {
+        if bucket > self.bucket {
+            self.previous = if bucket == self.bucket + 1 {
+                self.min
+            } else {
+                None
+            };
+            self.min = None;
+            self.bucket = bucket;
+        }
+    }
+
+    fn record(&mut self, left: Duration, at: Instant) {
+        let bucket = self.bucket_of(at);
+        self.advance(bucket);
+        if bucket == self.bucket {
+            self.min = Some(self.min.map_or(left, |m| m.min(left)));
+        }
+    }
+
+    fn last_minute(&mut self, now: Instant) -> Option<Duration> {
+        self.start?;
+        let bucket = self.bucket_of(now);
+        self.advance(bucket);
+        match (self.min, self.previous) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }
@@ -240,6 +307,12 @@ impl Stats {
         let n = self.rtt_count.fetch_add(1, Ordering::Relaxed);
         let nanos = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
         self.rtt_nanos[(n % RTT_WINDOW as u64) as usize].store(nanos, Ordering::Relaxed);
+    }
+
+    /// Records the margin a renewal confirmed at `at` had left to its
+    /// hold's safe deadline ([`StatsSnapshot::safe_margin_min`]).
+    pub(crate) fn margin(&self, left: Duration, at: Instant) {
+        self.margins.lock().record(left, at);
     }
 
     /// Counts a lost hold by its cause.
@@ -353,6 +426,7 @@ impl Stats {
             lost_stalled: load(&self.lost_stalled),
             stop_flags_seen: load(&self.stop_flags_seen),
             pushes_received: load(&self.pushes_received),
+            safe_margin_min: self.margins.lock().last_minute(Instant::now()),
         }
     }
 }
@@ -374,5 +448,27 @@ mod tests {
         assert_eq!(snap.beat_rtt_p50, Some(Duration::from_millis(136)));
         assert_eq!(snap.beat_rtt_p99, Some(Duration::from_millis(199)));
         assert_eq!((snap.beats, snap.beats_failed), (201, 1));
+    }
+
+    #[test]
+    fn the_margin_minimum_covers_the_last_two_buckets() {
+        let mut m = Margins::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let ms = Duration::from_millis;
+        assert_eq!(m.last_minute(t0), None);
+        m.record(ms(900), at(0));
+        m.record(ms(400), at(10));
+        m.record(ms(700), at(20));
+        assert_eq!(m.last_minute(at(29)), Some(ms(400)));
+        // Next bucket: the previous one's minimum still counts.
+        m.record(ms(800), at(31));
+        assert_eq!(m.last_minute(at(40)), Some(ms(400)));
+        // Two buckets on, the 400 ms of the first is forgotten.
+        assert_eq!(m.last_minute(at(61)), Some(ms(800)));
+        // A quiet minute: nothing.
+        assert_eq!(m.last_minute(at(125)), None);
+        m.record(ms(50), at(126));
+        assert_eq!(m.last_minute(at(127)), Some(ms(50)));
     }
 }

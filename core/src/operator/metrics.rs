@@ -140,6 +140,15 @@ pub fn stats_prometheus(stats: &StatsSnapshot) -> String {
             sample(o, name, "", d.as_secs_f64());
         }
     }
+    family(
+        o,
+        "safe_margin_min_seconds",
+        "gauge",
+        "The smallest margin a confirmed renewal had left to its hold's safe deadline, over the last minute (30 to 60 s; absent without a confirmed renewal then).",
+    );
+    if let Some(d) = stats.safe_margin_min {
+        sample(o, "safe_margin_min_seconds", "", d.as_secs_f64());
+    }
     family(o, "holds_lost_total", "counter", "Holds lost, by cause: not_held (the lease was gone or taken), too_late (a renewal arrived with too little life left), deadline (no renewal confirmed by the safe deadline), max_hold, stalled (the hung-holder guard).");
     for (cause, n) in [
         ("not_held", stats.lost_not_held),
