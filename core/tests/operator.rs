@@ -452,3 +452,56 @@ fn waiting_lines_postgres() {
     let server = PgServer::start();
     waiting_lines_at(&server.url());
 }
+
+// --------------------------------------------- the safe-deadline margin
+
+/// Waits (up to 20 s) until `done` holds.
+fn until(what: &str, done: impl Fn() -> bool) {
+    let end = Instant::now() + secs(20.0);
+    while !done() {
+        assert!(Instant::now() < end, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Renewals stop while the server is frozen: the first renewal confirmed
+/// after the thaw replaces a safe deadline set by a renewal sent before
+/// the stop, so the margin it had left is at most the ttl less the time
+/// the server stood still; the gauge's minimum shows it (and promtool
+/// accepts the text).
+#[test]
+fn the_safe_margin_gauge_shows_how_close_renewals_came() {
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), &unique("mistri:margin")).unwrap();
+    let ttl = 6.0;
+    let hold = locks.hold("job", opts(ttl, 0.05)).unwrap().expect("free");
+    until("two renewals", || locks.stats().renewals_confirmed >= 2);
+    let healthy = locks.stats().safe_margin_min.expect("renewals were confirmed");
+    assert!(healthy > Duration::ZERO && healthy <= secs(ttl), "{healthy:?}");
+    server.freeze();
+    // Stopped for sure (SIGSTOP may land later than kill returns).
+    let stat = format!("/proc/{}/stat", server.pid());
+    until("the server stopped", || {
+        let text = std::fs::read_to_string(&stat).unwrap();
+        let state = text.rsplit(')').next().unwrap().split_whitespace().next();
+        state == Some("T")
+    });
+    let stopped = Instant::now();
+    std::thread::sleep(secs(0.5));
+    let thawing = Instant::now();
+    let confirmed = locks.stats().renewals_confirmed;
+    server.thaw();
+    until("a renewal after the thaw", || {
+        locks.stats().renewals_confirmed > confirmed
+    });
+    assert!(!hold.is_lost(), "the hold outlived a 0.5 s freeze of a {ttl} s ttl");
+    let text = operator::stats_prometheus(&locks.stats());
+    promtool_accepts(&text);
+    let margin = value(&text, "mistri_locks_safe_margin_min_seconds");
+    let stood_still = (thawing - stopped).as_secs_f64();
+    assert!(
+        margin > 0.0 && margin <= ttl - stood_still,
+        "margin {margin} s after the server stood still {stood_still} s"
+    );
+    hold.release().unwrap();
+}
