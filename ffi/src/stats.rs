@@ -314,15 +314,22 @@ mod tests {
     }
 
     #[test]
-    fn the_first_version_is_all_of_the_struct_today() {
-        // When a field is appended, this becomes `<`, and stays so.
-        assert_eq!(FIRST_VERSION_SIZE, size_of::<mistri_stats>());
+    fn the_first_version_is_a_prefix_of_the_struct() {
+        // `safe_margin_min` was appended after the first version: a caller
+        // compiled against that header (size ends at `pushes_received`)
+        // is still served, its fields only.
+        assert!(FIRST_VERSION_SIZE < size_of::<mistri_stats>());
+        assert_eq!(
+            FIRST_VERSION_SIZE,
+            offset_of!(mistri_stats, safe_margin_min)
+        );
     }
 
     #[test]
     fn a_fresh_snapshot_says_nan_for_times() {
         let stats = c_stats(&StatsSnapshot::default());
         assert!(stats.beat_rtt_p50.is_nan() && stats.beat_rtt_p99.is_nan());
+        assert!(stats.safe_margin_min.is_nan());
         assert_eq!(stats.size, size_of::<mistri_stats>());
     }
 }
