@@ -397,7 +397,10 @@ fn two_waiting_lines_are_listed(holder: &Locks, waiters: [&Locks; 2]) {
         let fleet = operator::fleet_prometheus(&listing, SystemTime::now());
         assert_eq!(value(&fleet, "mistri_locks_fleet_waiting_lines"), 2.0);
         let oldest = value(&fleet, "mistri_locks_fleet_oldest_wait_seconds");
-        assert!((oldest - w.oldest_wait.as_secs_f64()).abs() < 0.001, "{fleet}");
+        assert!(
+            (oldest - w.oldest_wait.as_secs_f64()).abs() < 0.001,
+            "{fleet}"
+        );
         promtool_accepts(&fleet);
         assert!(holder.release(&key).unwrap());
     });
@@ -476,8 +479,14 @@ fn the_safe_margin_gauge_shows_how_close_renewals_came() {
     let ttl = 6.0;
     let hold = locks.hold("job", opts(ttl, 0.05)).unwrap().expect("free");
     until("two renewals", || locks.stats().renewals_confirmed >= 2);
-    let healthy = locks.stats().safe_margin_min.expect("renewals were confirmed");
-    assert!(healthy > Duration::ZERO && healthy <= secs(ttl), "{healthy:?}");
+    let healthy = locks
+        .stats()
+        .safe_margin_min
+        .expect("renewals were confirmed");
+    assert!(
+        healthy > Duration::ZERO && healthy <= secs(ttl),
+        "{healthy:?}"
+    );
     server.freeze();
     // Stopped for sure (SIGSTOP may land later than kill returns).
     let stat = format!("/proc/{}/stat", server.pid());
@@ -494,7 +503,10 @@ fn the_safe_margin_gauge_shows_how_close_renewals_came() {
     until("a renewal after the thaw", || {
         locks.stats().renewals_confirmed > confirmed
     });
-    assert!(!hold.is_lost(), "the hold outlived a 0.5 s freeze of a {ttl} s ttl");
+    assert!(
+        !hold.is_lost(),
+        "the hold outlived a 0.5 s freeze of a {ttl} s ttl"
+    );
     let text = operator::stats_prometheus(&locks.stats());
     promtool_accepts(&text);
     let margin = value(&text, "mistri_locks_safe_margin_min_seconds");

@@ -268,6 +268,11 @@ pub fn fleet_prometheus(listing: &Listing, now: SystemTime) -> String {
         "gauge",
         "How long the longest-waiting line has waited (0 with none).",
     );
-    sample(o, "fleet_oldest_wait_seconds", "", oldest_wait.as_secs_f64());
+    sample(
+        o,
+        "fleet_oldest_wait_seconds",
+        "",
+        oldest_wait.as_secs_f64(),
+    );
     out
 }

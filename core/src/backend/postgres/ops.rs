@@ -10,8 +10,7 @@ use crate::args::millis_ceil;
 use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::contract::info::{
-    from_unix_millis, unpack_label, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing,
-    WaitingInfo,
+    from_unix_millis, unpack_label, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing, WaitingInfo,
 };
 use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
@@ -27,7 +26,6 @@ fn ms_or_zero(d: Duration) -> u64 {
         millis_ceil(d)
     }
 }
-
 
 /// `$1` ns, `$2` prefix: the keys under the prefix with live waiting lines
 /// (the `queue` table, [`crate::WaitingInfo`]), how many, and the ms the
