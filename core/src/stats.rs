@@ -187,9 +187,8 @@ pub(crate) struct Stats {
     pub(crate) pushes_received: AtomicU64,
     rtt_nanos: [AtomicU64; RTT_WINDOW],
     rtt_count: AtomicU64,
-    /// The smallest safe-deadline margins of the last two buckets (a leaf
-    /// lock, taken under the engine's state lock).
-    margins: Mutex<Margins>,
+    /// The smallest safe-deadline margins of the last two buckets.
+    margins: Margins,
     has_hooks: AtomicBool,
     hooks: Mutex<Vec<(u64, Hook)>>,
     /// Engine events waiting for [`Stats::flush`] (a leaf lock).
@@ -217,7 +216,7 @@ impl Default for Stats {
             pushes_received: AtomicU64::new(0),
             rtt_nanos: std::array::from_fn(|_| AtomicU64::new(0)),
             rtt_count: AtomicU64::new(0),
-            margins: Mutex::new(Margins::default()),
+            margins: Margins::default(),
             has_hooks: AtomicBool::new(false),
             hooks: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
@@ -231,54 +230,62 @@ impl Default for Stats {
 /// two numbers, not a sample per renewal).
 pub const MARGIN_BUCKET: Duration = Duration::from_secs(30);
 
-/// The per-bucket minima of the safe-deadline margin ([`MARGIN_BUCKET`]).
+/// The per-bucket minima of the safe-deadline margin ([`MARGIN_BUCKET`]):
+/// two atomics, one per bucket parity, each `(bucket + 1) << 32 | ms`
+/// (0: never written). Lock-free, so a fork can't leave it locked, and a
+/// snapshot only reads. Writers are the owner's engine (one at a time,
+/// under its state lock); a compare-and-swap keeps a second one correct.
 #[derive(Default)]
 struct Margins {
-    /// The bucket `now` is in: whole [`MARGIN_BUCKET`]s since the first
-    /// record, and its minimum.
-    bucket: u64,
-    min: Option<Duration>,
-    /// The minimum of bucket `bucket - 1`.
-    previous: Option<Duration>,
-    /// Where bucket 0 starts.
-    start: Option<Instant>,
+    slots: [AtomicU64; 2],
+}
+
+/// The [`MARGIN_BUCKET`] `at` falls in, counted from the first use.
+fn margin_bucket(at: Instant) -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    (at.saturating_duration_since(start).as_nanos() / MARGIN_BUCKET.as_nanos()) as u64
 }
 
 impl Margins {
-    fn bucket_of(&mut self, at: Instant) -> u64 {
-        let start = *self.start.get_or_insert(at);
-        (at.saturating_duration_since(start).as_nanos() / MARGIN_BUCKET.as_nanos()) as u64
-    }
-
-    /// Moves the buckets on to `bucket`.
-    fn advance(&mut self, bucket: u64) {
-        if bucket > self.bucket {
-            self.previous = if bucket == self.bucket + 1 {
-                self.min
+    /// Keeps `left` (whole ms, at most `u32::MAX`) if it is the smallest
+    /// of `bucket`.
+    fn record(&self, left: Duration, bucket: u64) {
+        let ms = u64::try_from(left.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(u64::from(u32::MAX));
+        let tag = (bucket + 1) << 32;
+        let slot = &self.slots[(bucket % 2) as usize];
+        let mut seen = slot.load(Ordering::Relaxed);
+        loop {
+            let want = if seen >> 32 == bucket + 1 {
+                tag | (seen & 0xffff_ffff).min(ms)
+            } else if seen >> 32 > bucket + 1 {
+                return; // a later bucket is there already
             } else {
-                None
+                tag | ms
             };
-            self.min = None;
-            self.bucket = bucket;
+            if want == seen {
+                return;
+            }
+            match slot.compare_exchange_weak(seen, want, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => seen = now,
+            }
         }
     }
 
-    fn record(&mut self, left: Duration, at: Instant) {
-        let bucket = self.bucket_of(at);
-        self.advance(bucket);
-        if bucket == self.bucket {
-            self.min = Some(self.min.map_or(left, |m| m.min(left)));
-        }
-    }
-
-    fn last_minute(&mut self, now: Instant) -> Option<Duration> {
-        self.start?;
-        let bucket = self.bucket_of(now);
-        self.advance(bucket);
-        match (self.min, self.previous) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+    /// The smallest margin of `bucket` and the one before it.
+    fn last_minute(&self, bucket: u64) -> Option<Duration> {
+        self.slots
+            .iter()
+            .map(|slot| slot.load(Ordering::Relaxed))
+            .filter(|v| {
+                let b = v >> 32; // the bucket + 1, 0 for never
+                b != 0 && (b == bucket + 1 || b == bucket)
+            })
+            .map(|v| Duration::from_millis(v & 0xffff_ffff))
+            .min()
     }
 }
 
@@ -312,7 +319,7 @@ impl Stats {
     /// Records the margin a renewal confirmed at `at` had left to its
     /// hold's safe deadline ([`StatsSnapshot::safe_margin_min`]).
     pub(crate) fn margin(&self, left: Duration, at: Instant) {
-        self.margins.lock().record(left, at);
+        self.margins.record(left, margin_bucket(at));
     }
 
     /// Counts a lost hold by its cause.
@@ -426,7 +433,7 @@ impl Stats {
             lost_stalled: load(&self.lost_stalled),
             stop_flags_seen: load(&self.stop_flags_seen),
             pushes_received: load(&self.pushes_received),
-            safe_margin_min: self.margins.lock().last_minute(Instant::now()),
+            safe_margin_min: self.margins.last_minute(margin_bucket(Instant::now())),
         }
     }
 }
@@ -452,23 +459,28 @@ mod tests {
 
     #[test]
     fn the_margin_minimum_covers_the_last_two_buckets() {
-        let mut m = Margins::default();
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
+        let m = Margins::default();
         let ms = Duration::from_millis;
-        assert_eq!(m.last_minute(t0), None);
-        m.record(ms(900), at(0));
-        m.record(ms(400), at(10));
-        m.record(ms(700), at(20));
-        assert_eq!(m.last_minute(at(29)), Some(ms(400)));
+        assert_eq!(m.last_minute(0), None);
+        m.record(ms(900), 0);
+        m.record(ms(400), 0);
+        m.record(ms(700), 0);
+        assert_eq!(m.last_minute(0), Some(ms(400)));
         // Next bucket: the previous one's minimum still counts.
-        m.record(ms(800), at(31));
-        assert_eq!(m.last_minute(at(40)), Some(ms(400)));
-        // Two buckets on, the 400 ms of the first is forgotten.
-        assert_eq!(m.last_minute(at(61)), Some(ms(800)));
+        m.record(ms(800), 1);
+        assert_eq!(m.last_minute(1), Some(ms(400)));
+        // Two buckets on, the 400 ms of bucket 0 is forgotten.
+        assert_eq!(m.last_minute(2), Some(ms(800)));
         // A quiet minute: nothing.
-        assert_eq!(m.last_minute(at(125)), None);
-        m.record(ms(50), at(126));
-        assert_eq!(m.last_minute(at(127)), Some(ms(50)));
+        assert_eq!(m.last_minute(4), None);
+        m.record(ms(50), 4);
+        assert_eq!(m.last_minute(4), Some(ms(50)));
+        // A late writer of an older bucket changes nothing.
+        m.record(ms(1), 2);
+        assert_eq!(m.last_minute(4), Some(ms(50)));
+        // Long margins are kept to the millisecond, capped at u32::MAX ms.
+        m.record(Duration::from_secs(1 << 40), 5);
+        assert_eq!(m.last_minute(5), Some(ms(50)));
+        assert_eq!(m.last_minute(6), Some(ms(u64::from(u32::MAX))));
     }
 }
