@@ -287,7 +287,8 @@ typedef struct mistri_lease_info mistri_lease_info;
  * `mistri_lease_info_*` getters (`mistri_lease_info_key` for its key); it
  * belongs to the listing (do not pass it to `mistri_lease_info_free`).
  * Flags: `mistri_listing_flag_count` and `mistri_listing_flag(listing, i,
- * &key, &time_left)`.
+ * &key, &time_left)`. Keys with waiting lines: `mistri_listing_waiting_count`
+ * and `mistri_listing_waiting(listing, i, &key, &lines, &oldest_wait)`.
  *
  * Threading: immutable; any thread may read it, one frees it (last).
  */
@@ -548,6 +549,12 @@ typedef struct mistri_stats {
    * Stop-flag pushes received from the backend's listener.
    */
   uint64_t pushes_received;
+  /**
+   * The smallest margin a confirmed renewal had left to its hold's safe
+   * deadline over the last minute (30 to 60 s), in seconds; NaN without
+   * a confirmed renewal then.
+   */
+  double safe_margin_min;
 } mistri_stats;
 
 #ifdef __cplusplus
@@ -1124,6 +1131,31 @@ enum mistri_status mistri_listing_flag_count(const struct mistri_listing *listin
  * `listing` is NULL or a live listing; each out-param is NULL or writable.
  */
 enum mistri_status mistri_listing_flag(const struct mistri_listing *listing, size_t index, const char **key, double *time_left);
+
+/**
+ * How many keys with waiting lines the listing has (each key's live
+ * lines queued for its lease: one per waiting process and handle; on
+ * Memory, each waiter).
+ *
+ * # Safety
+ * `listing` is NULL or a live listing; `count` is NULL or writable.
+ */
+enum mistri_status mistri_listing_waiting_count(const struct mistri_listing *listing, size_t *count);
+
+/**
+ * Waiting key `index` (0 ≤ index < `mistri_listing_waiting_count`, by
+ * key): its key (without the namespace; owned by the listing, valid until
+ * `mistri_listing_free`; a key containing a NUL byte is cut there), how
+ * many live lines wait for it, and the seconds the first of them has
+ * waited. A key may be listed here and not among the leases, for the
+ * moment between a release and the first line's acquire. Each out-param
+ * may be NULL (not wanted). An index out of range is
+ * `MISTRI_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `listing` is NULL or a live listing; each out-param is NULL or writable.
+ */
+enum mistri_status mistri_listing_waiting(const struct mistri_listing *listing, size_t index, const char **key, uint32_t *lines, double *oldest_wait);
 
 /**
  * Makes a handle on an in-process Memory backend: real TTLs on a
@@ -1892,7 +1924,9 @@ enum mistri_status mistri_locks_stats(const struct mistri_locks *locks, struct m
  * `lost_max_hold`, `lost_stalled`, `stop_flags_seen`, `pushes_received`
  * (counts since the handle was made; exact below 2^53), and
  * `beat_rtt_p50`, `beat_rtt_p99` (seconds, over the last 128 beats; NaN
- * before the first). More may be added.
+ * before the first), `safe_margin_min` (seconds: the smallest margin a
+ * confirmed renewal had left to its safe deadline over the last minute;
+ * NaN without one). More may be added.
  *
  * On `MISTRI_OK`, `*value` receives it.
  *

@@ -72,7 +72,7 @@ pub use backend::redis::url::ReplicaAck;
 pub use backend::redis::{Redis, DEFAULT_NAMESPACE, DEFAULT_URL, SETTINGS_CHECK_EVERY};
 pub use backend::{check_family, family_of, open, open_with, schemes_of, Family, OpenOptions};
 pub use contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
-pub use contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing};
+pub use contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing, WaitingInfo};
 pub use contract::push::{FlagWatch, FlagWatcher};
 pub use contract::{QUEUE_ENTRY_TTL, QUEUE_REFRESH, SAFETY_POLL};
 pub use error::{Error, Result};

@@ -47,7 +47,7 @@ use parking_lot::Mutex;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How many recent beat round trips the p50/p99 are computed over.
 pub const RTT_WINDOW: usize = 128;
@@ -112,6 +112,11 @@ pub struct StatsSnapshot {
     pub stop_flags_seen: u64,
     /// Stop-flag pushes received from the adapter's listener.
     pub pushes_received: u64,
+    /// The smallest margin a confirmed renewal had left to its hold's safe
+    /// deadline, over the last minute ([`MARGIN_BUCKET`]: the current and
+    /// the previous 30 s); `None` without a confirmed renewal then. Near
+    /// zero: a hold came close to being lost by deadline.
+    pub safe_margin_min: Option<Duration>,
 }
 
 /// One named value of a [`StatsSnapshot`].
@@ -149,6 +154,7 @@ impl StatsSnapshot {
             ("lost_stalled", Count(self.lost_stalled)),
             ("stop_flags_seen", Count(self.stop_flags_seen)),
             ("pushes_received", Count(self.pushes_received)),
+            ("safe_margin_min", secs(self.safe_margin_min)),
         ]
     }
 
@@ -181,6 +187,8 @@ pub(crate) struct Stats {
     pub(crate) pushes_received: AtomicU64,
     rtt_nanos: [AtomicU64; RTT_WINDOW],
     rtt_count: AtomicU64,
+    /// The smallest safe-deadline margins of the last two buckets.
+    margins: Margins,
     has_hooks: AtomicBool,
     hooks: Mutex<Vec<(u64, Hook)>>,
     /// Engine events waiting for [`Stats::flush`] (a leaf lock).
@@ -208,10 +216,76 @@ impl Default for Stats {
             pushes_received: AtomicU64::new(0),
             rtt_nanos: std::array::from_fn(|_| AtomicU64::new(0)),
             rtt_count: AtomicU64::new(0),
+            margins: Margins::default(),
             has_hooks: AtomicBool::new(false),
             hooks: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
         }
+    }
+}
+
+/// The width of one bucket of [`StatsSnapshot::safe_margin_min`]: the
+/// minimum is kept per bucket, and a snapshot reads the current and the
+/// previous one (so "the last minute" covers 30 to 60 s, at the cost of
+/// two numbers, not a sample per renewal).
+pub const MARGIN_BUCKET: Duration = Duration::from_secs(30);
+
+/// The per-bucket minima of the safe-deadline margin ([`MARGIN_BUCKET`]):
+/// two atomics, one per bucket parity, each `(bucket + 1) << 32 | ms`
+/// (0: never written). Lock-free, so a fork can't leave it locked, and a
+/// snapshot only reads. Writers are the owner's engine (one at a time,
+/// under its state lock); a compare-and-swap keeps a second one correct.
+#[derive(Default)]
+struct Margins {
+    slots: [AtomicU64; 2],
+}
+
+/// The [`MARGIN_BUCKET`] `at` falls in, counted from the first use.
+fn margin_bucket(at: Instant) -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    (at.saturating_duration_since(start).as_nanos() / MARGIN_BUCKET.as_nanos()) as u64
+}
+
+impl Margins {
+    /// Keeps `left` (whole ms, at most `u32::MAX`) if it is the smallest
+    /// of `bucket`.
+    fn record(&self, left: Duration, bucket: u64) {
+        let ms = u64::try_from(left.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(u64::from(u32::MAX));
+        let tag = (bucket + 1) << 32;
+        let slot = &self.slots[(bucket % 2) as usize];
+        let mut seen = slot.load(Ordering::Relaxed);
+        loop {
+            let want = if seen >> 32 == bucket + 1 {
+                tag | (seen & 0xffff_ffff).min(ms)
+            } else if seen >> 32 > bucket + 1 {
+                return; // a later bucket is there already
+            } else {
+                tag | ms
+            };
+            if want == seen {
+                return;
+            }
+            match slot.compare_exchange_weak(seen, want, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    /// The smallest margin of `bucket` and the one before it.
+    fn last_minute(&self, bucket: u64) -> Option<Duration> {
+        self.slots
+            .iter()
+            .map(|slot| slot.load(Ordering::Relaxed))
+            .filter(|v| {
+                let b = v >> 32; // the bucket + 1, 0 for never
+                b != 0 && (b == bucket + 1 || b == bucket)
+            })
+            .map(|v| Duration::from_millis(v & 0xffff_ffff))
+            .min()
     }
 }
 
@@ -240,6 +314,12 @@ impl Stats {
         let n = self.rtt_count.fetch_add(1, Ordering::Relaxed);
         let nanos = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
         self.rtt_nanos[(n % RTT_WINDOW as u64) as usize].store(nanos, Ordering::Relaxed);
+    }
+
+    /// Records the margin a renewal confirmed at `at` had left to its
+    /// hold's safe deadline ([`StatsSnapshot::safe_margin_min`]).
+    pub(crate) fn margin(&self, left: Duration, at: Instant) {
+        self.margins.record(left, margin_bucket(at));
     }
 
     /// Counts a lost hold by its cause.
@@ -353,6 +433,7 @@ impl Stats {
             lost_stalled: load(&self.lost_stalled),
             stop_flags_seen: load(&self.stop_flags_seen),
             pushes_received: load(&self.pushes_received),
+            safe_margin_min: self.margins.last_minute(margin_bucket(Instant::now())),
         }
     }
 }
@@ -374,5 +455,32 @@ mod tests {
         assert_eq!(snap.beat_rtt_p50, Some(Duration::from_millis(136)));
         assert_eq!(snap.beat_rtt_p99, Some(Duration::from_millis(199)));
         assert_eq!((snap.beats, snap.beats_failed), (201, 1));
+    }
+
+    #[test]
+    fn the_margin_minimum_covers_the_last_two_buckets() {
+        let m = Margins::default();
+        let ms = Duration::from_millis;
+        assert_eq!(m.last_minute(0), None);
+        m.record(ms(900), 0);
+        m.record(ms(400), 0);
+        m.record(ms(700), 0);
+        assert_eq!(m.last_minute(0), Some(ms(400)));
+        // Next bucket: the previous one's minimum still counts.
+        m.record(ms(800), 1);
+        assert_eq!(m.last_minute(1), Some(ms(400)));
+        // Two buckets on, the 400 ms of bucket 0 is forgotten.
+        assert_eq!(m.last_minute(2), Some(ms(800)));
+        // A quiet minute: nothing.
+        assert_eq!(m.last_minute(4), None);
+        m.record(ms(50), 4);
+        assert_eq!(m.last_minute(4), Some(ms(50)));
+        // A late writer of an older bucket changes nothing.
+        m.record(ms(1), 2);
+        assert_eq!(m.last_minute(4), Some(ms(50)));
+        // Long margins are kept to the millisecond, capped at u32::MAX ms.
+        m.record(Duration::from_secs(1 << 40), 5);
+        assert_eq!(m.last_minute(5), Some(ms(50)));
+        assert_eq!(m.last_minute(6), Some(ms(u64::from(u32::MAX))));
     }
 }

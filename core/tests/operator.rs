@@ -9,11 +9,11 @@ use common::*;
 use mistri_locks::operator::{
     self, handle, OperatorOptions, OperatorRequest, OperatorResponse, CSRF_COOKIE,
 };
-use mistri_locks::Locks;
-use mistri_locks_testkit::RedisServer;
+use mistri_locks::{AcquireOptions, Locks, OpenOptions};
+use mistri_locks_testkit::{unique, PgServer, RedisCluster, RedisSentinels, RedisServer};
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 const TOKEN: &str = "0123456789abcdef-token";
 
@@ -333,4 +333,187 @@ fn stop_raises_the_holders_stop_key_shown_in_the_state() {
         operator::stop_holders(&locks, "report:42").unwrap(),
         Ok("raised report:42:stop".into())
     );
+}
+
+// ------------------------------------------------- waiting lines per key
+
+/// Two waiting lines on a held key (`waiters`: the handles they wait
+/// through; distinct handles make distinct lines, and on Memory each
+/// waiter counts): the listing shows 2 lines whose oldest wait grows with
+/// the clock and never exceeds how long they have waited; the state JSON
+/// and the fleet gauges show them; once both got their turn, none.
+fn two_waiting_lines_are_listed(holder: &Locks, waiters: [&Locks; 2]) {
+    let prefix = unique("waiting");
+    let key = format!("{prefix}:job");
+    assert!(holder.acquire(&key, secs(30.0)).unwrap());
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for w in waiters {
+            let key = key.as_str();
+            s.spawn(move || {
+                let wait = AcquireOptions {
+                    wait: Some(secs(60.0)),
+                    ..AcquireOptions::default()
+                };
+                assert!(w.acquire_with(key, secs(30.0), &wait).unwrap(), "a turn");
+                assert!(w.release(key).unwrap());
+            });
+        }
+        // Both queued: bounded by 20 s (each queues at its first try).
+        let end = Instant::now() + secs(20.0);
+        let (first, first_read) = loop {
+            let listing = holder.list(&prefix).unwrap();
+            let read = Instant::now();
+            if let Some(w) = listing.waiting_for(&key).filter(|w| w.lines == 2) {
+                break (w.oldest_wait, read);
+            }
+            assert!(Instant::now() < end, "never 2 lines: {listing:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let asked = Instant::now();
+        let listing = holder.list(&prefix).unwrap();
+        let answered = Instant::now();
+        let w = listing.waiting_for(&key).expect("still waiting").clone();
+        assert_eq!((w.key.as_str(), w.lines), (key.as_str(), 2));
+        // The backends keep milliseconds: 2 ms of rounding either way.
+        let ms2 = Duration::from_millis(2);
+        assert!(
+            w.oldest_wait + ms2 >= first + (asked - first_read),
+            "the oldest wait {:?} grew less than the clock since {first:?}",
+            w.oldest_wait
+        );
+        assert!(
+            w.oldest_wait <= answered - started + ms2,
+            "the oldest wait {:?} is longer than they have waited",
+            w.oldest_wait
+        );
+        assert_eq!(listing.leases.len(), 1, "{listing:?}");
+        let doc = operator::state_json(&listing, &prefix, SystemTime::now());
+        assert!(
+            doc.contains(r#""limit":1,"waiting":2,"oldest_wait_s":"#),
+            "{doc}"
+        );
+        let fleet = operator::fleet_prometheus(&listing, SystemTime::now());
+        assert_eq!(value(&fleet, "mistri_locks_fleet_waiting_lines"), 2.0);
+        let oldest = value(&fleet, "mistri_locks_fleet_oldest_wait_seconds");
+        assert!(
+            (oldest - w.oldest_wait.as_secs_f64()).abs() < 0.001,
+            "{fleet}"
+        );
+        promtool_accepts(&fleet);
+        assert!(holder.release(&key).unwrap());
+    });
+    // Both had their turn and left the queue: no line is listed.
+    let listing = holder.list(&prefix).unwrap();
+    assert!(listing.waiting.is_empty(), "{listing:?}");
+    let doc = operator::state_json(&listing, &prefix, SystemTime::now());
+    assert!(doc.ends_with(r#""waiting":[]}"#), "{doc}");
+}
+
+#[test]
+fn waiting_lines_memory() {
+    let locks = Locks::memory();
+    two_waiting_lines_are_listed(&locks, [&locks, &locks]);
+}
+
+#[test]
+fn waiting_lines_local() {
+    let path = std::env::temp_dir()
+        .join(unique("mistri-operator"))
+        .join("locks.db");
+    let open = || Locks::local(Some(&path)).unwrap();
+    let (holder, a, b) = (open(), open(), open());
+    two_waiting_lines_are_listed(&holder, [&a, &b]);
+}
+
+fn waiting_lines_at(url: &str) {
+    let ns = unique("mistri:operator");
+    let open = || Locks::open_with(url, &OpenOptions::new().namespace(&ns)).unwrap();
+    let (holder, a, b) = (open(), open(), open());
+    two_waiting_lines_are_listed(&holder, [&a, &b]);
+}
+
+#[test]
+fn waiting_lines_redis() {
+    let server = RedisServer::start();
+    waiting_lines_at(&server.url());
+}
+
+#[test]
+fn waiting_lines_redis_sentinel() {
+    waiting_lines_at(&RedisSentinels::shared().url());
+}
+
+#[test]
+fn waiting_lines_redis_cluster() {
+    waiting_lines_at(&RedisCluster::shared().url());
+}
+
+#[test]
+fn waiting_lines_postgres() {
+    let server = PgServer::start();
+    waiting_lines_at(&server.url());
+}
+
+// --------------------------------------------- the safe-deadline margin
+
+/// Waits (up to 20 s) until `done` holds.
+fn until(what: &str, done: impl Fn() -> bool) {
+    let end = Instant::now() + secs(20.0);
+    while !done() {
+        assert!(Instant::now() < end, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Renewals stop while the server is frozen: the first renewal confirmed
+/// after the thaw replaces a safe deadline set by a renewal sent before
+/// the stop, so the margin it had left is at most the ttl less the time
+/// the server stood still; the gauge's minimum shows it (and promtool
+/// accepts the text).
+#[test]
+fn the_safe_margin_gauge_shows_how_close_renewals_came() {
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), &unique("mistri:margin")).unwrap();
+    let ttl = 6.0;
+    let hold = locks.hold("job", opts(ttl, 0.05)).unwrap().expect("free");
+    until("two renewals", || locks.stats().renewals_confirmed >= 2);
+    let healthy = locks
+        .stats()
+        .safe_margin_min
+        .expect("renewals were confirmed");
+    assert!(
+        healthy > Duration::ZERO && healthy <= secs(ttl),
+        "{healthy:?}"
+    );
+    server.freeze();
+    // Stopped for sure (SIGSTOP may land later than kill returns).
+    let stat = format!("/proc/{}/stat", server.pid());
+    until("the server stopped", || {
+        let text = std::fs::read_to_string(&stat).unwrap();
+        let state = text.rsplit(')').next().unwrap().split_whitespace().next();
+        state == Some("T")
+    });
+    let stopped = Instant::now();
+    std::thread::sleep(secs(0.5));
+    let thawing = Instant::now();
+    let confirmed = locks.stats().renewals_confirmed;
+    server.thaw();
+    until("a renewal after the thaw", || {
+        locks.stats().renewals_confirmed > confirmed
+    });
+    assert!(
+        !hold.is_lost(),
+        "the hold outlived a 0.5 s freeze of a {ttl} s ttl"
+    );
+    let text = operator::stats_prometheus(&locks.stats());
+    promtool_accepts(&text);
+    let margin = value(&text, "mistri_locks_safe_margin_min_seconds");
+    let stood_still = (thawing - stopped).as_secs_f64();
+    assert!(
+        margin > 0.0 && margin <= ttl - stood_still,
+        "margin {margin} s after the server stood still {stood_still} s"
+    );
+    hold.release().unwrap();
 }

@@ -29,7 +29,8 @@ use std::time::Duration;
 /// `mistri_lease_info_*` getters (`mistri_lease_info_key` for its key); it
 /// belongs to the listing (do not pass it to `mistri_lease_info_free`).
 /// Flags: `mistri_listing_flag_count` and `mistri_listing_flag(listing, i,
-/// &key, &time_left)`.
+/// &key, &time_left)`. Keys with waiting lines: `mistri_listing_waiting_count`
+/// and `mistri_listing_waiting(listing, i, &key, &lines, &oldest_wait)`.
 ///
 /// Threading: immutable; any thread may read it, one frees it (last).
 pub struct mistri_listing {
@@ -39,6 +40,13 @@ pub struct mistri_listing {
 pub(crate) struct ListingSnapshot {
     leases: Vec<InfoSnapshot>,
     flags: Vec<FlagSnapshot>,
+    waiting: Vec<WaitingSnapshot>,
+}
+
+struct WaitingSnapshot {
+    key: CString,
+    lines: u32,
+    oldest_wait: Duration,
 }
 
 struct FlagSnapshot {
@@ -58,6 +66,13 @@ impl ListingSnapshot {
                 .map(|f| FlagSnapshot {
                     key: c_string_lossy(&f.key),
                     time_left: f.time_left,
+                })
+                .collect(),
+            waiting: (listing.waiting.into_iter())
+                .map(|w| WaitingSnapshot {
+                    key: c_string_lossy(&w.key),
+                    lines: w.lines,
+                    oldest_wait: w.oldest_wait,
                 })
                 .collect(),
         }
@@ -189,6 +204,59 @@ pub unsafe extern "C" fn mistri_listing_flag(
         }
         if let Some(out) = try_out!(opt time_left) {
             out.write(flag.time_left.map_or(f64::INFINITY, |d| d.as_secs_f64()))?;
+        }
+        Ok(())
+    })
+}
+
+/// How many keys with waiting lines the listing has (each key's live
+/// lines queued for its lease: one per waiting process and handle; on
+/// Memory, each waiter).
+///
+/// # Safety
+/// `listing` is NULL or a live listing; `count` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_listing_waiting_count(
+    listing: *const mistri_listing,
+    count: *mut usize,
+) -> mistri_status {
+    ffi_boundary!("mistri_listing_waiting_count", {
+        let out = try_out!(count);
+        out.write(try_ref_from_ptr!(listing).waiting.len())
+    })
+}
+
+/// Waiting key `index` (0 ≤ index < `mistri_listing_waiting_count`, by
+/// key): its key (without the namespace; owned by the listing, valid until
+/// `mistri_listing_free`; a key containing a NUL byte is cut there), how
+/// many live lines wait for it, and the seconds the first of them has
+/// waited. A key may be listed here and not among the leases, for the
+/// moment between a release and the first line's acquire. Each out-param
+/// may be NULL (not wanted). An index out of range is
+/// `MISTRI_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `listing` is NULL or a live listing; each out-param is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_listing_waiting(
+    listing: *const mistri_listing,
+    index: usize,
+    key: *mut *const c_char,
+    lines: *mut u32,
+    oldest_wait: *mut f64,
+) -> mistri_status {
+    ffi_boundary!("mistri_listing_waiting", {
+        let waiting = &try_ref_from_ptr!(listing).waiting;
+        let w = (waiting.get(index))
+            .ok_or_else(|| out_of_range("waiting key", index, waiting.len()))?;
+        if let Some(out) = try_out!(opt key) {
+            out.write(w.key.as_ptr())?;
+        }
+        if let Some(out) = try_out!(opt lines) {
+            out.write(w.lines)?;
+        }
+        if let Some(out) = try_out!(opt oldest_wait) {
+            out.write(w.oldest_wait.as_secs_f64())?;
         }
         Ok(())
     })

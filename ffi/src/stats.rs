@@ -90,6 +90,10 @@ pub struct mistri_stats {
     pub stop_flags_seen: u64,
     /// Stop-flag pushes received from the backend's listener.
     pub pushes_received: u64,
+    /// The smallest margin a confirmed renewal had left to its hold's safe
+    /// deadline over the last minute (30 to 60 s), in seconds; NaN without
+    /// a confirmed renewal then.
+    pub safe_margin_min: f64,
     // New counters go here, at the end, and nowhere else.
 }
 
@@ -125,11 +129,11 @@ fn set_field(stats: &mut mistri_stats, name: &str, value: StatValue) -> bool {
         "lost_stalled" => &mut stats.lost_stalled,
         "stop_flags_seen" => &mut stats.stop_flags_seen,
         "pushes_received" => &mut stats.pushes_received,
-        "beat_rtt_p50" | "beat_rtt_p99" => {
-            let slot = if name == "beat_rtt_p50" {
-                &mut stats.beat_rtt_p50
-            } else {
-                &mut stats.beat_rtt_p99
+        "beat_rtt_p50" | "beat_rtt_p99" | "safe_margin_min" => {
+            let slot = match name {
+                "beat_rtt_p50" => &mut stats.beat_rtt_p50,
+                "beat_rtt_p99" => &mut stats.beat_rtt_p99,
+                _ => &mut stats.safe_margin_min,
             };
             *slot = seconds(value);
             return true;
@@ -229,7 +233,9 @@ pub unsafe extern "C" fn mistri_locks_stats(
 /// `lost_max_hold`, `lost_stalled`, `stop_flags_seen`, `pushes_received`
 /// (counts since the handle was made; exact below 2^53), and
 /// `beat_rtt_p50`, `beat_rtt_p99` (seconds, over the last 128 beats; NaN
-/// before the first). More may be added.
+/// before the first), `safe_margin_min` (seconds: the smallest margin a
+/// confirmed renewal had left to its safe deadline over the last minute;
+/// NaN without one). More may be added.
 ///
 /// On `MISTRI_OK`, `*value` receives it.
 ///
@@ -308,15 +314,22 @@ mod tests {
     }
 
     #[test]
-    fn the_first_version_is_all_of_the_struct_today() {
-        // When a field is appended, this becomes `<`, and stays so.
-        assert_eq!(FIRST_VERSION_SIZE, size_of::<mistri_stats>());
+    fn the_first_version_is_a_prefix_of_the_struct() {
+        // `safe_margin_min` was appended after the first version: a caller
+        // compiled against that header (size ends at `pushes_received`)
+        // is still served, its fields only.
+        assert!(FIRST_VERSION_SIZE < size_of::<mistri_stats>());
+        assert_eq!(
+            FIRST_VERSION_SIZE,
+            offset_of!(mistri_stats, safe_margin_min)
+        );
     }
 
     #[test]
     fn a_fresh_snapshot_says_nan_for_times() {
         let stats = c_stats(&StatsSnapshot::default());
         assert!(stats.beat_rtt_p50.is_nan() && stats.beat_rtt_p99.is_nan());
+        assert!(stats.safe_margin_min.is_nan());
         assert_eq!(stats.size, size_of::<mistri_stats>());
     }
 }

@@ -17,7 +17,9 @@
 #include "harness.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -369,7 +371,7 @@ static void stat_names_cover_the_struct(const void *arg)
         "renewals_sent",   "renewals_confirmed", "renewals_failed", "renewals_late",
         "beats",           "beats_failed",   "beat_rtt_p50",       "beat_rtt_p99",
         "lost_not_held",   "lost_too_late",  "lost_deadline",      "lost_max_hold",
-        "lost_stalled",    "stop_flags_seen", "pushes_received",
+        "lost_stalled",    "stop_flags_seen", "pushes_received",    "safe_margin_min",
     };
     size_t n = 0;
     const char *name;
@@ -497,6 +499,93 @@ static void release_expires_at_the_lease_end(const void *arg)
     mistri_locks_free(locks);
 }
 
+struct waiter {
+    const mistri_locks *locks;
+    bool acquired;
+    mistri_status status;
+};
+
+/* Waits up to 30 s for "w:job", then releases it. */
+static void *wait_for_job(void *arg)
+{
+    struct waiter *w = arg;
+    mistri_acquire_options *opts = NULL;
+    w->status = mistri_acquire_options_new(&opts);
+    if (w->status == MISTRI_OK)
+        w->status = mistri_acquire_options_set_wait(opts, 30);
+    if (w->status == MISTRI_OK)
+        w->status = mistri_locks_acquire_with(w->locks, "w:job", 30, opts, &w->acquired);
+    bool released = false;
+    if (w->status == MISTRI_OK && w->acquired)
+        w->status = mistri_locks_release(w->locks, "w:job", &released);
+    mistri_acquire_options_free(opts);
+    return NULL;
+}
+
+static double monotonic_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A waiter on a held key: the listing shows its line (key, 1 line, an
+ * oldest wait no longer than it has waited) until it has the lease. */
+static void list_shows_waiting_lines(const void *arg)
+{
+    mistri_locks *locks = open_backend(arg);
+    REQUIRE(locks != NULL);
+    mistri_locks *other = NULL;
+    REQUIRE_OK(mistri_locks_new_owner(locks, &other));
+    bool acquired = false;
+    CHECK_OK(mistri_locks_acquire(locks, "w:job", 30, &acquired));
+    CHECK(acquired);
+    struct waiter w = {other, false, MISTRI_OK};
+    double started = monotonic_s();
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, NULL, wait_for_job, &w) == 0);
+    size_t count = 0;
+    mistri_listing *listing = NULL;
+    /* Its first try queues the line: bounded by 20 s on a busy machine. */
+    while (monotonic_s() < started + 20) {
+        CHECK_OK(mistri_locks_list(locks, "w:", &listing));
+        CHECK_OK(mistri_listing_waiting_count(listing, &count));
+        if (count > 0)
+            break;
+        mistri_listing_free(listing);
+        listing = NULL;
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    CHECK(count == 1);
+    if (listing != NULL && count == 1) {
+        const char *key = NULL;
+        uint32_t lines = 0;
+        double oldest = -1;
+        CHECK_OK(mistri_listing_waiting(listing, 0, &key, &lines, &oldest));
+        CHECK(key != NULL && strcmp(key, "w:job") == 0);
+        CHECK(lines == 1);
+        CHECK(oldest >= 0 && oldest <= monotonic_s() - started + 0.002);
+        CHECK_OK(mistri_listing_waiting(listing, 0, NULL, NULL, NULL)); /* none wanted */
+        CHECK_STATUS(mistri_listing_waiting(listing, 1, &key, NULL, NULL),
+                     MISTRI_INVALID_ARGUMENT);
+        CHECK_LAST_ERROR_HAS("waiting key index");
+    }
+    mistri_listing_free(listing);
+    bool released = false;
+    CHECK_OK(mistri_locks_release(locks, "w:job", &released));
+    CHECK(released);
+    pthread_join(thread, NULL);
+    CHECK(w.status == MISTRI_OK && w.acquired);
+    /* It had its turn and left the queue. */
+    CHECK_OK(mistri_locks_list(locks, "w:", &listing));
+    CHECK_OK(mistri_listing_waiting_count(listing, &count));
+    CHECK(count == 0);
+    mistri_listing_free(listing);
+    mistri_locks_free(other);
+    mistri_locks_free(locks);
+}
+
 int main(int argc, char **argv)
 {
     g_url = argc > 1 ? argv[1] : getenv("MISTRI_TEST_REDIS_URL");
@@ -509,6 +598,7 @@ int main(int argc, char **argv)
         const char *b = BACKENDS[i];
         harness_run("list shows leases and flags", b, list_shows_leases_and_flags, b);
         harness_run("list rejects bad input", b, list_rejects_bad_input, b);
+        harness_run("list shows waiting lines", b, list_shows_waiting_lines, b);
         harness_run("stats fill the struct", b, stats_fill_the_struct, b);
         harness_run("stat names cover the struct", b, stat_names_cover_the_struct, b);
         harness_run("the configured handle is the same owner", b,

@@ -26,6 +26,7 @@ const [bin, url, name, ...rest] = process.argv.slice(2);
 const opt = (flag) => { const i = rest.indexOf(flag); return i >= 0 ? rest[i + 1] : null; };
 const screenshot = opt("--screenshot");
 const bigDb = opt("--big");
+const cWaiter = opt("--c-waiter");
 const TOKEN = "browser-test-token-" + process.pid + "-0123456789";
 const work = mkdtempSync(join(tmpdir(), "mistri-web-"));
 const tokenFile = join(work, "token");
@@ -139,6 +140,44 @@ async function main() {
     assert.ok(await page.locator("#leases .timeline span").count() >= 2, "the timeline shows both holders");
     ok("the timeline shows the hand-over");
 
+    if (cWaiter) {
+      // A waiting C process shows as a waiter on the key's row, then as its
+      // holder with a higher fence once the holder is stopped.
+      const before = holder("cwait:job", ["--stop-key", "cwait:job:stop", "--label", "before the C waiter"]);
+      await within(START_S, "cwait:job's holder acquiring", () => held("cwait:job"));
+      const row = page.locator('tr[data-key="cwait:job"]');
+      await within(2 * POLL_S, "cwait:job's row", async () => (await row.count()) === 1);
+      const fenceA = BigInt((await row.locator("td.fence").textContent()).trim());
+      const c = spawn(cWaiter, [url, ns, "cwait:job", "the C waiter", "cwait:job:c-stop"], { stdio: ["ignore", "pipe", "pipe"] });
+      c.out = "";
+      c.stdout.on("data", (d) => { c.out += d; });
+      c.stderr.on("data", (d) => { c.out += d; });
+      c.exited = new Promise((resolve) => c.on("exit", (code, sig) => resolve({ code, sig })));
+      children.push(c);
+      // It queues at its first try (a process start), the page shows it at its next poll.
+      await within(START_S + 2 * POLL_S, "the C waiter in the waiting column", async () =>
+        /^1 · /.test(((await row.locator("td.waiting").textContent()) || "").trim()));
+      assert.equal((await row.locator("td.label").textContent()).trim(), "before the C waiter");
+      ok("a waiting C process shows as 1 waiting line on its key's row");
+      await row.locator("button.stop").click();
+      const gone = await Promise.race([before.exited, sleep((TICK_S + SAFETY_POLL_S) * 1000).then(() => ({ code: "still running" }))]);
+      assert.equal(gone.code, 76, before.out);
+      const fenceC = await within(SAFETY_POLL_S + 2 * POLL_S, "the C waiter holding", async () => {
+        if ((await row.count()) !== 1) return null;
+        if ((await row.locator("td.label").textContent()).trim() !== "the C waiter") return null;
+        return BigInt((await row.locator("td.fence").textContent()).trim());
+      });
+      assert.ok(fenceC > fenceA, `fence ${fenceC} > ${fenceA}`);
+      assert.match(c.out, new RegExp("held " + fenceC));
+      assert.equal((await row.locator("td.waiting").textContent()).trim(), "-");
+      ok(`then holds it with a higher fence (${fenceC} > ${fenceA}), and nobody waits`);
+      await row.locator("button.stop").click();
+      const cExit = await Promise.race([c.exited, sleep((TICK_S + SAFETY_POLL_S) * 1000).then(() => ({ code: "still running" }))]);
+      assert.equal(cExit.code, 0, "the C holder stops and releases: " + c.out);
+      await within(2 * POLL_S, "cwait:job's row going", async () => (await row.count()) === 0);
+      ok("Stop ends the C holder too; its row goes");
+    }
+
     // `mistri-locks stop --holder-of KEY` does what the page's Stop does.
     const viaCli = holder("cli:stop", ["--stop-key", "cli:stop:flag"]);
     const plain = holder("cli:plain");
@@ -212,6 +251,10 @@ async function main() {
       await page.fill("#prefix", "nightly:");
       await within(START_S + 2 * POLL_S, "20 leases and a flag", async () =>
         (await page.locator("#leases tbody tr").count()) === 20 && (await page.locator("#flags tbody tr").count()) === 1);
+      // The 3 waiters show on their keys' rows (each queues at its first try).
+      await within(START_S + 2 * POLL_S, "3 rows with a waiting line", async () =>
+        (await page.locator("#leases td.waiting.busy").count()) === 3);
+      ok("the 3 waiters show in the waiting column");
       // A holder that stops renewing stands out: freeze one (SIGSTOP can't
       // be caught or ignored) until its last renewal is older than twice
       // its heartbeat; its ttl (10 s) outlasts the freeze.

@@ -7,7 +7,9 @@
 # the page (20 leases, waiters, a flag, a stuck holder) to
 # $TARGET_DIR/operating-page.png, or to SCREENSHOT=PATH (the one in the docs:
 # SCREENSHOT=docs/operating-page.png); the Local run also pages and filters
-# 10,000 leases. See tests/web/browser.mjs for the cases.
+# 10,000 leases. Both runs watch a waiting C process (tests/web/c_waiter.c,
+# built here against the build tree's libmistri_locks) show as a waiter and
+# then as the holder. See tests/web/browser.mjs for the cases.
 #
 #   bash tests/web/run.sh          (honours CARGO_TARGET_DIR)
 set -euo pipefail
@@ -48,5 +50,15 @@ done
 
 "$TARGET_DIR/debug/examples/operator_bench" 10000 --fill "$WORK/big.db"
 
-node "$HERE/browser.mjs" "$BIN" "redis://127.0.0.1:$PORT/0" redis --screenshot "${SCREENSHOT:-$TARGET_DIR/operating-page.png}"
-node "$HERE/browser.mjs" "$BIN" "$WORK/local.db" local --big "$WORK/big.db"
+# The waiting C process (tests/web/c_waiter.c), against the build tree's
+# library under its SONAME.
+cargo build -q -p mistri_locks_ffi
+mkdir -p "$WORK/lib"
+ln -sf "$TARGET_DIR/debug/libmistri_locks.so" "$WORK/lib/libmistri_locks.so.0"
+ln -sf "$TARGET_DIR/debug/libmistri_locks.so" "$WORK/lib/libmistri_locks.so"
+gcc -std=c11 -Wall -Wextra -Werror -pedantic -I"$ROOT/include" "$HERE/c_waiter.c" \
+  -L"$WORK/lib" -lmistri_locks -Wl,-rpath,"$WORK/lib" -lpthread -lm -o "$WORK/c_waiter"
+
+node "$HERE/browser.mjs" "$BIN" "redis://127.0.0.1:$PORT/0" redis --c-waiter "$WORK/c_waiter" \
+  --screenshot "${SCREENSHOT:-$TARGET_DIR/operating-page.png}"
+node "$HERE/browser.mjs" "$BIN" "$WORK/local.db" local --c-waiter "$WORK/c_waiter" --big "$WORK/big.db"

@@ -44,8 +44,9 @@ fn flag_dict<'py>(py: Python<'py>, flag: &FlagInfo) -> PyResult<Bound<'py, PyDic
     Ok(d)
 }
 
-/// `{"leases": [lease dict, ...], "flags": [flag dict, ...]}`, each list
-/// sorted by key as the core returns it; a lease dict is `to_dict`'s.
+/// `{"leases": [lease dict, ...], "flags": [flag dict, ...], "waiting":
+/// [{"key", "lines", "oldest_wait"}, ...]}`, each list sorted by key as the
+/// core returns it; a lease dict is `to_dict`'s.
 pub fn listing_dict<'py>(py: Python<'py>, listing: &Listing) -> PyResult<Bound<'py, PyDict>> {
     let leases = (listing.leases.iter())
         .map(|l| to_dict(py, l))
@@ -53,9 +54,19 @@ pub fn listing_dict<'py>(py: Python<'py>, listing: &Listing) -> PyResult<Bound<'
     let flags = (listing.flags.iter())
         .map(|f| flag_dict(py, f))
         .collect::<PyResult<Vec<_>>>()?;
+    let waiting = (listing.waiting.iter())
+        .map(|w| {
+            let d = PyDict::new(py);
+            d.set_item("key", &w.key)?;
+            d.set_item("lines", w.lines)?;
+            d.set_item("oldest_wait", w.oldest_wait.as_secs_f64())?;
+            Ok(d)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
     let d = PyDict::new(py);
     d.set_item("leases", leases)?;
     d.set_item("flags", flags)?;
+    d.set_item("waiting", waiting)?;
     Ok(d)
 }
 

@@ -16,7 +16,7 @@ import mistri_locks
 def test_list_shows_live_leases_and_flags_under_a_prefix(backend) -> None:
     locks = backend.adapter()
     other = backend.owner()
-    assert locks.list() == {"leases": [], "flags": []}
+    assert locks.list() == {"leases": [], "flags": [], "waiting": []}
     assert locks.acquire("job:b", ttl=30)
     hold = other.hold("job:a", ttl=30, heartbeat=5, label="worker 7")
     assert hold is not None
@@ -60,7 +60,7 @@ def test_list_shows_live_leases_and_flags_under_a_prefix(backend) -> None:
     everything = locks.list()
     assert [lease["key"] for lease in everything["leases"]] == ["job:a", "job:b", "job:c", "other"]
     assert [f["key"] for f in everything["flags"]] == ["job:stop", "stop:other"]
-    assert locks.list(prefix="nothing-here") == {"leases": [], "flags": []}
+    assert locks.list(prefix="nothing-here") == {"leases": [], "flags": [], "waiting": []}
 
     # Released, cleared and expired entries are not listed.
     hold.release()
@@ -118,3 +118,30 @@ def test_a_lost_hold_is_no_longer_counted() -> None:
     while locks.active_holds() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert hold.lost and locks.active_holds() == 0
+
+
+def test_list_shows_a_waiting_line_until_it_has_the_lease(backend) -> None:
+    import threading
+
+    locks = backend.adapter()
+    waiter = backend.owner()
+    assert locks.acquire("wait:job", ttl=30)
+    started = time.monotonic()
+    got: list[bool] = []
+    t = threading.Thread(target=lambda: got.append(waiter.acquire("wait:job", ttl=30, wait=60)))
+    t.start()
+    end = time.monotonic() + 20
+    while True:
+        waiting = locks.list("wait:")["waiting"]
+        if waiting:
+            break
+        assert time.monotonic() < end, "the waiter never showed"
+        time.sleep(0.02)
+    [line] = waiting
+    assert line["key"] == "wait:job" and line["lines"] == 1
+    assert 0 <= line["oldest_wait"] <= time.monotonic() - started + 0.002
+    assert locks.release("wait:job")
+    t.join(timeout=60)
+    assert got == [True]
+    assert locks.list("wait:")["waiting"] == []
+    assert waiter.release("wait:job")

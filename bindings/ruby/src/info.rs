@@ -30,9 +30,10 @@ pub fn to_hash(ruby: &Ruby, info: &LeaseInfo) -> Result<RHash, Error> {
     Ok(h)
 }
 
-/// `{leases: [info Hash, ...], flags: [{key:, time_left:}, ...]}`, each
-/// sorted by key (the core sorts); a flag's `time_left:` is nil when it has
-/// no expiry.
+/// `{leases: [info Hash, ...], flags: [{key:, time_left:}, ...], waiting:
+/// [{key:, lines:, oldest_wait:}, ...]}`, each sorted by key (the core
+/// sorts); a flag's `time_left:` is nil when it has no expiry;
+/// `oldest_wait:` is the Float seconds the first waiting line has waited.
 pub fn listing_to_hash(ruby: &Ruby, listing: &Listing) -> Result<RHash, Error> {
     let leases = ruby.ary_new_capa(listing.leases.len());
     for lease in &listing.leases {
@@ -42,9 +43,18 @@ pub fn listing_to_hash(ruby: &Ruby, listing: &Listing) -> Result<RHash, Error> {
     for flag in &listing.flags {
         flags.push(flag_to_hash(ruby, flag)?)?;
     }
+    let waiting = ruby.ary_new_capa(listing.waiting.len());
+    for w in &listing.waiting {
+        let one = ruby.hash_new();
+        one.aset(ruby.to_symbol("key"), ruby.str_new(&w.key))?;
+        one.aset(ruby.to_symbol("lines"), w.lines)?;
+        one.aset(ruby.to_symbol("oldest_wait"), w.oldest_wait.as_secs_f64())?;
+        waiting.push(one)?;
+    }
     let h = ruby.hash_new();
     h.aset(ruby.to_symbol("leases"), leases)?;
     h.aset(ruby.to_symbol("flags"), flags)?;
+    h.aset(ruby.to_symbol("waiting"), waiting)?;
     Ok(h)
 }
 

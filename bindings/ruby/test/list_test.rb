@@ -28,8 +28,8 @@ module ListCases
   end
 
   def test_nothing_listed_at_first
-    assert_equal({ leases: [], flags: [] }, locks.list)
-    assert_equal({ leases: [], flags: [] }, locks.list("job:"))
+    assert_equal({ leases: [], flags: [], waiting: [] }, locks.list)
+    assert_equal({ leases: [], flags: [], waiting: [] }, locks.list("job:"))
   end
 
   def test_leases_and_flags_under_a_prefix_sorted_by_key
@@ -42,7 +42,7 @@ module ListCases
     locks.set_flag("mail:stop")
 
     listing = locks.list("job:")
-    assert_equal %i[leases flags], listing.keys
+    assert_equal %i[leases flags waiting], listing.keys
     assert_equal %w[job:a job:b], listing[:leases].map { |l| l[:key] }
     assert_equal(%w[job:a job:b].map { |k| steady(locks.info(k)) }, listing[:leases].map { |l| steady(l) })
     listing[:leases].each { |l| renewed_within(l, started) }
@@ -69,10 +69,32 @@ module ListCases
     assert_equal %w[job:stop], locks.list[:flags].map { |f| f[:key] }
   end
 
+  def test_a_waiting_line_is_listed_until_it_has_the_lease
+    waiter = backend.owner
+    assert locks.acquire("wait:job", ttl: 30)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    thread = Thread.new { waiter.acquire("wait:job", ttl: 30, wait: 60) }
+    deadline = started + 20
+    waiting = []
+    loop do
+      waiting = locks.list("wait:")[:waiting]
+      break unless waiting.empty?
+      flunk "the waiter never showed" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.02
+    end
+    assert_equal [{ key: "wait:job", lines: 1 }], waiting.map { |w| w.except(:oldest_wait) }
+    assert_operator waiting[0][:oldest_wait], :>=, 0
+    assert_operator waiting[0][:oldest_wait], :<=, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started + 0.002
+    assert locks.release("wait:job")
+    assert_equal true, thread.join(60)&.value
+    assert_equal [], locks.list("wait:")[:waiting]
+    assert waiter.release("wait:job")
+  end
+
   def test_a_symbol_prefix_and_a_prefix_that_matches_nothing
     assert locks.acquire("job:a", ttl: 5)
     assert_equal %w[job:a], locks.list(:"job:")[:leases].map { |l| l[:key] }
-    assert_equal({ leases: [], flags: [] }, locks.list("nobody"))
+    assert_equal({ leases: [], flags: [], waiting: [] }, locks.list("nobody"))
   end
 
   def test_an_n_holder_lease_lists_each_holder

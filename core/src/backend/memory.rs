@@ -631,8 +631,13 @@ impl Adapter for Memory {
                     time_left: Some(*exp - now),
                 })
                 .collect(),
+            waiting: Vec::new(),
         };
         drop(state);
+        // Waiters wait in this process: the registry of lines knows them
+        // (taken with no lock of ours held).
+        let me: *const Self = self;
+        crate::waiting::lines::add_waiters(me as usize, prefix, &mut listing);
         listing.sort();
         Ok(listing)
     }

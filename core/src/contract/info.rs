@@ -169,20 +169,81 @@ pub struct FlagInfo {
     pub time_left: Option<Duration>,
 }
 
-/// The live leases and flags under a prefix, each sorted by key.
+/// The waiting lines of one key: the backend's queue of waiters
+/// ([`crate::waiting`], `docs/PROTOCOL.md` "Waiting").
+///
+/// A line is one process's waiters on the key through one handle (Redis,
+/// its Sentinel and Cluster modes, Local, Postgres keep one queue entry
+/// per line); on Memory, whose only process is this one, each waiting
+/// caller counts as a line. Only live entries count: a crashed process's
+/// entry stops counting when it would stop holding a free lease back
+/// ([`crate::contract::QUEUE_ENTRY_TTL`] after its last try).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingInfo {
+    /// The key (without the namespace).
+    pub key: String,
+    /// Live lines queued for the key (at least 1).
+    pub lines: u32,
+    /// How long the line at the head of the queue has waited (since it
+    /// joined the queue; the backend's clock, at millisecond precision on
+    /// Redis and Postgres).
+    pub oldest_wait: Duration,
+}
+
+/// The live leases and flags under a prefix, and the keys with waiting
+/// lines, each sorted by key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Listing {
     /// Live leases.
     pub leases: Vec<LeaseInfo>,
     /// Raised flags.
     pub flags: Vec<FlagInfo>,
+    /// Keys with live waiting lines (a key may be listed here and not in
+    /// `leases`: for the moment between a release and the head line's
+    /// acquire).
+    pub waiting: Vec<WaitingInfo>,
 }
 
 impl Listing {
-    /// Sorts both lists by key.
+    /// Sorts every list by key.
     pub fn sort(&mut self) {
         self.leases.sort_by(|a, b| a.key.cmp(&b.key));
         self.flags.sort_by(|a, b| a.key.cmp(&b.key));
+        self.waiting.sort_by(|a, b| a.key.cmp(&b.key));
+    }
+
+    /// The waiting lines of `key`, if any (`waiting` must be sorted:
+    /// [`Listing::sort`]).
+    pub fn waiting_for(&self, key: &str) -> Option<&WaitingInfo> {
+        self.waiting
+            .binary_search_by(|w| w.key.as_str().cmp(key))
+            .ok()
+            .map(|i| &self.waiting[i])
+    }
+
+    /// Adds the waiting lines of `key` from the enqueue times of its live
+    /// lines, as ages at the backend's `now` (any unit the caller likes, as
+    /// long as `to_duration` turns an age into a [`Duration`]). Nothing
+    /// when there are none.
+    pub(crate) fn add_waiting<T: Copy + Ord>(
+        &mut self,
+        key: String,
+        since: impl IntoIterator<Item = T>,
+        age: impl Fn(T) -> Duration,
+    ) {
+        let mut lines = 0u32;
+        let mut oldest: Option<T> = None;
+        for t in since {
+            lines = lines.saturating_add(1);
+            oldest = Some(oldest.map_or(t, |o| o.min(t)));
+        }
+        if let Some(t) = oldest {
+            self.waiting.push(WaitingInfo {
+                key,
+                lines,
+                oldest_wait: age(t),
+            });
+        }
     }
 }
 

@@ -140,6 +140,15 @@ pub fn stats_prometheus(stats: &StatsSnapshot) -> String {
             sample(o, name, "", d.as_secs_f64());
         }
     }
+    family(
+        o,
+        "safe_margin_min_seconds",
+        "gauge",
+        "The smallest margin a confirmed renewal had left to its hold's safe deadline, over the last minute (30 to 60 s; absent without a confirmed renewal then).",
+    );
+    if let Some(d) = stats.safe_margin_min {
+        sample(o, "safe_margin_min_seconds", "", d.as_secs_f64());
+    }
     family(o, "holds_lost_total", "counter", "Holds lost, by cause: not_held (the lease was gone or taken), too_late (a renewal arrived with too little life left), deadline (no renewal confirmed by the safe deadline), max_hold, stalled (the hung-holder guard).");
     for (cause, n) in [
         ("not_held", stats.lost_not_held),
@@ -169,7 +178,8 @@ pub fn stats_prometheus(stats: &StatsSnapshot) -> String {
 
 /// Fleet gauges from a listing (as `mistri-locks serve` sees the backend
 /// at `now`): leases held, holders, flags raised, holders silent past
-/// twice their heartbeat, the oldest last-renewal age.
+/// twice their heartbeat, the oldest last-renewal age, waiting lines and
+/// the oldest wait.
 ///
 /// # Examples
 /// ```
@@ -237,6 +247,32 @@ pub fn fleet_prometheus(listing: &Listing, now: SystemTime) -> String {
         "fleet_oldest_renewal_age_seconds",
         "",
         oldest.as_secs_f64(),
+    );
+    let lines: u64 = listing.waiting.iter().map(|w| u64::from(w.lines)).sum();
+    let oldest_wait = listing
+        .waiting
+        .iter()
+        .map(|w| w.oldest_wait)
+        .max()
+        .unwrap_or_default();
+    one(
+        o,
+        "fleet_waiting_lines",
+        "gauge",
+        "Waiting lines queued for keys under the served prefix (one per waiting process and handle; each waiter on Memory).",
+        lines,
+    );
+    family(
+        o,
+        "fleet_oldest_wait_seconds",
+        "gauge",
+        "How long the longest-waiting line has waited (0 with none).",
+    );
+    sample(
+        o,
+        "fleet_oldest_wait_seconds",
+        "",
+        oldest_wait.as_secs_f64(),
     );
     out
 }

@@ -6,20 +6,28 @@
 //! ```text
 //! { "now_ms": 1764660000123, "prefix": "report:",
 //!   "leases": [ { "key": "report:42", "held": true, "time_left_s": 9.2, "limit": 1,
+//!                 "waiting": 2, "oldest_wait_s": 4.5,
 //!                 "holder": "build-7:4120 python", "fence": 17,   // exclusive only
 //!                 "holders": [ { "holder": …, "fence": 17, "acquired_at_ms": …,
 //!                                "renewed_at_ms": …, "held_for_s": 3.1,
 //!                                "renewed_ago_s": 0.4, "ttl_s": 10, "heartbeat_s": 1,
 //!                                "stuck": false } ] } ],
-//!   "flags": [ { "key": "report:stop", "time_left_s": 290.5 } ] }
+//!   "flags": [ { "key": "report:stop", "time_left_s": 290.5 } ],
+//!   "waiting": [ { "key": "report:42", "waiting": 2, "oldest_wait_s": 4.5 } ] }
 //! ```
+//!
+//! `waiting` counts the key's live waiting lines (one per waiting process
+//! and handle; each waiter on Memory: [`crate::WaitingInfo`]) and
+//! `oldest_wait_s` is how long the head line has waited (`null` with
+//! none). The top-level `waiting` lists every key with waiting lines, also
+//! one whose lease was just released and not yet taken by the head line.
 //!
 //! `stuck` is true when the holder's last renewal is older than twice its
 //! heartbeat (a plain acquire, heartbeat 0, is never stuck): the page draws
 //! such a row so it stands out without reading numbers.
 
 use super::json;
-use crate::contract::info::{unix_millis, HolderInfo, Listing};
+use crate::contract::info::{unix_millis, HolderInfo, Listing, WaitingInfo};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
@@ -90,6 +98,7 @@ pub fn state_json(listing: &Listing, prefix: &str, now: SystemTime) -> String {
         out.push_str(",\"held\":true,\"time_left_s\":");
         json::seconds(&mut out, lease.time_left.map(|d| d.as_secs_f64()));
         let _ = write!(out, ",\"limit\":{}", lease.limit);
+        waiting(&mut out, listing.waiting_for(&lease.key));
         match &lease.holder {
             Some(h) => {
                 out.push(',');
@@ -119,6 +128,23 @@ pub fn state_json(listing: &Listing, prefix: &str, now: SystemTime) -> String {
         json::seconds(&mut out, flag.time_left.map(|d| d.as_secs_f64()));
         out.push('}');
     }
+    out.push_str("],\"waiting\":[");
+    for (i, w) in listing.waiting.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"key\":");
+        json::string(&mut out, &w.key);
+        waiting(&mut out, Some(w));
+        out.push('}');
+    }
     out.push_str("]}");
     out
+}
+
+/// `,"waiting":N,"oldest_wait_s":S` (0 and null with no waiting line).
+fn waiting(out: &mut String, w: Option<&WaitingInfo>) {
+    let _ = write!(out, ",\"waiting\":{}", w.map_or(0, |w| w.lines));
+    out.push_str(",\"oldest_wait_s\":");
+    json::seconds(out, w.map(|w| w.oldest_wait.as_secs_f64()));
 }

@@ -106,8 +106,9 @@ pub(crate) struct Line {
     /// A waiter tried with `id` since the line last acquired: the backend
     /// may have it queued.
     pub(crate) asked: bool,
-    /// Waiters in arrival order; the front one is the head.
-    pub(crate) queue: VecDeque<(u64, Arc<Bell>)>,
+    /// Waiters in arrival order, with when each joined; the front one is
+    /// the head.
+    pub(crate) queue: VecDeque<(u64, Arc<Bell>, Instant)>,
     /// Releases rung for lately (by fence), whether by this process's
     /// release or by the announcement: the same release heard the other
     /// way later rings nobody (one try saved per hand-off).
@@ -136,7 +137,7 @@ impl Line {
     }
 
     pub(crate) fn ring_head(&self) {
-        if let Some((_, bell)) = self.queue.front() {
+        if let Some((_, bell, _)) = self.queue.front() {
             bell.ring();
         }
     }
@@ -255,6 +256,29 @@ pub(crate) fn lines() -> &'static Lines {
 pub(crate) fn lines_in_use() -> Option<&'static Lines> {
     let lines = lines();
     (lines.waiters.load(Ordering::SeqCst) > 0).then_some(lines)
+}
+
+/// Adds to `listing` this process's waiters on `adapter` (a
+/// [`adapter_id`]) under `prefix`, each waiter as a line: for Memory, whose
+/// only process is this one and which keeps no queue of its own
+/// ([`crate::WaitingInfo`]). Takes the registry lock: call it with no
+/// backend lock held.
+pub(crate) fn add_waiters(adapter: usize, prefix: &str, listing: &mut crate::Listing) {
+    let Some(lines) = lines_in_use() else {
+        return;
+    };
+    let now = Instant::now();
+    let state = lines.state.lock();
+    let Some(a) = state.adapters.get(&adapter) else {
+        return;
+    };
+    for (key, line) in a.lines.iter().filter(|(k, _)| k.starts_with(prefix)) {
+        listing.add_waiting(
+            key.to_string(),
+            line.queue.iter().map(|(_, _, joined)| *joined),
+            |joined| now.saturating_duration_since(joined),
+        );
+    }
 }
 
 /// Tells this process's waiters on `key` that `lease` was just released
@@ -383,7 +407,7 @@ pub(crate) fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>)
             Line::new(id)
         });
         let line_id = line.id.clone();
-        line.queue.push_back((id, bell.clone()));
+        line.queue.push_back((id, bell.clone(), Instant::now()));
         if line.queue.len() == 1 {
             bell.promote(None, None, false);
         }
@@ -460,7 +484,7 @@ pub(crate) fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
     let Some(line) = a.lines.get_mut(key) else {
         return false;
     };
-    let Some(at) = line.queue.iter().position(|(id, _)| *id == place.id) else {
+    let Some(at) = line.queue.iter().position(|(id, _, _)| *id == place.id) else {
         return false;
     };
     if handoff.acquired {
@@ -475,7 +499,7 @@ pub(crate) fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
     a.waiters -= 1;
     lines.waiters.fetch_sub(1, Ordering::SeqCst);
     if at == 0 {
-        if let Some((_, next)) = line.queue.front() {
+        if let Some((_, next, _)) = line.queue.front() {
             next.promote(
                 handoff.lapse,
                 handoff.refresh_at,

@@ -26,7 +26,7 @@ fn assert_one_head() {
             let heads: Vec<bool> = line
                 .queue
                 .iter()
-                .map(|(_, bell)| bell.state.lock().head)
+                .map(|(_, bell, _)| bell.state.lock().head)
                 .collect();
             assert!(!heads.is_empty(), "an empty line is removed");
             assert!(heads[0], "the first waiter is the head");

@@ -85,7 +85,7 @@ from ._native import (
 )
 from . import _dispatch as _dispatch  # noqa: F401  (atexit hook)
 from ._aio import HoldContext, hold_async
-from ._info import FlagInfo, HolderInfo, LeaseInfo, Listing
+from ._info import FlagInfo, HolderInfo, LeaseInfo, Listing, WaitingInfo
 from ._leased import Conflict, Interrupted, current_lease, leased
 from ._release import ReleaseOutcome
 
@@ -109,6 +109,7 @@ __all__ = [
     "Interrupted",
     "LeaseInfo",
     "Listing",
+    "WaitingInfo",
     "Local",
     "Locks",
     "Memory",

@@ -46,8 +46,18 @@ class FlagInfo(TypedDict):
     time_left: Optional[float]  #: None: a flag with no expiry
 
 
+class WaitingInfo(TypedDict):
+    """The waiting lines of one key: one per waiting process and handle
+    (on Memory, each waiter); only live ones count."""
+
+    key: str
+    lines: int
+    oldest_wait: float  #: seconds the first line has waited
+
+
 class Listing(TypedDict):
     """What ``Locks.list(prefix)`` found, each list sorted by key."""
 
     leases: list[LeaseInfo]
     flags: list[FlagInfo]
+    waiting: list[WaitingInfo]  #: keys with waiting lines

@@ -166,8 +166,28 @@ impl Adapter for Local {
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
+            let queued = tx
+                .prepare_cached(&format!(
+                    "SELECT key, since_ns FROM queue WHERE {live} ORDER BY key"
+                ))?
+                .query_map(params![prefix, now, self.boot], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
             tx.commit()?;
-            Ok(Listing { leases, flags })
+            let mut listing = Listing {
+                leases,
+                flags,
+                waiting: Vec::new(),
+            };
+            for lines in queued.chunk_by(|a, b| a.0 == b.0) {
+                listing.add_waiting(
+                    lines[0].0.clone(),
+                    lines.iter().map(|(_, since)| *since),
+                    |since| Duration::from_nanos(u64::try_from(now - since).unwrap_or(0)),
+                );
+            }
+            Ok(listing)
         })?;
         listing.sort();
         Ok(listing)

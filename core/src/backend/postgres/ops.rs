@@ -10,7 +10,7 @@ use crate::args::millis_ceil;
 use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::contract::info::{
-    from_unix_millis, unpack_label, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing,
+    from_unix_millis, unpack_label, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing, WaitingInfo,
 };
 use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
@@ -26,6 +26,15 @@ fn ms_or_zero(d: Duration) -> u64 {
         millis_ceil(d)
     }
 }
+
+/// `$1` ns, `$2` prefix: the keys under the prefix with live waiting lines
+/// (the `queue` table, [`crate::WaitingInfo`]), how many, and the ms the
+/// head line has waited, by the database clock. Plain SQL over the table:
+/// no schema function.
+pub(crate) const LIST_QUEUES: &str = "SELECT q.key, count(*), \
+     floor(extract(epoch FROM (clock_timestamp() - min(q.queued_at))) * 1000)::bigint \
+     FROM @S.queue q WHERE q.ns = $1 AND left(q.key, length($2)) = $2 \
+     AND q.deadline > clock_timestamp() GROUP BY q.key ORDER BY q.key";
 
 impl Postgres {
     fn unexpected(&self, what: &str, rows: &[Row]) -> Error {
@@ -326,6 +335,15 @@ impl Adapter for Postgres {
             listing.flags.push(FlagInfo {
                 key,
                 time_left: left,
+            });
+        }
+        for row in self.run(&self.sql.list_queues, &[ns, Some(prefix)])? {
+            let cell = |i: usize| row.get(i).and_then(|c| c.as_deref());
+            let number = |i: usize| cell(i).and_then(|t| t.parse::<i64>().ok()).unwrap_or(0);
+            listing.waiting.push(WaitingInfo {
+                key: cell(0).unwrap_or_default().to_owned(),
+                lines: u32::try_from(number(1)).unwrap_or(u32::MAX),
+                oldest_wait: Duration::from_millis(u64::try_from(number(2)).unwrap_or(0)),
             });
         }
         listing.sort();

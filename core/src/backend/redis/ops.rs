@@ -27,7 +27,7 @@ use super::slots::{
 use crate::args::millis_ceil;
 use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
-use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing};
+use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing, WaitingInfo};
 use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::Result;
 use crate::runtime::token::mint_token;
@@ -265,6 +265,24 @@ impl Adapter for Redis {
                 listing.leases.push(info);
             }
         }
+        let queued = self.keys_of("queue", prefix)?;
+        for chunk in queued.chunks(500) {
+            let ns = self.namespace();
+            let answers: Vec<Value> = self.with_con(|con, _| {
+                let mut pipe = ::redis::pipe();
+                for key in chunk {
+                    pipe.cmd("EVAL")
+                        .arg(QUEUE_INFO_LUA)
+                        .arg(2)
+                        .arg(key_of(ns, "queue", key))
+                        .arg(key_of(ns, "queued", key));
+                }
+                pipe.query(&mut con.con)
+            })?;
+            for (key, answer) in chunk.iter().zip(answers) {
+                add_waiting_from(&mut listing, key, &answer, &self.addr)?;
+            }
+        }
         for key in self.keys_of("flag", prefix)? {
             let pttl: i64 = self.with_con(|con, _| {
                 ::redis::cmd("PTTL")
@@ -333,6 +351,51 @@ impl Adapter for Redis {
 fn server_time(reply: &Value) -> Option<Duration> {
     let (secs, micros) = ::redis::from_redis_value_ref::<(u64, u64)>(reply).ok()?;
     Some(Duration::from_secs(secs) + Duration::from_micros(micros))
+}
+
+/// `KEYS[1]` a key's queue of waiting lines, `KEYS[2]` their liveness
+/// deadlines ([`ACQUIRE_LUA`]): `{lines, ms the oldest has waited}` over
+/// the live lines (deadline ahead of the server's clock), `{0, 0}` with
+/// none. Read-only; for the listing ([`crate::WaitingInfo`]) of the
+/// server, its Sentinel mode and the Cluster (sent as `EVAL`: listing is
+/// rare and the text short).
+pub(crate) const QUEUE_INFO_LUA: &str = "\
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local lines, oldest = 0, nil
+for i = 1, #entries, 2 do
+  local d = tonumber(redis.call('HGET', KEYS[2], entries[i]))
+  if d and d > ms then
+    lines = lines + 1
+    local since = tonumber(entries[i + 1])
+    if not oldest or since < oldest then
+      oldest = since
+    end
+  end
+end
+if lines == 0 then
+  return {0, 0}
+end
+return {lines, math.max(0, ms - oldest)}";
+
+/// Adds `key`'s waiting lines from a [`QUEUE_INFO_LUA`] reply.
+pub(crate) fn add_waiting_from(
+    listing: &mut Listing,
+    key: &str,
+    reply: &Value,
+    addr: &str,
+) -> Result<()> {
+    let (lines, waited): (i64, i64) =
+        ::redis::from_redis_value_ref(reply).map_err(|_| unexpected("queue info", reply, addr))?;
+    if lines > 0 {
+        listing.waiting.push(WaitingInfo {
+            key: key.to_owned(),
+            lines: u32::try_from(lines).unwrap_or(u32::MAX),
+            oldest_wait: Duration::from_millis(u64::try_from(waited).unwrap_or(0)),
+        });
+    }
+    Ok(())
 }
 
 /// The slot operations of one server ([`Redis`]).

@@ -468,6 +468,9 @@ pub(crate) fn apply(
         let lost = match answer {
             Ok(Renewed::Yes) => {
                 bump(&state.stats.renewals_confirmed, 1);
+                // What was left to the deadline this renewal replaces.
+                let left = instant(e.safe_deadline).saturating_duration_since(done);
+                state.stats.margin(left, done);
                 if e.last_error.is_some() {
                     bump(&state.stats.renewals_late, 1);
                     state.stats.emit(|| {

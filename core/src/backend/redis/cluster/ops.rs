@@ -6,6 +6,7 @@ use super::client::Op;
 use super::client::RedisCluster;
 use super::client::RAISE_LUA;
 use crate::args::millis_ceil;
+use crate::backend::redis::ops::{add_waiting_from, QUEUE_INFO_LUA};
 use crate::backend::redis::replies::{flag_from, min_left_ms, renewed_from};
 use crate::backend::redis::scripts::{
     break_keys, queue_ttl_ms, ACQUIRE_LUA, BREAK, BREAK_LUA, LEAVE_QUEUE, LEAVE_QUEUE_LUA,
@@ -306,6 +307,25 @@ impl Adapter for RedisCluster {
                 if let Some(info) = slot::info_from(key, &value, "Redis Cluster")? {
                     listing.leases.push(info);
                 }
+            }
+        }
+        let queued = self.keys_of("queue", prefix)?;
+        for chunk in queued.chunks(500) {
+            let ops: Vec<Op> = chunk
+                .iter()
+                .map(|k| {
+                    let queue = self.key("queue", k);
+                    let mut cmd = ::redis::cmd("EVAL");
+                    cmd.arg(QUEUE_INFO_LUA)
+                        .arg(2)
+                        .arg(&queue)
+                        .arg(self.key("queued", k));
+                    Self::plain_op(&queue, cmd)
+                })
+                .collect();
+            let answers = self.run(&ops, Instant::now() + self.timeout);
+            for (key, answer) in chunk.iter().zip(answers) {
+                add_waiting_from(&mut listing, key, &answer?.0, "Redis Cluster")?;
             }
         }
         let flags = self.keys_of("flag", prefix)?;
