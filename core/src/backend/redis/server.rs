@@ -100,9 +100,16 @@ pub struct Redis {
     /// The URL's `eviction=accept`: run on a server whose memory policy may
     /// evict leases ([`check_eviction`]).
     pub(crate) accept_eviction: bool,
-    /// With `min_replicas=all`: the replicas connected to the master when
-    /// the newest connection was made (each `WAIT` asks for them all).
-    pub(crate) replicas_connected: std::sync::atomic::AtomicU32,
+    /// With `min_replicas=all`: the master's address and the most
+    /// replicas seen connected to it (by a new connection's check or a
+    /// `WAIT`'s reply); each `WAIT` asks for them all. It never falls while
+    /// the master stays: in a `SENTINEL FAILOVER` the replica being promoted
+    /// leaves the old master first, and a connection made then saw one
+    /// replica fewer, so a `WAIT` met by the replica that is not promoted
+    /// counted as all (the long Sentinel soak: 19 overlaps on the N-holder
+    /// key in one failover). A replica that really left makes the `WAIT`
+    /// fall short, and the holds are told.
+    pub(crate) replicas_seen: ForkLocal<Mutex<(String, u32)>>,
 }
 
 impl Redis {
@@ -157,7 +164,9 @@ impl Redis {
             sentinel: None,
             replicas: ReplicaAck::default(),
             accept_eviction: false,
-            replicas_connected: std::sync::atomic::AtomicU32::new(0),
+            replicas_seen: ForkLocal::new(Mutex::new((String::new(), 0)), |_| {
+                Mutex::new((String::new(), 0))
+            }),
         })
     }
 
@@ -649,8 +658,12 @@ impl Redis {
             check_eviction(&mut con, &addr)?;
         }
         if let Some(n) = check_replicas(&mut con, &addr, self.replicas)? {
-            self.replicas_connected
-                .store(n, std::sync::atomic::Ordering::SeqCst);
+            let mut seen = self.replicas_seen.get().lock();
+            if seen.0 == addr {
+                seen.1 = seen.1.max(n);
+            } else {
+                *seen = (addr, n);
+            }
         }
         Ok(con)
     }
@@ -693,14 +706,17 @@ impl Redis {
         let ms = millis_ceil(self.replicas.timeout.min(left * 3 / 4)).max(1);
         con.aimed = None;
         con.con.set_read_timeout(Some(left.max(MIN_IO)))?;
-        let connected = self
-            .replicas_connected
-            .load(std::sync::atomic::Ordering::SeqCst);
+        let connected = self.replicas_seen.get().lock().1;
         let wanted = self.replicas.wanted(connected);
         let acked: u64 = ::redis::cmd("WAIT")
             .arg(wanted)
             .arg(ms)
             .query(&mut con.con)?;
+        if acked > u64::from(connected) {
+            // More replicas than seen so far (one came back): all of them.
+            let mut seen = self.replicas_seen.get().lock();
+            seen.1 = seen.1.max(u32::try_from(acked).unwrap_or(u32::MAX));
+        }
         Ok(acked >= u64::from(wanted))
     }
 

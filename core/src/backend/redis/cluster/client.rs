@@ -52,8 +52,8 @@ pub(crate) struct State {
     pub(crate) map: SlotMap,
     pub(crate) idle: HashMap<String, Vec<Connection>>,
     pub(crate) clients: HashMap<String, Client>,
-    /// With `min_replicas=all`: per node, the replicas connected to it when
-    /// the newest connection to it was made.
+    /// With `min_replicas=all`: per node, the most replicas seen connected
+    /// to it (a new connection's check, a `WAIT`'s reply), never lowered.
     pub(crate) replicas_connected: HashMap<String, u32>,
 }
 
@@ -233,8 +233,11 @@ impl RedisCluster {
             crate::backend::redis::settings::check_replicas(&mut con, addr, self.replicas)
                 .map_err(|e| map_err(e, addr))?
         {
+            // The most seen on this master, never lowered (as on one
+            // server: `Redis::replicas_seen`).
             let mut state = self.state.get().lock();
-            state.replicas_connected.insert(addr.to_owned(), n);
+            let seen = state.replicas_connected.entry(addr.to_owned()).or_insert(0);
+            *seen = (*seen).max(n);
         }
         Ok(con)
     }
@@ -474,7 +477,16 @@ impl RedisCluster {
         }
         let acked = if waits {
             match recv(con)? {
-                Value::Int(n) => n >= i64::from(self.wanted_replicas(addr)),
+                Value::Int(n) => {
+                    let wanted = self.wanted_replicas(addr);
+                    if n > i64::from(wanted) && self.replicas.min_replicas == ReplicaAck::ALL {
+                        // `all`, and more replied than seen: all of them.
+                        let mut state = self.state.get().lock();
+                        let seen = state.replicas_connected.entry(addr.to_owned()).or_insert(0);
+                        *seen = (*seen).max(u32::try_from(n).unwrap_or(u32::MAX));
+                    }
+                    n >= i64::from(wanted)
+                }
                 _ => false,
             }
         } else {
