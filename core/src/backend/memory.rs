@@ -3,25 +3,19 @@
 //! Real TTL semantics on the monotonic clock; expiry is judged when an entry
 //! is read, so no sweeper thread is needed. Expired entries are pruned when
 //! the maps have doubled since the last prune, so memory stays proportional
-//! to the live entries. Fencing numbers come from one counter per adapter,
-//! raised to the process's high-water mark ("Fences" below), which makes
-//! them strictly increasing per key without remembering keys,
-//! floored by the realtime clock like every backend's ([`crate::contract::fence`]), so
-//! they also rise across adapters and process restarts.
+//! to the live entries.
 //!
-//! Fences: every Memory adapter of a process draws from one process-wide
-//! high-water mark ([`issue`]), so no adapter ever issues a fence at or below
-//! one another adapter of the process issued before, however the clock
-//! floor and the adapters' own counters compare (a busy adapter's counter
-//! runs ahead of the clock: more than one acquire per microsecond).
+//! Fences: one counter per adapter, floored by the realtime clock like
+//! every backend's ([`crate::contract::fence`]) and raised to a process-wide
+//! high-water mark ([`issue`]), so no adapter ever issues a fence at or
+//! below one another adapter of the process issued before (a busy
+//! adapter's counter runs ahead of the clock: over one acquire per µs).
 //!
 //! Clocks: an acquire reads the monotonic clock once, under the store's
-//! lock. Its wall-clock time
-//! (the holder description's `acquired_at`, and the fence's realtime
-//! floor) is derived from a pair of readings (monotonic, wall) taken at most
-//! [`WALL_REBASE`] earlier, so it follows a wall-clock step within a second.
-//! The pair reads the wall clock first, so a derived time is never ahead of
-//! the wall clock.
+//! lock. Its wall-clock time (`acquired_at`, the fence's floor) is derived
+//! from a pair of readings (wall first, then monotonic) taken at most
+//! [`WALL_REBASE`] earlier: it follows a wall-clock step within a second
+//! and is never ahead of the wall clock.
 //!
 //! Owner tokens: Memory's never leave the process, so they need not be
 //! unguessable, only unique: a process-wide counter in 16 hex characters
