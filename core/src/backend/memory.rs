@@ -30,8 +30,7 @@
 //! trait's token-based renew and release never match it; a token lease has
 //! no owner, so the owned calls never match it. Either way ownership is
 //! judged under the store's lock with the expiry, exactly as with tokens: a
-//! lease that expired or was taken over is not released or renewed.
-//! N-holder leases (`acquire_limited` with a limit over 1) keep their slots
+//! lease that expired or was taken over is not released or renewed. N-holder leases (`acquire_limited` with a limit over 1) keep their slots
 //! in the same store, beside the exclusive entries (`Slots`); the exclusive
 //! acquire's only extra work is a check of an empty map when no N-holder
 //! lease was ever taken.
