@@ -23,17 +23,17 @@
 //!
 //! Owned entries: [`crate::Locks`]' plain acquire, renew, release and fence
 //! (the seed's surface, the hot path of every face) skip the token and the
-//! `Locks`' own issued-lease map: the entry itself records which owner
-//! (a [`Owner`]: the `Locks` object and the fork generation) took it, so a
-//! pair is one lock and one lookup per call, no allocation, no token.
-//! An owned entry has an empty token, which no [`Lease`] presents, so the
-//! trait's token-based renew and release never match it; a token lease has
-//! no owner, so the owned calls never match it. Either way ownership is
-//! judged under the store's lock with the expiry, exactly as with tokens: a
-//! lease that expired or was taken over is not released or renewed. N-holder leases (`acquire_limited` with a limit over 1) keep their slots
-//! in the same store, beside the exclusive entries (`Slots`); the exclusive
-//! acquire's only extra work is a check of an empty map when no N-holder
-//! lease was ever taken.
+//! `Locks`' own issued-lease map: the entry itself records which owner (a
+//! [`Owner`]: the `Locks` object and the fork generation) took it, so a pair is
+//! one lock and one lookup per call, no allocation, no token. An owned entry
+//! has an empty token, which no [`Lease`] presents, so the trait's token-based
+//! renew and release never match it; a token lease has no owner, so the owned
+//! calls never match it. Either way ownership is judged under the store's lock
+//! with the expiry, exactly as with tokens: a lease that expired or was taken
+//! over is not released or renewed. N-holder leases (`acquire_limited` with a
+//! limit over 1) keep their slots in the same store, beside the exclusive
+//! entries (`Slots`); the exclusive acquire's only extra work is a check of an
+//! empty map when no N-holder lease was ever taken.
 //!
 //! Lock order: one mutex, never held while calling out.
 //!
