@@ -27,6 +27,7 @@ const opt = (flag) => { const i = rest.indexOf(flag); return i >= 0 ? rest[i + 1
 const screenshot = opt("--screenshot");
 const bigDb = opt("--big");
 const cWaiter = opt("--c-waiter");
+const python = opt("--python"); // a Python with the built extension
 const TOKEN = "browser-test-token-" + process.pid + "-0123456789";
 const work = mkdtempSync(join(tmpdir(), "mistri-web-"));
 const tokenFile = join(work, "token");
@@ -80,6 +81,19 @@ function holder(key, args = []) {
   return start(["run", key, "--ttl", "10", "--heartbeat", String(TICK_S), "--grace", "1", ...args, "--", "sleep", "60"]);
 }
 
+// A Python process holding `key` through the extension (tests/web/py_holder.py).
+function pyHolder(key, stopKey, label) {
+  const script = new URL("./py_holder.py", import.meta.url).pathname;
+  const child = spawn(python, [script, url, ns, key, stopKey, label, String(TICK_S)],
+    { stdio: ["ignore", "pipe", "pipe"] });
+  child.out = "";
+  child.stdout.on("data", (d) => { child.out += d; });
+  child.stderr.on("data", (d) => { child.out += d; });
+  child.exited = new Promise((resolve) => child.on("exit", (code, sig) => resolve({ code, sig })));
+  children.push(child);
+  return child;
+}
+
 function held(key) {
   return spawnSync(bin, cli(["status", key]), { stdio: "ignore" }).status === 0;
 }
@@ -104,8 +118,11 @@ async function main() {
     await page.dispatchEvent("#token", "change");
     assert.equal(await page.locator("#mode").textContent(), "");
 
-    // A holder with a stop key shows within 2 s of holding.
-    const first = holder("report:42", ["--stop-key", "report:42:stop", "--label", "first holder"]);
+    // A holder with a stop key shows within 2 s of holding: a Python
+    // process through the extension (the CLI's `run` without --python).
+    const first = python
+      ? pyHolder("report:42", "report:42:stop", "first holder")
+      : holder("report:42", ["--stop-key", "report:42:stop", "--label", "first holder"]);
     await within(START_S, "the first holder acquiring", () => held("report:42"));
     const r42 = page.locator('tr[data-key="report:42"]');
     await within(2 * POLL_S, "report:42's row", async () => (await r42.count()) === 1);
@@ -126,7 +143,7 @@ async function main() {
       sleep((TICK_S + SAFETY_POLL_S) * 1000).then(() => ({ code: "still running" })),
     ]);
     assert.equal(code, 76, "the first holder exits 76 (stopped by its flag): " + first.out);
-    ok(`Stop tripped the holder in ${Date.now() - t0} ms (bound ${TICK_S + SAFETY_POLL_S} s)`);
+    ok(`Stop tripped the ${python ? "Python " : ""}holder in ${Date.now() - t0} ms (bound ${TICK_S + SAFETY_POLL_S} s)`);
     assert.match(await page.locator("#message").textContent(), /raised report:42:stop/);
 
     // The waiter takes over with a higher fence, and the first holder's row is gone.

@@ -59,6 +59,19 @@ ln -sf "$TARGET_DIR/debug/libmistri_locks.so" "$WORK/lib/libmistri_locks.so"
 gcc -std=c11 -Wall -Wextra -Werror -pedantic -I"$ROOT/include" "$HERE/c_waiter.c" \
   -L"$WORK/lib" -lmistri_locks -Wl,-rpath,"$WORK/lib" -lpthread -lm -o "$WORK/c_waiter"
 
+# The Python holder (tests/web/py_holder.py) needs the built extension: the
+# virtualenv bindings/python/test.sh leaves (scripts/test runs it first), or
+# one built here as scripts/demo builds it.
+VENV="$ROOT/bindings/python/.venv"
+if ! "$VENV/bin/python" -c 'import mistri_locks' 2>/dev/null; then
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -c 'import maturin' 2>/dev/null ||
+    "$VENV/bin/python" -m pip install -q "maturin>=1.16,<1.17"
+  (cd "$ROOT/bindings/python" && VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" \
+    CARGO_TARGET_DIR="$TARGET_DIR" "$VENV/bin/maturin" develop -q)
+fi
+
 node "$HERE/browser.mjs" "$BIN" "redis://127.0.0.1:$PORT/0" redis --c-waiter "$WORK/c_waiter" \
-  --screenshot "${SCREENSHOT:-$TARGET_DIR/operating-page.png}"
-node "$HERE/browser.mjs" "$BIN" "$WORK/local.db" local --c-waiter "$WORK/c_waiter" --big "$WORK/big.db"
+  --python "$VENV/bin/python" --screenshot "${SCREENSHOT:-$TARGET_DIR/operating-page.png}"
+node "$HERE/browser.mjs" "$BIN" "$WORK/local.db" local --c-waiter "$WORK/c_waiter" \
+  --python "$VENV/bin/python" --big "$WORK/big.db"
