@@ -1,5 +1,6 @@
 //! Each beat's answer carries the server's clock (issue 28 §3c): Redis
-//! pipelines `TIME` with the renewals and flag reads, Postgres reads
+//! pipelines `TIME` with the renewals and flag reads (a Cluster: one per
+//! master the renewals reach, folded into one clock), Postgres reads
 //! `clock_timestamp()` in the beat's statement, and the engine compares
 //! their steps with its own clock (the detector's own tests, with injected
 //! readings, are in `core/src/hold/engine`: a server clock cannot be made
@@ -7,7 +8,7 @@
 //! clock is this host's wall clock, read between the send and the answer.
 
 use mistri_locks::{open, Adapter, Renewal};
-use mistri_locks_testkit::{PgServer, RedisServer};
+use mistri_locks_testkit::{PgServer, RedisCluster, RedisServer};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn wall() -> Duration {
@@ -60,5 +61,15 @@ fn redis_beats_carry_the_servers_clock() {
 fn postgres_beats_carry_the_servers_clock() {
     let server = PgServer::start();
     let adapter = open(&server.url(), "mistri:clock").unwrap();
+    beat_carries_the_server_clock(&*adapter);
+}
+
+#[test]
+fn cluster_beats_carry_the_masters_clocks_folded() {
+    let cluster = RedisCluster::start(3, 0);
+    let adapter = open(&cluster.url(), "mistri:clock").unwrap();
+    // The first beat starts the fold at a master's clock; the second runs
+    // it on with this host's clock (no master stepped).
+    beat_carries_the_server_clock(&*adapter);
     beat_carries_the_server_clock(&*adapter);
 }

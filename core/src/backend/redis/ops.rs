@@ -348,7 +348,7 @@ impl Adapter for Redis {
 
 /// A `TIME` reply (seconds and microseconds, as bulk strings) as the time
 /// since the Unix epoch.
-fn server_time(reply: &Value) -> Option<Duration> {
+pub(crate) fn server_time(reply: &Value) -> Option<Duration> {
     let (secs, micros) = ::redis::from_redis_value_ref::<(u64, u64)>(reply).ok()?;
     Some(Duration::from_secs(secs) + Duration::from_micros(micros))
 }

@@ -116,6 +116,8 @@ pub struct RedisCluster {
     pub(crate) known: ForkLocal<Arc<Mutex<Vec<String>>>>,
     /// The watchers of this adapter's flag listener (one per process).
     pub(crate) push: ForkLocal<Arc<Registry>>,
+    /// The beats' per-master server clocks ([`super::clock`]).
+    pub(crate) clock: ForkLocal<Mutex<super::clock::ClusterClock>>,
 }
 
 impl RedisCluster {
@@ -160,6 +162,9 @@ impl RedisCluster {
             raise: Script::new(RAISE_LUA),
             known: ForkLocal::new(Arc::default(), |_| Arc::default()),
             push: crate::contract::push::fork_local_registry(),
+            clock: ForkLocal::new(Mutex::new(Default::default()), |_| {
+                Mutex::new(Default::default())
+            }),
         })
     }
 

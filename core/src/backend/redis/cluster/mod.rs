@@ -40,6 +40,7 @@
 //! owner and follows slot moves and failovers.
 
 pub(crate) mod client;
+mod clock;
 mod map;
 mod ops;
 /// Push by sharded pub/sub.

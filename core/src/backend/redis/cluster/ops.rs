@@ -5,8 +5,9 @@ use super::client::unexpected;
 use super::client::Op;
 use super::client::RedisCluster;
 use super::client::RAISE_LUA;
+use super::map::NO_NODE;
 use crate::args::millis_ceil;
-use crate::backend::redis::ops::{add_waiting_from, QUEUE_INFO_LUA};
+use crate::backend::redis::ops::{add_waiting_from, server_time, QUEUE_INFO_LUA};
 use crate::backend::redis::replies::{flag_from, min_left_ms, renewed_from};
 use crate::backend::redis::scripts::{
     break_keys, queue_ttl_ms, ACQUIRE_LUA, BREAK, BREAK_LUA, LEAVE_QUEUE, LEAVE_QUEUE_LUA,
@@ -20,6 +21,7 @@ use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
 use crate::runtime::token::mint_token;
 use ::redis::Value;
+use std::collections::HashMap;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
@@ -367,7 +369,38 @@ impl Adapter for RedisCluster {
             cmd.arg(&k);
             ops.push(Self::plain_op(&k, cmd));
         }
+        // One TIME per master that owns one of the renewals (routed by one
+        // of its slots): the masters' clocks ([`super::clock`]).
+        let masters: Vec<(String, u16)> = {
+            let state = self.state.get().lock();
+            let mut seen: HashMap<u16, u16> = HashMap::new();
+            for op in &ops[..renewals.len()] {
+                let node = state.map.owner[usize::from(op.slot)];
+                if node != NO_NODE {
+                    seen.entry(node).or_insert(op.slot);
+                }
+            }
+            (seen.into_iter())
+                .filter_map(|(node, slot)| {
+                    Some((state.map.nodes.get(usize::from(node))?.clone(), slot))
+                })
+                .collect()
+        };
+        for (_, slot) in &masters {
+            ops.push(Op {
+                slot: *slot,
+                cmd: ::redis::cmd("TIME"),
+                eval: None,
+                write: false,
+            });
+        }
         let mut answers = self.run(&ops, deadline);
+        let received = Instant::now();
+        let time_answers = answers.split_off(renewals.len() + flags.len());
+        let readings: Vec<(String, Duration)> = (masters.into_iter().zip(time_answers))
+            .filter_map(|((master, _), a)| Some((master, server_time(&a.ok()?.0)?)))
+            .collect();
+        let server_clock = self.clock.get().lock().read(&readings, received);
         let flag_answers = answers.split_off(renewals.len());
         Ok(Beat {
             renewals: answers
@@ -384,8 +417,7 @@ impl Adapter for RedisCluster {
                 .into_iter()
                 .map(|a| flag_from(&a?.0, "Redis Cluster"))
                 .collect(),
-            // Each node has its own clock; a beat spans several.
-            server_clock: None,
+            server_clock,
         })
     }
 }
