@@ -199,7 +199,7 @@ mod tests {
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
         // The parent's pool is untouched.
-        assert_eq!(pool.take("a", 0).map(|c| c.0), Some(1));
         assert_eq!(dropped.load(Ordering::SeqCst), 0);
+        assert_eq!(pool.take("a", 0).map(|c| c.0), Some(1));
     }
 }
