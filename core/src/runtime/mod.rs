@@ -1,6 +1,7 @@
 //! What every layer leans on: the fork generation and values that reset in
 //! a forked child ([`fork::ForkLocal`]), and locks that a fork cannot leave
-//! held, owner tokens ([`token::mint_token`]), the one way a library
+//! held, the idle-connection pool of the network backends
+//! ([`pool::IdlePool`]), owner tokens ([`token::mint_token`]), the one way a library
 //! thread starts ([`thread::spawn`], deaf to host signals) and the one
 //! retry of a call a signal cut short ([`eintr::retry`]).
 
@@ -12,6 +13,7 @@ pub const IDLE_EXIT: Duration = Duration::from_secs(2);
 
 pub(crate) mod eintr;
 pub(crate) mod fork;
+pub(crate) mod pool;
 pub(crate) mod sync;
 pub(crate) mod thread;
 pub(crate) mod token;

@@ -45,8 +45,8 @@ pub(crate) mod url;
 
 use crate::error::{Error, Result};
 use crate::runtime::fork::ForkLocal;
+use crate::runtime::pool::IdlePool;
 use conn::{Conn, Row, ServerError};
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,9 +56,6 @@ pub use url::DEFAULT_SCHEMA;
 
 /// Connect, read and write timeout of every operation (as on Redis).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Idle connections kept per adapter.
-const MAX_IDLE: usize = 16;
 
 /// The statements with the schema filled in, built once per adapter.
 pub(crate) struct Statements {
@@ -122,7 +119,7 @@ pub struct Postgres {
     /// `host:port` or the socket path, for messages; never the password.
     pub(crate) addr: String,
     pub(crate) timeout: Duration,
-    pool: ForkLocal<Mutex<Vec<Conn>>>,
+    pool: IdlePool<Conn>,
     /// The watchers of this adapter's listener (one per process).
     pub(crate) push: ForkLocal<Arc<crate::contract::push::Registry>>,
     pub(crate) sql: Statements,
@@ -138,14 +135,6 @@ impl std::fmt::Debug for Postgres {
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
-}
-
-fn empty_pool(parent: &Mutex<Vec<Conn>>) -> Mutex<Vec<Conn>> {
-    if let Some(mut idle) = parent.try_lock() {
-        // Our copies of the parent's sockets: closed, nothing written.
-        idle.clear();
-    }
-    Mutex::new(Vec::new())
 }
 
 impl Postgres {
@@ -218,7 +207,7 @@ impl Postgres {
             cfg,
             namespace: namespace.to_owned(),
             timeout,
-            pool: ForkLocal::new(Mutex::new(Vec::new()), empty_pool),
+            pool: IdlePool::default(),
             push: crate::contract::push::fork_local_registry(),
             ready: AtomicBool::new(false),
         })
@@ -262,19 +251,15 @@ impl Postgres {
     /// A pooled connection (and `true`), or a new one connected by
     /// `deadline`.
     fn checkout(&self, deadline: Instant) -> Result<(Conn, bool)> {
-        if let Some(con) = self.pool.get().lock().pop() {
+        if let Some(con) = self.pool.take("", 0) {
             return Ok((con, true));
         }
         Ok((Conn::connect(&self.cfg, &self.cfg.target, deadline)?, false))
     }
 
     fn checkin(&self, con: Conn) {
-        if con.broken {
-            return;
-        }
-        let mut idle = self.pool.get().lock();
-        if idle.len() < MAX_IDLE {
-            idle.push(con);
+        if !con.broken {
+            self.pool.put("", 0, con);
         }
     }
 

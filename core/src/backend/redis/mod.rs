@@ -44,11 +44,12 @@
 //!   ([`announce_lua`]); nothing when nobody is queued. `expires_in` is
 //!   `PTTL`.
 //!
-//! Connections: a small pool (a mutex around a stack of idle connections,
-//! held only to push or pop), so concurrent callers each use their own
-//! connection. The pool remembers the process id: a forked child drops the
-//! inherited connections (closing only its copies of the sockets) and opens
-//! its own. A connection that saw an error is discarded, not reused.
+//! Connections: a small pool (`runtime/pool.rs`, shared with the Cluster
+//! and PostgreSQL: a mutex around a stack of idle connections, held only to
+//! push or pop), so concurrent callers each use their own connection. The
+//! pool is fork-local: a forked child drops the inherited connections
+//! (closing only its copies of the sockets) and opens its own. A
+//! connection that saw an error is discarded, not reused.
 
 pub(crate) mod cluster;
 mod io;

@@ -24,6 +24,7 @@ use crate::contract::info::LeaseInfo;
 use crate::contract::push::Registry;
 use crate::error::{Error, Result};
 use crate::runtime::fork::ForkLocal;
+use crate::runtime::pool::IdlePool;
 use ::redis::{
     Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
 };
@@ -34,7 +35,6 @@ use std::time::{Duration, Instant};
 /// The default key namespace.
 pub const DEFAULT_NAMESPACE: &str = "mistri:locks";
 
-pub(crate) const MAX_IDLE: usize = 16;
 /// About how many bytes of a heartbeat batch are built before they are
 /// sent (see `beat_on`).
 pub(crate) const BEAT_CHUNK: usize = 64 * 1024;
@@ -47,28 +47,6 @@ pub(crate) struct Con {
     pub(crate) buf: Vec<u8>,
     /// The read and write timeout the socket has now (`None`: unknown).
     pub(crate) aimed: Option<Duration>,
-}
-
-pub(crate) struct Pool {
-    pub(crate) idle: Vec<Con>,
-    /// With a sentinel: the [`Sentinel::epoch`] the idle connections were
-    /// opened in.
-    pub(crate) epoch: u64,
-}
-
-impl Pool {
-    /// A forked child's pool: empty. The parent's sockets are closed (our
-    /// copies only; nothing is written to them) if its pool can be had
-    /// without blocking, else leaked with the parent's pool.
-    pub(crate) fn for_child(parent: &Mutex<Pool>) -> Mutex<Pool> {
-        if let Some(mut pool) = parent.try_lock() {
-            pool.idle.clear();
-        }
-        Mutex::new(Pool {
-            idle: Vec::new(),
-            epoch: 0,
-        })
-    }
 }
 
 /// A Redis backend. Cheap to share: wrap it in [`crate::Locks`] once and
@@ -86,7 +64,9 @@ pub struct Redis {
     pub(crate) addr: String,
     pub(crate) namespace: String,
     pub(crate) timeout: Duration,
-    pub(crate) pool: ForkLocal<Mutex<Pool>>,
+    /// Idle connections (one stack: every one goes to the same server),
+    /// in the [`Sentinel::epoch`] they were opened in.
+    pub(crate) pool: IdlePool<Con>,
     /// The watchers of this adapter's flag listener (one per process).
     pub(crate) push: ForkLocal<Arc<Registry>>,
     pub(crate) acquire: Script,
@@ -150,13 +130,7 @@ impl Redis {
             addr,
             namespace: namespace.to_owned(),
             timeout,
-            pool: ForkLocal::new(
-                Mutex::new(Pool {
-                    idle: Vec::new(),
-                    epoch: 0,
-                }),
-                Pool::for_child,
-            ),
+            pool: IdlePool::default(),
             push: crate::contract::push::fork_local_registry(),
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
@@ -224,17 +198,10 @@ impl Redis {
         if let Some(sentinel) = &self.sentinel {
             sentinel.check_if_due(deadline);
         }
-        {
-            let mut pool = self.pool.get().lock();
-            let epoch = self.master_epoch();
-            if pool.epoch != epoch {
-                // The sentinels' master was forgotten since these opened.
-                pool.idle.clear();
-                pool.epoch = epoch;
-            }
-            if let Some(con) = pool.idle.pop() {
-                return Ok(con);
-            }
+        // A new epoch (the sentinels' master was forgotten since these
+        // opened) empties the pool.
+        if let Some(con) = self.pool.take("", self.master_epoch()) {
+            return Ok(con);
         }
         // Connecting also runs a setup pipeline of two replies, each of
         // which may wait out the read timeout: give each step a third.
@@ -255,9 +222,8 @@ impl Redis {
         if con.buf.capacity() > 2 * BEAT_CHUNK {
             con.buf = Vec::new();
         }
-        let mut pool = self.pool.get().lock();
-        if pool.idle.len() < MAX_IDLE && con.con.is_open() && epoch == self.master_epoch() {
-            pool.idle.push(con);
+        if con.con.is_open() && epoch == self.master_epoch() {
+            self.pool.put("", epoch, con);
         }
     }
 

@@ -20,6 +20,7 @@ use crate::contract::info::LeaseInfo;
 use crate::contract::push::Registry;
 use crate::error::{Error, Result};
 use crate::runtime::fork::ForkLocal;
+use crate::runtime::pool::IdlePool;
 use ::redis::{Client, Cmd, Connection, ConnectionLike, RedisError, Script, Value};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -28,7 +29,6 @@ use std::time::{Duration, Instant};
 
 /// Rounds of redirections one batch follows before giving up on an item.
 pub const MAX_ROUNDS: usize = 5;
-pub(crate) const MAX_IDLE: usize = 16;
 
 /// The lease's time left, its value (token and holder description) and
 /// the server's clock in one atomic read (a cluster has no cross-node
@@ -50,7 +50,6 @@ return 1";
 
 pub(crate) struct State {
     pub(crate) map: SlotMap,
-    pub(crate) idle: HashMap<String, Vec<Connection>>,
     pub(crate) clients: HashMap<String, Client>,
     /// With `min_replicas=all`: per node, the most replicas seen connected
     /// to it (a new connection's check, a `WAIT`'s reply), never lowered.
@@ -59,15 +58,14 @@ pub(crate) struct State {
 
 impl State {
     pub(crate) fn for_child(parent: &Mutex<State>) -> Mutex<State> {
-        // Keep the parent's map if it can be had without blocking; never
-        // its sockets.
+        // Keep the parent's map if it can be had without blocking (the
+        // idle sockets are in `RedisCluster::idle`).
         let map = parent
             .try_lock()
             .map(|s| s.map.clone())
             .unwrap_or_else(SlotMap::empty);
         Mutex::new(State {
             map,
-            idle: HashMap::new(),
             clients: HashMap::new(),
             replicas_connected: HashMap::new(),
         })
@@ -108,6 +106,8 @@ pub struct RedisCluster {
     pub(crate) timeout: Duration,
     pub(crate) replicas: ReplicaAck,
     pub(crate) state: ForkLocal<Mutex<State>>,
+    /// Idle connections per node address.
+    pub(crate) idle: IdlePool<Connection>,
     pub(crate) acquire: Script,
     pub(crate) renew: Script,
     pub(crate) release: Script,
@@ -150,12 +150,12 @@ impl RedisCluster {
             state: ForkLocal::new(
                 Mutex::new(State {
                     map: SlotMap::empty(),
-                    idle: HashMap::new(),
                     clients: HashMap::new(),
                     replicas_connected: HashMap::new(),
                 }),
                 State::for_child,
             ),
+            idle: IdlePool::default(),
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
             release: Script::new(RELEASE_LUA),
@@ -211,14 +211,7 @@ impl RedisCluster {
     }
 
     pub(crate) fn checkout(&self, addr: &str, deadline: Instant) -> Result<Connection> {
-        if let Some(con) = self
-            .state
-            .get()
-            .lock()
-            .idle
-            .get_mut(addr)
-            .and_then(Vec::pop)
-        {
+        if let Some(con) = self.idle.take(addr, 0) {
             return Ok(con);
         }
         let left = left(deadline, addr)?;
@@ -248,10 +241,8 @@ impl RedisCluster {
     }
 
     pub(crate) fn checkin(&self, addr: &str, con: Connection) {
-        let mut state = self.state.get().lock();
-        let idle = state.idle.entry(addr.to_owned()).or_default();
-        if idle.len() < MAX_IDLE && con.is_open() {
-            idle.push(con);
+        if con.is_open() {
+            self.idle.put(addr, 0, con);
         }
     }
 

@@ -26,10 +26,11 @@
 //! - Replica acknowledgement ([`ReplicaAck`]): a `WAIT` ends each node's
 //!   pipeline that carries a write, on the same connection.
 //!
-//! Connections: a pool per node address (fork-local, like
-//! [`crate::Redis`]'s); a connection that saw an error or a timeout is
-//! dropped, never reused. The state mutex is held only to read the map or
-//! push/pop a connection, never during I/O.
+//! Connections: a stack per node address in the shared idle pool
+//! (`runtime/pool.rs`, fork-local, as [`crate::Redis`]'s); a connection
+//! that saw an error or a timeout is dropped, never reused. The state
+//! mutex is held only to read the map, the pool's only to push or pop a
+//! connection; neither during I/O.
 //!
 //! Push ([`crate::contract::push`]) by sharded pub/sub (`shards.rs`):
 //! `set_flag` runs one script on the flag's slot owner that `SET`s the flag
