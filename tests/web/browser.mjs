@@ -45,7 +45,11 @@ function cli(args, backend = url) {
 }
 
 function start(args, backend) {
-  const child = spawn(bin, cli(args, backend), { stdio: ["ignore", "pipe", "pipe"] });
+  return track(spawn(bin, cli(args, backend), { stdio: ["ignore", "pipe", "pipe"] }));
+}
+
+// Keeps a child's output and exit, and stops it at the end.
+function track(child) {
   child.out = "";
   child.stdout.on("data", (d) => { child.out += d; });
   child.stderr.on("data", (d) => { child.out += d; });
@@ -84,14 +88,8 @@ function holder(key, args = []) {
 // A Python process holding `key` through the extension (tests/web/py_holder.py).
 function pyHolder(key, stopKey, label) {
   const script = new URL("./py_holder.py", import.meta.url).pathname;
-  const child = spawn(python, [script, url, ns, key, stopKey, label, String(TICK_S)],
-    { stdio: ["ignore", "pipe", "pipe"] });
-  child.out = "";
-  child.stdout.on("data", (d) => { child.out += d; });
-  child.stderr.on("data", (d) => { child.out += d; });
-  child.exited = new Promise((resolve) => child.on("exit", (code, sig) => resolve({ code, sig })));
-  children.push(child);
-  return child;
+  return track(spawn(python, [script, url, ns, key, stopKey, label, String(TICK_S)],
+    { stdio: ["ignore", "pipe", "pipe"] }));
 }
 
 function held(key) {
@@ -165,12 +163,8 @@ async function main() {
       const row = page.locator('tr[data-key="cwait:job"]');
       await within(2 * POLL_S, "cwait:job's row", async () => (await row.count()) === 1);
       const fenceA = BigInt((await row.locator("td.fence").textContent()).trim());
-      const c = spawn(cWaiter, [url, ns, "cwait:job", "the C waiter", "cwait:job:c-stop"], { stdio: ["ignore", "pipe", "pipe"] });
-      c.out = "";
-      c.stdout.on("data", (d) => { c.out += d; });
-      c.stderr.on("data", (d) => { c.out += d; });
-      c.exited = new Promise((resolve) => c.on("exit", (code, sig) => resolve({ code, sig })));
-      children.push(c);
+      const c = track(spawn(cWaiter, [url, ns, "cwait:job", "the C waiter", "cwait:job:c-stop"],
+        { stdio: ["ignore", "pipe", "pipe"] }));
       // It queues at its first try (a process start), the page shows it at its next poll.
       await within(START_S + 2 * POLL_S, "the C waiter in the waiting column", async () =>
         /^1 · /.test(((await row.locator("td.waiting").textContent()) || "").trim()));

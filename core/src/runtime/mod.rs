@@ -3,7 +3,8 @@
 //! held, the idle-connection pool of the network backends
 //! ([`pool::IdlePool`]), owner tokens ([`token::mint_token`]), the one way a library
 //! thread starts ([`thread::spawn`], deaf to host signals) and the one
-//! retry of a call a signal cut short ([`eintr::retry`]).
+//! retry of a call a signal cut short ([`eintr::retry`]), and the host's
+//! clocks read directly ([`clock::clock_ns`]).
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 /// lingers before exiting; a new one starts with the next work.
 pub const IDLE_EXIT: Duration = Duration::from_secs(2);
 
+pub(crate) mod clock;
 pub(crate) mod eintr;
 pub(crate) mod fork;
 pub(crate) mod pool;

@@ -247,20 +247,7 @@ pub(crate) fn now_ns() -> i64 {
     let clock = libc::CLOCK_BOOTTIME;
     #[cfg(not(target_os = "linux"))]
     let clock = libc::CLOCK_MONOTONIC;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only it.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    if rc != 0 {
-        // Only fails for an invalid clock id, which these constants are not.
-        return 0;
-    }
-    // time_t/c_long are i64 here but narrower on 32-bit targets.
-    #[allow(clippy::useless_conversion)]
-    let (sec, nsec) = (i64::from(ts.tv_sec), i64::from(ts.tv_nsec));
-    sec * 1_000_000_000 + nsec
+    i64::try_from(crate::runtime::clock::clock_ns(clock)).unwrap_or(i64::MAX)
 }
 
 pub(crate) fn ns(d: Duration) -> i64 {

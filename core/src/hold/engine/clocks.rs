@@ -31,6 +31,8 @@
 //! jump ahead by more than a hold's safety margin tells it `at_risk`.
 
 use super::status::ns;
+#[cfg(target_os = "linux")]
+use crate::runtime::clock::clock_ns as read;
 use std::time::Duration;
 
 /// Growth of the offset below this is read noise, not a suspend (the two
@@ -65,23 +67,6 @@ pub(crate) fn suspended_ns() -> u64 {
     {
         0
     }
-}
-
-#[cfg(target_os = "linux")]
-fn read(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only
-    // it, and both clock ids exist on Linux.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
 /// The suspended time the engine has accounted for.
