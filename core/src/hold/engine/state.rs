@@ -254,10 +254,14 @@ pub(crate) fn tell_at_risk(stats: &Stats, e: &Entry, risk: &str) {
 }
 
 impl State {
-    /// Applies a settings check's verdict: a new risk is told to every
-    /// hold (once per risk, not once per check); none clears it; an error
-    /// leaves the verdict standing. The next check is due `every` after
-    /// `now` while there are holds.
+    /// Applies a settings check's verdict: a risk found while none stood
+    /// is told to every hold (once per risk episode, not once per check,
+    /// and not again when only its wording changes: a check on a pooled
+    /// connection words it from `INFO memory`, one that had to open a
+    /// connection from the connect-time refusal; a clean-clone run under
+    /// load told a hold twice that way); none clears it; an error leaves
+    /// the verdict standing. The next check is due `every` after `now`
+    /// while there are holds.
     pub(crate) fn settings_checked(
         &mut self,
         verdict: crate::error::Result<Option<String>>,
@@ -266,9 +270,11 @@ impl State {
     ) {
         self.settings_due = (self.entries.len > 0).then(|| ms(now + every));
         match verdict {
-            Ok(Some(risk)) if self.settings_risk.as_deref() != Some(risk.as_str()) => {
-                for e in self.entries.iter() {
-                    tell_at_risk(&self.stats, e, &risk);
+            Ok(Some(risk)) => {
+                if self.settings_risk.is_none() {
+                    for e in self.entries.iter() {
+                        tell_at_risk(&self.stats, e, &risk);
+                    }
                 }
                 self.settings_risk = Some(risk.into());
             }
