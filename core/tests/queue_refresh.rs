@@ -20,9 +20,9 @@ mod common;
 use common::*;
 use mistri_locks::{AcquireOptions, Locks, QUEUE_ENTRY_TTL, QUEUE_REFRESH};
 use mistri_locks_testkit::{unique, PgServer, RedisServer};
-use std::io::{BufRead, BufReader, Lines};
+use std::io::{BufReader, Lines};
 use std::path::PathBuf;
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{Child, ChildStderr};
 use std::time::{Duration, Instant};
 
 /// What one try may take on top of the protocol's times: the I/O timeout
@@ -69,17 +69,8 @@ struct Waiter {
 
 impl Waiter {
     fn start(target: &str, key: &str) -> Waiter {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-            .env("MISTRI_TEST_ROLE", target)
-            .env("MISTRI_TEST_KEY", key)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut said = BufReader::new(child.stderr.take().unwrap()).lines();
-        let ready = said.by_ref().map_while(Result::ok).any(|l| l == "ready");
-        assert!(ready, "the waiting process never started");
+        let (child, said) =
+            spawn_ready_child(&[("MISTRI_TEST_ROLE", target), ("MISTRI_TEST_KEY", key)]);
         Waiter { child, said }
     }
 

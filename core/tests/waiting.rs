@@ -11,7 +11,6 @@ use common::*;
 use mistri_locks::{AbortSignal, AcquireOptions, HoldOptions, Locks, Poll};
 use mistri_locks::{QUEUE_ENTRY_TTL, QUEUE_REFRESH, SAFETY_POLL};
 use mistri_locks_testkit::{unique, RedisServer};
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -82,18 +81,11 @@ fn child() {
 fn release_to_other_process(locks: &Locks, role: &str, target: &str) -> Duration {
     let key = unique("job");
     assert!(locks.acquire(&key, secs(30.0)).unwrap());
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env("MISTRI_TEST_ROLE", role)
-        .env("MISTRI_TEST_TARGET", target)
-        .env("MISTRI_TEST_KEY", &key)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let ready = lines.by_ref().map_while(Result::ok).any(|l| l == "ready");
-    assert!(ready, "the waiting process never started");
+    let (mut child, lines) = spawn_ready_child(&[
+        ("MISTRI_TEST_ROLE", role),
+        ("MISTRI_TEST_TARGET", target),
+        ("MISTRI_TEST_KEY", &key),
+    ]);
     // Time to connect, try once and fall asleep (its next timed try is
     // the safety poll, 2 s away: the lease has 30 s left).
     std::thread::sleep(Duration::from_millis(500));

@@ -148,3 +148,28 @@ pub fn in_child(child: impl FnOnce() -> i32) -> i32 {
     }
     libc::WEXITSTATUS(status)
 }
+
+/// Starts this test binary again as a child running its `child` test with
+/// `env`, and waits until it says `ready` on stderr: the child and the rest
+/// of what it says.
+pub fn spawn_ready_child(
+    env: &[(&str, &str)],
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
+) {
+    use std::io::BufRead;
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().unwrap();
+    let mut said = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = said.by_ref().map_while(Result::ok).any(|l| l == "ready");
+    assert!(ready, "the waiting process never started");
+    (child, said)
+}
