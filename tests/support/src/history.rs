@@ -625,6 +625,11 @@ impl Report {
 
     /// Every violation, a few per rule, one a line.
     pub fn violations(&self) -> String {
+        self.violations_up_to(5)
+    }
+
+    /// Every violation, at most `most` per rule, one a line.
+    pub fn violations_up_to(&self, most: usize) -> String {
         let mut out = String::new();
         for (rule, list) in [
             ("overlap", &self.overlaps),
@@ -633,11 +638,11 @@ impl Report {
             ("unexplained refusal", &self.unexplained_refusals),
             ("wait ran out on a free key", &self.unexplained_waits),
         ] {
-            for v in list.iter().take(5) {
+            for v in list.iter().take(most) {
                 out.push_str(&format!("  {rule}: {v}\n"));
             }
-            if list.len() > 5 {
-                out.push_str(&format!("  ... {} more of {rule}\n", list.len() - 5));
+            if list.len() > most {
+                out.push_str(&format!("  ... {} more of {rule}\n", list.len() - most));
             }
         }
         out

@@ -20,11 +20,15 @@
 //! queues the line again, at the back.
 //!
 //! For a wait that ran out, rule 4 counts the stints of the lines **ahead
-//! of its own** (queued before its own line's stint began; all of them if
-//! its line was not queued) as it counts spans where a lease may have been
-//! live: the free lease was theirs to take. The head of the queue has no
-//! line ahead: a head whose wait runs out on a free key (a lost wake-up) is
-//! still unexplained.
+//! of its own** as it counts spans where a lease may have been live: the
+//! free lease was theirs to take. A line may be ahead when its queuing try
+//! was invoked before the try that queued the wait's own line completed
+//! (two tries that overlap in time may have reached the backend in either
+//! order: a try slowed by a fault is applied some time between its
+//! invocation and its answer); all lines are, if the wait's line was not
+//! queued. The head of the queue, queued before every other line's try
+//! began, has no line ahead: a head whose wait runs out on a free key (a
+//! lost wake-up) is still unexplained.
 
 use std::collections::HashMap;
 
@@ -76,14 +80,17 @@ impl Stints<'_> {
         let Some(list) = self.by_key.get(key) else {
             return Vec::new();
         };
-        let began = list
+        // When the wait's own line was queued, at the latest: the
+        // completion of the try that queued it (the wait's end if it was
+        // not queued).
+        let queued = list
             .iter()
             .filter(|s| !own.is_empty() && s.line == own && s.start.0 <= cmp && s.end >= inv)
-            .map(|s| s.start.0)
+            .map(|s| s.start.1)
             .max()
             .unwrap_or(cmp);
         list.iter()
-            .filter(|s| s.line != own && s.start.1 < began)
+            .filter(|s| s.line != own && s.start.0 < queued)
             .map(|s| (s.start.0, s.end))
             .collect()
     }
@@ -184,6 +191,30 @@ mod tests {
         );
         // A line not queued yet is behind every line.
         assert_eq!(s.ahead_of("k", "C", 300 * MS, 350 * MS).len(), 2);
+    }
+
+    #[test]
+    fn tries_that_overlap_may_have_queued_in_either_order() {
+        // A's try, slowed by a fault, was invoked before B's and answered
+        // after it: the backend may have queued A first.
+        let events = [
+            e("A", 100, 400, Did::Tried(true)),
+            e("B", 200, 201, Did::Tried(true)),
+            e("C", 300, 301, Did::Tried(true)),
+        ];
+        let s = stints(&events, &[]);
+        let a_until = 400 * MS + QUEUE_ENTRY_TTL_NS + QUEUE_REFRESH_NS;
+        assert_eq!(
+            s.ahead_of("k", "B", 250 * MS, 350 * MS),
+            vec![(100 * MS, a_until)]
+        );
+        // B's try was answered before C's began: C is behind B, B is not
+        // behind C.
+        assert_eq!(s.ahead_of("k", "C", 350 * MS, 360 * MS).len(), 2);
+        assert!(!s
+            .ahead_of("k", "B", 350 * MS, 360 * MS)
+            .iter()
+            .any(|&(start, _)| start == 300 * MS));
     }
 
     #[test]
