@@ -483,6 +483,21 @@ fn a_holder_that_never_releases_is_succeeded_at_its_expiry() {
 struct SlowRefusal {
     inner: Arc<dyn mistri_locks::Adapter>,
     until: Mutex<Option<Instant>>,
+    /// Each try from a line: when it was sent, and whether it acquired.
+    tries: Mutex<Vec<(Instant, bool)>>,
+    /// `expires_in` answers given.
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl SlowRefusal {
+    fn over(inner: &Locks) -> Arc<Self> {
+        Arc::new(SlowRefusal {
+            inner: inner.adapter().clone(),
+            until: Mutex::new(None),
+            tries: Mutex::new(Vec::new()),
+            asked: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
 }
 
 impl SlowRefusal {
@@ -538,13 +553,19 @@ impl mistri_locks::Adapter for SlowRefusal {
         limit: u32,
         line: &str,
     ) -> mistri_locks::Result<Option<mistri_locks::Lease>> {
-        self.answer(self.inner.acquire_queued(key, ttl, who, limit, line))
+        let sent = Instant::now();
+        let got = self.inner.acquire_queued(key, ttl, who, limit, line);
+        let won = matches!(got, Ok(Some(_)));
+        self.tries.lock().unwrap().push((sent, won));
+        self.answer(got)
     }
     fn leave_queue(&self, key: &str, line: &str) -> mistri_locks::Result<()> {
         self.inner.leave_queue(key, line)
     }
     fn expires_in(&self, key: &str) -> mistri_locks::Result<Option<Duration>> {
-        self.inner.expires_in(key)
+        let left = self.inner.expires_in(key);
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        left
     }
     fn info(&self, key: &str) -> mistri_locks::Result<Option<mistri_locks::LeaseInfo>> {
         self.inner.info(key)
@@ -611,10 +632,7 @@ impl mistri_locks::Adapter for SlowRefusal {
 fn a_try_refused_just_before_the_expiry_is_retried_at_once() {
     let server = RedisServer::start();
     for (name, plain) in backends(&server) {
-        let adapter = Arc::new(SlowRefusal {
-            inner: plain.adapter().clone(),
-            until: Mutex::new(None),
-        });
+        let adapter = SlowRefusal::over(&plain);
         let locks = Locks::from_arc(adapter.clone());
         let key = unique("job");
         let ttl = Duration::from_millis(300);
@@ -635,6 +653,63 @@ fn a_try_refused_just_before_the_expiry_is_retried_at_once() {
             "{name}: acquired {late:?} after the refused try's answer (slept the safety poll)"
         );
     }
+}
+
+/// A new line's subscription goes live only when the adapter's listener
+/// next wakes (on Redis, whose socket read can't be woken, up to
+/// `COLD_SLICE`, half a second, after a quiet spell); a release announced
+/// to the line before that is not heard. The head must not count on being
+/// told meanwhile: in the Redis soak of issue 29 a head whose line had just
+/// started slept on the lease's expiry while the key was free, and the
+/// waits of every line behind it ran out. Here the subscription never goes
+/// live (an ACL gives this user no `next` channel), so only the head's own
+/// tries can take the released lease: it must take it before its line's
+/// refresh is due (`QUEUE_REFRESH` after its first try), the first try a
+/// head that waited to be told would make.
+#[test]
+fn a_line_not_subscribed_yet_tries_again_soon() {
+    let server = RedisServer::start();
+    server.command("ACL SETUSER deaf on >pw ~* &*:raised:* +@all");
+    let ns = unique("mistri:unheard");
+    let deaf = Locks::redis(&server.url().replace("redis://", "redis://deaf:pw@"), &ns).unwrap();
+    let holder = Locks::redis(&server.url(), &ns).unwrap();
+    let adapter = SlowRefusal::over(&deaf);
+    let waiter = Locks::from_arc(adapter.clone());
+    let key = unique("job");
+    assert!(holder.acquire(&key, secs(30.0)).unwrap());
+    let waiting_on = key.clone();
+    let t = std::thread::spawn(move || {
+        waiter
+            .acquire_with(&waiting_on, secs(30.0), &waiting(10.0))
+            .unwrap()
+    });
+    // Released once the head's first try was refused and it was told the
+    // lease's life (30 s): from then on only a ring or its own timer
+    // makes it try.
+    let bound = Instant::now() + secs(10.0);
+    while adapter.asked.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < bound, "the waiter never asked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let first = adapter.tries.lock().unwrap()[0].0;
+    assert!(holder.release(&key).unwrap());
+    assert!(t.join().unwrap(), "refused");
+    let tries = adapter.tries.lock().unwrap().clone();
+    let won = tries
+        .iter()
+        .find(|(_, won)| *won)
+        .expect("a try that won")
+        .0;
+    println!(
+        "{} tries; the one that won was sent {:?} after the first",
+        tries.len(),
+        won - first
+    );
+    assert!(
+        won < first + QUEUE_REFRESH,
+        "the head waited for its refresh ({:?} after its first try) to take a free lease",
+        won - first
+    );
 }
 
 #[test]

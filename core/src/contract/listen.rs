@@ -131,7 +131,10 @@ impl<S: PushSource> Listener<S> {
         const FIRST_BACKOFF: Duration = Duration::from_millis(50);
         let mut backoff = FIRST_BACKOFF;
         while !registry.retire_if_unwatched() {
-            let subscribed = match self.listen(registry) {
+            let listened = self.listen(registry);
+            // The channel is gone, whatever ended it.
+            registry.unconfirm_all();
+            let subscribed = match listened {
                 Ok(Listened::Retired) => return,
                 Ok(Listened::Lost) => true,
                 Err(_) => false,
@@ -190,6 +193,7 @@ impl<S: PushSource> Listener<S> {
         };
         self.apply(&mut con, &all, &mut channels, registry)?;
         subs.done(&all);
+        registry.confirm(&all.subscribe);
         // Live from here: what was raised before is found by reading, and
         // every waiter tries once (a release may have gone unheard).
         registry.poll_now();
@@ -202,6 +206,7 @@ impl<S: PushSource> Listener<S> {
             let now = Instant::now();
             let plan = subs.plan(registry, now);
             if !plan.is_empty() {
+                registry.unconfirm(&plan.unsubscribe);
                 if self
                     .apply(&mut con, &plan, &mut channels, registry)
                     .is_err()

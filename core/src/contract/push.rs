@@ -210,6 +210,17 @@ impl FlagWatch {
         );
     }
 
+    /// Whether the listener has confirmed the subscription of the line
+    /// `line` of `key` ([`Registry::is_confirmed`]).
+    pub(crate) fn line_confirmed(&self, key: &str, line: &str) -> bool {
+        self.registry.upgrade().is_some_and(|registry| {
+            registry.is_confirmed(&Interest::Line {
+                key: Arc::from(key),
+                line: Arc::from(line),
+            })
+        })
+    }
+
     /// Gives up one [`FlagWatch::watch_line`].
     pub fn unwatch_line(&self, key: &str, line: &str) {
         self.change(
@@ -252,6 +263,11 @@ struct RegistryState {
     changed: HashSet<Interest>,
     /// Rings the listener awake when `changed` gains its first item.
     wake: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// The interests the listener has confirmed live on its channel (a
+    /// subscription the server acknowledged, a doorbell watched), until it
+    /// drops them or loses the channel: an announcement for one of them
+    /// reaches this process. See [`Registry::is_confirmed`].
+    confirmed: HashSet<Interest>,
 }
 
 /// The watchers of one listener, what they want, and whether its thread
@@ -386,6 +402,43 @@ impl Registry {
         self.state.lock().wanted.contains_key(interest)
     }
 
+    /// Is `interest` confirmed live on the listener's channel? Until it
+    /// is, an announcement of it may be lost: a new interest waits for the
+    /// listener's next wake-up (up to [`COLD_SLICE`] on Redis, whose socket
+    /// read cannot be woken), so a waiting line whose subscription is not
+    /// confirmed does not rely on being told (`crate::waiting`).
+    pub(crate) fn is_confirmed(&self, interest: &Interest) -> bool {
+        self.state.lock().confirmed.contains(interest)
+    }
+
+    /// The listener's subscriptions to `interests` are live (no watcher
+    /// is told: [`Registry::live`] tells them).
+    pub(crate) fn confirm(&self, interests: &[Interest]) {
+        if interests.is_empty() {
+            return;
+        }
+        let mut state = self.state.lock();
+        state.confirmed.extend(interests.iter().cloned());
+    }
+
+    /// The listener is about to drop `interests` (call it before the
+    /// unsubscribe is sent: from then on an announcement may be lost).
+    pub(crate) fn unconfirm(&self, interests: &[Interest]) {
+        if interests.is_empty() {
+            return;
+        }
+        let mut state = self.state.lock();
+        for interest in interests {
+            state.confirmed.remove(interest);
+        }
+    }
+
+    /// The listener's channel is gone: nothing is confirmed until it
+    /// subscribes again.
+    pub(crate) fn unconfirm_all(&self) {
+        self.state.lock().confirmed.clear();
+    }
+
     /// The live watchers (dead ones are dropped from the list).
     pub(crate) fn watchers(&self) -> Vec<Arc<dyn FlagWatcher>> {
         let mut state = self.state.lock();
@@ -457,6 +510,7 @@ impl Registry {
         if interests.is_empty() {
             return;
         }
+        self.confirm(interests);
         let watchers = self.watchers();
         for interest in interests {
             for w in &watchers {

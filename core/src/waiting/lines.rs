@@ -330,6 +330,16 @@ pub(crate) fn pushes(adapter: &Arc<dyn Adapter>) -> bool {
         .is_some_and(|a| a.watch.is_some())
 }
 
+/// Whether a release announced to the line `line` of `key` on `adapter`
+/// reaches this process now: `None` when the adapter's lines hear no
+/// pushes, else whether its listener has confirmed the line's
+/// subscription ([`crate::contract::push::Registry::is_confirmed`]).
+pub(crate) fn announced(adapter: &Arc<dyn Adapter>, key: &str, line: &str) -> Option<bool> {
+    let state = lines().state.lock();
+    let watch = state.adapters.get(&adapter_id(adapter))?.watch.as_ref()?;
+    Some(watch.line_confirmed(key, line))
+}
+
 /// What the adapter's listener tells the lines of one adapter object.
 pub(crate) struct WaitWatcher {
     pub(crate) adapter: usize,

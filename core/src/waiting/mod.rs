@@ -128,6 +128,18 @@ pub const EXPIRY_SLACK: Duration = Duration::from_millis(2);
 /// lapsed or was released in between): retry after this.
 const QUICK_RETRY: Duration = Duration::from_millis(5);
 
+/// The longest a head waits between tries while its line's subscription
+/// is not confirmed (an announcement to the line may be lost meanwhile):
+/// [`QUICK_RETRY`] doubling up to this.
+const UNHEARD_RETRY_MAX: Duration = Duration::from_millis(40);
+
+/// How long a head keeps trying every [`UNHEARD_RETRY_MAX`] at most while
+/// its line's subscription is not confirmed: beyond the listener's
+/// slowest wake-up ([`crate::contract::push::COLD_SLICE`]) plus a round
+/// trip the listener is evidently cut off (it rings every line once it
+/// is back), and the head's own timers serve.
+const UNHEARD_FOR: Duration = Duration::from_secs(1);
+
 /// Whether the head's retry timer for `at` has fired by `now`.
 #[cfg(not(loom))]
 fn timer_due(at: Instant, now: Instant) -> bool {
@@ -226,6 +238,9 @@ pub struct Waiting<T> {
     quick: u32,
     /// This waiter tried with its line's id.
     tried_in_line: bool,
+    /// Since when, and how many tries, this head found its line's
+    /// subscription not confirmed ([`Waiting::unheard_retry`]).
+    unheard: Option<(Instant, u32)>,
     finished: bool,
 }
 
@@ -287,6 +302,7 @@ impl<T> Waiting<T> {
             knows_expiry: false,
             quick: 0,
             tried_in_line: false,
+            unheard: None,
             finished: false,
         }
     }
@@ -435,6 +451,44 @@ impl<T> Waiting<T> {
 
     /// How long the head sleeps after a refused try (module header).
     fn next_retry(&mut self) -> Duration {
+        let wait = self.retry_after_refusal();
+        match self.unheard_retry() {
+            Some(soon) => wait.min(soon),
+            None => wait,
+        }
+    }
+
+    /// While the listener has not confirmed this line's subscription, a
+    /// release announced to the line is not heard (a new line's
+    /// subscription waits for the listener's next wake-up: up to
+    /// [`crate::contract::push::COLD_SLICE`] on Redis): the head then
+    /// tries again soon, [`QUICK_RETRY`] doubling to [`UNHEARD_RETRY_MAX`],
+    /// for at most [`UNHEARD_FOR`]; the listener rings it once the
+    /// subscription is live. `None` when announcements are heard (or
+    /// there are none).
+    fn unheard_retry(&mut self) -> Option<Duration> {
+        if std::env::var("NOFIX").is_ok() {
+            return None;
+        }
+        let place = self.place.as_ref()?;
+        if lines::announced(&self.adapter, &self.key, &place.line) != Some(false) {
+            self.unheard = None;
+            return None;
+        }
+        let now = Instant::now();
+        let (since, tries) = self.unheard.get_or_insert((now, 0));
+        if now.saturating_duration_since(*since) >= UNHEARD_FOR {
+            return None;
+        }
+        let wait = QUICK_RETRY
+            .saturating_mul(1 << (*tries).min(4))
+            .min(UNHEARD_RETRY_MAX);
+        *tries += 1;
+        Some(wait)
+    }
+
+    /// How long the head sleeps after a refused try, announcements aside.
+    fn retry_after_refusal(&mut self) -> Duration {
         match self.adapter.expires_in(&self.key) {
             Ok(Some(left)) => {
                 self.knows_expiry = true;

@@ -15,7 +15,10 @@ pub(super) fn run(db: &Path, registry: &Registry) {
     let mut subs = Subscriptions::default();
     while !registry.retire_if_unwatched() {
         let started = Instant::now();
-        match listen(db, registry, &mut subs) {
+        let listened = listen(db, registry, &mut subs);
+        // The descriptor is gone, whatever ended it.
+        registry.unconfirm_all();
+        match listened {
             Ok(()) => return,
             Err(_) => {
                 if started.elapsed() > LISTENER_IDLE * 5 {
@@ -226,6 +229,7 @@ fn listen(db: &Path, registry: &Registry, subs: &mut Subscriptions) -> std::io::
         bells.add(interest)?;
     }
     subs.done(&all);
+    registry.confirm(&all.subscribe);
     // Live from here: what was raised before is found by reading, and
     // every waiter tries once (a release may have gone unheard).
     registry.poll_now();
@@ -239,6 +243,7 @@ fn listen(db: &Path, registry: &Registry, subs: &mut Subscriptions) -> std::io::
             for interest in &plan.subscribe {
                 bells.add(interest)?;
             }
+            registry.unconfirm(&plan.unsubscribe);
             for interest in &plan.unsubscribe {
                 bells.remove(interest);
             }

@@ -132,6 +132,12 @@ impl PushSource for Channels {
         let mut confirmed = 0;
         while confirmed < names.len() {
             let reply = con.recv_response().map_err(lost)?;
+            if let Value::ServerError(e) = reply {
+                // Refused (an ACL without the channel, say): not live.
+                return Err(Error::Connection(format!(
+                    "the Redis listener's {verb} was refused: {e:?}"
+                )));
+            }
             if !heard_in(&reply, heard) {
                 confirmed += 1;
             }

@@ -266,7 +266,11 @@ impl ShardListener {
         let mine = mailbox.clone();
         let addr = addr.to_owned();
         let started = crate::contract::push::spawn("mistri-shard", move || {
-            let end = self.read(&addr, &mine, &registry, &bell);
+            let mut channels = HashMap::new();
+            let end = self.read(&addr, &mine, &registry, &bell, &mut channels);
+            // This node's subscriptions are gone with its reader.
+            let gone: Vec<Interest> = channels.into_values().collect();
+            registry.unconfirm(&gone);
             let mut mb = mine.lock();
             if end == Ended::Unsupported {
                 mb.unsupported = true;
@@ -288,13 +292,13 @@ impl ShardListener {
         mailbox: &Mutex<Mailbox>,
         registry: &Registry,
         bell: &Bell,
+        channels: &mut HashMap<String, Interest>,
     ) -> Ended {
         let Ok(mut con) = self.connect(addr, true) else {
             return Ended::Failed;
         };
         let (tx, rx) = mpsc::channel::<PushInfo>();
         con.set_push_sender(tx);
-        let mut channels: HashMap<String, Interest> = HashMap::new();
         let mut checked = Instant::now();
         let mut hot_until = checked + HOT_FOR;
         loop {
@@ -327,9 +331,9 @@ impl ShardListener {
                 if con.set_read_timeout(Some(self.timeout)).is_err() {
                     return Ended::Failed;
                 }
-                for name in &remove {
-                    channels.remove(name);
-                }
+                let unwanted: Vec<Interest> =
+                    remove.iter().filter_map(|n| channels.remove(n)).collect();
+                registry.unconfirm(&unwanted);
                 for group in by_slot(remove.iter().map(String::as_str)) {
                     let mut cmd = ::redis::cmd("SUNSUBSCRIBE");
                     cmd.arg(&group);
@@ -404,6 +408,7 @@ impl ShardListener {
                 }
             }
             if !dropped.is_empty() {
+                registry.unconfirm(&dropped);
                 let mut mb = mailbox.lock();
                 for i in dropped {
                     mb.want.remove(&i);
