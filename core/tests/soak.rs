@@ -900,7 +900,7 @@ fn soak(
 
 /// Asserts a soak's report: enough happened to judge, and no rule broken,
 /// but three gaps, printed and not asserted:
-/// - rule 4 on Redis's and Postgres's exclusive keys ([`WAIT_UNEXPLAINED_GAP`]);
+/// - rule 4 on Postgres's exclusive keys ([`WAIT_UNEXPLAINED_GAP`]);
 /// - rule 4 on Sentinel's and Cluster's exclusive keys ([`WAIT_FAILOVER_GAP`]);
 /// - rule 4 on the N-holder key: a release announces itself to the first
 ///   live line of the key's queue only, also when more slots are free (two
@@ -1022,13 +1022,18 @@ const WAIT_FAILOVER_GAP: &[&str] = &["sentinel", "cluster"];
 const OVERLAP_NOT_PROMISED: &[&str] = &[];
 
 /// Backends on which rule 4 on exclusive keys is printed, not asserted,
-/// beyond [`WAIT_FAILOVER_GAP`]: their long runs of issue 29 still had a
-/// few waits run out on a free key that are not explained (Redis: 4 of
-/// 13,950, twice the head line made no try for 88 ms and 230 ms after the
-/// release while its other calls went through; Postgres: 13, all inside
-/// a delay or silence window, not analysed), so a short run in CI could
-/// fail on them now and then. Take a name out once its long run shows none.
-const WAIT_UNEXPLAINED_GAP: &[&str] = &["redis", "postgres"];
+/// beyond [`WAIT_FAILOVER_GAP`]. Postgres: its long run of issue 29 had 13
+/// such waits; the checker's judgement of overlapping tries (a try slowed
+/// by a fault may be applied before a later one) explained 12, and the
+/// last was a 1.2 ms wait of the second waiter of a line whose head was
+/// told of the release and took the key 17.6 ms later (a loaded machine's
+/// hand-off, not a lost wake-up: rule 4 has no allowance for a hand-off's
+/// latency, so a wait shorter than it fails). Redis was here until its
+/// cause was found and fixed (a new line's subscription not live yet: the
+/// head slept while the release announced to it was lost; `waiting.rs`
+/// `a_line_not_subscribed_yet_tries_again_soon`); its long run then had
+/// none. Take a name out once its long run shows none.
+const WAIT_UNEXPLAINED_GAP: &[&str] = &["postgres"];
 
 /// One soak at a time: they time things, and share two cores.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
