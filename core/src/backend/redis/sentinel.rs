@@ -239,7 +239,7 @@ impl Sentinel {
 
     /// A connection to the current master, verified with `ROLE`, opened by
     /// `deadline`.
-    pub(crate) fn connect(&self, deadline: Instant) -> RedisResult<Connection> {
+    pub(crate) fn connect(&self, deadline: Instant) -> RedisResult<(Connection, String)> {
         let known = self.current.get().lock().clone();
         let master = match known {
             Some(m) => m,
@@ -249,11 +249,13 @@ impl Sentinel {
                 m
             }
         };
-        let result = Self::connect_master(&master, deadline);
-        if result.is_err() {
-            self.forget();
+        match Self::connect_master(&master, deadline) {
+            Ok(con) => Ok((con, master.addr)),
+            Err(e) => {
+                self.forget();
+                Err(e)
+            }
         }
-        result
     }
 
     fn connect_master(master: &Resolved, deadline: Instant) -> RedisResult<Connection> {
@@ -327,9 +329,7 @@ impl Sentinel {
 /// master the sentinels name and follows it.
 impl crate::backend::redis::listener::ListenAt for Sentinel {
     fn connect(&self, deadline: Instant) -> RedisResult<(Connection, String)> {
-        let con = Sentinel::connect(self, deadline)?;
-        let addr = self.master_addr().unwrap_or_default();
-        Ok((con, addr))
+        Sentinel::connect(self, deadline)
     }
 
     fn moved(&self, addr: &str, deadline: Instant) -> bool {

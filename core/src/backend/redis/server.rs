@@ -47,6 +47,9 @@ pub(crate) struct Con {
     pub(crate) buf: Vec<u8>,
     /// The read and write timeout the socket has now (`None`: unknown).
     pub(crate) aimed: Option<Duration>,
+    /// The server it goes to, as [`Redis::replicas_seen`] names it (with a
+    /// sentinel, the master named when it opened).
+    pub(crate) master: String,
 }
 
 /// A Redis backend. Cheap to share: wrap it in [`crate::Locks`] once and
@@ -206,11 +209,12 @@ impl Redis {
         // Connecting also runs a setup pipeline of two replies, each of
         // which may wait out the read timeout: give each step a third.
         let left = self.left(deadline)?;
-        let con = self.connect(left, deadline).map_err(|e| self.map_err(e))?;
+        let (con, master) = self.connect(left, deadline).map_err(|e| self.map_err(e))?;
         Ok(Con {
             con,
             buf: Vec::new(),
             aimed: None,
+            master,
         })
     }
 
@@ -602,22 +606,27 @@ impl Redis {
         self.sentinel.as_deref().map_or(0, Sentinel::epoch)
     }
 
-    /// A new connection, opened within `left` (and by `deadline`).
+    /// A new connection, opened within `left` (and by `deadline`), and the
+    /// server it goes to (with a sentinel, `MASTER (SENTINEL)`).
     pub(crate) fn connect(
         &self,
         left: Duration,
         deadline: Instant,
-    ) -> ::redis::RedisResult<Connection> {
-        let mut con = match &self.sentinel {
-            Some(sentinel) => sentinel.connect(deadline)?,
+    ) -> ::redis::RedisResult<(Connection, String)> {
+        let (mut con, addr) = match &self.sentinel {
+            // Messages name the master it went to, and the sentinel.
+            Some(sentinel) => {
+                let (con, master) = sentinel.connect(deadline)?;
+                (con, format!("{master} ({})", self.addr))
+            }
             // Connecting also runs a setup pipeline of two replies, each of
             // which may wait out the read timeout: give each step a third.
-            None => self
-                .client
-                .get_connection_with_timeout((left / 3).max(MIN_IO))?,
+            None => (
+                self.client
+                    .get_connection_with_timeout((left / 3).max(MIN_IO))?,
+                self.addr.clone(),
+            ),
         };
-        // With a sentinel, messages name the master it named too.
-        let addr = self.master_named();
         if !self.accept_eviction {
             // Every new connection (at connect, after every reconnect, and
             // to each new master after a Sentinel switch) reads the policy.
@@ -628,10 +637,10 @@ impl Redis {
             if seen.0 == addr {
                 seen.1 = seen.1.max(n);
             } else {
-                *seen = (addr, n);
+                *seen = (addr.clone(), n);
             }
         }
-        Ok(con)
+        Ok((con, addr))
     }
 
     /// With a sentinel: after a connection error or a `READONLY` reply the
@@ -672,7 +681,17 @@ impl Redis {
         let ms = millis_ceil(self.replicas.timeout.min(left * 3 / 4)).max(1);
         con.aimed = None;
         con.con.set_read_timeout(Some(left.max(MIN_IO)))?;
-        let connected = self.replicas_seen.get().lock().1;
+        let (connected, same_master) = {
+            let seen = self.replicas_seen.get().lock();
+            (seen.1, seen.0 == con.master)
+        };
+        if !same_master {
+            // A connection to a master other than the newest one seen (a
+            // Sentinel switch since it opened; the old master may still take
+            // writes until it is demoted, and then drops them): its count of
+            // replicas is not known, and a write there is not confirmed.
+            return Ok(false);
+        }
         let wanted = self.replicas.wanted(connected);
         let acked: u64 = ::redis::cmd("WAIT")
             .arg(wanted)

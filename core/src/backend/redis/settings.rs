@@ -52,7 +52,7 @@ pub(crate) fn check_eviction(con: &mut Connection, addr: &str) -> ::redis::Redis
 /// the replicas connected now (`Some(n)`; none is a Config error: nothing
 /// could acknowledge); with a number below them a Config error naming both
 /// numbers (a `WAIT` met by fewer than all may miss the replica Sentinel or
-/// the Cluster promotes); off, no round trip (`None`).
+/// the Cluster promotes), else `Some(n)` too; off, no round trip (`None`).
 pub(crate) fn check_replicas(
     con: &mut Connection,
     addr: &str,
@@ -91,7 +91,7 @@ pub(crate) fn check_replicas(
             too_few_replicas(ack.min_replicas, n, addr),
         );
     }
-    Ok(None)
+    Ok(Some(n))
 }
 
 /// The refusal of a numeric `min_replicas` below the `connected` replicas.
