@@ -347,7 +347,7 @@ impl ShardListener {
                     .collect();
                 let mut live = Vec::new();
                 for group in by_slot(named.iter().map(|(c, _)| c.as_str())) {
-                    match self.subscribe(&mut con, &group, &channels, registry) {
+                    match self.subscribe(&mut con, &group, channels, registry) {
                         Ok(()) => {
                             for name in group {
                                 if let Some((c, i)) = named.iter().find(|(c, _)| c == name) {
@@ -387,7 +387,7 @@ impl ShardListener {
             let got = std::mem::ManuallyDrop::new(con.as_pubsub()).get_message();
             match got {
                 Ok(msg) => deliver(
-                    &channels,
+                    channels,
                     registry,
                     msg.get_channel_name(),
                     msg.get_payload_bytes(),
@@ -420,7 +420,7 @@ impl ShardListener {
             if checked.elapsed() >= PING_EVERY {
                 // Silence: is the node still there?
                 if con.set_read_timeout(Some(self.timeout)).is_err()
-                    || self.ping(&mut con, &channels, registry).is_err()
+                    || self.ping(&mut con, channels, registry).is_err()
                 {
                     return Ended::Failed;
                 }
