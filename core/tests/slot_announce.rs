@@ -481,3 +481,118 @@ fn two_slot_releases_reach_two_lines_postgres() {
     let server = PgServer::start();
     two_releases_reach_two_lines("postgres", &server.url());
 }
+
+// ------------------------------------------- who exactly is told (in-process)
+
+/// Holds the 3 slots of `key`, queues lines A, B, C and D (in that order),
+/// releases two slots (the first tells A, `free` = 1; the second A and B,
+/// `free` = 2), then C leaves (behind the two told lines: nobody is told)
+/// and A leaves (one of them: D, which moves up into the two, is told).
+fn release_two_and_leave(adapter: &dyn Adapter, key: &str) -> Vec<u64> {
+    let who = Identity::of_process();
+    let held: Vec<Lease> = (0..LIMIT)
+        .map(|_| {
+            adapter
+                .acquire_limited(key, secs(30.0), &who, LIMIT)
+                .unwrap()
+                .expect("a free slot")
+        })
+        .collect();
+    for line in ["A", "B", "C", "D"] {
+        assert!(adapter
+            .acquire_queued(key, secs(30.0), &who, LIMIT, line)
+            .unwrap()
+            .is_none());
+        // One ms apart: Redis orders a queue by enqueue time in ms.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(adapter.release(&held[0]).unwrap());
+    assert!(adapter.release(&held[1]).unwrap());
+    adapter.leave_queue(key, "C").unwrap();
+    adapter.leave_queue(key, "A").unwrap();
+    vec![held[0].fence(), held[1].fence()]
+}
+
+/// What [`release_two_and_leave`] must announce, in order: line, message.
+fn expected(fences: &[u64]) -> Vec<(String, String)> {
+    [
+        ("A", fences[0].to_string()),
+        ("A", fences[1].to_string()),
+        ("B", fences[1].to_string()),
+        ("D", "0".to_owned()),
+    ]
+    .into_iter()
+    .map(|(l, m)| (l.to_owned(), m))
+    .collect()
+}
+
+#[test]
+fn slot_releases_and_leaves_tell_exactly_the_lines_that_may_act_redis() {
+    let server = RedisServer::start();
+    let redis = mistri_locks::Redis::open(&server.url(), "mistri:fanout").unwrap();
+    let key = "sem";
+    let prefix = redis.line_channel_prefix(key);
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let mut sub = con.as_pubsub();
+    for line in ["A", "B", "C", "D"] {
+        sub.subscribe(format!("{prefix}{line}")).unwrap();
+    }
+    sub.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let fences = release_two_and_leave(&redis, key);
+    let mut heard = Vec::new();
+    let deadline = Instant::now() + secs(3.0);
+    while Instant::now() < deadline {
+        match sub.get_message() {
+            Ok(msg) => {
+                let line = msg
+                    .get_channel_name()
+                    .trim_start_matches(&prefix)
+                    .to_owned();
+                heard.push((line, msg.get_payload::<String>().unwrap()));
+            }
+            // Anything more would have come at once.
+            Err(e) if e.is_timeout() && heard.len() >= 4 => break,
+            Err(e) if e.is_timeout() => {}
+            Err(e) => panic!("subscription: {e}"),
+        }
+    }
+    assert_eq!(heard, expected(&fences));
+}
+
+#[test]
+fn slot_releases_and_leaves_tell_exactly_the_lines_that_may_act_postgres() {
+    let server = PgServer::start();
+    let pg = mistri_locks::Postgres::open(&server.url(), "mistri:fanout").unwrap();
+    let key = "sem";
+    // The schema exists once the adapter has run a statement.
+    assert!(!pg.held(key).unwrap());
+    let mut listener = mistri_locks_testkit::PgClient::connect(server.port()).unwrap();
+    let channels: Vec<(String, &str)> = ["A", "B", "C", "D"]
+        .iter()
+        .map(|line| (pg.line_channel(key, line), *line))
+        .collect();
+    for (channel, _) in &channels {
+        listener.simple(&format!("LISTEN \"{channel}\"")).unwrap();
+    }
+    let fences = release_two_and_leave(&pg, key);
+    let mut heard = Vec::new();
+    let deadline = Instant::now() + secs(3.0);
+    while heard.len() < 4 && Instant::now() < deadline {
+        heard.extend(listener.notifications(Duration::from_millis(300)).unwrap());
+    }
+    // Anything more would arrive at once.
+    heard.extend(listener.notifications(Duration::from_millis(300)).unwrap());
+    let named: Vec<(String, String)> = heard
+        .iter()
+        .map(|n| {
+            let line = channels
+                .iter()
+                .find(|(c, _)| *c == n.channel)
+                .map_or("?", |(_, l)| *l);
+            (line.to_owned(), n.payload.clone())
+        })
+        .collect();
+    assert_eq!(named, expected(&fences));
+}
