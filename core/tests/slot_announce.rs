@@ -596,3 +596,70 @@ fn slot_releases_and_leaves_tell_exactly_the_lines_that_may_act_postgres() {
         .collect();
     assert_eq!(named, expected(&fences));
 }
+
+/// Counts the announcements a Local listener hands to its one line.
+#[derive(Default)]
+struct Rings {
+    released: Mutex<u32>,
+    up: Mutex<bool>,
+}
+
+impl FlagWatcher for Rings {
+    fn raised(&self, _key: &str) {}
+    fn poll_now(&self) {}
+    fn released(&self, _key: &str, _fence: Option<u64>) {
+        *self.released.lock().unwrap() += 1;
+    }
+    fn released_any(&self) {
+        *self.up.lock().unwrap() = true;
+    }
+}
+
+fn until_true(what: &str, done: impl Fn() -> bool) {
+    let end = Instant::now() + secs(10.0);
+    while !done() {
+        assert!(Instant::now() < end, "{what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Local: each line's doorbell watched by a listener of its own (one
+/// adapter object per line, as if each were another process), so what
+/// rings is told apart per line. Two rings of one bell in a row may be
+/// one inotify event (the kernel merges identical unread events): A is
+/// told at least once, B and D once each, C never.
+#[test]
+fn slot_releases_and_leaves_tell_exactly_the_lines_that_may_act_local() {
+    let path = temp_db("fanout");
+    let target = path.to_str().unwrap();
+    let key = "sem";
+    let mut guards = Vec::new();
+    let mut rings = Vec::new();
+    for line in ["A", "B", "C", "D"] {
+        let adapter = mistri_locks::open_with(target, &OpenOptions::default()).unwrap();
+        let counter = Arc::new(Rings::default());
+        let as_watcher: Arc<dyn FlagWatcher> = counter.clone();
+        let guard = adapter
+            .watch_flags(Arc::downgrade(&as_watcher))
+            .expect("Local listens on Linux");
+        until_true("the listener up", || *counter.up.lock().unwrap());
+        guard.watch_line(key, line);
+        // Live: the listener hands the line one "look now" (`released`).
+        until_true("the line's bell watched", || {
+            *counter.released.lock().unwrap() == 1
+        });
+        guards.push((adapter, guard, as_watcher));
+        rings.push(counter);
+    }
+    let holder = mistri_locks::open_with(target, &OpenOptions::default()).unwrap();
+    release_two_and_leave(holder.as_ref(), key);
+    let told = |i: usize| *rings[i].released.lock().unwrap() - 1;
+    until_true("B and D rung", || told(1) >= 1 && told(3) >= 1);
+    // Anything more would ring at once.
+    std::thread::sleep(Duration::from_millis(300));
+    let got: Vec<u32> = (0..4).map(told).collect();
+    assert!(got[0] >= 1, "A: {got:?}");
+    assert_eq!(&got[1..], &[1, 0, 1], "B, C, D: {got:?}");
+    drop(guards);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
