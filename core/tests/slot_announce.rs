@@ -42,6 +42,14 @@
 //! line's own refresh timer made the acquiring try is printed (a starved
 //! listener thread can lose that race, which is not a fault), not
 //! asserted.
+//!
+//! The second part pins, in one process and without timing, who exactly
+//! is told, on each backend (Redis and PostgreSQL read on the lines' own
+//! channels with a plain client; Local through one listener per line):
+//! with three slots held and lines A, B, C, D queued, the first release
+//! tells A (`free` = 1), the second A and B (`free` = 2); C leaving from
+//! behind them tells nobody; A leaving tells D, which moves up into the
+//! two. (Exclusive keys: `core/tests/leave_queue.rs`, one line each time.)
 
 mod common;
 use common::*;
