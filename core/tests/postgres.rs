@@ -241,15 +241,30 @@ fn the_schema_is_made_once_by_many_clients_at_once_and_versioned() {
     }
     assert_eq!(
         server.sql("SELECT version FROM racy.meta").trim(),
-        "2",
+        "3",
         "one version row"
     );
     // A version-1 schema (whose release did not lock the key's fences
-    // row) is upgraded in place by the first operation of this client.
-    server.sql("UPDATE racy.meta SET version = 1");
-    let pg = Postgres::open(&url, "upgrade").unwrap();
-    assert!(!pg.held("k").unwrap());
-    assert_eq!(server.sql("SELECT version FROM racy.meta").trim(), "2");
+    // row) and a version-2 one (whose slot release told the first line
+    // only) are upgraded in place by the first operation of this client.
+    for old in ["1", "2"] {
+        // As versions 1 and 2 had it: a 3-argument announce.
+        server.sql(
+            "CREATE OR REPLACE FUNCTION racy.announce(text, text, text) RETURNS void \
+             LANGUAGE plpgsql AS 'BEGIN END'",
+        );
+        server.sql(&format!("UPDATE racy.meta SET version = {old}"));
+        let pg = Postgres::open(&url, &format!("upgrade{old}")).unwrap();
+        assert!(!pg.held("k").unwrap());
+        assert_eq!(server.sql("SELECT version FROM racy.meta").trim(), "3");
+    }
+    // One announce function (the 3-argument one of versions 1 and 2 went).
+    assert_eq!(
+        server
+            .sql("SELECT count(*) FROM pg_proc WHERE proname = 'announce' AND pronamespace = 'racy'::regnamespace")
+            .trim(),
+        "1"
+    );
     // The DDL runs again without harm (the CLI's `schema` output, by psql).
     let ddl = Postgres::schema_sql("racy").unwrap();
     server.sql(&ddl);

@@ -26,14 +26,20 @@
 //!   message (its announcement, heard later, rings nobody: releases are
 //!   recognised by fence); a release elsewhere reaches it through the
 //!   adapter's listener ([`crate::contract::push`]) when this line is the next in the
-//!   backend's queue: the release names the queue's first live line (Redis:
-//!   a message on `{ns}:next:{KEY}:LINE`, sharded on a cluster; Local: the
-//!   doorbell of that line's bucket), so a hand-off wakes one process, not
-//!   every process that waits. Each line's channel is subscribed while the
+//!   backend's queue: the release names the queue's first live line (of an
+//!   N-holder key, the first `free` ones; Redis: a message on
+//!   `{ns}:next:{KEY}:LINE`, sharded on a cluster; Local: the doorbell of
+//!   that line's bucket), so a hand-off wakes one process, not every
+//!   process that waits. Each line's channel is subscribed while the
 //!   line exists (and [`crate::contract::push::LINGER`] after; a line that starts
 //!   again at once takes the same id); once the subscription is live, and
 //!   after a reconnect, the head tries once (an announcement may have been
-//!   missed);
+//!   missed). Until the listener has confirmed the line's subscription (a
+//!   new one waits for the listener's next wake-up: up to
+//!   [`crate::contract::push::COLD_SLICE`] on Redis, whose socket read
+//!   can't be woken), a refused head does not count on being told: it
+//!   tries again after [`QUICK_RETRY`], doubling to 40 ms, for at most a
+//!   second;
 //! - when the lease could have lapsed: after a refused try the head asks
 //!   [`Adapter::expires_in`] and sleeps at most that long (plus
 //!   [`EXPIRY_SLACK`]), so a crashed holder's lease is retaken at its

@@ -50,8 +50,12 @@
 //!   the bell of its key after its commit;
 //! - `next-<bucket>`, bucket = `fnv1a(key ‖ 0x00 ‖ line) % 4096`: a release,
 //!   slot release or `break_lease` that deleted a lease finds the first
-//!   live line of the key's `queue` inside its transaction and, after the
-//!   commit, rings that line's bell only (no queue: no ring).
+//!   live line of the key's `queue` inside its transaction (a slot's
+//!   release the first `free` ones, `free` = its limit − live slots after
+//!   it, at least 1; a break of an N-holder lease as many as its limit)
+//!   and, after the commit, rings those lines' bells only (no queue: no
+//!   ring). A line leaving the queue that was one of them rings the line
+//!   that moves up.
 //!
 //! The hash (64-bit FNV-1a) is part of the protocol between processes and
 //! versions: fixed forever, never std's hasher. Ringers never create a

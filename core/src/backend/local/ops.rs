@@ -28,21 +28,23 @@ impl Adapter for Local {
     }
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
-        // A leaving head rings the next line: a release may have rung this
-        // line, which now leaves without trying, and the next one must not
-        // sleep on its timers while the key is free.
+        // A leaving line that a release may have rung (one of the first
+        // `w` live lines: `w` the free slots of an N-holder lease, at least
+        // 1) rings the line that moves up into those `w`: the leaving line
+        // now leaves without trying, and the next one must not sleep on
+        // its timers while the key is free.
         let next = self.with_con(true, |con, now| {
             let tx = con.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let was_head = self
-                .queue_head(&tx, key, now, 1)?
-                .first()
-                .map(String::as_str)
-                == Some(line);
+            let w = self.free_slots(&tx, key, now)?.0.max(1);
+            let mut ahead = self.queue_head(&tx, key, now, w.saturating_add(1))?;
+            let told = ahead.iter().take(w as usize).any(|l| l == line);
             tx.prepare_cached("DELETE FROM queue WHERE key = ?1 AND line = ?2")?
                 .execute(params![key, line])?;
-            let next = self.next_line(&tx, key, was_head, now)?;
             tx.commit()?;
-            Ok(next)
+            Ok(match told && ahead.len() > w as usize {
+                true => ahead.pop(),
+                false => None,
+            })
         })?;
         if let Some(next) = next {
             self.ring_next(key, &next);
@@ -79,15 +81,15 @@ impl Adapter for Local {
                 .execute(params![key, now, self.boot])?;
             tx.prepare_cached("DELETE FROM leases WHERE key = ?1")?
                 .execute(params![key])?;
+            // Every slot is free after a break: as many lines as the limit.
+            let limit = self.free_slots(&tx, key, now)?.1;
             let slots = self.break_slots_in(&tx, key, now)?;
             let broken = n == 1 || slots;
-            let next = self.next_line(&tx, key, broken, now)?;
+            let next = self.next_lines(&tx, key, broken, now, limit)?;
             tx.commit()?;
             Ok((broken, next))
         })?;
-        if let Some(line) = next {
-            self.ring_next(key, &line);
-        }
+        self.ring_lines(key, &next);
         Ok(broken)
     }
 

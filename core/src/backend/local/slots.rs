@@ -120,9 +120,13 @@ impl Local {
     }
 
     /// A release: `delete` (parameters key, token, now, boot) of the live
-    /// row `lease` owns, and in the same transaction the next line of the
-    /// key's queue; after the commit that line's doorbell is rung (the line
-    /// that wakes finds the lease free). True if the row was deleted.
+    /// row `lease` owns, and in the same transaction the lines of the key's
+    /// queue to tell: the next one, or for a slot the first `free` live
+    /// ones (`free` = the slot's limit − live slots after the release, at
+    /// least 1: the lines the slot acquire lets take them, so two releases
+    /// in a row reach two lines). After the commit their doorbells are
+    /// rung (a line that wakes finds its slot free). True if the row was
+    /// deleted.
     pub(crate) fn delete_owned(
         &self,
         delete: &str,
@@ -137,13 +141,21 @@ impl Local {
                 now,
                 self.boot
             ])?;
-            let next = self.next_line(&tx, lease.key(), n == 1, now)?;
+            let count = if lease.slotted() {
+                let live: i64 = tx
+                    .prepare_cached(
+                        "SELECT count(*) FROM slots WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3",
+                    )?
+                    .query_row(params![lease.key(), now, self.boot], |r| r.get(0))?;
+                u32::try_from(i64::from(lease.limit()) - live).unwrap_or(0)
+            } else {
+                1
+            };
+            let next = self.next_lines(&tx, lease.key(), n == 1, now, count)?;
             tx.commit()?;
             Ok((n == 1, next))
         })?;
-        if let Some(line) = next {
-            self.ring_next(lease.key(), &line);
-        }
+        self.ring_lines(lease.key(), &next);
         Ok(deleted)
     }
 

@@ -570,20 +570,54 @@ impl Local {
         .collect()
     }
 
-    /// The line to ring after a release of `key` (`released`: a lease or
-    /// slot was deleted in this transaction): the first live line of the
-    /// key's queue, if any. No queue, or nothing released: none.
-    pub(crate) fn next_line(
+    /// The lines to ring after a release of `key` (`released`: a lease or
+    /// slot was deleted in this transaction): the first `count` live lines
+    /// of the key's queue (1 for an exclusive lease; for an N-holder lease
+    /// its free slots, [`Local::free_slots`]), the lines the acquire lets
+    /// take what is free. No queue, or nothing released: none.
+    pub(crate) fn next_lines(
         &self,
         tx: &Connection,
         key: &str,
         released: bool,
         now: i64,
-    ) -> rusqlite::Result<Option<String>> {
+        count: u32,
+    ) -> rusqlite::Result<Vec<String>> {
         if !released {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        Ok(self.queue_head(tx, key, now, 1)?.pop())
+        self.queue_head(tx, key, now, count.max(1))
+    }
+
+    /// The free slots of the N-holder lease on `key` (its limit, as the
+    /// live slots recorded it, minus the live slots) and that limit;
+    /// `(0, 1)` when no slot is live (an exclusive key, or one whose slots
+    /// all lapsed: its limit is not known).
+    pub(crate) fn free_slots(
+        &self,
+        tx: &Connection,
+        key: &str,
+        now: i64,
+    ) -> rusqlite::Result<(u32, u32)> {
+        let (live, limit): (i64, Option<i64>) = tx
+            .prepare_cached(
+                "SELECT count(*), max(lim) FROM slots WHERE key = ?1 AND expires_ns > ?2 AND boot = ?3",
+            )?
+            .query_row(params![key, now, self.boot], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(match limit {
+            Some(limit) if live > 0 => (
+                u32::try_from(limit - live).unwrap_or(0),
+                u32::try_from(limit).unwrap_or(u32::MAX).max(1),
+            ),
+            _ => (0, 1),
+        })
+    }
+
+    /// Rings each of `lines` of `key` (after the commit).
+    pub(crate) fn ring_lines(&self, key: &str, lines: &[String]) {
+        for line in lines {
+            self.ring_next(key, line);
+        }
     }
 
     /// A granted waiter leaves `key`'s queue; the dead entries are pruned.

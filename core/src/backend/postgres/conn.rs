@@ -424,6 +424,10 @@ impl Conn {
                 }
                 Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
                 Err(e) if soft && is_timeout(&e) => return Ok(None),
+                // Cut short by a signal past the deadline (the listener's
+                // wait, resumed after SIGSTOP/SIGCONT): nothing was read,
+                // the connection is whole; a wait that heard nothing.
+                Err(e) if soft && e.kind() == ErrorKind::Interrupted => return Ok(None),
                 Err(e) => {
                     self.broken = true;
                     return Err(self.io(&e));

@@ -24,7 +24,8 @@
 //!   runtime, no thread, nothing that breaks `fork`.
 //! - **Push** ([`crate::contract::push`]): `set_flag`, `release` and
 //!   `break_lease` call `pg_notify` inside their statement, to the flag's
-//!   channel / the head waiting line's channel only (names derived from an
+//!   channel / the head waiting line's channel only (a slot's release:
+//!   the first `free` lines', schema version 3; names derived from an
 //!   md5 of namespace, key and line: [`sql::channel`]). A process whose
 //!   holds watch stop keys or whose lines wait keeps one direct connection
 //!   per adapter on a listener thread ([`listener`]) `LISTEN`ing to exactly

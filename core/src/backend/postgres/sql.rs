@@ -18,7 +18,14 @@
 /// first (a waiter's refused try could commit unseen, its line never rung);
 /// channel names come from the client ([`channel`]), kept in the queue row
 /// for a line, passed to `set_flag` for a flag.
-pub(crate) const VERSION: i64 = 2;
+/// 3: a release of a slot of an N-holder lease announces itself to the
+/// first `free` live lines of the queue (`free` = its limit − live slots
+/// after it, at least 1), not to the first one only; `break_lease` to as
+/// many as the limit; a leaving line that was one of those tells the line
+/// that moves up (`announce` takes a count; `free_slots`). Upgraded in
+/// place from 1 and 2 (`CREATE OR REPLACE`, the 3-argument `announce`
+/// dropped).
+pub(crate) const VERSION: i64 = 3;
 
 /// The DDL: idempotent, one transaction, serialized across processes by a
 /// transaction-scoped advisory lock; refuses (SQLSTATE `MLV01`) to touch a
@@ -90,15 +97,38 @@ DROP FUNCTION IF EXISTS @S.acquire(text, text, text, bigint, text, bigint, int, 
 DROP FUNCTION IF EXISTS @S.set_flag(text, text, bigint);
 DROP FUNCTION IF EXISTS @S.channel(text, text, text, text);
 
-CREATE OR REPLACE FUNCTION @S.announce(p_ns text, p_key text, p_payload text)
+-- Version 3: announce to the first p_count live lines (the free slots of
+-- an N-holder lease); the 3-argument announce of versions 1 and 2 goes.
+DROP FUNCTION IF EXISTS @S.announce(text, text, text);
+CREATE OR REPLACE FUNCTION @S.announce(p_ns text, p_key text, p_payload text, p_count int)
 RETURNS void LANGUAGE plpgsql AS $f$
-DECLARE head text;
+DECLARE ch text;
 BEGIN
-  SELECT q.channel INTO head FROM @S.queue q
+  FOR ch IN SELECT q.channel FROM @S.queue q
     WHERE q.ns = p_ns AND q.key = p_key AND q.deadline > clock_timestamp()
-    ORDER BY q.queued_at, q.line LIMIT 1;
-  IF head IS NOT NULL THEN
-    PERFORM pg_notify(head, p_payload);
+    ORDER BY q.queued_at, q.line LIMIT greatest(p_count, 1)
+  LOOP
+    IF ch IS NOT NULL THEN
+      PERFORM pg_notify(ch, p_payload);
+    END IF;
+  END LOOP;
+END
+$f$;
+
+-- The free slots of the N-holder lease on the key (its limit, as its live
+-- slots recorded it, minus the live slots) and that limit; (0, 1) when no
+-- slot is live (an exclusive key, or one whose slots all lapsed).
+CREATE OR REPLACE FUNCTION @S.free_slots(p_ns text, p_key text, OUT free int, OUT lim int)
+LANGUAGE plpgsql AS $f$
+DECLARE live int;
+BEGIN
+  SELECT count(*), max(l.lim) INTO live, lim FROM @S.leases l
+    WHERE l.ns = p_ns AND l.key = p_key AND l.lim > 1 AND l.expires_at > clock_timestamp();
+  IF live = 0 OR lim IS NULL THEN
+    free := 0;
+    lim := 1;
+  ELSE
+    free := greatest(lim - live, 0);
   END IF;
 END
 $f$;
@@ -204,33 +234,46 @@ $f$;
 
 CREATE OR REPLACE FUNCTION @S.release(p_ns text, p_key text, p_token text, p_payload text)
 RETURNS int LANGUAGE plpgsql AS $f$
-DECLARE was_live boolean;
+DECLARE
+  was_live boolean;
+  v_lim int;
+  v_count int := 1;
 BEGIN
   -- The key's fences row first, as acquire takes it: a refused try that
   -- queued a line commits before this reads the queue, so its line is rung.
   PERFORM 1 FROM @S.fences f WHERE f.ns = p_ns AND f.key = p_key FOR UPDATE;
   DELETE FROM @S.leases l WHERE l.ns = p_ns AND l.key = p_key AND l.token = p_token
-    RETURNING l.expires_at > clock_timestamp() INTO was_live;
+    RETURNING l.expires_at > clock_timestamp(), l.lim INTO was_live, v_lim;
   IF NOT coalesce(was_live, false) THEN
     RETURN 0;
   END IF;
-  PERFORM @S.announce(p_ns, p_key, p_payload);
+  -- A slot: the first `free` live lines may take the free slots; tell them.
+  IF v_lim > 1 THEN
+    SELECT greatest(v_lim - count(*), 1) INTO v_count FROM @S.leases l
+      WHERE l.ns = p_ns AND l.key = p_key AND l.expires_at > clock_timestamp();
+  END IF;
+  PERFORM @S.announce(p_ns, p_key, p_payload, v_count);
   RETURN 1;
 END
 $f$;
 
 CREATE OR REPLACE FUNCTION @S.break_lease(p_ns text, p_key text)
 RETURNS int LANGUAGE plpgsql AS $f$
-DECLARE n int;
+DECLARE
+  n int;
+  v_lim int;
 BEGIN
   -- The key's fences row first, as acquire takes it: a refused try that
   -- queued a line commits before this reads the queue, so its line is rung.
   PERFORM 1 FROM @S.fences f WHERE f.ns = p_ns AND f.key = p_key FOR UPDATE;
   WITH gone AS (
-    DELETE FROM @S.leases l WHERE l.ns = p_ns AND l.key = p_key RETURNING l.expires_at
-  ) SELECT count(*) FILTER (WHERE gone.expires_at > clock_timestamp()) INTO n FROM gone;
+    DELETE FROM @S.leases l WHERE l.ns = p_ns AND l.key = p_key
+      RETURNING l.expires_at > clock_timestamp() AS live, l.lim
+  ) SELECT count(*) FILTER (WHERE gone.live), max(gone.lim) FILTER (WHERE gone.live)
+    INTO n, v_lim FROM gone;
   IF n > 0 THEN
-    PERFORM @S.announce(p_ns, p_key, '0');
+    -- Every slot is free now: as many lines as the limit.
+    PERFORM @S.announce(p_ns, p_key, '0', coalesce(v_lim, 1));
   END IF;
   RETURN n;
 END
@@ -238,17 +281,27 @@ $f$;
 
 CREATE OR REPLACE FUNCTION @S.leave_queue(p_ns text, p_key text, p_line text)
 RETURNS int LANGUAGE plpgsql AS $f$
-DECLARE head text;
+DECLARE
+  w int;
+  lines text[];
+  channels text[];
 BEGIN
   -- The key's fences row first, as acquire takes it: a refused try that
   -- queued a line commits before this reads the queue, so its line is rung.
   PERFORM 1 FROM @S.fences f WHERE f.ns = p_ns AND f.key = p_key FOR UPDATE;
-  SELECT q.line INTO head FROM @S.queue q
-    WHERE q.ns = p_ns AND q.key = p_key AND q.deadline > clock_timestamp()
-    ORDER BY q.queued_at, q.line LIMIT 1;
+  -- The lines a release tells: the first w live ones (w = the free slots,
+  -- at least 1). One of them leaving tells the line that moves up.
+  SELECT greatest(s.free, 1) INTO w FROM @S.free_slots(p_ns, p_key) s;
+  SELECT array_agg(h.line ORDER BY h.n), array_agg(h.channel ORDER BY h.n)
+    INTO lines, channels FROM (
+      SELECT q.line, q.channel, row_number() OVER (ORDER BY q.queued_at, q.line) AS n
+      FROM @S.queue q
+      WHERE q.ns = p_ns AND q.key = p_key AND q.deadline > clock_timestamp()
+      ORDER BY q.queued_at, q.line LIMIT w + 1) h;
   DELETE FROM @S.queue q WHERE q.ns = p_ns AND q.key = p_key AND q.line = p_line;
-  IF head = p_line THEN
-    PERFORM @S.announce(p_ns, p_key, '0');
+  IF coalesce(p_line = ANY (lines[1:w]), false) AND cardinality(lines) > w
+     AND channels[w + 1] IS NOT NULL THEN
+    PERFORM pg_notify(channels[w + 1], '0');
   END IF;
   RETURN 0;
 END
@@ -337,9 +390,10 @@ pub(crate) const RELEASE: &str = "SELECT @S.release($1, $2, $3, $4)";
 /// `$1` ns, `$2` key: how many live leases were deleted.
 pub(crate) const BREAK: &str = "SELECT @S.break_lease($1, $2)";
 
-/// `$1` ns, `$2` key, `$3` line: out of the queue; a leaving head
-/// announces to the next live line (a release may have announced itself
-/// to this one, which leaves without trying).
+/// `$1` ns, `$2` key, `$3` line: out of the queue; a leaving line that a
+/// release may have told (the head, or for an N-holder lease one of the
+/// first `free` live lines) announces to the line that moves up (it
+/// leaves without trying).
 pub(crate) const LEAVE_QUEUE: &str = "SELECT @S.leave_queue($1, $2, $3)";
 
 /// `$1` ns, `$2` key: is a live lease there.

@@ -40,7 +40,8 @@
 //!   sharded pub/sub instead (`cluster/shards.rs`).
 //! - Waiting ([`crate::waiting`]): the release script (and `break_lease`,
 //!   and a slot release) announces the release to the next live line of the
-//!   key's queue only, `PUBLISH {ns}:next:{KEY}:LINE <fence>`
+//!   key's queue only (of an N-holder key, to the first `free` live lines,
+//!   `free` being its free slots), `PUBLISH {ns}:next:{KEY}:LINE <fence>`
 //!   ([`announce_lua`]); nothing when nobody is queued. `expires_in` is
 //!   `PTTL`.
 //!

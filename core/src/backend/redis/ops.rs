@@ -80,7 +80,7 @@ impl Redis {
     /// timed-out connection is dropped).
     fn release_until(&self, lease: &Lease, by: Option<Instant>) -> Result<bool> {
         if lease.slotted() {
-            let call = release_call(self.namespace(), lease);
+            let call = release_call(self.namespace(), lease, "PUBLISH");
             let reply = self.with_con_by(by, |con, deadline| {
                 self.eval(
                     con,
@@ -132,9 +132,11 @@ impl Adapter for Redis {
 
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
         self.with_con(|con, deadline| {
-            self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (2, 2), |w| {
+            self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (4, 2), |w| {
                 w.key(&self.namespace, "queue", key)
                     .key(&self.namespace, "queued", key)
+                    .key(&self.namespace, "slots", key)
+                    .key(&self.namespace, "holders", key)
                     .bulk(line.as_bytes())
                     .key_then(&self.namespace, "next", key, ":");
             })

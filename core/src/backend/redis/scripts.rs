@@ -167,54 +167,98 @@ end
 redis.call('SET', KEYS[1], head .. (string.match(v, '^%S+ %S+ (.*)$') or ''), 'PX', ARGV[2])
 return 1";
 
-/// The Lua function that announces a release to the next waiting line
-/// only (`docs/PROTOCOL.md`, "Waiting"): `announce(queue, deadlines,
-/// prefix, message, verb)` looks at the first few lines of the key's queue
-/// (`{ns}:queue:{KEY}`, deadlines in `{ns}:queued:{KEY}`) and publishes
-/// `message` on `prefix .. line` (`{ns}:next:{KEY}:LINE`) for the first
-/// live one, with `verb` (`PUBLISH`; `SPUBLISH` on a cluster), by
-/// `pcall`: a server without `SPUBLISH` (Redis < 7) still releases, and the
-/// line retries on its timers. No queue: one `EXISTS`, nothing published.
+/// The Lua functions that announce a release to the waiting lines that
+/// may act on it, and to no others (`docs/PROTOCOL.md`, "Waiting"):
+/// `announce(queue, deadlines, prefix, message, verb, count)` looks at the
+/// first few lines of the key's queue (`{ns}:queue:{KEY}`, deadlines in
+/// `{ns}:queued:{KEY}`) and publishes `message` on `prefix .. line`
+/// (`{ns}:next:{KEY}:LINE`) for each of the first `count` live ones (1
+/// when `nil`: an exclusive lease; `free`, the free slots, for an N-holder
+/// lease), with `verb` (`PUBLISH`; `SPUBLISH` on a cluster), by `pcall`: a
+/// server without `SPUBLISH` (Redis < 7) still releases, and the line
+/// retries on its timers. No queue: one `EXISTS`, nothing published.
 /// Used by every release script.
+///
+/// `free_slots(slots, holders)`: the slots of an N-holder lease on the key
+/// that are free now (its limit, read from a live slot's description,
+/// minus the live slots), and that limit; `0, 1` when no slot is live (an
+/// exclusive key, or one whose slots all lapsed: its limit is not known).
 macro_rules! announce_lua {
     () => {
         "\
-local function announce(queue, deadlines, prefix, message, verb)
+local function announce(queue, deadlines, prefix, message, verb, count)
   if not queue or not prefix or redis.call('EXISTS', queue) == 0 then
     return
   end
+  count = count or 1
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for _, line in ipairs(redis.call('ZRANGE', queue, 0, 7)) do
+  for _, line in ipairs(redis.call('ZRANGE', queue, 0, count + 7)) do
     local d = tonumber(redis.call('HGET', deadlines, line))
     if d and d > now then
       redis.pcall(verb or 'PUBLISH', prefix .. line, message)
-      return
+      count = count - 1
+      if count <= 0 then
+        return
+      end
     end
   end
+end
+local function free_slots(slots, holders)
+  if not slots then
+    return 0, 1
+  end
+  local t = redis.call('TIME')
+  local now = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  local one = redis.call('ZRANGEBYSCORE', slots, '(' .. now, '+inf', 'LIMIT', 0, 1)[1]
+  if not one then
+    return 0, 1
+  end
+  local d = redis.call('HGET', holders, one)
+  local limit = tonumber(d and string.match(d, '^%d+:%d+:%d+:%d+:%d+:(%d+):')) or 1
+  local live = redis.call('ZCOUNT', slots, '(' .. now, '+inf')
+  return math.max(limit - live, 0), limit
 end
 "
     };
 }
 pub(crate) use announce_lua;
 
-/// `KEYS[1]` queue, `KEYS[2]` queue deadlines (see [`ACQUIRE_LUA`]);
-/// `ARGV[1]` line id, `ARGV[2]` (optional) the prefix of the lines'
-/// channels (`{ns}:next:{KEY}:`), `ARGV[3]` (optional) the publish command:
-/// takes the line out of the queue. When it was the live head, the next
-/// live line is told (message `0`, as a break announces): a release may
-/// have announced itself to the line that is now leaving without trying,
-/// and the next line must not sleep on its timers while the key is free.
-/// (A ring while the key is still held costs that line one refused try.)
-/// Returns 0.
+/// `KEYS[1]` queue, `KEYS[2]` queue deadlines (see [`ACQUIRE_LUA`]),
+/// `KEYS[3]` and `KEYS[4]` (optional) the key's N-holder slots and their
+/// descriptions; `ARGV[1]` line id, `ARGV[2]` (optional) the prefix of the
+/// lines' channels (`{ns}:next:{KEY}:`), `ARGV[3]` (optional) the publish
+/// command: takes the line out of the queue. When it was one of the lines
+/// a release tells (the first `w` live lines: `w` = the free slots of an
+/// N-holder lease, at least 1; 1 for an exclusive key), the live line that
+/// now moves up into those `w` is told (message `0`, as a break
+/// announces): a release may have announced itself to the line that is
+/// now leaving without trying, and the next line must not sleep on its
+/// timers while the key is free. (A ring while the key is still held costs
+/// that line one refused try.) Returns 0.
 pub const LEAVE_QUEUE_LUA: &str = concat!(
     announce_lua!(),
     "\
-local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+local w = math.max((free_slots(KEYS[3], KEYS[4])), 1)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live, told, next = 0, false, nil
+for _, e in ipairs(redis.call('ZRANGE', KEYS[1], 0, w + 8)) do
+  local d = tonumber(redis.call('HGET', KEYS[2], e))
+  if d and d > now then
+    live = live + 1
+    if live <= w then
+      told = told or e == ARGV[1]
+    else
+      next = e
+      break
+    end
+  end
+end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-if head == ARGV[1] then
-  announce(KEYS[1], KEYS[2], ARGV[2], '0', ARGV[3])
+if told and next and ARGV[2] then
+  redis.pcall(ARGV[3] or 'PUBLISH', ARGV[2] .. next, '0')
 end
 return 0"
 );
@@ -246,15 +290,17 @@ return 0"
 /// their descriptions, `KEYS[5]` and `KEYS[6]` the queue and its
 /// deadlines; `ARGV[1]` the lines' channel prefix, `ARGV[2]` (optional)
 /// the publish command. Deletes the lease and the slots, answers how many
-/// of them were there, and announces the release (message `0`) to the
-/// next line like a release does.
+/// of them were there, and announces the release (message `0`) like a
+/// release does: to the next line, or for an N-holder lease to as many
+/// lines as its limit (every slot is free now).
 pub const BREAK_LUA: &str = concat!(
     announce_lua!(),
     "\
+local _, limit = free_slots(KEYS[3], KEYS[4])
 local n = redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('DEL', KEYS[2], KEYS[4])
 if n > 0 then
-  announce(KEYS[5], KEYS[6], ARGV[1], '0', ARGV[2])
+  announce(KEYS[5], KEYS[6], ARGV[1], '0', ARGV[2], limit)
 end
 return n"
 );

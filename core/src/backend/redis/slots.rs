@@ -186,9 +186,13 @@ return 1"
 /// `KEYS[1]` slots, `KEYS[2]` holders, `KEYS[3]` and `KEYS[4]`
 /// (optional) the queue and its deadlines; `ARGV[1]` token, `ARGV[2]`
 /// (optional) the lines' channel prefix `{ns}:next:{KEY}:`, `ARGV[3]` the
-/// message (the slot's fence), `ARGV[4]` (optional) the publish command.
-/// 1 if the live slot was deleted (and announced to the next live line,
-/// as [`crate::backend::redis::scripts::RELEASE_LUA`] does), else 0.
+/// message (the slot's fence), `ARGV[4]` (optional) the publish command,
+/// `ARGV[5]` (optional) the limit the slot was taken with (else read from
+/// its description). 1 if the live slot was deleted, and then announced
+/// to the first `free` live lines of the queue (`free` = limit − live
+/// slots after the release, at least 1): exactly the lines the slot
+/// acquire lets take the free slots, so two releases in a row reach two
+/// lines, not twice the head one; else 0.
 pub const SLOT_RELEASE_LUA: &str = concat!(
     prelude!(),
     super::scripts::announce_lua!(),
@@ -196,9 +200,13 @@ pub const SLOT_RELEASE_LUA: &str = concat!(
 prune(KEYS[1], KEYS[2], now_ms())
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
 if n == 1 then
+  local d = redis.call('HGET', KEYS[2], ARGV[1])
+  local limit = tonumber(ARGV[5])
+    or tonumber(d and string.match(d, '^%d+:%d+:%d+:%d+:%d+:(%d+):')) or 1
   redis.call('HDEL', KEYS[2], ARGV[1])
   expire_with_last(KEYS[1], KEYS[2])
-  announce(KEYS[3], KEYS[4], ARGV[2], ARGV[3] or '0', ARGV[4])
+  local free = limit - redis.call('ZCARD', KEYS[1])
+  announce(KEYS[3], KEYS[4], ARGV[2], ARGV[3] or '0', ARGV[4], math.max(free, 1))
 end
 return n"
 );
@@ -299,7 +307,9 @@ pub(crate) fn renew_call(ns: &str, r: &Renewal<'_>) -> Call {
     )
 }
 
-pub(crate) fn release_call(ns: &str, lease: &Lease) -> Call {
+/// The slot release of `lease`, announced with `verb` (`PUBLISH`;
+/// `SPUBLISH` on a cluster).
+pub(crate) fn release_call(ns: &str, lease: &Lease, verb: &str) -> Call {
     let key = lease.key();
     (
         vec![
@@ -312,6 +322,8 @@ pub(crate) fn release_call(ns: &str, lease: &Lease) -> Call {
             lease.token().to_owned(),
             format!("{}:", key_of(ns, "next", key)),
             lease.fence().to_string(),
+            verb.to_owned(),
+            lease.limit().to_string(),
         ],
     )
 }
@@ -425,7 +437,7 @@ mod tests {
 
     #[test]
     fn keys_share_the_hash_tag() {
-        let (keys, args) = release_call("ns", &Lease::slot("job", "t", 1, 3));
+        let (keys, args) = release_call("ns", &Lease::slot("job", "t", 1, 3), "PUBLISH");
         assert_eq!(
             keys,
             [
@@ -435,6 +447,6 @@ mod tests {
                 "ns:queued:{job}"
             ]
         );
-        assert_eq!(args, ["t", "ns:next:{job}:", "1"]);
+        assert_eq!(args, ["t", "ns:next:{job}:", "1", "PUBLISH", "3"]);
     }
 }

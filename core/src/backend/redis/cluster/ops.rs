@@ -124,8 +124,7 @@ impl RedisCluster {
     /// The release, ending by `by` if that comes before the timeout.
     fn release_until(&self, lease: &Lease, by: Option<Instant>) -> Result<bool> {
         if lease.slotted() {
-            let (keys, mut args) = slot::release_call(&self.namespace, lease);
-            args.push("SPUBLISH".to_owned());
+            let (keys, args) = slot::release_call(&self.namespace, lease, "SPUBLISH");
             let op = self.slot_op(
                 &SLOT_SCRIPTS.release,
                 slot::SLOT_RELEASE_LUA,
@@ -184,7 +183,12 @@ impl Adapter for RedisCluster {
         let mut op = self.script_op(
             &LEAVE_QUEUE,
             LEAVE_QUEUE_LUA,
-            &[self.key("queue", key), self.key("queued", key)],
+            &[
+                self.key("queue", key),
+                self.key("queued", key),
+                self.key("slots", key),
+                self.key("holders", key),
+            ],
             // A leaving head tells the next line, as a release does.
             &[
                 line.to_owned(),
