@@ -421,22 +421,61 @@ impl Registry {
         state.confirmed.extend(interests.iter().cloned());
     }
 
-    /// The listener is about to drop `interests` (call it before the
-    /// unsubscribe is sent: from then on an announcement may be lost).
+    /// The listener is about to drop `interests`, or lost them (call it
+    /// before an unsubscribe is sent: from then on an announcement may be
+    /// lost). The heads of the lines still waiting on one of them are rung:
+    /// one that sleeps counting on being told tries again (and, not
+    /// confirmed now, keeps trying soon until it is).
     pub(crate) fn unconfirm(&self, interests: &[Interest]) {
         if interests.is_empty() {
             return;
         }
-        let mut state = self.state.lock();
-        for interest in interests {
-            state.confirmed.remove(interest);
-        }
+        let lines: Vec<Arc<str>> = {
+            let mut state = self.state.lock();
+            let state = &mut *state;
+            interests
+                .iter()
+                .filter(|i| state.confirmed.remove(*i))
+                .filter_map(|i| match i {
+                    Interest::Line { key, .. } if state.wanted.contains_key(i) => Some(key.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        self.ring_lines(&lines);
     }
 
     /// The listener's channel is gone: nothing is confirmed until it
-    /// subscribes again.
+    /// subscribes again (the lines still waiting are rung, as for
+    /// [`Registry::unconfirm`]).
     pub(crate) fn unconfirm_all(&self) {
-        self.state.lock().confirmed.clear();
+        let lines: Vec<Arc<str>> = {
+            let mut state = self.state.lock();
+            let state = &mut *state;
+            std::mem::take(&mut state.confirmed)
+                .into_iter()
+                .filter_map(|i| match &i {
+                    Interest::Line { key, .. } if state.wanted.contains_key(&i) => {
+                        Some(key.clone())
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        self.ring_lines(&lines);
+    }
+
+    /// Rings the heads of the lines on `keys` (no lock held).
+    fn ring_lines(&self, keys: &[Arc<str>]) {
+        if keys.is_empty() {
+            return;
+        }
+        let watchers = self.watchers();
+        for key in keys {
+            for w in &watchers {
+                w.released(key, None);
+            }
+        }
     }
 
     /// The live watchers (dead ones are dropped from the list).

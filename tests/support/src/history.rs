@@ -68,7 +68,8 @@
 //!    in the key's queue (a free lease goes to the first live lines):
 //!    `history_entries.rs` says how a line's place is judged from its
 //!    tries ([`Record::Queued`]), leaves ([`Record::LeftQueue`]) and
-//!    grants, and which lines are ahead. This rule is lenient by
+//!    grants, and which lines are ahead; a wait that ran out while a try
+//!    of its own line was in flight throughout waited for that try. This rule is lenient by
 //!    construction: it catches a waiter that gives up on a key nobody
 //!    could have held, nor was queued for ahead of it (the head of the
 //!    queue has nobody ahead: a lost wake-up of the head is caught).
@@ -1071,6 +1072,11 @@ fn refusal_rule(
             if queued.contains(key) {
                 continue; // a waiter's queue entry may refuse it
             }
+        }
+        // A wait that ran out while its own line's head had a try in
+        // flight waited for that try (`history_entries.rs`).
+        if line.is_some_and(|own| stints.own_try_in_flight(key, own, inv, cmp)) {
+            continue;
         }
         let spans = live.get(key).map(Vec::as_slice).unwrap_or(&[]);
         // A wait also counts the lines queued ahead of its own.

@@ -71,9 +71,25 @@ struct Stint<'a> {
 #[derive(Default)]
 pub(super) struct Stints<'a> {
     by_key: HashMap<&'a str, Vec<Stint<'a>>>,
+    /// Per key and line: its tries (refused or not, and the one that
+    /// acquired), invoked and completed.
+    tries: HashMap<(&'a str, &'a str), Vec<(u64, u64)>>,
 }
 
 impl Stints<'_> {
+    /// A try of the line `own` was in flight (invoked, not answered) from
+    /// before `inv` until after `cmp`: a wait of that line from `inv` to
+    /// `cmp` ran out while its line's head was busy asking the backend
+    /// (slowed by a fault, say). Only a line's head tries, and the other
+    /// waiters of the line wait for it whatever the key's state: a lost
+    /// wake-up, by contrast, is a head that makes no try at all.
+    pub(super) fn own_try_in_flight(&self, key: &str, own: &str, inv: u64, cmp: u64) -> bool {
+        self.tries.get(&(key, own)).is_some_and(|list| {
+            list.iter()
+                .any(|&(t_inv, t_cmp)| t_inv <= inv && t_cmp >= cmp)
+        })
+    }
+
     /// The spans of the stints on `key` of the lines ahead of `own`'s
     /// stint during a wait from `inv` to `cmp` (module header).
     pub(super) fn ahead_of(&self, key: &str, own: &str, inv: u64, cmp: u64) -> Vec<(u64, u64)> {
@@ -100,10 +116,16 @@ impl Stints<'_> {
 /// settled.
 pub(super) fn stints<'a>(events: &[Event<'a>], faults: &[(u64, u64)]) -> Stints<'a> {
     let mut by_line: HashMap<(&str, &str), Vec<&Event<'a>>> = HashMap::new();
+    let mut out = Stints::default();
     for e in events.iter().filter(|e| !e.line.is_empty()) {
         by_line.entry((e.key, e.line)).or_default().push(e);
+        if matches!(e.did, Did::Tried(_) | Did::Acquired) {
+            out.tries
+                .entry((e.key, e.line))
+                .or_default()
+                .push((e.inv, e.cmp));
+        }
     }
-    let mut out = Stints::default();
     for ((key, line), mut list) in by_line {
         list.sort_by_key(|e| (e.inv, e.cmp));
         let done = out.by_key.entry(key).or_default();
@@ -247,6 +269,18 @@ mod tests {
             s.ahead_of("k", "A", late * MS, (late + 5) * MS),
             vec![(200 * MS, b_until)]
         );
+    }
+
+    #[test]
+    fn a_wait_inside_its_own_lines_try_waited_for_it() {
+        // Line A's head sent a try at 100, answered at 500 (a slowed
+        // proxy); another waiter of A waited from 200 to 300.
+        let events = [e("A", 100, 500, Did::Tried(true))];
+        let s = stints(&events, &[]);
+        assert!(s.own_try_in_flight("k", "A", 200 * MS, 300 * MS));
+        // Not for a wait that outlasts the try, nor for another line.
+        assert!(!s.own_try_in_flight("k", "A", 200 * MS, 600 * MS));
+        assert!(!s.own_try_in_flight("k", "B", 200 * MS, 300 * MS));
     }
 
     #[test]
