@@ -257,17 +257,6 @@ fn a_frozen_line_blocks_only_until_its_entry_lapses(name: &str, target: &str, qu
     drop(waiter);
 }
 
-fn temp_db(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "mistri-queue-refresh-{}-{}",
-        std::process::id(),
-        unique(name)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("locks.db")
-}
-
 #[test]
 fn a_live_line_keeps_its_entry_redis() {
     let server = RedisServer::start();
@@ -277,7 +266,7 @@ fn a_live_line_keeps_its_entry_redis() {
 
 #[test]
 fn a_live_line_keeps_its_entry_local() {
-    let path = temp_db("live");
+    let path = temp_db("queue-refresh", "live");
     let queue = Queue::Local(path.clone());
     a_live_line_keeps_its_entry("local", path.to_str().unwrap(), &queue);
 }
@@ -298,7 +287,7 @@ fn a_frozen_line_blocks_only_until_its_entry_lapses_redis() {
 
 #[test]
 fn a_frozen_line_blocks_only_until_its_entry_lapses_local() {
-    let path = temp_db("frozen");
+    let path = temp_db("queue-refresh", "frozen");
     let queue = Queue::Local(path.clone());
     a_frozen_line_blocks_only_until_its_entry_lapses("local", path.to_str().unwrap(), &queue);
 }

@@ -59,7 +59,6 @@ use mistri_locks::{
 };
 use mistri_locks_testkit::{unique, PgServer, RedisServer};
 use std::io::{BufReader, Lines};
-use std::path::PathBuf;
 use std::process::{Child, ChildStderr};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -460,17 +459,6 @@ fn two_releases_reach_two_lines(name: &str, target: &str) {
     panic!("{name}: three rounds inconclusive (the waiting processes were starved)");
 }
 
-fn temp_db(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "mistri-slot-announce-{}-{}",
-        std::process::id(),
-        unique(name)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("locks.db")
-}
-
 #[test]
 fn two_slot_releases_reach_two_lines_redis() {
     let server = RedisServer::start();
@@ -479,7 +467,7 @@ fn two_slot_releases_reach_two_lines_redis() {
 
 #[test]
 fn two_slot_releases_reach_two_lines_local() {
-    let path = temp_db("local");
+    let path = temp_db("slot-announce", "local");
     two_releases_reach_two_lines("local", path.to_str().unwrap());
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
@@ -638,7 +626,7 @@ fn until_true(what: &str, done: impl Fn() -> bool) {
 /// told at least once, B and D once each, C never.
 #[test]
 fn slot_releases_and_leaves_tell_exactly_the_lines_that_may_act_local() {
-    let path = temp_db("fanout");
+    let path = temp_db("slot-announce", "fanout");
     let target = path.to_str().unwrap();
     let key = "sem";
     let mut guards = Vec::new();

@@ -173,3 +173,16 @@ pub fn spawn_ready_child(
     assert!(ready, "the waiting process never started");
     (child, said)
 }
+
+/// A fresh Local database path for `suite`'s case `name`, in a new folder
+/// of its own under the temp dir (made, and emptied if it was there).
+pub fn temp_db(suite: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "mistri-{suite}-{}-{}",
+        std::process::id(),
+        mistri_locks_testkit::unique(name)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("locks.db")
+}
