@@ -20,10 +20,24 @@
 //! failover that made it a replica) drops that slot's shard channels and
 //! tells its subscribers with `SUNSUBSCRIBE` pushes; a `SSUBSCRIBE` sent to
 //! a node that does not own the slot is answered with `MOVED`; a node that
-//! goes away fails its connection. In each case the reader hands the
-//! interests back to the router as *lost*; the router reloads the map and
-//! gives them to their new owner, whose reader subscribes them and then
-//! has them polled once ([`Registry::live`]): no gap.
+//! goes away fails its connection. In each case the interests are handed
+//! back to the router as *lost* and are no longer confirmed
+//! ([`Registry::unconfirm`]: the heads of their lines are rung, and try
+//! again soon until they are confirmed again); the router reloads the map
+//! at once (after a pause that grows while failures go on) and gives them
+//! to their new owner, whose reader subscribes them and then has them
+//! polled once ([`Registry::live`]): no gap.
+//!
+//! A dropped channel is noticed when its push arrives, not when its
+//! reader next wakes: a reader blocks in a socket read for up to
+//! [`COLD_SLICE`] and the client library reads past pushes that are not
+//! messages, so every push of every reader's connection goes to the
+//! router's wake-up channel ([`Bell`]), and the router acts on the
+//! `SUNSUBSCRIBE`s the readers did not ask for. (When a reader noticed
+//! them itself, a head was told nothing for up to half a second after a
+//! `CLUSTER FAILOVER`: the release went to the new master, the line's
+//! subscription was still counted on the old one, and the waits of the
+//! line and of the lines behind it ran out.)
 //!
 //! Redis older than 7 has no sharded pub/sub: `SSUBSCRIBE` is an unknown
 //! command there, the router stops trying for this adapter, and the tick
@@ -44,7 +58,7 @@ use ::redis::{Client, Connection, ProtocolVersion, PushInfo, PushKind, Value};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the router and one master's reader share.
@@ -52,8 +66,15 @@ use std::time::{Duration, Instant};
 struct Mailbox {
     /// The interests this reader should have subscribed.
     want: HashSet<Interest>,
-    /// `want` changed since the reader looked.
+    /// `want` (or `forget`) changed since the reader looked.
     dirty: bool,
+    /// Channels the node dropped, which the router took back: the reader
+    /// forgets them without unsubscribing or unconfirming them (another
+    /// node may have confirmed them by then).
+    forget: Vec<String>,
+    /// Channels this reader is unsubscribing, by the number of their
+    /// `SUNSUBSCRIBE` answers still to come: those pushes are no drop.
+    unsubscribing: HashMap<String, u32>,
     /// The router retired (or gave this node up): exit.
     stop: bool,
     /// Interests this node no longer serves (handed back to the router).
@@ -64,31 +85,58 @@ struct Mailbox {
     unsupported: bool,
 }
 
-/// The router's wake-up: interests changed, or a reader handed some back.
-#[derive(Default)]
+/// The router's wake-up: a ring (interests changed, a reader handed some
+/// back or exited), and every push of the readers' connections (each is
+/// given a sender), of which the router acts on `SUNSUBSCRIBE`s only.
 struct Bell {
-    rung: std::sync::Mutex<bool>,
-    cond: Condvar,
+    tx: mpsc::Sender<PushInfo>,
 }
+
+/// The kind of a ring's push (the server never sends it).
+const RING: &str = "mistri-ring";
 
 impl Bell {
     fn ring(&self) {
-        if let Ok(mut rung) = self.rung.lock() {
-            *rung = true;
-            self.cond.notify_one();
-        }
+        let _ = self.tx.send(PushInfo {
+            kind: PushKind::Other(RING.to_owned()),
+            data: Vec::new(),
+        });
     }
+}
 
-    /// Sleeps until rung or `slice` passed.
-    fn sleep(&self, slice: Duration) {
-        let Ok(rung) = self.rung.lock() else {
-            return;
+/// Sleeps until rung, a channel's `SUNSUBSCRIBE` came (its name is added
+/// to `unsubscribed`), or `slice` passed. Messages (their reader delivers
+/// them), subscribe answers and a lost connection (its reader sees the
+/// error) do not end the sleep.
+fn sleep(rx: &mpsc::Receiver<PushInfo>, slice: Duration, unsubscribed: &mut Vec<String>) {
+    let until = Instant::now().checked_add(slice);
+    let mut woken = false;
+    loop {
+        let push = if woken {
+            match rx.try_recv() {
+                Ok(push) => push,
+                Err(_) => return,
+            }
+        } else {
+            let left = until.map_or(LISTENER_IDLE, |u| {
+                u.saturating_duration_since(Instant::now())
+            });
+            match rx.recv_timeout(left) {
+                Ok(push) => push,
+                Err(mpsc::RecvTimeoutError::Timeout) if until.is_none() => continue,
+                Err(_) => return,
+            }
         };
-        let (mut rung, _) = match self.cond.wait_timeout_while(rung, slice, |r| !*r) {
-            Ok(r) => r,
-            Err(_) => return,
-        };
-        *rung = false;
+        match push.kind {
+            PushKind::SUnsubscribe => {
+                if let Some(Value::BulkString(name)) = push.data.first() {
+                    unsubscribed.push(String::from_utf8_lossy(name).into_owned());
+                }
+                woken = true;
+            }
+            PushKind::Other(kind) if kind == RING => woken = true,
+            _ => {}
+        }
     }
 }
 
@@ -107,7 +155,8 @@ struct Node {
 impl ShardListener {
     /// The router thread's body: runs until nobody watches.
     pub(crate) fn run(self, registry: &Arc<Registry>) {
-        let bell = Arc::new(Bell::default());
+        let (tx, rx) = mpsc::channel::<PushInfo>();
+        let bell = Arc::new(Bell { tx });
         let wake_bell = bell.clone();
         registry.set_wake(Some(Arc::new(move || wake_bell.ring())));
         let this = Arc::new(self);
@@ -123,6 +172,8 @@ impl ShardListener {
         let mut backoff = FIRST_BACKOFF;
         let mut failed_at: Option<Instant> = None;
         let mut unsupported = false;
+        // `SUNSUBSCRIBE`s heard while sleeping.
+        let mut unsubscribed: Vec<String> = Vec::new();
         loop {
             let now = Instant::now();
             let plan = subs.plan(registry, now);
@@ -140,8 +191,9 @@ impl ShardListener {
                 }
             }
             homeless.extend(plan.subscribe);
+            // Dropped by their node (a slot moved away): no longer heard.
+            let mut failed = this.take_dropped(&nodes, &mut unsubscribed, registry, &mut homeless);
             // Handed back by readers: their node no longer serves them.
-            let mut failed = false;
             nodes.retain(|_, node| {
                 let mut guard = node.mailbox.lock();
                 let mb = &mut *guard;
@@ -159,12 +211,15 @@ impl ShardListener {
                 true
             });
             if failed {
-                // A node failed or moved slots: reload the map, after a
-                // pause that grows while failures go on (a node being
-                // restarted must not make this loop spin).
+                // A node failed or moved slots: reload the map, at once
+                // the first time, then after a pause that grows while
+                // failures go on (a node being restarted must not make
+                // this loop spin).
                 map = None;
-                bell.sleep(backoff);
-                backoff = (backoff * 2).min(LISTENER_IDLE);
+                if failed_at.is_some() {
+                    sleep(&rx, backoff, &mut unsubscribed);
+                    backoff = (backoff * 2).min(LISTENER_IDLE);
+                }
                 failed_at = Some(Instant::now());
             } else if failed_at.is_some_and(|t| t.elapsed() > 5 * LISTENER_IDLE) {
                 backoff = FIRST_BACKOFF;
@@ -194,7 +249,7 @@ impl ShardListener {
                     }
                     None => {
                         // No node answered: try again after a pause.
-                        bell.sleep(backoff);
+                        sleep(&rx, backoff, &mut unsubscribed);
                         backoff = (backoff * 2).min(LISTENER_IDLE);
                         continue;
                     }
@@ -210,8 +265,59 @@ impl ShardListener {
                 }
                 registry.idle();
             }
-            bell.sleep(subs.slice(now, hot_until));
+            sleep(&rx, subs.slice(now, hot_until), &mut unsubscribed);
         }
+    }
+
+    /// Takes back from their nodes the interests whose channels a node
+    /// dropped (`unsubscribed`, less the answers to a reader's own
+    /// `SUNSUBSCRIBE`s): they are no longer confirmed, and go to
+    /// `homeless`. Whether any did.
+    fn take_dropped(
+        &self,
+        nodes: &HashMap<String, Node>,
+        unsubscribed: &mut Vec<String>,
+        registry: &Registry,
+        homeless: &mut HashSet<Interest>,
+    ) -> bool {
+        if unsubscribed.is_empty() {
+            return false;
+        }
+        let mut names: HashSet<String> = HashSet::new();
+        'names: for name in unsubscribed.drain(..) {
+            for node in nodes.values() {
+                let mut mb = node.mailbox.lock();
+                if let Some(left) = mb.unsubscribing.get_mut(&name) {
+                    *left -= 1;
+                    if *left == 0 {
+                        mb.unsubscribing.remove(&name);
+                    }
+                    continue 'names;
+                }
+            }
+            names.insert(name);
+        }
+        let mut lost = Vec::new();
+        for node in nodes.values() {
+            let mut mb = node.mailbox.lock();
+            let gone: Vec<(String, Interest)> = mb
+                .want
+                .iter()
+                .map(|i| (channel_of(&self.namespace, i), i))
+                .filter(|(c, _)| names.contains(c))
+                .map(|(c, i)| (c, i.clone()))
+                .collect();
+            for (channel, interest) in gone {
+                mb.want.remove(&interest);
+                mb.forget.push(channel);
+                mb.dirty = true;
+                lost.push(interest);
+            }
+        }
+        registry.unconfirm(&lost);
+        let any = !lost.is_empty();
+        homeless.extend(lost);
+        any
     }
 
     /// The slot map, from the first known master or seed that answers.
@@ -268,7 +374,11 @@ impl ShardListener {
         let started = crate::contract::push::spawn("mistri-shard", move || {
             let mut channels = HashMap::new();
             let end = self.read(&addr, &mine, &registry, &bell, &mut channels);
-            // This node's subscriptions are gone with its reader.
+            // This node's subscriptions are gone with its reader (not
+            // those the router took back already).
+            for name in mine.lock().forget.drain(..) {
+                channels.remove(&name);
+            }
             let gone: Vec<Interest> = channels.into_values().collect();
             registry.unconfirm(&gone);
             let mut mb = mine.lock();
@@ -297,8 +407,7 @@ impl ShardListener {
         let Ok(mut con) = self.connect(addr, true) else {
             return Ended::Failed;
         };
-        let (tx, rx) = mpsc::channel::<PushInfo>();
-        con.set_push_sender(tx);
+        con.set_push_sender(bell.tx.clone());
         let mut checked = Instant::now();
         let mut hot_until = checked + HOT_FOR;
         loop {
@@ -309,6 +418,9 @@ impl ShardListener {
                 }
                 if mb.dirty {
                     mb.dirty = false;
+                    for name in std::mem::take(&mut mb.forget) {
+                        channels.remove(&name);
+                    }
                     let live: HashSet<&Interest> = channels.values().collect();
                     let add: Vec<Interest> = mb
                         .want
@@ -321,6 +433,9 @@ impl ShardListener {
                         .filter(|(_, i)| !mb.want.contains(i))
                         .map(|(c, _)| c.clone())
                         .collect();
+                    for name in &remove {
+                        *mb.unsubscribing.entry(name.clone()).or_default() += 1;
+                    }
                     (add, remove)
                 } else {
                     (Vec::new(), Vec::new())
@@ -395,28 +510,7 @@ impl ShardListener {
                 Err(e) if e.is_timeout() => {}
                 Err(_) => return Ended::Failed,
             }
-            // Channels the server dropped (their slot moved away).
-            let mut dropped = Vec::new();
-            for push in rx.try_iter() {
-                if push.kind == PushKind::SUnsubscribe {
-                    if let Some(Value::BulkString(name)) = push.data.first() {
-                        let name = String::from_utf8_lossy(name);
-                        if let Some(i) = channels.remove(name.as_ref()) {
-                            dropped.push(i);
-                        }
-                    }
-                }
-            }
-            if !dropped.is_empty() {
-                registry.unconfirm(&dropped);
-                let mut mb = mailbox.lock();
-                for i in dropped {
-                    mb.want.remove(&i);
-                    mb.lost.push(i);
-                }
-                drop(mb);
-                bell.ring();
-            }
+            // (Channels the server dropped: the router hears of them.)
             if checked.elapsed() >= PING_EVERY {
                 // Silence: is the node still there?
                 if con.set_read_timeout(Some(self.timeout)).is_err()
