@@ -557,6 +557,102 @@ mod tests {
         assert!(holder_from(b"tok 1 2 3 4 ", None, 0).is_some());
     }
 
+    /// Lines refused one after the other queue in that order, also within
+    /// one millisecond, on exclusive and N-holder keys: the entry's score
+    /// is the time to the µs, above the last entry's. (With the whole
+    /// millisecond as score, lines of one millisecond sorted by id: here
+    /// "zz", "aa", "mm" came back as "aa", "mm", "zz".)
+    #[test]
+    fn lines_queue_in_the_order_they_came() {
+        let server = mistri_locks_testkit::RedisServer::start();
+        let mut con = Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let order = ["zz", "aa", "mm"];
+        for round in 0..5 {
+            for limit in [1u32, 2] {
+                let key = format!("o{round}-{limit}");
+                let k = |kind: &str| format!("t:{kind}:{{{key}}}");
+                // Take what there is to take: the waiters are refused.
+                let mut pipe = ::redis::pipe();
+                if limit == 1 {
+                    pipe.cmd("EVAL")
+                        .arg(ACQUIRE_LUA)
+                        .arg(2)
+                        .arg(k("lease"))
+                        .arg(k("fence"))
+                        .arg("holder")
+                        .arg(60_000);
+                } else {
+                    for token in ["h1", "h2"] {
+                        pipe.cmd("EVAL")
+                            .arg(crate::backend::redis::slots::SLOT_ACQUIRE_LUA)
+                            .arg(4)
+                            .arg(k("lease"))
+                            .arg(k("fence"))
+                            .arg(k("slots"))
+                            .arg(k("holders"))
+                            .arg(token)
+                            .arg(60_000)
+                            .arg(limit)
+                            .arg("label")
+                            .arg(0);
+                    }
+                }
+                let fences: Vec<u64> = pipe.query(&mut con).unwrap();
+                assert!(fences.iter().all(|f| *f > 0), "{fences:?}");
+                // Three waiters back to back: one pipeline, within a
+                // millisecond or two.
+                let mut pipe = ::redis::pipe();
+                for line in order {
+                    if limit == 1 {
+                        pipe.cmd("EVAL")
+                            .arg(ACQUIRE_LUA)
+                            .arg(5)
+                            .arg(k("lease"))
+                            .arg(k("fence"))
+                            .arg(k("slots"))
+                            .arg(k("queue"))
+                            .arg(k("queued"))
+                            .arg(format!("w-{line}"))
+                            .arg(60_000)
+                            .arg("label")
+                            .arg(0)
+                            .arg(line)
+                            .arg(1500);
+                    } else {
+                        pipe.cmd("EVAL")
+                            .arg(crate::backend::redis::slots::SLOT_ACQUIRE_LUA)
+                            .arg(6)
+                            .arg(k("lease"))
+                            .arg(k("fence"))
+                            .arg(k("slots"))
+                            .arg(k("holders"))
+                            .arg(k("queue"))
+                            .arg(k("queued"))
+                            .arg(format!("w-{line}"))
+                            .arg(60_000)
+                            .arg(limit)
+                            .arg("label")
+                            .arg(0)
+                            .arg(line)
+                            .arg(1500);
+                    }
+                }
+                let refused: Vec<u64> = pipe.query(&mut con).unwrap();
+                assert_eq!(refused, [0, 0, 0]);
+                let queue: Vec<String> = ::redis::cmd("ZRANGE")
+                    .arg(k("queue"))
+                    .arg(0)
+                    .arg(-1)
+                    .query(&mut con)
+                    .unwrap();
+                assert_eq!(queue, order, "limit {limit}, round {round}");
+            }
+        }
+    }
+
     /// The short path writes the clock's fence as TIME's two parts joined
     /// (microseconds padded to 6 digits): the same number the clock gave,
     /// in the reply, the counter and the description, whatever the digits.

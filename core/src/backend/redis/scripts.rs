@@ -35,7 +35,11 @@ use ::redis::Script;
 /// while it exists, i.e. while a slot is live ([`slots`]).
 ///
 /// With `KEYS[4]`, the queue (`docs/PROTOCOL.md`, "Waiting"): a sorted set,
-/// member = line id, score = enqueue time (ms, server clock), beside a hash
+/// member = line id, score = enqueue time (ms, server clock, to the µs;
+/// above the last line's by at least 0.001, so the queue's order is the
+/// order of arrival: two lines queued in one millisecond were ordered by
+/// their ids, and a line could queue ahead of one refused before it),
+/// beside a hash
 /// line id -> liveness deadline (ms). Dead entries (deadline passed) are
 /// pruned from the head; while a live entry other than the caller's line
 /// heads the queue the acquire is refused, even of a free lease. A refused
@@ -107,7 +111,12 @@ if line then
   if was and was <= ms then
     redis.call('ZREM', KEYS[4], line)
   end
-  redis.call('ZADD', KEYS[4], 'NX', string.format('%.0f', ms), line)
+  local at = floor / 1000
+  local last = tonumber(redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2])
+  if last and last >= at then
+    at = last + 0.001
+  end
+  redis.call('ZADD', KEYS[4], 'NX', string.format('%.3f', at), line)
   redis.call('HSET', KEYS[5], line, string.format('%.0f', ms + tonumber(ARGV[6])))
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
   redis.call('PEXPIRE', KEYS[5], ARGV[6])

@@ -94,7 +94,12 @@ local function refuse()
     if was and was <= now then
       redis.call('ZREM', KEYS[5], line)
     end
-    redis.call('ZADD', KEYS[5], 'NX', string.format('%.0f', now), line)
+    local at = us / 1000
+    local last = tonumber(redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2])
+    if last and last >= at then
+      at = last + 0.001
+    end
+    redis.call('ZADD', KEYS[5], 'NX', string.format('%.3f', at), line)
     redis.call('HSET', KEYS[6], line, string.format('%.0f', now + tonumber(ARGV[7])))
     redis.call('PEXPIRE', KEYS[5], ARGV[7])
     redis.call('PEXPIRE', KEYS[6], ARGV[7])

@@ -192,7 +192,13 @@ impl ShardListener {
             }
             homeless.extend(plan.subscribe);
             // Dropped by their node (a slot moved away): no longer heard.
-            let mut failed = this.take_dropped(&nodes, &mut unsubscribed, registry, &mut homeless);
+            let mut failed = take_dropped(
+                &this.namespace,
+                &nodes,
+                &mut unsubscribed,
+                registry,
+                &mut homeless,
+            );
             // Handed back by readers: their node no longer serves them.
             nodes.retain(|_, node| {
                 let mut guard = node.mailbox.lock();
@@ -267,57 +273,6 @@ impl ShardListener {
             }
             sleep(&rx, subs.slice(now, hot_until), &mut unsubscribed);
         }
-    }
-
-    /// Takes back from their nodes the interests whose channels a node
-    /// dropped (`unsubscribed`, less the answers to a reader's own
-    /// `SUNSUBSCRIBE`s): they are no longer confirmed, and go to
-    /// `homeless`. Whether any did.
-    fn take_dropped(
-        &self,
-        nodes: &HashMap<String, Node>,
-        unsubscribed: &mut Vec<String>,
-        registry: &Registry,
-        homeless: &mut HashSet<Interest>,
-    ) -> bool {
-        if unsubscribed.is_empty() {
-            return false;
-        }
-        let mut names: HashSet<String> = HashSet::new();
-        'names: for name in unsubscribed.drain(..) {
-            for node in nodes.values() {
-                let mut mb = node.mailbox.lock();
-                if let Some(left) = mb.unsubscribing.get_mut(&name) {
-                    *left -= 1;
-                    if *left == 0 {
-                        mb.unsubscribing.remove(&name);
-                    }
-                    continue 'names;
-                }
-            }
-            names.insert(name);
-        }
-        let mut lost = Vec::new();
-        for node in nodes.values() {
-            let mut mb = node.mailbox.lock();
-            let gone: Vec<(String, Interest)> = mb
-                .want
-                .iter()
-                .map(|i| (channel_of(&self.namespace, i), i))
-                .filter(|(c, _)| names.contains(c))
-                .map(|(c, i)| (c, i.clone()))
-                .collect();
-            for (channel, interest) in gone {
-                mb.want.remove(&interest);
-                mb.forget.push(channel);
-                mb.dirty = true;
-                lost.push(interest);
-            }
-        }
-        registry.unconfirm(&lost);
-        let any = !lost.is_empty();
-        homeless.extend(lost);
-        any
     }
 
     /// The slot map, from the first known master or seed that answers.
@@ -584,6 +539,57 @@ impl ShardListener {
     }
 }
 
+/// Takes back from their nodes the interests whose channels a node
+/// dropped (`unsubscribed`, less the answers to a reader's own
+/// `SUNSUBSCRIBE`s): they are no longer confirmed, and go to `homeless`.
+/// Whether any did.
+fn take_dropped(
+    namespace: &str,
+    nodes: &HashMap<String, Node>,
+    unsubscribed: &mut Vec<String>,
+    registry: &Registry,
+    homeless: &mut HashSet<Interest>,
+) -> bool {
+    if unsubscribed.is_empty() {
+        return false;
+    }
+    let mut names: HashSet<String> = HashSet::new();
+    'names: for name in unsubscribed.drain(..) {
+        for node in nodes.values() {
+            let mut mb = node.mailbox.lock();
+            if let Some(left) = mb.unsubscribing.get_mut(&name) {
+                *left -= 1;
+                if *left == 0 {
+                    mb.unsubscribing.remove(&name);
+                }
+                continue 'names;
+            }
+        }
+        names.insert(name);
+    }
+    let mut lost = Vec::new();
+    for node in nodes.values() {
+        let mut mb = node.mailbox.lock();
+        let gone: Vec<(String, Interest)> = mb
+            .want
+            .iter()
+            .map(|i| (channel_of(namespace, i), i))
+            .filter(|(c, _)| names.contains(c))
+            .map(|(c, i)| (c, i.clone()))
+            .collect();
+        for (channel, interest) in gone {
+            mb.want.remove(&interest);
+            mb.forget.push(channel);
+            mb.dirty = true;
+            lost.push(interest);
+        }
+    }
+    registry.unconfirm(&lost);
+    let any = !lost.is_empty();
+    homeless.extend(lost);
+    any
+}
+
 #[derive(PartialEq, Eq)]
 enum Ended {
     Stopped,
@@ -630,4 +636,108 @@ fn by_slot<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Vec<&'a str>> {
     let mut out: Vec<(u16, Vec<&'a str>)> = groups.into_iter().collect();
     out.sort_by_key(|(slot, _)| *slot);
     out.into_iter().map(|(_, g)| g).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(kind: PushKind, name: &str) -> PushInfo {
+        PushInfo {
+            kind,
+            data: vec![Value::BulkString(name.as_bytes().to_vec())],
+        }
+    }
+
+    fn line(key: &str, id: &str) -> Interest {
+        Interest::Line {
+            key: key.into(),
+            line: id.into(),
+        }
+    }
+
+    /// A `SUNSUBSCRIBE` push ends the router's sleep when it arrives (a
+    /// reader blocked in a read would see it only when the read ends);
+    /// messages and answers to a subscribe do not count as drops.
+    #[test]
+    fn the_router_wakes_for_a_dropped_channel() {
+        let (tx, rx) = mpsc::channel();
+        tx.send(push(PushKind::SMessage, "ns:next:{k}:a")).unwrap();
+        tx.send(push(PushKind::SSubscribe, "ns:next:{k}:b"))
+            .unwrap();
+        let sender = tx.clone();
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut names = Vec::new();
+            // Far longer than the test waits below: only the push ends it.
+            sleep(&rx, Duration::from_secs(3600), &mut names);
+            let _ = done_tx.send(names);
+        });
+        sender
+            .send(push(PushKind::SUnsubscribe, "ns:next:{k}:c"))
+            .unwrap();
+        let names = done_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the sleep ended at the push");
+        assert_eq!(names, vec!["ns:next:{k}:c".to_owned()]);
+    }
+
+    /// A ring ends the sleep too, and reports no drop.
+    #[test]
+    fn a_ring_wakes_the_router() {
+        let (tx, rx) = mpsc::channel();
+        let bell = Bell { tx };
+        bell.ring();
+        let mut names = Vec::new();
+        sleep(&rx, Duration::from_secs(3600), &mut names);
+        assert!(names.is_empty());
+    }
+
+    /// A dropped channel's interest is taken from its node (the reader
+    /// forgets it without unsubscribing), is no longer confirmed, and is
+    /// homeless; the answer to a reader's own `SUNSUBSCRIBE` is no drop.
+    #[test]
+    fn a_dropped_channel_is_taken_back_and_unconfirmed() {
+        let registry = Registry::default();
+        let (x, y) = (line("k", "x"), line("k", "y"));
+        registry.confirm(&[x.clone(), y.clone()]);
+        let node = Node {
+            mailbox: Arc::new(Mutex::new(Mailbox::default())),
+        };
+        {
+            let mut mb = node.mailbox.lock();
+            mb.want.insert(x.clone());
+            mb.want.insert(y.clone());
+            mb.unsubscribing.insert(channel_of("ns", &y), 1);
+        }
+        let nodes = HashMap::from([("127.0.0.1:1".to_owned(), node)]);
+        let mut homeless = HashSet::new();
+        // Its own unsubscribe's answer: nothing taken.
+        let mut heard = vec![channel_of("ns", &y)];
+        assert!(!take_dropped(
+            "ns",
+            &nodes,
+            &mut heard,
+            &registry,
+            &mut homeless
+        ));
+        assert!(registry.is_confirmed(&y));
+        // Dropped by the node, and a name nobody wants.
+        let mut heard = vec![channel_of("ns", &x), "ns:next:{other}:z".to_owned()];
+        assert!(take_dropped(
+            "ns",
+            &nodes,
+            &mut heard,
+            &registry,
+            &mut homeless
+        ));
+        assert!(heard.is_empty());
+        assert_eq!(homeless, HashSet::from([x.clone()]));
+        assert!(!registry.is_confirmed(&x), "no longer heard");
+        assert!(registry.is_confirmed(&y), "still heard");
+        let mb = nodes["127.0.0.1:1"].mailbox.lock();
+        assert!(!mb.want.contains(&x) && mb.want.contains(&y));
+        assert_eq!(mb.forget, vec![channel_of("ns", &x)]);
+        assert!(mb.dirty && mb.unsubscribing.is_empty());
+    }
 }
