@@ -388,7 +388,12 @@ impl<T> Waiting<T> {
             // The line's entry is due for a refresh: a try keeps it (a
             // refused try refreshes the entry; a free lease at the head of
             // the queue is taken).
-            let refresh = head && self.refresh_at.is_some_and(|t| timer_due(t, now));
+            // Not once the wait is over: the place is given up anyway (a
+            // wait's waiters all ending at once each made one, every
+            // promoted head in turn).
+            let refresh = head
+                && self.refresh_at.is_some_and(|t| timer_due(t, now))
+                && !self.deadline.is_some_and(|d| timer_due(d, now));
             if may_try && (tries || refresh) {
                 self.started = true;
                 self.seen_rings = rings;
