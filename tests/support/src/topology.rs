@@ -485,10 +485,29 @@ impl RedisSentinels {
                 }
             })
             .collect();
+        let mut set = RedisSentinels {
+            master,
+            replicas: replica_nodes,
+            sentinels: Vec::new(),
+            dir,
+        };
+        for r in &set.replicas {
+            wait_until(Duration::from_secs(20), "replica in sync", || {
+                command_on(r.port, "INFO replication").contains("master_link_status:up")
+            });
+        }
+        // The sentinels start once every replica is in sync: a sentinel
+        // learns the replicas from the master's `INFO`, which it sends as
+        // it connects and then every 10 s, so a replica not attached yet at
+        // its first look waited for the second (a sentinel once missed the
+        // 20 s bound here on a loaded machine). Now the first look finds
+        // them; the bound is two of those periods and then some.
+        let dir = &set.dir;
         let sentinels = ports[1 + replicas..]
             .iter()
             .map(|&port| {
-                let d = node_dir(format!("sentinel-{port}"));
+                let d = dir.join(format!("sentinel-{port}"));
+                std::fs::create_dir_all(&d).expect("node dir");
                 let conf = d.join("sentinel.conf");
                 std::fs::write(
                     &conf,
@@ -514,19 +533,9 @@ impl RedisSentinels {
                 }
             })
             .collect();
-        let set = RedisSentinels {
-            master,
-            replicas: replica_nodes,
-            sentinels,
-            dir,
-        };
-        for r in &set.replicas {
-            wait_until(Duration::from_secs(20), "replica in sync", || {
-                command_on(r.port, "INFO replication").contains("master_link_status:up")
-            });
-        }
+        set.sentinels = sentinels;
         for s in &set.sentinels {
-            wait_until(Duration::from_secs(20), "sentinel", || {
+            wait_until(Duration::from_secs(30), "sentinel", || {
                 let known = command_on(s.port, &format!("SENTINEL REPLICAS {}", Self::SERVICE));
                 set.replicas
                     .iter()
