@@ -98,6 +98,7 @@ pub mod internals {
     pub use crate::backend::redis::{ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA};
     pub use crate::contract::info::{default_label, set_language, unix_millis};
     pub use crate::contract::push::{messages_heard, LINGER};
+    pub use crate::waiting::observe::{observe_rung_tries, RungTry};
 }
 
 /// Old module paths, kept for one release as deprecated aliases of where

@@ -42,7 +42,16 @@ pub(crate) struct BellState {
     /// head (which left without the lease), must be refreshed by a try
     /// ([`crate::contract::QUEUE_REFRESH`]); `None`: no entry to keep.
     pub(crate) refresh_at: Option<Instant>,
+    /// The earliest ring not acted on yet ([`Rung`]): the try it causes
+    /// tells the test hook ([`super::observe`]); a head that leaves
+    /// without acting on it hands it to the next one.
+    pub(crate) rung: Option<Rung>,
 }
+
+/// When a ring came, and the fencing number of the release it was for
+/// (`None`: a ring that names no release: a break, a re-subscribe, a
+/// head leaving).
+pub(crate) type Rung = (Instant, Option<u64>);
 
 /// One waiter's wake-up: its state and a condition variable (std's, see
 /// `crate::runtime::sync`: a forked child inherits no phantom waiters).
@@ -53,21 +62,31 @@ pub(crate) struct Bell {
 }
 
 impl Bell {
-    pub(crate) fn ring(&self) {
+    /// "Try now", for the release of `fence` (`None`: no release named).
+    pub(crate) fn ring(&self, fence: Option<u64>) {
         let mut state = self.state.lock();
         state.rings = state.rings.wrapping_add(1);
+        state.rung.get_or_insert((Instant::now(), fence));
         self.changed.notify_all();
     }
 
     /// Makes this waiter the head; `lapse` and `refresh_at` as in
-    /// [`BellState`], `ring` to make it try at once.
-    pub(crate) fn promote(&self, lapse: Option<Duration>, refresh_at: Option<Instant>, ring: bool) {
+    /// [`BellState`]; `ring` (the leaver's ring it had not acted on, if
+    /// any: `Some(None)` for a ring that is new) to make it try at once.
+    pub(crate) fn promote(
+        &self,
+        lapse: Option<Duration>,
+        refresh_at: Option<Instant>,
+        ring: Option<Option<Rung>>,
+    ) {
         let mut state = self.state.lock();
         state.head = true;
         state.lapse = lapse;
         state.refresh_at = refresh_at;
-        if ring {
+        if let Some(rung) = ring {
             state.rings = state.rings.wrapping_add(1);
+            let rung = rung.unwrap_or((Instant::now(), None));
+            state.rung.get_or_insert(rung);
         }
         self.changed.notify_all();
     }
@@ -136,9 +155,10 @@ impl Line {
         }
     }
 
-    pub(crate) fn ring_head(&self) {
+    /// Rings the head, for the release of `fence` (`None`: none named).
+    pub(crate) fn ring_head(&self, fence: Option<u64>) {
         if let Some((_, bell, _)) = self.queue.front() {
-            bell.ring();
+            bell.ring(fence);
         }
     }
 
@@ -156,7 +176,7 @@ impl Line {
             self.rung_for.remove(0);
         }
         self.rung_for.push((fence, now));
-        self.ring_head();
+        self.ring_head(Some(fence));
     }
 }
 
@@ -316,7 +336,7 @@ pub(crate) fn released_key(adapter: &Arc<dyn Adapter>, key: &str) {
         .get(&adapter_id(adapter))
         .and_then(|a| a.lines.get(key));
     if let Some(line) = line {
-        line.ring_head();
+        line.ring_head(None);
     }
 }
 
@@ -361,7 +381,7 @@ impl FlagWatcher for WaitWatcher {
             .and_then(|a| a.lines.get_mut(key));
         match (line, fence) {
             (Some(line), Some(fence)) => line.ring_for(fence),
-            (Some(line), None) => line.ring_head(),
+            (Some(line), None) => line.ring_head(None),
             (None, _) => {}
         }
     }
@@ -373,7 +393,7 @@ impl FlagWatcher for WaitWatcher {
         let state = lines.state.lock();
         if let Some(a) = state.adapters.get(&self.adapter) {
             for line in a.lines.values() {
-                line.ring_head();
+                line.ring_head(None);
             }
         }
     }
@@ -419,7 +439,7 @@ pub(crate) fn join(adapter: &Arc<dyn Adapter>, key: &Arc<str>, bell: &Arc<Bell>)
         let line_id = line.id.clone();
         line.queue.push_back((id, bell.clone(), Instant::now()));
         if line.queue.len() == 1 {
-            bell.promote(None, None, false);
+            bell.promote(None, None, None);
         }
         lines.waiters.fetch_add(1, Ordering::SeqCst);
         let must_watch = (!a.watching).then(|| {
@@ -502,19 +522,19 @@ pub(crate) fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
     } else if handoff.tried {
         line.asked = true;
     }
-    let rung_meanwhile = handoff
-        .seen
-        .is_some_and(|seen| line.queue[at].1.state.lock().rings != seen);
+    // The ring it had not acted on, if one came (with when: the next
+    // head's try acts on it).
+    let rung_meanwhile = handoff.seen.and_then(|seen| {
+        let state = line.queue[at].1.state.lock();
+        (state.rings != seen).then_some(state.rung)
+    });
     line.queue.remove(at);
     a.waiters -= 1;
     lines.waiters.fetch_sub(1, Ordering::SeqCst);
     if at == 0 {
         if let Some((_, next, _)) = line.queue.front() {
-            next.promote(
-                handoff.lapse,
-                handoff.refresh_at,
-                handoff.ring || rung_meanwhile,
-            );
+            let ring = rung_meanwhile.or(handoff.ring.then_some(None));
+            next.promote(handoff.lapse, handoff.refresh_at, ring);
         }
     }
     let mut forget = false;

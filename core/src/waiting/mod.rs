@@ -107,6 +107,7 @@
 pub(crate) mod lines;
 #[cfg(all(test, loom))]
 mod loom_models;
+pub(crate) mod observe;
 
 pub use lines::WaitWaker;
 
@@ -395,10 +396,19 @@ impl<T> Waiting<T> {
                 && self.refresh_at.is_some_and(|t| timer_due(t, now))
                 && !self.deadline.is_some_and(|d| timer_due(d, now));
             if may_try && (tries || refresh) {
+                let rung = rings != self.seen_rings;
                 self.started = true;
                 self.seen_rings = rings;
                 let line = self.place.as_ref().map(|p| p.line.clone());
                 self.tried_in_line |= line.is_some();
+                // A try a ring caused: the ring is acted on (the test hook
+                // hears of it, `observe.rs`).
+                if rung {
+                    let ring = self.bell.state.lock().rung.take();
+                    if let (Some(ring), Some(line)) = (ring, line.as_deref()) {
+                        observe::rung_try(&self.key, line, ring);
+                    }
+                }
                 // The backend stamps the entry after this: its deadline is
                 // at least QUEUE_ENTRY_TTL past `sent`.
                 let sent = Instant::now();

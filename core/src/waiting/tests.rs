@@ -65,3 +65,71 @@ fn a_wait_that_runs_out_is_a_refusal() {
     assert!(locks.new_owner().hold("k", opts).unwrap().is_none());
     assert!(started.elapsed() >= Duration::from_millis(100));
 }
+
+/// The rung tries the hook below heard: key, fence, time since the ring.
+static HEARD: std::sync::Mutex<Vec<(String, Option<u64>, Duration)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn heard(key: &str, _line: &str, fence: Option<u64>, since_ring: Duration) {
+    if key.starts_with("observed-") {
+        HEARD
+            .lock()
+            .unwrap()
+            .push((key.to_owned(), fence, since_ring));
+    }
+}
+
+#[test]
+fn a_try_a_ring_caused_is_reported_and_a_timers_is_not() {
+    crate::internals::observe_rung_tries(heard);
+    let locks = Locks::memory();
+    let waiting = AcquireOptions {
+        wait: Some(Duration::from_secs(10)),
+        ..AcquireOptions::default()
+    };
+    // Released: the head is rung for the release's fence.
+    assert!(locks
+        .acquire("observed-release", Duration::from_secs(10))
+        .unwrap());
+    let fence = locks.fence("observed-release").unwrap();
+    let other = locks.new_owner();
+    let opts = waiting.clone();
+    let t = std::thread::spawn(move || {
+        other
+            .acquire_with("observed-release", Duration::from_secs(10), &opts)
+            .unwrap()
+    });
+    // Released once the waiter is in line (a release before it would
+    // ring nobody).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let queued = || {
+        let mut listing = locks.list("observed-release").unwrap();
+        listing.sort();
+        listing.waiting_for("observed-release").is_some()
+    };
+    while !queued() {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(locks.release("observed-release").unwrap());
+    assert!(t.join().unwrap());
+    // Lapsed (nobody released it): the head's timer tries, no ring.
+    assert!(locks
+        .acquire("observed-lapse", Duration::from_millis(100))
+        .unwrap());
+    assert!(locks
+        .new_owner()
+        .acquire_with("observed-lapse", Duration::from_secs(10), &waiting)
+        .unwrap());
+    let heard = HEARD.lock().unwrap().clone();
+    assert!(
+        heard
+            .iter()
+            .any(|(k, f, _)| k == "observed-release" && *f == Some(fence)),
+        "{heard:?}"
+    );
+    assert!(
+        !heard.iter().any(|(k, _, _)| k == "observed-lapse"),
+        "{heard:?}"
+    );
+}

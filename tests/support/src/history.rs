@@ -69,7 +69,12 @@
 //!    `history_entries.rs` says how a line's place is judged from its
 //!    tries ([`Record::Queued`]), leaves ([`Record::LeftQueue`]) and
 //!    grants, and which lines are ahead; a wait that ran out while a try
-//!    of its own line was in flight throughout waited for that try. This rule is lenient by
+//!    of its own line was in flight throughout waited for that try, and
+//!    one that ran out inside its own line's *hand-off* (from the end of
+//!    the released tenure to the completion of the try its ring caused,
+//!    [`Record::Rung`]) waited for its line's head to take the key: the
+//!    wake-up was delivered and acted on, whatever the machine's latency
+//!    (a lost wake-up causes no try, so it has no hand-off). This rule is lenient by
 //!    construction: it catches a waiter that gives up on a key nobody
 //!    could have held, nor was queued for ahead of it (the head of the
 //!    queue has nobody ahead: a lost wake-up of the head is caught).
@@ -282,6 +287,23 @@ pub enum Record {
         /// its own).
         answered: bool,
     },
+    /// A waiting line's try that a ring caused, about to be sent at `at`
+    /// (the library's test hook, `mistri_locks::internals::observe_rung_tries`):
+    /// the ring came at `rung`, for the release of the lease of `key` with
+    /// `fence` (`None`: a ring that named no release). The hand-off it
+    /// shows is judged by rule 4 (`history_entries.rs`).
+    Rung {
+        /// The key.
+        key: String,
+        /// The line's id.
+        line: String,
+        /// The released lease's fencing number, if the ring named one.
+        fence: Option<u64>,
+        /// When the ring came.
+        rung: u64,
+        /// When the try it caused was about to be sent.
+        at: u64,
+    },
     /// A fault injected by the harness from `start` to `end` (`kind`: one
     /// word, e.g. `silence`, `delay`, `reset`, `sigstop`, `restart`).
     Fault {
@@ -365,6 +387,16 @@ impl fmt::Display for Record {
                 word(line),
                 u8::from(*answered)
             ),
+            Record::Rung {
+                key,
+                line,
+                fence,
+                rung,
+                at,
+            } => match fence {
+                Some(fence) => write!(f, "G {key} {} {fence} {rung} {at}", word(line)),
+                None => write!(f, "G {key} {} - {rung} {at}", word(line)),
+            },
             Record::Fault { kind, start, end } => write!(f, "F {kind} {start} {end}"),
         }
     }
@@ -488,6 +520,16 @@ impl Record {
                         cmp,
                         answered,
                     }
+                }
+            }
+            "G" => {
+                want(6)?;
+                Record::Rung {
+                    key: s(1)?,
+                    line: unword(f.get(2)),
+                    fence: if f[3] == "-" { None } else { Some(n(3)?) },
+                    rung: n(4)?,
+                    at: n(5)?,
                 }
             }
             "F" => {
@@ -753,6 +795,8 @@ pub fn check(records: &[Record]) -> Report {
     let mut lines: Vec<entries::Event> = Vec::new();
     let mut failed: Vec<(&str, u64, u64, u64)> = Vec::new(); // key, ttl, inv, cmp
     let mut queued_keys: std::collections::HashSet<&str> = Default::default();
+    // key, line, fence, rung, at
+    let mut rungs: Vec<(&str, &str, Option<u64>, u64, u64)> = Vec::new();
     for r in records {
         match r {
             Record::Acquired {
@@ -870,6 +914,13 @@ pub fn check(records: &[Record]) -> Report {
                 inv,
                 cmp,
             } => failed.push((key, *ttl_ns, *inv, *cmp)),
+            Record::Rung {
+                key,
+                line,
+                fence,
+                rung,
+                at,
+            } => rungs.push((key, line, *fence, *rung, *at)),
             // Held open for the settle margin (module header).
             Record::Fault { start, end, .. } => {
                 faults.push((*start, end.saturating_add(FAULT_SETTLE_NS)));
@@ -928,7 +979,19 @@ pub fn check(records: &[Record]) -> Report {
             }
         }
     }
-    let stints = entries::stints(&lines, &faults);
+    let mut stints = entries::stints(&lines, &faults);
+    // A hand-off starts when the released tenure ended (its release was
+    // invoked, or its holder told), or at the ring if the ring names none.
+    let ended: HashMap<(&str, u64), u64> = tenures
+        .values()
+        .map(|t| ((t.key.as_str(), t.fence), t.end()))
+        .collect();
+    for &(key, line, fence, rung, at) in &rungs {
+        let start = fence
+            .and_then(|f| ended.get(&(key, f)))
+            .map_or(rung, |&end| end.min(rung));
+        stints.handoff(key, line, start, at);
+    }
     refusal_rule(
         &refusals,
         &failed,
@@ -1074,8 +1137,12 @@ fn refusal_rule(
             }
         }
         // A wait that ran out while its own line's head had a try in
-        // flight waited for that try (`history_entries.rs`).
-        if line.is_some_and(|own| stints.own_try_in_flight(key, own, inv, cmp)) {
+        // flight, or was being handed the key, waited for that try
+        // (`history_entries.rs`).
+        if line.is_some_and(|own| {
+            stints.own_try_in_flight(key, own, inv, cmp)
+                || stints.in_own_handoff(key, own, inv, cmp)
+        }) {
             continue;
         }
         let spans = live.get(key).map(Vec::as_slice).unwrap_or(&[]);
@@ -1495,5 +1562,76 @@ mod tests {
             Some(Record::WaitRanOut { line, .. }) if line.is_empty()
         ));
         assert!(Record::parse("N k 1 10 20 line-x").is_none());
+        for fence in [Some(7), None] {
+            let r = Record::Rung {
+                key: "k".into(),
+                line: "line-a".into(),
+                fence,
+                rung: 5 * MS,
+                at: 6 * MS,
+            };
+            assert_eq!(Record::parse(&r.to_string()).as_ref(), Some(&r), "{r}");
+        }
+    }
+
+    #[test]
+    fn a_wait_inside_its_own_lines_hand_off_waited_for_it() {
+        let queued = |inv: u64, cmp: u64| Record::Queued {
+            key: "k".into(),
+            line: "A".into(),
+            inv: inv * MS,
+            cmp: cmp * MS,
+            answered: true,
+        };
+        let took = Record::Acquired {
+            id: "b".into(),
+            key: "k".into(),
+            limit: 1,
+            ttl_ns: 1000 * MS,
+            inv: 130 * MS,
+            cmp: 131 * MS,
+            fence: 2,
+            waited: true,
+            line: "A".into(),
+        };
+        let waited = |inv: u64, cmp: u64| Record::WaitRanOut {
+            key: "k".into(),
+            limit: 1,
+            inv: inv * MS,
+            cmp: cmp * MS,
+            line: "A".into(),
+        };
+        let rung = |fence: Option<u64>, rung: u64, at: u64| Record::Rung {
+            key: "k".into(),
+            line: "A".into(),
+            fence,
+            rung: rung * MS,
+            at: at * MS,
+        };
+        // a held k until its release at 100; line A, queued at 50, was rung
+        // for it at 105 and its try went at 129 (a slow machine): another
+        // waiter of A ran out from 110 to 112, and one from 102 to 104.
+        let base = vec![
+            acq("a", "k", 0, 1, 1),
+            queued(50, 51),
+            rel("a", 100, 101),
+            took,
+            hold("b"),
+        ];
+        let mut h = base.clone();
+        h.extend([rung(Some(1), 105, 129), waited(110, 112), waited(102, 104)]);
+        let report = check(&h);
+        assert!(report.ok(), "{}", report.violations());
+        // Without the ring (a lost wake-up: a try by a timer), both are
+        // unexplained; a ring naming no release starts the hand-off at
+        // the ring, which leaves the wait before it unexplained.
+        let mut h = base.clone();
+        h.extend([waited(110, 112), waited(102, 104)]);
+        assert_eq!(check(&h).unexplained_waits.len(), 2);
+        let mut h = base;
+        h.extend([rung(None, 105, 129), waited(110, 112), waited(102, 104)]);
+        let report = check(&h);
+        assert_eq!(report.unexplained_waits.len(), 1, "{}", report.violations());
+        assert!(report.unexplained_waits[0].contains("from 102000000"));
     }
 }

@@ -74,9 +74,41 @@ pub(super) struct Stints<'a> {
     /// Per key and line: its tries (refused or not, and the one that
     /// acquired), invoked and completed.
     tries: HashMap<(&'a str, &'a str), Vec<(u64, u64)>>,
+    /// Per key and line: its hand-offs ([`Stints::handoff`]).
+    handoffs: HashMap<(&'a str, &'a str), Vec<(u64, u64)>>,
 }
 
-impl Stints<'_> {
+impl<'a> Stints<'a> {
+    /// The line `line` was rung for a release, and the try the ring caused
+    /// was about to go at `at`: its hand-off runs from `start` (the end of
+    /// the released tenure, or the ring) to that try's completion (`at`
+    /// if it is not in the history).
+    pub(super) fn handoff(&mut self, key: &'a str, line: &'a str, start: u64, at: u64) {
+        let end = self
+            .tries
+            .get(&(key, line))
+            .and_then(|list| {
+                list.iter()
+                    .filter(|&&(inv, _)| inv >= at)
+                    .min_by_key(|&&(inv, _)| inv)
+            })
+            .map_or(at, |&(_, cmp)| cmp);
+        self.handoffs
+            .entry((key, line))
+            .or_default()
+            .push((start, end.max(at)));
+    }
+
+    /// A wait of the line `own` from `inv` to `cmp` ran out inside one of
+    /// its line's hand-offs: the key was its line's to take, and the head
+    /// was rung and about to (or did) try. Only a ring acted on makes a
+    /// hand-off; a lost wake-up is a head that makes no try at all.
+    pub(super) fn in_own_handoff(&self, key: &str, own: &str, inv: u64, cmp: u64) -> bool {
+        self.handoffs
+            .get(&(key, own))
+            .is_some_and(|list| list.iter().any(|&(s, e)| s <= inv && e >= cmp))
+    }
+
     /// A try of the line `own` was in flight (invoked, not answered) from
     /// before `inv` until after `cmp`: a wait of that line from `inv` to
     /// `cmp` ran out while its line's head was busy asking the backend
