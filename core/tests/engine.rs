@@ -58,11 +58,12 @@ impl BeatHook for Counter {
 fn holds_due_together_share_one_beat() {
     let adapter = Arc::new(Counting::default());
     let locks = Locks::from_arc(adapter.clone());
+    let heartbeat = Duration::from_millis(100);
     let holds: Vec<_> = (0..200)
         .map(|i| {
             let opts = HoldOptions {
                 ttl: Duration::from_millis(600),
-                heartbeat: Duration::from_millis(100),
+                heartbeat,
                 stop_key: Some(format!("stop-{i}")),
                 ..HoldOptions::default()
             };
@@ -77,7 +78,7 @@ fn holds_due_together_share_one_beat() {
     // takes, within a bound). In that window: a few dozen beats rather than
     // thousands. The counts are waited for, not asserted after a fixed
     // sleep: how many renewals fit in a second is the machine's speed.
-    std::thread::sleep(Duration::from_millis(3 * 100));
+    std::thread::sleep(3 * heartbeat);
     let counts = || {
         (
             adapter.beats.load(Ordering::SeqCst),

@@ -217,15 +217,57 @@ pub(crate) fn line_id_for(recent: &mut RecentLines, adapter: usize, key: &Arc<st
     }
 }
 
-/// Remembers the id of a line that ended.
-pub(crate) fn line_ended(recent: &mut RecentLines, adapter: usize, key: Arc<str>, id: Arc<str>) {
+/// Remembers the id of a line that ended at `at`.
+pub(crate) fn line_ended(
+    recent: &mut RecentLines,
+    adapter: usize,
+    key: Arc<str>,
+    id: Arc<str>,
+    at: Instant,
+) {
     if recent.len() >= RECENT_LINES {
         recent.retain(|_, (_, at)| at.elapsed() < crate::contract::push::LINGER);
         if recent.len() >= RECENT_LINES {
             recent.clear();
         }
     }
-    recent.insert((adapter, key), (id, Instant::now()));
+    recent.insert((adapter, key), (id, at));
+}
+
+/// A line that ended while the backend may still have it queued
+/// ([`leave`]): the caller asks the backend to forget the entry, then says
+/// whether it did ([`Forget::done`]). Until then the line's id is not
+/// taken again: a line of the key that starts meanwhile gets a new one.
+/// Else its first try could queue the id just before the forget, sent
+/// earlier, reached the backend and took the new entry away: that line
+/// would wait to be told while nobody would tell it (a soak found a wait
+/// that ran out on a free key so).
+#[must_use = "the backend is to be asked to forget the line"]
+pub(crate) struct Forget {
+    adapter: usize,
+    key: Arc<str>,
+    id: Arc<str>,
+    ended: Instant,
+    generation: u64,
+}
+
+impl Forget {
+    /// The backend said it forgot the entry: the id may be taken again
+    /// ([`LinesState::recent`]). Not called when the forget failed: it may
+    /// still be applied later (a request a silent network held back).
+    pub(crate) fn done(self) {
+        if self.generation != crate::runtime::fork::generation() {
+            return;
+        }
+        let mut state = lines().state.lock();
+        line_ended(
+            &mut state.recent,
+            self.adapter,
+            self.key,
+            self.id,
+            self.ended,
+        );
+    }
 }
 
 /// The registry's lock: a short section, `parking_lot`'s; under loom the
@@ -500,23 +542,17 @@ pub(crate) struct Handoff {
 }
 
 /// Leaves the line; a head hands over to the next waiter (module header).
-/// True when the line is gone and the backend may still have it queued
-/// (the caller then asks it to forget the line).
-pub(crate) fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
+/// `Some` when the line is gone and the backend may still have it queued
+/// (the caller then asks it to forget the line, [`Forget`]).
+pub(crate) fn leave(place: &Place, key: &str, handoff: Handoff) -> Option<Forget> {
     if place.generation != crate::runtime::fork::generation() {
-        return false; // taken in the parent's registry, which is not ours
+        return None; // taken in the parent's registry, which is not ours
     }
     let lines = lines();
     let mut state = lines.state.lock();
-    let Some(a) = state.adapters.get_mut(&place.adapter) else {
-        return false;
-    };
-    let Some(line) = a.lines.get_mut(key) else {
-        return false;
-    };
-    let Some(at) = line.queue.iter().position(|(id, _, _)| *id == place.id) else {
-        return false;
-    };
+    let a = state.adapters.get_mut(&place.adapter)?;
+    let line = a.lines.get_mut(key)?;
+    let at = line.queue.iter().position(|(id, _, _)| *id == place.id)?;
     if handoff.acquired {
         line.asked = false;
     } else if handoff.tried {
@@ -537,14 +573,25 @@ pub(crate) fn leave(place: &Place, key: &str, handoff: Handoff) -> bool {
             next.promote(handoff.lapse, handoff.refresh_at, ring);
         }
     }
-    let mut forget = false;
+    let mut forget = None;
     if line.queue.is_empty() {
-        forget = line.asked;
+        let asked = line.asked;
         if let Some((key, line)) = a.lines.remove_entry(key) {
             if let Some(watch) = &a.watch {
                 watch.unwatch_line(&key, &line.id);
             }
-            line_ended(&mut state.recent, place.adapter, key, line.id);
+            let ended = Instant::now();
+            if asked {
+                forget = Some(Forget {
+                    adapter: place.adapter,
+                    key,
+                    id: line.id,
+                    ended,
+                    generation: place.generation,
+                });
+            } else {
+                line_ended(&mut state.recent, place.adapter, key, line.id, ended);
+            }
         }
     }
     let a = state.adapters.get(&place.adapter);

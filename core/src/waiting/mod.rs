@@ -32,7 +32,9 @@
 //!   that line's bucket), so a hand-off wakes one process, not every
 //!   process that waits. Each line's channel is subscribed while the
 //!   line exists (and [`crate::contract::push::LINGER`] after; a line that starts
-//!   again at once takes the same id); once the subscription is live, and
+//!   again at once takes the same id, but not while the backend is being
+//!   asked to forget it: a forget that arrived after the new line's first
+//!   try would take its entry away, `lines::Forget`); once the subscription is live, and
 //!   after a reconnect, the head tries once (an announcement may have been
 //!   missed). Until the listener has confirmed the line's subscription (a
 //!   new one waits for the listener's next wake-up: up to
@@ -576,10 +578,13 @@ impl<T> Waiting<T> {
                     tried: self.tried_in_line,
                 }
             };
-            if leave(&place, &self.key, handoff) {
+            if let Some(forget) = leave(&place, &self.key, handoff) {
                 // Best effort, one bounded round trip: an entry left
                 // behind lapses on its own (docs/PROTOCOL.md, "Waiting").
-                let _ = self.adapter.leave_queue(&self.key, &place.line);
+                // The line's id is taken again only once it is forgotten.
+                if self.adapter.leave_queue(&self.key, &place.line).is_ok() {
+                    forget.done();
+                }
             }
         }
         if let (Some(signal), Some(handle)) = (&self.signal, self.on_abort.take()) {

@@ -133,3 +133,44 @@ fn a_try_a_ring_caused_is_reported_and_a_timers_is_not() {
         "{heard:?}"
     );
 }
+
+/// A line whose last waiter left without the lease after queueing is
+/// forgotten by the backend (`leave_queue`) outside the registry's lock.
+/// A line of the key that starts before that forget was answered gets a
+/// new id: with the old one, its first try could queue it just before the
+/// forget arrived and took the entry away (found by the soak: a wait ran
+/// out on a free key, its line waiting to be told while it was not
+/// queued). Once the forget is answered the id is taken again (its
+/// subscription may still be live).
+#[test]
+fn a_lines_id_is_taken_again_only_once_the_backend_forgot_it() {
+    use super::lines::{join, leave, Bell, Handoff};
+    use std::sync::Arc;
+    let adapter: Arc<dyn crate::Adapter> = Arc::new(crate::Memory::new());
+    let key: Arc<str> = Arc::from("forgotten");
+    let left_after_trying = || Handoff {
+        ring: false,
+        seen: None,
+        lapse: None,
+        refresh_at: None,
+        acquired: false,
+        tried: true,
+    };
+    let first = join(&adapter, &key, &Arc::new(Bell::default()));
+    let forget = leave(&first, &key, left_after_trying()).expect("it queued: to be forgotten");
+    // The forget is in flight: a new line of the key takes a new id.
+    let meanwhile = join(&adapter, &key, &Arc::new(Bell::default()));
+    assert_ne!(meanwhile.line, first.line);
+    leave(&meanwhile, &key, left_after_trying())
+        .expect("it queued too")
+        .done();
+    forget.done();
+    // Both forgotten: the id forgotten last is taken again.
+    let again = join(&adapter, &key, &Arc::new(Bell::default()));
+    assert_eq!(again.line, first.line);
+    let never_tried = Handoff {
+        tried: false,
+        ..left_after_trying()
+    };
+    assert!(leave(&again, &key, never_tried).is_none());
+}

@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -168,8 +168,7 @@ impl RedisCluster {
         let nodes: Vec<Node> = (0..count)
             .map(|i| {
                 let (port, bus) = (ports[2 * i], ports[2 * i + 1]);
-                let node_dir = dir.join(format!("node-{port}"));
-                std::fs::create_dir_all(&node_dir).expect("node dir");
+                let node_dir = node_dir(&dir, format!("node-{port}"));
                 let args: Vec<String> = [
                     "--port",
                     &port.to_string(),
@@ -461,13 +460,11 @@ impl RedisSentinels {
             .map(|s| s.to_string())
             .collect()
         };
-        let node_dir = |name: String| {
-            let d = dir.join(name);
-            std::fs::create_dir_all(&d).expect("node dir");
-            d
-        };
         let master = Node {
-            child: spawn(&base(ports[0]), &node_dir(format!("master-{}", ports[0]))),
+            child: spawn(
+                &base(ports[0]),
+                &node_dir(&dir, format!("master-{}", ports[0])),
+            ),
             port: ports[0],
         };
         let replica_nodes: Vec<Node> = ports[1..=replicas]
@@ -480,7 +477,7 @@ impl RedisSentinels {
                     ports[0].to_string(),
                 ]);
                 Node {
-                    child: spawn(&args, &node_dir(format!("replica-{port}"))),
+                    child: spawn(&args, &node_dir(&dir, format!("replica-{port}"))),
                     port,
                 }
             })
@@ -501,13 +498,12 @@ impl RedisSentinels {
         // it connects and then every 10 s, so a replica not attached yet at
         // its first look waited for the second (a sentinel once missed the
         // 20 s bound here on a loaded machine). Now the first look finds
-        // them; the bound is two of those periods and then some.
+        // them; the bound is three of those periods.
         let dir = &set.dir;
         let sentinels = ports[1 + replicas..]
             .iter()
             .map(|&port| {
-                let d = dir.join(format!("sentinel-{port}"));
-                std::fs::create_dir_all(&d).expect("node dir");
+                let d = node_dir(dir, format!("sentinel-{port}"));
                 let conf = d.join("sentinel.conf");
                 std::fs::write(
                     &conf,
@@ -676,4 +672,11 @@ mod tests {
         assert_ne!(new_master, master);
         assert!(sentinels.all_data_ports().contains(&new_master));
     }
+}
+
+/// A node's own directory under `dir`, created.
+fn node_dir(dir: &Path, name: String) -> PathBuf {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).expect("node dir");
+    d
 }
