@@ -650,6 +650,13 @@ impl Drop for RedisSentinels {
     }
 }
 
+/// A node's own directory under `dir`, created.
+fn node_dir(dir: &Path, name: String) -> PathBuf {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).expect("node dir");
+    d
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -672,11 +679,4 @@ mod tests {
         assert_ne!(new_master, master);
         assert!(sentinels.all_data_ports().contains(&new_master));
     }
-}
-
-/// A node's own directory under `dir`, created.
-fn node_dir(dir: &Path, name: String) -> PathBuf {
-    let d = dir.join(name);
-    std::fs::create_dir_all(&d).expect("node dir");
-    d
 }
