@@ -82,6 +82,7 @@ pub fn serve(locks: Locks, args: ServeArgs) -> Result<i32, Failure> {
         prefix: args.prefix,
         allow_actions: args.allow_actions,
         token,
+        ..OperatorOptions::default()
     });
     if !addr.ip().is_loopback() {
         eprintln!("mistri-locks: serving on {addr}, reachable beyond this host");
@@ -232,6 +233,8 @@ fn connection(locks: &Locks, opts: &OperatorOptions, stream: TcpStream) -> std::
         mount: "",
         scheme: "http",
         host: head.header("Host"),
+        forwarded_proto: head.header("X-Forwarded-Proto"),
+        forwarded_host: head.header("X-Forwarded-Host"),
         origin: head.header("Origin"),
         authorization: head.header("Authorization"),
         csrf: head.header("X-CSRF-Token"),

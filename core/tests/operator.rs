@@ -268,6 +268,7 @@ fn stop_clear_and_break_do_what_they_say() {
         allow_actions: true,
         token: Some(TOKEN.into()),
         prefix: "job".into(),
+        ..OperatorOptions::default()
     };
     let bearer = format!("Bearer {TOKEN}");
     let act = |path: &str, body: &str| {

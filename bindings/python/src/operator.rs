@@ -37,6 +37,7 @@ pub fn _operator_handle(
         prefix: prefix.to_owned(),
         allow_actions,
         token: token.map(str::to_owned),
+        ..OperatorOptions::default()
     };
     let req = OperatorRequest {
         method,
@@ -45,6 +46,8 @@ pub fn _operator_handle(
         mount,
         scheme,
         host,
+        forwarded_proto: None,
+        forwarded_host: None,
         origin,
         authorization,
         csrf,

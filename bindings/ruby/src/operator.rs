@@ -55,6 +55,7 @@ fn handle(ruby: &Ruby, rb_self: &RbLocks, args: RArray) -> Result<RArray, Error>
         prefix,
         allow_actions,
         token,
+        ..OperatorOptions::default()
     };
     let locks = rb_self.locks().clone();
     let response = nogvl(ruby, move || {
@@ -65,6 +66,8 @@ fn handle(ruby: &Ruby, rb_self: &RbLocks, args: RArray) -> Result<RArray, Error>
             mount: &mount,
             scheme: &scheme,
             host: host.as_deref(),
+            forwarded_proto: None,
+            forwarded_host: None,
             origin: origin.as_deref(),
             authorization: authorization.as_deref(),
             csrf: csrf.as_deref(),

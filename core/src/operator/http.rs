@@ -53,6 +53,17 @@ pub struct OperatorOptions {
     pub allow_actions: bool,
     /// The bearer token that authorises an action (`serve --token-file`).
     pub token: Option<String>,
+    /// The names this server answers to, matched against the `Host` header
+    /// (or `X-Forwarded-Host` when [`OperatorOptions::trust_forwarded`]):
+    /// `name` matches that host on any port, `name:port` that port only,
+    /// `.example.com` the domain and its subdomains, `*` any host (for an
+    /// application whose framework checks `Host` itself). Empty: the loopback
+    /// names only (`localhost`, `127.0.0.1`, `[::1]`). Any other host is
+    /// refused before the backend is read.
+    pub allowed_hosts: Vec<String>,
+    /// Behind a TLS-terminating proxy: take the scheme and host from
+    /// `X-Forwarded-Proto` and `X-Forwarded-Host` (`serve --trust-forwarded`).
+    pub trust_forwarded: bool,
 }
 
 /// One request, as a server read it.
@@ -70,6 +81,12 @@ pub struct OperatorRequest<'a> {
     pub scheme: &'a str,
     /// The `Host` header.
     pub host: Option<&'a str>,
+    /// The `X-Forwarded-Proto` header (read only when
+    /// [`OperatorOptions::trust_forwarded`]).
+    pub forwarded_proto: Option<&'a str>,
+    /// The `X-Forwarded-Host` header (read only when
+    /// [`OperatorOptions::trust_forwarded`]).
+    pub forwarded_host: Option<&'a str>,
     /// The `Origin` header.
     pub origin: Option<&'a str>,
     /// The `Authorization` header.
