@@ -187,6 +187,25 @@ typedef enum mistri_release_outcome {
 } mistri_release_outcome;
 
 /**
+ * Why a hold's work should stop (`mistri_hold_interruption`).
+ */
+typedef enum mistri_interruption {
+  /**
+   * The signal has not tripped: go on.
+   */
+  MISTRI_INTERRUPTION_NONE = 0,
+  /**
+   * Asked to stop (the stop flag, or the caller's own abort of the
+   * signal). The lease is still held.
+   */
+  MISTRI_INTERRUPTION_STOPPED = 1,
+  /**
+   * The lease may be anyone's now: stop writing as its holder.
+   */
+  MISTRI_INTERRUPTION_LOST = 2,
+} mistri_interruption;
+
+/**
  * Options for `mistri_locks_acquire_with`, set one at a time. Made by
  * `mistri_acquire_options_new` with the defaults: no wait, limit 1, no
  * signal. Each setter checks its value at once (a bad value is
@@ -924,6 +943,25 @@ enum mistri_status mistri_hold_touch(const struct mistri_hold *hold);
 enum mistri_status mistri_hold_signal(const struct mistri_hold *hold, struct mistri_signal **signal);
 
 /**
+ * Why the hold's work should stop, typed: no need to read the signal's
+ * reason text. Cheap (atomic loads; no I/O): call it between units of
+ * work, as a job's checkpoint.
+ *
+ * On `MISTRI_OK`, `*kind` says whether and why; `*detail` (when `detail`
+ * is not NULL) receives a new string the caller frees with
+ * `mistri_string_free`, or NULL: for `MISTRI_INTERRUPTION_STOPPED` the
+ * stop flag seen raised (NULL: the caller aborted the signal itself), for
+ * `MISTRI_INTERRUPTION_LOST` the cause (`"not_held"`, `"too_late"`,
+ * `"deadline"`, `"max_hold"`, `"stalled"`; NULL: a forked child's copy of
+ * a parent's hold).
+ *
+ * # Safety
+ * `hold` is NULL or a live hold; `kind` is NULL or writable; `detail` is
+ * NULL or writable.
+ */
+enum mistri_status mistri_hold_interruption(const struct mistri_hold *hold, enum mistri_interruption *kind, char **detail);
+
+/**
  * Reads who holds `key`.
  *
  * On `MISTRI_OK`, `*info` receives a new snapshot (free it with
@@ -1063,6 +1101,51 @@ enum mistri_status mistri_locks_set_label(const struct mistri_locks *locks, cons
  * `label` is NULL or a NUL-terminated string.
  */
 enum mistri_status mistri_hold_options_set_label(struct mistri_hold_options_builder *options, const char *label);
+
+/**
+ * The stop flag of job `job_id`: `"job:<job_id>:stop"`, the same string
+ * in every face (docs/PROTOCOL.md, "Jobs").
+ *
+ * On `MISTRI_OK`, `*key` receives a new string the caller frees with
+ * `mistri_string_free`.
+ *
+ * Errors: `MISTRI_INVALID_ARGUMENT` (an empty id, or a key too long).
+ *
+ * # Safety
+ * `job_id` is NULL or a NUL-terminated string; `key` is NULL or writable.
+ */
+enum mistri_status mistri_job_stop_key(const char *job_id, char **key);
+
+/**
+ * Raises the stop flag of job `job_id` for `ttl` seconds
+ * (`MISTRI_FLAG_TTL` by convention): the job stops at its next
+ * checkpoint, or as soon as it starts.
+ *
+ * Errors: `MISTRI_INVALID_ARGUMENT` (an empty id, a bad ttl), the
+ * backend's errors.
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `job_id` is NULL or a NUL-terminated
+ * string.
+ */
+enum mistri_status mistri_locks_stop_job(const struct mistri_locks *locks, const char *job_id, double ttl);
+
+/**
+ * Raises, for `ttl` seconds, the stop key of every holder of `key` that
+ * watches one (`mistri-locks stop --holder-of KEY`).
+ *
+ * On `MISTRI_OK`, `*raised` receives how many stop flags were raised: 0
+ * when nobody holds `key` or no holder watches a stop key
+ * (`mistri_locks_info` tells which).
+ *
+ * Errors: `MISTRI_INVALID_ARGUMENT` (empty key, bad ttl), the backend's
+ * errors.
+ *
+ * # Safety
+ * `locks` is NULL or a live handle; `key` is NULL or a NUL-terminated
+ * string; `raised` is NULL or writable.
+ */
+enum mistri_status mistri_locks_stop_holders(const struct mistri_locks *locks, const char *key, double ttl, size_t *raised);
 
 /**
  * Lists the live leases and raised flags whose keys start with `prefix`

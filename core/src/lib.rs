@@ -35,8 +35,8 @@
 #![warn(missing_docs)]
 
 // The layers, lower never importing higher (docs/ARCHITECTURE.md):
-// error, args, runtime → contract → signal, stats, waiting → backend →
-// hold → locks → operator. `python3 scripts/check_cycles.py core/src` checks it.
+// error, args, options, runtime → contract → signal, stats, waiting →
+// backend → hold → job → locks → operator. `python3 scripts/check_cycles.py core/src` checks it.
 // Modules whose path did not change stay reachable (hidden) for one
 // release; the documented API is the list below.
 #[doc(hidden)]
@@ -47,9 +47,11 @@ mod contract;
 pub mod error;
 #[doc(hidden)]
 pub mod hold;
+pub mod job;
 #[doc(hidden)]
 pub mod locks;
 pub mod operator;
+mod options;
 mod runtime;
 #[doc(hidden)]
 pub mod signal;
@@ -77,9 +79,13 @@ pub use contract::push::{FlagWatch, FlagWatcher};
 pub use contract::{QUEUE_ENTRY_TTL, QUEUE_REFRESH, SAFETY_POLL};
 pub use error::{Error, Result};
 pub use hold::engine::{default_margin, MAX_TICK, MIN_HEARTBEAT};
-pub use hold::{Hold, HoldOptions, ReleaseOutcome, FLAG_TTL, HEARTBEAT, LEASE_TTL, MIN_HOLD_TTL};
+pub use hold::{
+    Hold, HoldOptions, Interruption, ReleaseOutcome, FLAG_TTL, HEARTBEAT, LEASE_TTL, MIN_HOLD_TTL,
+};
 pub use locks::global::{configure, hold, locks, start_hold};
+pub use locks::stop::StopOutcome;
 pub use locks::Locks;
+pub use options::{nearest as nearest_name, OptionValue};
 pub use runtime::IDLE_EXIT;
 pub use signal::{delivery, AbortSignal, CallbackHandle, WaitOutcome, WakeToken};
 pub use stats::{Event, EventHookHandle, EventKind, LostCause, StatValue, StatsSnapshot};

@@ -8,7 +8,7 @@ use crate::options::{from_struct, mistri_hold_options, mistri_hold_options_build
 use crate::panic::{ffi_boundary, ffi_boundary_void};
 use crate::signal::mistri_signal;
 use crate::status::{mistri_status, Failure};
-use mistri_core::{Hold, HoldOptions, ReleaseOutcome};
+use mistri_core::{Hold, HoldOptions, Interruption, ReleaseOutcome};
 use std::ffi::{c_char, CString};
 
 /// What `mistri_hold_release` did. Every value is a normal outcome, not an
@@ -361,5 +361,63 @@ pub unsafe extern "C" fn mistri_hold_signal(
         out.write(to_boxed_mut_ptr(
             try_ref_from_ptr!(hold).hold.signal().clone(),
         ))
+    })
+}
+
+/// Why a hold's work should stop (`mistri_hold_interruption`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum mistri_interruption {
+    /// The signal has not tripped: go on.
+    MISTRI_INTERRUPTION_NONE = 0,
+    /// Asked to stop (the stop flag, or the caller's own abort of the
+    /// signal). The lease is still held.
+    MISTRI_INTERRUPTION_STOPPED = 1,
+    /// The lease may be anyone's now: stop writing as its holder.
+    MISTRI_INTERRUPTION_LOST = 2,
+}
+
+/// Why the hold's work should stop, typed: no need to read the signal's
+/// reason text. Cheap (atomic loads; no I/O): call it between units of
+/// work, as a job's checkpoint.
+///
+/// On `MISTRI_OK`, `*kind` says whether and why; `*detail` (when `detail`
+/// is not NULL) receives a new string the caller frees with
+/// `mistri_string_free`, or NULL: for `MISTRI_INTERRUPTION_STOPPED` the
+/// stop flag seen raised (NULL: the caller aborted the signal itself), for
+/// `MISTRI_INTERRUPTION_LOST` the cause (`"not_held"`, `"too_late"`,
+/// `"deadline"`, `"max_hold"`, `"stalled"`; NULL: a forked child's copy of
+/// a parent's hold).
+///
+/// # Safety
+/// `hold` is NULL or a live hold; `kind` is NULL or writable; `detail` is
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mistri_hold_interruption(
+    hold: *const mistri_hold,
+    kind: *mut mistri_interruption,
+    detail: *mut *mut c_char,
+) -> mistri_status {
+    ffi_boundary!("mistri_hold_interruption", {
+        let out = try_out!(kind);
+        let detail_out = try_out!(opt detail);
+        let (k, text) = match try_ref_from_ptr!(hold).hold.interruption() {
+            None => (mistri_interruption::MISTRI_INTERRUPTION_NONE, None),
+            Some(Interruption::Stopped { flag }) => {
+                (mistri_interruption::MISTRI_INTERRUPTION_STOPPED, flag)
+            }
+            Some(Interruption::Lost { cause }) => (
+                mistri_interruption::MISTRI_INTERRUPTION_LOST,
+                cause.map(|c| c.name().to_owned()),
+            ),
+            // A kind added to the core later reads as a stop.
+            Some(_) => (mistri_interruption::MISTRI_INTERRUPTION_STOPPED, None),
+        };
+        if let Some(d) = detail_out {
+            d.write(text.map_or(std::ptr::null_mut(), |t| {
+                crate::args::c_string_lossy(&t).into_raw()
+            }))?;
+        }
+        out.write(k)
     })
 }

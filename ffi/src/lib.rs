@@ -32,6 +32,7 @@ pub mod events;
 mod handle;
 pub mod hold;
 pub mod info;
+pub mod job;
 pub mod listing;
 pub mod locks;
 pub mod metrics;

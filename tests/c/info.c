@@ -135,6 +135,63 @@ static void info_describes_the_holder(const void *arg)
     mistri_locks_free(locks);
 }
 
+/* A job's stop flag, stop-the-holders and the typed interruption: the core's
+ * one implementation (issue 40), no reason text read. */
+static void stop_and_interruption(const void *arg)
+{
+    const char *backend = arg;
+    mistri_locks *locks = open_backend(backend);
+    REQUIRE(locks != NULL);
+    char *key = NULL;
+    REQUIRE_OK(mistri_job_stop_key("77", &key));
+    CHECK(strcmp(key, "job:77:stop") == 0);
+    CHECK_STATUS(mistri_job_stop_key("", &key), MISTRI_INVALID_ARGUMENT);
+
+    mistri_hold_options_builder *opts = NULL;
+    REQUIRE_OK(mistri_hold_options_new(&opts));
+    CHECK_OK(mistri_hold_options_set_ttl(opts, 5));
+    CHECK_OK(mistri_hold_options_set_heartbeat(opts, 0.05));
+    CHECK_OK(mistri_hold_options_set_stop_key(opts, key));
+    mistri_hold *hold = NULL;
+    CHECK_OK(mistri_hold_start_with(locks, "c-job", opts, &hold));
+    REQUIRE(hold != NULL);
+    mistri_interruption kind = MISTRI_INTERRUPTION_LOST;
+    char *detail = (char *)1;
+    CHECK_OK(mistri_hold_interruption(hold, &kind, &detail));
+    CHECK(kind == MISTRI_INTERRUPTION_NONE && detail == NULL);
+
+    size_t raised = 99;
+    CHECK_OK(mistri_locks_stop_holders(locks, "nobody-holds-this", 60, &raised));
+    CHECK(raised == 0);
+    CHECK_OK(mistri_locks_stop_holders(locks, "c-job", 60, &raised));
+    CHECK(raised == 1);
+    mistri_signal *signal = NULL;
+    REQUIRE_OK(mistri_hold_signal(hold, &signal));
+    bool aborted = false;
+    /* The protocol's bound: a tick (50 ms) plus a renewal; 10 s of room. */
+    CHECK_OK(mistri_signal_wait(signal, 10, &aborted));
+    CHECK(aborted);
+    CHECK_OK(mistri_hold_interruption(hold, &kind, &detail));
+    CHECK(kind == MISTRI_INTERRUPTION_STOPPED);
+    CHECK(detail != NULL && strcmp(detail, "job:77:stop") == 0);
+    mistri_string_free(detail);
+    CHECK_OK(mistri_hold_interruption(hold, &kind, NULL)); /* no detail wanted */
+    CHECK_STATUS(mistri_hold_interruption(hold, NULL, NULL), MISTRI_NULL_ARGUMENT);
+
+    CHECK_OK(mistri_locks_clear_flag(locks, key));
+    CHECK_OK(mistri_locks_stop_job(locks, "77", 60));
+    bool up = false;
+    CHECK_OK(mistri_locks_flag(locks, key, &up));
+    CHECK(up);
+    CHECK_OK(mistri_locks_clear_flag(locks, key));
+    mistri_string_free(key);
+    mistri_signal_free(signal);
+    CHECK_OK(mistri_hold_release(hold, NULL));
+    mistri_hold_free(hold);
+    mistri_hold_options_free(opts);
+    mistri_locks_free(locks);
+}
+
 int main(int argc, char **argv)
 {
     g_url = argc > 1 ? argv[1] : getenv("MISTRI_TEST_REDIS_URL");
@@ -146,5 +203,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof BACKENDS / sizeof BACKENDS[0]; i++)
         harness_run("info_describes_the_holder", BACKENDS[i], info_describes_the_holder,
                     BACKENDS[i]);
+    for (size_t i = 0; i < sizeof BACKENDS / sizeof BACKENDS[0]; i++)
+        harness_run("stop_and_interruption", BACKENDS[i], stop_and_interruption, BACKENDS[i]);
     return harness_summary();
 }

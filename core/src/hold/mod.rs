@@ -51,7 +51,7 @@ use crate::contract::info::{default_label, Identity};
 use crate::error::{Error, Result};
 use crate::hold::engine::{default_margin, Engine, HoldStatus, Registration, Unregistered};
 use crate::signal::AbortSignal;
-use crate::stats::{Event, EventKind};
+use crate::stats::{Event, EventKind, LostCause};
 use crate::waiting::{waiting_for, Waiting};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
@@ -230,8 +230,47 @@ pub struct Hold {
     signal: AbortSignal,
     /// The lease (shared with the engine) and whether it is lost.
     status: Arc<HoldStatus>,
+    /// The stop flag it watches, named by [`Hold::interruption`].
+    stop_key: Option<String>,
     generation: u64,
     release: Mutex<Releasing>,
+}
+
+/// Why a hold's work should stop ([`Hold::interruption`]): the one
+/// answer every face maps onto its own idiom (Python's and Ruby's
+/// `Interrupted`, C's `mistri_hold_interruption`), so none reads the
+/// signal's reason text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Interruption {
+    /// Asked to stop: the stop flag `flag` was raised, or (`None`) the
+    /// caller's own signal was aborted. The lease is still held.
+    Stopped {
+        /// The stop flag seen raised.
+        flag: Option<String>,
+    },
+    /// The lease may be anyone's now: a renewal found it gone or was
+    /// refused, no renewal was confirmed in time, or the hung-holder guard
+    /// ended it (`cause`); `None`: a forked child's copy of a parent's hold.
+    Lost {
+        /// Why.
+        cause: Option<LostCause>,
+    },
+}
+
+impl Interruption {
+    /// `"stopped"` or `"lost"`: the name every face uses.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Interruption::Stopped { .. } => "stopped",
+            Interruption::Lost { .. } => "lost",
+        }
+    }
+
+    /// Whether the lease may be lost (the work must not write as its holder).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Interruption::Lost { .. })
+    }
 }
 
 /// How far [`Hold::release`] got.
@@ -321,6 +360,7 @@ impl Hold {
         // The backend applied the acquire before it answered: the lease
         // lapses by the answer's arrival + ttl unless renewed.
         let status = Arc::new(HoldStatus::new(lease, confirmed + opts.ttl));
+        let stop_key = opts.stop_key.clone();
         let reg = Registration {
             ttl: opts.ttl,
             heartbeat: opts.heartbeat,
@@ -350,6 +390,7 @@ impl Hold {
             id,
             signal,
             status,
+            stop_key,
             generation: fork_generation(),
             release: Mutex::new(Releasing::Holding),
         })
@@ -387,6 +428,35 @@ impl Hold {
         }
         self.signal.forked_copy();
         true
+    }
+
+    /// Why the work should stop, once its signal has tripped: the stop flag
+    /// was raised ([`Interruption::Stopped`] with its key; without one, the
+    /// caller's own signal was aborted), or the lease may be lost
+    /// ([`Interruption::Lost`] with its cause; without one, this is a forked
+    /// child's copy). `None` while the signal is not tripped. Cheap (atomic
+    /// loads): job faces call it at each checkpoint and map it onto their
+    /// own exception, so no face reads the signal's reason text.
+    pub fn interruption(&self) -> Option<Interruption> {
+        if self.forked() {
+            return Some(Interruption::Lost { cause: None });
+        }
+        // The engine records the cause before it trips the signal, so a
+        // tripped signal always finds it.
+        if !self.signal.is_aborted() {
+            return None;
+        }
+        if self.status.lost.load(Ordering::SeqCst) {
+            return Some(Interruption::Lost {
+                cause: self.status.lost_cause(),
+            });
+        }
+        let flag = if self.status.was_stopped() {
+            self.stop_key.clone()
+        } else {
+            None
+        };
+        Some(Interruption::Stopped { flag })
     }
 
     /// Reports progress for the hung-holder guard

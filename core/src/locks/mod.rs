@@ -16,6 +16,7 @@
 
 mod events;
 pub(crate) mod global;
+pub(crate) mod stop;
 
 use crate::args::{check_duration, check_key};
 use crate::backend::local::Local;

@@ -214,6 +214,7 @@ impl Shared {
 
 /// Counts a stop flag seen for `e` and queues its `stopped` event.
 pub(crate) fn stopped(stats: &Stats, e: &Entry, reason: &str) {
+    e.status.mark_stopped();
     bump(&stats.stop_flags_seen, 1);
     stats.emit(|| Event {
         reason: Some(reason.to_owned()),
@@ -223,6 +224,7 @@ pub(crate) fn stopped(stats: &Stats, e: &Entry, reason: &str) {
 
 /// Counts a lost hold and queues its `lost` event.
 pub(crate) fn lost_hold(stats: &Stats, e: &Entry, cause: LostCause, reason: &str) {
+    e.status.mark_lost(cause);
     stats.lost(cause);
     stats.emit(|| Event {
         reason: Some(reason.to_owned()),

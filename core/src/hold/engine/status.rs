@@ -3,8 +3,9 @@
 //! clock (schedule milliseconds since one epoch).
 
 use crate::contract::adapter::Lease;
+use crate::signal::event::LostCause;
 use crate::signal::AbortSignal;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,11 @@ pub(crate) fn intervals(ttl: Duration, heartbeat: Duration) -> (Duration, Durati
 pub(crate) struct HoldStatus {
     pub(crate) lease: Lease,
     pub(crate) lost: AtomicBool,
+    /// Why it was lost (`0`: not lost; else 1 + the cause's place in
+    /// [`LOST_CAUSES`]), set by the engine with [`HoldStatus::mark_lost`].
+    cause: AtomicU8,
+    /// The engine tripped the signal because the stop flag was raised.
+    stopped: AtomicBool,
     /// When the work last called `touch` (nanoseconds since [`epoch`]).
     touched: AtomicU64,
     /// The latest instant the lease can be alive on the backend as far as
@@ -50,6 +56,15 @@ pub(crate) struct HoldStatus {
     /// so the lease may outlive `alive_until`.
     unanswered: AtomicBool,
 }
+
+/// The causes [`HoldStatus`] records, in the order of their codes.
+const LOST_CAUSES: [LostCause; 5] = [
+    LostCause::NotHeld,
+    LostCause::TooLate,
+    LostCause::Deadline,
+    LostCause::MaxHold,
+    LostCause::Stalled,
+];
 
 /// A process-wide base for instants stored as numbers (an hour before its
 /// first use, so no instant of this process's holds comes before it).
@@ -96,12 +111,47 @@ impl HoldStatus {
         let status = HoldStatus {
             lease,
             lost: AtomicBool::new(false),
+            cause: AtomicU8::new(0),
+            stopped: AtomicBool::new(false),
             touched: AtomicU64::new(0),
             alive_until: AtomicU64::new(since_epoch(alive_until)),
             unanswered: AtomicBool::new(false),
         };
         status.touch();
         status
+    }
+
+    /// The engine found the hold lost for `cause` (recorded before its
+    /// signal trips, so [`crate::Hold::interruption`] never sees a tripped
+    /// signal without its cause).
+    pub(crate) fn mark_lost(&self, cause: LostCause) {
+        let code = LOST_CAUSES
+            .iter()
+            .position(|c| *c == cause)
+            .map_or(0, |i| i + 1);
+        let _ = self.cause.compare_exchange(
+            0,
+            u8::try_from(code).unwrap_or(0),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
+    /// Why the hold was lost, once the engine said so.
+    pub(crate) fn lost_cause(&self) -> Option<LostCause> {
+        let code = usize::from(self.cause.load(Ordering::SeqCst));
+        code.checked_sub(1)
+            .and_then(|i| LOST_CAUSES.get(i).copied())
+    }
+
+    /// The engine saw the hold's stop flag raised.
+    pub(crate) fn mark_stopped(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the engine saw the hold's stop flag raised.
+    pub(crate) fn was_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
     }
 
     /// A renewal of the lease is being sent.
