@@ -50,6 +50,7 @@ use crate::contract::adapter::Lease;
 use crate::contract::info::{default_label, Identity};
 use crate::error::{Error, Result};
 use crate::hold::engine::{default_margin, Engine, HoldStatus, Registration, Unregistered};
+use crate::options::OptionValue;
 use crate::signal::AbortSignal;
 use crate::stats::{Event, EventKind, LostCause};
 use crate::waiting::{waiting_for, Waiting};
@@ -174,11 +175,99 @@ impl HoldOptions {
         Ok(())
     }
 
+    /// The names [`HoldOptions::set`] takes (the signal is a host object,
+    /// set by each face itself).
+    pub const NAMES: [&'static str; 9] = [
+        "ttl",
+        "heartbeat",
+        "stop_key",
+        "safety_margin",
+        "label",
+        "wait",
+        "limit",
+        "max_hold",
+        "progress_timeout",
+    ];
+
+    /// Sets option `name` (one of [`HoldOptions::NAMES`]) from a value a
+    /// face read by name: seconds as a number (by the core's one rule,
+    /// [`crate::duration_from_secs`]; `wait` infinite waits without
+    /// limit), keys and labels as text, `limit` as an integer. A
+    /// [`OptionValue::None`] leaves the option as it is. Faces pass their
+    /// keyword arguments through it and [`HoldOptions::validate`] checks
+    /// them together, so every face refuses the same things in the same
+    /// words.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`]: an unknown name (naming the
+    /// nearest known one), a value of the wrong kind, or out of range.
+    pub fn set(&mut self, name: &str, value: OptionValue) -> Result<&mut Self> {
+        if value == OptionValue::None {
+            if !Self::NAMES.contains(&name) {
+                return Err(unknown_option(name));
+            }
+            return Ok(self);
+        }
+        let secs = |v: &OptionValue| -> Result<Duration> {
+            crate::args::duration_from_secs(name, v.seconds(name)?)
+        };
+        let text = |v: OptionValue| -> Result<String> {
+            match v {
+                OptionValue::Text(t) => Ok(t),
+                other => Err(Error::InvalidArgument(format!(
+                    "{name} must be text, got {other}"
+                ))),
+            }
+        };
+        match name {
+            "ttl" => self.ttl = secs(&value)?,
+            "heartbeat" => self.heartbeat = secs(&value)?,
+            "safety_margin" => self.safety_margin = Some(secs(&value)?),
+            "max_hold" => self.max_hold = Some(secs(&value)?),
+            "progress_timeout" => self.progress_timeout = Some(secs(&value)?),
+            "wait" => {
+                self.wait = Some(
+                    crate::args::wait_timeout_from_secs(name, value.seconds(name)?)?
+                        .unwrap_or(Duration::MAX),
+                );
+            }
+            "limit" => {
+                let n = value.integer(name)?;
+                self.limit = u32::try_from(n).map_err(|_| {
+                    Error::InvalidArgument(format!("limit must be an integer >= 1, got {n}"))
+                })?;
+                crate::args::check_limit(self.limit)?;
+            }
+            "stop_key" => {
+                let key = text(value)?;
+                check_key(name, &key)?;
+                self.stop_key = Some(key);
+            }
+            "label" => {
+                let label = text(value)?;
+                crate::args::check_label(name, &label)?;
+                self.label = Some(label);
+            }
+            _ => return Err(unknown_option(name)),
+        }
+        Ok(self)
+    }
+
     /// The safety margin this hold will use with `adapter`.
     pub fn margin_for(&self, adapter: &dyn crate::Adapter) -> Duration {
         self.safety_margin
             .unwrap_or_else(|| default_margin(self.ttl, self.heartbeat, adapter.io_timeout()))
     }
+}
+
+fn unknown_option(name: &str) -> Error {
+    let hint = crate::options::nearest(name, &HoldOptions::NAMES)
+        .map(|n| format!("; did you mean {n:?}?"))
+        .unwrap_or_default();
+    Error::InvalidArgument(format!(
+        "unknown hold option {name:?}{hint} (known: {})",
+        HoldOptions::NAMES.join(", ")
+    ))
 }
 
 /// What [`Hold::release`] did.
