@@ -227,7 +227,14 @@ def main(argv):
     show = "--graph" in argv
     by_layer = "--layers" in argv
     roots = [a for a in argv if not a.startswith("--")]
+    if not roots:
+        print("check_cycles.py: give the src/ folders to check (it checked nothing)", file=sys.stderr)
+        return 2
     bad = 0
+    for src in roots:
+        if not any(os.path.isfile(os.path.join(src, f)) for f in ("lib.rs", "main.rs")):
+            print(f"check_cycles.py: {src} has no lib.rs or main.rs: not a crate's src/ folder", file=sys.stderr)
+            return 2
     for src in roots:
         mods = modules(src)
         graph = edges(mods)
