@@ -36,7 +36,8 @@ class Response:
 
 
 def call(app: Any, method: str, path: str, *, query: str = "", body: bytes = b"",
-         mount: str = "", headers: Optional[Dict[str, str]] = None) -> Response:
+         mount: str = "", headers: Optional[Dict[str, str]] = None,
+         extra: Optional[Dict[str, Any]] = None) -> Response:
     environ: Dict[str, Any] = {
         "REQUEST_METHOD": method, "SCRIPT_NAME": mount, "PATH_INFO": path,
         "QUERY_STRING": query, "SERVER_NAME": "app.example", "SERVER_PORT": "8000",
@@ -45,6 +46,7 @@ def call(app: Any, method: str, path: str, *, query: str = "", body: bytes = b""
     }
     for k, v in (headers or {}).items():
         environ["HTTP_" + k.upper().replace("-", "_")] = v
+    environ.update(extra or {})
     got: Dict[str, Any] = {}
 
     def start_response(status: str, hdrs: List[Tuple[str, str]]) -> None:
@@ -163,6 +165,25 @@ def test_a_bearer_token_authorises_scripts() -> None:
         web.app(locks, allow_actions=True)
     with pytest.raises(TypeError):
         web.app("not a handle")  # type: ignore[arg-type]
+
+
+def test_a_content_length_that_is_not_a_length_is_400() -> None:
+    """Finding 15 (WSGI): CONTENT_LENGTH "abc" answered 413 (44a85b1), a
+    negative one was read as no body. Both are 400 now, before the body is
+    read; a length above the largest body stays 413."""
+    locks = mistri_locks.Memory()
+    wsgi = web.app(locks, token=TOKEN)
+    auth = {"Authorization": "Bearer " + TOKEN}
+    for bad in ("abc", "-5", "1e3", " 5", "+5", "\uff15"):
+        r = call(wsgi, "POST", "/api/clear", body=b'{"key":"f"}', headers=auth,
+                 extra={"CONTENT_LENGTH": bad})
+        assert r.status == 400, (bad, r.status, r.body)
+        assert "Content-Length" in r.json()["error"]
+    r = call(wsgi, "POST", "/api/clear", body=b"", headers=auth, extra={"CONTENT_LENGTH": str(1 << 20)})
+    assert r.status == 413
+    locks.set_flag("f", 60)
+    r = call(wsgi, "POST", "/api/clear", body=b'{"key":"f"}', headers=auth)
+    assert r.status == 200 and not locks.flag("f")
 
 
 def test_stop_raises_the_holders_stop_key() -> None:

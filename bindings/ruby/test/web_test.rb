@@ -171,6 +171,29 @@ class WebTokenTest < Minitest::Test
     assert_raises(TypeError) { MistriLocks::Web.new(Object.new) }
   end
 
+  # Finding 15 (Rack): CONTENT_LENGTH "-5" raised ArgumentError from
+  # rack.input.read (a 500) and "abc" was read as no body (44a85b1). Both are
+  # 400 now, before the body is read; above the largest body stays 413.
+  def test_a_content_length_that_is_not_a_length_is_400
+    @locks.set_flag("f", ttl: 60)
+    body = JSON.generate(key: "f")
+    call = lambda do |length|
+      env = Rack::MockRequest.env_for("/api/clear", method: "POST", input: body, "CONTENT_TYPE" => "application/json",
+                                                    "HTTP_AUTHORIZATION" => "Bearer #{TOKEN}", "CONTENT_LENGTH" => length)
+      status, _, out = app.call(env)
+      [status, out.join]
+    end
+    ["-5", "abc", "1e3", " 5", "+5", "5 "].each do |bad|
+      status, out = call.call(bad)
+      assert_equal 400, status, "#{bad.inspect}: #{out}"
+      assert_match(/Content-Length/, JSON.parse(out)["error"])
+    end
+    assert @locks.flag?("f")
+    assert_equal 413, call.call((1 << 20).to_s)[0]
+    assert_equal 200, call.call(body.bytesize.to_s)[0]
+    refute @locks.flag?("f")
+  end
+
   def test_stop_raises_the_holders_stop_key
     worker = @locks.new_owner
     hold = worker.hold("report:42", ttl: 10, heartbeat: 0.05, stop_key: "report:42:stop")

@@ -96,14 +96,29 @@ def _respond(
     )
 
 
-def _too_large(meta: Any) -> bool:
-    try:
-        return int(meta.get("CONTENT_LENGTH") or 0) > _native._OPERATOR_MAX_BODY
-    except ValueError:
-        return True
+_Response = Tuple[int, List[Tuple[str, str]], bytes]
+
+_REFUSED: _Response = (
+    413, [("Content-Type", "application/json")], b'{"ok":false,"error":"the body is larger than 64 KiB"}'
+)
+_BAD_LENGTH: _Response = (
+    400, [("Content-Type", "application/json")],
+    b'{"ok":false,"error":"Content-Length must be a non-negative decimal integer"}',
+)
 
 
-_REFUSED = (413, [("Content-Type", "application/json")], b'{"ok":false,"error":"the body is larger than 64 KiB"}')
+def _body_length(meta: Any) -> Tuple[int, Optional[_Response]]:
+    """The request's Content-Length, or the refusal: 400 for one that is not
+    a non-negative decimal integer, 413 above the largest body read."""
+    raw = meta.get("CONTENT_LENGTH") or ""
+    if raw == "":
+        return 0, None
+    if not (isinstance(raw, str) and raw.isascii() and raw.isdigit()):
+        return 0, _BAD_LENGTH
+    length = int(raw)
+    if length > _native._OPERATOR_MAX_BODY:
+        return 0, _REFUSED
+    return length, None
 
 
 def app(
@@ -125,10 +140,10 @@ def app(
     opts = _Options(authorize, token, allow_actions, prefix)
 
     def wsgi(environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        if _too_large(environ):
-            status, headers, body = _REFUSED
+        length, refusal = _body_length(environ)
+        if refusal is not None:
+            status, headers, body = refusal
         else:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
             data = environ["wsgi.input"].read(length) if length else b""
             status, headers, body = _respond(
                 locks, opts, environ, environ.get("PATH_INFO", "/"),
@@ -180,8 +195,9 @@ def django_urls(
         meta["REQUEST_METHOD"] = request.method
         full = request.path
         mount = full[: len(full) - len(rest)].rstrip("/")
-        if _too_large(meta):
-            status, headers, body = _REFUSED
+        _, refusal = _body_length(meta)
+        if refusal is not None:
+            status, headers, body = refusal
         else:
             status, headers, body = _respond(
                 locks, opts, meta, "/" + rest, mount, request.body, request

@@ -29,6 +29,8 @@ module MistriLocks
                 502 => "Bad Gateway" }.freeze
     TOO_LARGE = [413, { "content-type" => "application/json" },
                  ['{"ok":false,"error":"the body is larger than 64 KiB"}']].freeze
+    BAD_LENGTH = [400, { "content-type" => "application/json" },
+                  ['{"ok":false,"error":"Content-Length must be a non-negative decimal integer"}']].freeze
 
     attr_reader :locks, :prefix
 
@@ -55,9 +57,10 @@ module MistriLocks
 
     def call(env)
       length = env["CONTENT_LENGTH"].to_s
+      return BAD_LENGTH.map(&:dup) unless length.empty? || length.match?(/\A[0-9]+\z/)
       return TOO_LARGE.map(&:dup) if length.to_i > MistriLocks::OPERATOR_MAX_BODY
 
-      body = env["rack.input"]&.read(length.to_i).to_s
+      body = length.empty? ? "" : env["rack.input"]&.read(length.to_i).to_s
       method = env["REQUEST_METHOD"].to_s
       path = env["PATH_INFO"].to_s
       path = "/" if path.empty?
