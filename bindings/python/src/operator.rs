@@ -42,9 +42,9 @@ const OPTION_FIELDS: &[&str] = &[
 /// otherwise be read as absent).
 fn check_keys(what: &str, dict: &Bound<'_, PyDict>, known: &[&str]) -> PyResult<()> {
     for key in dict.keys() {
-        let name: String = key
-            .extract()
-            .map_err(|_| PyTypeError::new_err(format!("_operator_handle: {what} keys must be str")))?;
+        let name: String = key.extract().map_err(|_| {
+            PyTypeError::new_err(format!("_operator_handle: {what} keys must be str"))
+        })?;
         if !known.contains(&name.as_str()) {
             return Err(PyTypeError::new_err(format!(
                 "_operator_handle: unknown {what} field {name:?} (known: {})",
@@ -56,7 +56,10 @@ fn check_keys(what: &str, dict: &Bound<'_, PyDict>, known: &[&str]) -> PyResult<
 }
 
 /// `dict[name]` as `T`, `None` when absent or None; a wrong type names the field.
-fn field<'py, T: FromPyObjectOwned<'py>>(dict: &Bound<'py, PyDict>, name: &str) -> PyResult<Option<T>> {
+fn field<'py, T: FromPyObjectOwned<'py>>(
+    dict: &Bound<'py, PyDict>,
+    name: &str,
+) -> PyResult<Option<T>> {
     match dict.get_item(name)? {
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
@@ -91,10 +94,17 @@ pub fn _operator_handle(
     let query = text("query")?.unwrap_or_default();
     let mount = text("mount")?.unwrap_or_default();
     let scheme = text("scheme")?.unwrap_or_else(|| "http".to_owned());
-    let (host, forwarded_proto, forwarded_host) =
-        (text("host")?, text("forwarded_proto")?, text("forwarded_host")?);
-    let (origin, authorization, csrf, cookie) =
-        (text("origin")?, text("authorization")?, text("csrf")?, text("cookie")?);
+    let (host, forwarded_proto, forwarded_host) = (
+        text("host")?,
+        text("forwarded_proto")?,
+        text("forwarded_host")?,
+    );
+    let (origin, authorization, csrf, cookie) = (
+        text("origin")?,
+        text("authorization")?,
+        text("csrf")?,
+        text("cookie")?,
+    );
     let body_value = request.get_item("body")?;
     let body: &[u8] = match &body_value {
         None => &[],

@@ -105,10 +105,17 @@ fn handle(ruby: &Ruby, rb_self: &RbLocks, request: RHash, options: RHash) -> Res
     let query = field("query")?.unwrap_or_default();
     let mount = field("mount")?.unwrap_or_default();
     let scheme = field("scheme")?.unwrap_or_else(|| "http".to_owned());
-    let (host, forwarded_proto, forwarded_host) =
-        (field("host")?, field("forwarded_proto")?, field("forwarded_host")?);
-    let (origin, authorization, csrf, cookie) =
-        (field("origin")?, field("authorization")?, field("csrf")?, field("cookie")?);
+    let (host, forwarded_proto, forwarded_host) = (
+        field("host")?,
+        field("forwarded_proto")?,
+        field("forwarded_host")?,
+    );
+    let (origin, authorization, csrf, cookie) = (
+        field("origin")?,
+        field("authorization")?,
+        field("csrf")?,
+        field("cookie")?,
+    );
     let body = match get(ruby, request, "body") {
         None => Vec::new(),
         Some(v) => {
