@@ -518,3 +518,150 @@ fn the_safe_margin_gauge_shows_how_close_renewals_came() {
     );
     hold.release().unwrap();
 }
+
+// ------------------------------------------------------ the Host check
+
+/// A page on another site that rebinds its name to this address sends
+/// `Host: evil.example`: every route answers 421 before the backend is
+/// read (nothing listed, nothing acted on), and says how to allow it.
+#[test]
+fn another_host_is_refused_before_the_backend_is_read() {
+    let locks = Locks::memory();
+    let _h = locks
+        .hold("secret:job", opts(30.0, 1.0))
+        .unwrap()
+        .expect("free");
+    locks.set_flag("secret:stop", secs(60.0)).unwrap();
+    let on = OperatorOptions {
+        allow_actions: true,
+        token: Some(TOKEN.into()),
+        ..OperatorOptions::default()
+    };
+    let bearer = format!("Bearer {TOKEN}");
+    let evil = |mut req: OperatorRequest<'static>| {
+        req.host = Some("evil.example");
+        req
+    };
+    for (path, query) in [
+        ("/api/state", ""),
+        ("/metrics", ""),
+        ("/", ""),
+        ("/nope", ""),
+    ] {
+        let r = handle(&locks, &on, &evil(get(path, query)));
+        let text = body(&r);
+        assert_eq!(r.status, 421, "{path}: {text}");
+        assert!(
+            text.contains("evil.example") && text.contains("--allow-host"),
+            "{text}"
+        );
+        assert!(!text.contains("secret"), "listed anyway: {text}");
+    }
+    for (path, key) in [
+        ("/api/clear", br#"{"key": "secret:stop"}"#.as_slice()),
+        ("/api/break", br#"{"key": "secret:job"}"#.as_slice()),
+    ] {
+        let mut req = evil(post(path, key));
+        req.authorization = Some(&bearer);
+        req.origin = Some("http://evil.example");
+        assert_eq!(handle(&locks, &on, &req).status, 421, "{path}");
+    }
+    assert!(locks.flag("secret:stop").unwrap() && locks.held("secret:job").unwrap());
+    // A missing Host, and one that is no host name, are refused too.
+    let mut req = get("/api/state", "");
+    req.host = None;
+    assert_eq!(handle(&locks, &on, &req).status, 400);
+    req.host = Some("127.0.0.1:9187/../x");
+    assert_eq!(handle(&locks, &on, &req).status, 421);
+    // The loopback names on any port answer by default; a named host only
+    // when allowed; `X-Forwarded-Host` is not read unless trusted.
+    for host in ["localhost:1234", "127.0.0.1", "[::1]:9187"] {
+        let mut req = get("/api/state", "");
+        req.host = Some(host);
+        assert_eq!(handle(&locks, &on, &req).status, 200, "{host}");
+    }
+    let mut req = get("/api/state", "");
+    req.host = Some("locks.example.com");
+    let named = OperatorOptions {
+        allowed_hosts: vec![".example.com".into()],
+        ..on.clone()
+    };
+    assert_eq!(handle(&locks, &named, &req).status, 200);
+    req.host = Some("127.0.0.1:9187");
+    assert_eq!(
+        handle(&locks, &named, &req).status,
+        421,
+        "the list replaces the default"
+    );
+    req.forwarded_host = Some("evil.example");
+    assert_eq!(handle(&locks, &on, &req).status, 200, "untrusted: ignored");
+    let trusting = OperatorOptions {
+        trust_forwarded: true,
+        ..on.clone()
+    };
+    assert_eq!(
+        handle(&locks, &trusting, &req).status,
+        421,
+        "trusted: checked"
+    );
+}
+
+/// Behind a TLS-terminating proxy the browser's `Origin` is
+/// `https://locks.example.com` while the server sees `http` and its own
+/// address: with `trust_forwarded` the scheme and host come from
+/// `X-Forwarded-Proto` and `X-Forwarded-Host`, so the page's actions work
+/// (and its cookie is `Secure`); without it they are refused.
+#[test]
+fn behind_a_tls_proxy_the_forwarded_scheme_and_host_make_the_origin() {
+    let locks = Locks::memory();
+    locks.set_flag("stop:x", secs(60.0)).unwrap();
+    let proxied = OperatorOptions {
+        allow_actions: true,
+        allowed_hosts: vec!["locks.example.com".into()],
+        trust_forwarded: true,
+        ..OperatorOptions::default()
+    };
+    let through_proxy = |mut req: OperatorRequest<'static>| {
+        req.host = Some("127.0.0.1:9187");
+        req.forwarded_proto = Some("https");
+        req.forwarded_host = Some("locks.example.com");
+        req
+    };
+    let page = handle(&locks, &proxied, &through_proxy(get("/", "")));
+    assert_eq!(page.status, 200, "{}", body(&page));
+    let cookie = page
+        .headers
+        .iter()
+        .find(|(k, _)| k == "Set-Cookie")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    assert!(cookie.ends_with("; Secure"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let csrf = pair
+        .strip_prefix(&format!("{CSRF_COOKIE}="))
+        .unwrap()
+        .to_owned();
+    let clear = br#"{"key": "stop:x"}"#;
+    let mut req = through_proxy(post("/api/clear", clear));
+    req.origin = Some("https://locks.example.com");
+    req.cookie = Some(Box::leak(pair.into_boxed_str()));
+    req.csrf = Some(Box::leak(csrf.into_boxed_str()));
+    req.host_authorized = Some(true);
+    // Not trusted: the origin is compared with http://127.0.0.1:9187.
+    let untrusted = OperatorOptions {
+        trust_forwarded: false,
+        allowed_hosts: vec![],
+        ..proxied.clone()
+    };
+    let r = handle(&locks, &untrusted, &req);
+    assert_eq!(r.status, 403, "{}", body(&r));
+    assert!(locks.flag("stop:x").unwrap());
+    let r = handle(&locks, &proxied, &req);
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert!(!locks.flag("stop:x").unwrap());
+    // Another origin is still another origin behind the proxy.
+    locks.set_flag("stop:x", secs(60.0)).unwrap();
+    req.origin = Some("https://evil.example");
+    assert_eq!(handle(&locks, &proxied, &req).status, 403);
+    assert!(locks.flag("stop:x").unwrap());
+}
