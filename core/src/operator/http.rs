@@ -228,7 +228,7 @@ pub fn handle(
             if !key.starts_with(&opts.prefix) {
                 return OperatorResponse::reply(403, false, "the key is outside the served prefix");
             }
-            act(locks, &req.path[5..], &key)
+            act(locks, &req.path[5..], &key, &opts.prefix)
         }
         "" | "/" | "/index.html" | "/api/state" | "/metrics" => {
             let mut r = OperatorResponse::reply(405, false, "use GET");
@@ -239,9 +239,9 @@ pub fn handle(
     }
 }
 
-fn act(locks: &Locks, action: &str, key: &str) -> OperatorResponse {
+fn act(locks: &Locks, action: &str, key: &str, prefix: &str) -> OperatorResponse {
     let result = match action {
-        "stop" => stop_holders(locks, key),
+        "stop" => stop_holders(locks, key, prefix),
         "clear" => locks
             .clear_flag(key)
             .map(|()| Ok(format!("lowered flag {key}"))),
@@ -263,27 +263,39 @@ fn act(locks: &Locks, action: &str, key: &str) -> OperatorResponse {
 
 type Outcome = std::result::Result<String, (u16, String)>;
 
-/// Raises the stop key of every holder of `key` that watches one.
-pub(crate) fn stop_holders(locks: &Locks, key: &str) -> crate::Result<Outcome> {
+/// Raises the stop key of every holder of `key` that watches one, when
+/// every such stop key lies under `prefix` (the served prefix: a Stop
+/// through the page raises nothing outside it; 409 names the one outside).
+pub(crate) fn stop_holders(locks: &Locks, key: &str, prefix: &str) -> crate::Result<Outcome> {
     let Some(info) = locks.info(key)? else {
         return Ok(Err((404, format!("no live lease on {key}"))));
     };
-    let mut raised: Vec<String> = Vec::new();
+    let mut stops: Vec<&str> = Vec::new();
     for h in &info.holders {
         if let Some(stop) = super::state::stop_key(h) {
-            if !raised.iter().any(|r| r == stop) {
-                locks.set_flag(stop, FLAG_TTL)?;
-                raised.push(stop.to_owned());
+            if !stop.starts_with(prefix) {
+                return Ok(Err((
+                    409,
+                    format!(
+                        "the holder of {key} watches the stop key {stop}, outside the served prefix {prefix}; nothing was raised (raise it where that prefix is served, or Break)"
+                    ),
+                )));
+            }
+            if !stops.contains(&stop) {
+                stops.push(stop);
             }
         }
     }
-    if raised.is_empty() {
+    if stops.is_empty() {
         return Ok(Err((
             409,
             format!("the holder of {key} watches no stop key (Break deletes the lease instead)"),
         )));
     }
-    Ok(Ok(format!("raised {}", raised.join(", "))))
+    for stop in &stops {
+        locks.set_flag(stop, FLAG_TTL)?;
+    }
+    Ok(Ok(format!("raised {}", stops.join(", "))))
 }
 
 /// The last value of a comma-separated forwarded header (the one the

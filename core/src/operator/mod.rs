@@ -43,5 +43,5 @@ pub fn stop_holders(
     locks: &crate::Locks,
     key: &str,
 ) -> crate::Result<std::result::Result<String, (u16, String)>> {
-    http::stop_holders(locks, key)
+    http::stop_holders(locks, key, "")
 }
