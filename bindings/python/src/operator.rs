@@ -11,6 +11,9 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+/// `(status, [(header, value)], body)`.
+type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+
 /// The request fields `_operator_handle` reads (by name).
 const REQUEST_FIELDS: &[&str] = &[
     "method",
@@ -85,7 +88,7 @@ pub fn _operator_handle(
     locks: &Bound<'_, PyLocks>,
     request: &Bound<'_, PyDict>,
     options: &Bound<'_, PyDict>,
-) -> PyResult<(u16, Vec<(String, String)>, Vec<u8>)> {
+) -> PyResult<Answer> {
     check_keys("request", request, REQUEST_FIELDS)?;
     check_keys("option", options, OPTION_FIELDS)?;
     let text = |name: &str| -> PyResult<Option<String>> { field::<String>(request, name) };
