@@ -14,7 +14,9 @@ module MistriLocks
   #
   # In Rails routes:
   #
-  #   mount MistriLocks::Web.new(MistriLocks.locks) { |request| request.env["warden"].user&.admin? } => "/locks"
+  #   mount MistriLocks::Web.new(MistriLocks.locks, allowed_hosts: ["*"]) { |request|  # Host: config.hosts
+  #     request.env["warden"].user&.admin?
+  #   } => "/locks"
   #
   # Read-only unless an authorize block (or token:) is given. An action then
   # needs the block to return true for the request (a Rack::Request when
