@@ -375,6 +375,7 @@ def test_a_backend_down_at_start_retries_the_task_until_it_is_back(worker: Worke
     err = lost.get(propagate=False)
     assert isinstance(err, mistri_locks.ConnectionError), repr(err)
     assert worker.lines("never-b") == [], "it never ran without its lease"
+    assert "no retry left (max_retries=2): the task fails" in worker.log_text()
     assert result.state in ("PENDING", "RETRY", "STARTED"), result.state
     assert worker.lines("comeback-a") == []
     back = RedisServer(port=worker.down_port)

@@ -152,11 +152,17 @@ class LeasedTask(Task):  # type: ignore[misc]
                 limit = self.max_retries
             retries = getattr(self.request, "retries", 0)
             countdown = self._lease_countdown
-            logger.warning(
-                "mistri_locks: %s[%s]: the lease backend is unreachable at start (%s); "
-                "retry %d of %s in %.3g s", self.name, task_id, e, retries + 1,
-                "unlimited" if limit is None else limit, countdown,
-            )
+            if limit is not None and retries >= limit:
+                logger.warning(
+                    "mistri_locks: %s[%s]: the lease backend is unreachable at start (%s); "
+                    "no retry left (max_retries=%d): the task fails", self.name, task_id, e, limit,
+                )
+            else:
+                logger.warning(
+                    "mistri_locks: %s[%s]: the lease backend is unreachable at start (%s); "
+                    "retry %d of %s in %.3g s", self.name, task_id, e, retries + 1,
+                    "unlimited" if limit is None else limit, countdown,
+                )
             raise self.retry(exc=e, countdown=countdown, max_retries=limit)
         if hold is None:
             if spec.on_conflict == "retry":
