@@ -81,6 +81,10 @@ class SidekiqMiddlewareTest < Minitest::Test
     job = Class.new { include Sidekiq::Worker }
     e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: "k", tll: 3 }) }
     assert_match(/unknown lease option :tll/, e.message)
+    # Finding 8's hole is not here: a job watches job:<jid>:stop, and a
+    # stop_key option is refused, not ignored.
+    e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: "k", stop_key: "k:halt" }) }
+    assert_match(/unknown lease option :stop_key/, e.message)
     e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: ->(a, b) { "#{a}#{b}" } }) }
     assert_match(/one argument \(the job's args Array\)/, e.message)
     e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: "k", ttl: 0 }) }
