@@ -518,3 +518,538 @@ fn the_safe_margin_gauge_shows_how_close_renewals_came() {
     );
     hold.release().unwrap();
 }
+
+// ------------------------------------------------------ the Host check
+
+/// A page on another site that rebinds its name to this address sends
+/// `Host: evil.example`: every route answers 421 before the backend is
+/// read (nothing listed, nothing acted on), and says how to allow it.
+#[test]
+fn another_host_is_refused_before_the_backend_is_read() {
+    let locks = Locks::memory();
+    let _h = locks
+        .hold("secret:job", opts(30.0, 1.0))
+        .unwrap()
+        .expect("free");
+    locks.set_flag("secret:stop", secs(60.0)).unwrap();
+    let on = OperatorOptions {
+        allow_actions: true,
+        token: Some(TOKEN.into()),
+        ..OperatorOptions::default()
+    };
+    let bearer = format!("Bearer {TOKEN}");
+    let evil = |mut req: OperatorRequest<'static>| {
+        req.host = Some("evil.example");
+        req
+    };
+    for (path, query) in [
+        ("/api/state", ""),
+        ("/metrics", ""),
+        ("/", ""),
+        ("/nope", ""),
+    ] {
+        let r = handle(&locks, &on, &evil(get(path, query)));
+        let text = body(&r);
+        assert_eq!(r.status, 421, "{path}: {text}");
+        assert!(
+            text.contains("evil.example") && text.contains("--allow-host"),
+            "{text}"
+        );
+        assert!(!text.contains("secret"), "listed anyway: {text}");
+    }
+    for (path, key) in [
+        ("/api/clear", br#"{"key": "secret:stop"}"#.as_slice()),
+        ("/api/break", br#"{"key": "secret:job"}"#.as_slice()),
+    ] {
+        let mut req = evil(post(path, key));
+        req.authorization = Some(&bearer);
+        req.origin = Some("http://evil.example");
+        assert_eq!(handle(&locks, &on, &req).status, 421, "{path}");
+    }
+    assert!(locks.flag("secret:stop").unwrap() && locks.held("secret:job").unwrap());
+    // A missing Host, and one that is no host name, are refused too.
+    let mut req = get("/api/state", "");
+    req.host = None;
+    assert_eq!(handle(&locks, &on, &req).status, 400);
+    req.host = Some("127.0.0.1:9187/../x");
+    assert_eq!(handle(&locks, &on, &req).status, 421);
+    // The loopback names on any port answer by default; a named host only
+    // when allowed; `X-Forwarded-Host` is not read unless trusted.
+    for host in ["localhost:1234", "127.0.0.1", "[::1]:9187"] {
+        let mut req = get("/api/state", "");
+        req.host = Some(host);
+        assert_eq!(handle(&locks, &on, &req).status, 200, "{host}");
+    }
+    let mut req = get("/api/state", "");
+    req.host = Some("locks.example.com");
+    let named = OperatorOptions {
+        allowed_hosts: vec![".example.com".into()],
+        ..on.clone()
+    };
+    assert_eq!(handle(&locks, &named, &req).status, 200);
+    req.host = Some("127.0.0.1:9187");
+    assert_eq!(
+        handle(&locks, &named, &req).status,
+        421,
+        "the list replaces the default"
+    );
+    req.forwarded_host = Some("evil.example");
+    assert_eq!(handle(&locks, &on, &req).status, 200, "untrusted: ignored");
+    let trusting = OperatorOptions {
+        trust_forwarded: true,
+        ..on.clone()
+    };
+    assert_eq!(
+        handle(&locks, &trusting, &req).status,
+        421,
+        "trusted: checked"
+    );
+}
+
+/// Behind a TLS-terminating proxy the browser's `Origin` is
+/// `https://locks.example.com` while the server sees `http` and its own
+/// address: with `trust_forwarded` the scheme and host come from
+/// `X-Forwarded-Proto` and `X-Forwarded-Host`, so the page's actions work
+/// (and its cookie is `Secure`); without it they are refused.
+#[test]
+fn behind_a_tls_proxy_the_forwarded_scheme_and_host_make_the_origin() {
+    let locks = Locks::memory();
+    locks.set_flag("stop:x", secs(60.0)).unwrap();
+    let proxied = OperatorOptions {
+        allow_actions: true,
+        allowed_hosts: vec!["locks.example.com".into()],
+        trust_forwarded: true,
+        ..OperatorOptions::default()
+    };
+    let through_proxy = |mut req: OperatorRequest<'static>| {
+        req.host = Some("127.0.0.1:9187");
+        req.forwarded_proto = Some("https");
+        req.forwarded_host = Some("locks.example.com");
+        req
+    };
+    let page = handle(&locks, &proxied, &through_proxy(get("/", "")));
+    assert_eq!(page.status, 200, "{}", body(&page));
+    let cookie = page
+        .headers
+        .iter()
+        .find(|(k, _)| k == "Set-Cookie")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    assert!(cookie.ends_with("; Secure"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let csrf = pair
+        .strip_prefix(&format!("{CSRF_COOKIE}="))
+        .unwrap()
+        .to_owned();
+    let clear = br#"{"key": "stop:x"}"#;
+    let mut req = through_proxy(post("/api/clear", clear));
+    req.origin = Some("https://locks.example.com");
+    req.cookie = Some(Box::leak(pair.into_boxed_str()));
+    req.csrf = Some(Box::leak(csrf.into_boxed_str()));
+    req.host_authorized = Some(true);
+    // Not trusted: the origin is compared with http://127.0.0.1:9187.
+    let untrusted = OperatorOptions {
+        trust_forwarded: false,
+        allowed_hosts: vec![],
+        ..proxied.clone()
+    };
+    let r = handle(&locks, &untrusted, &req);
+    assert_eq!(r.status, 403, "{}", body(&r));
+    assert!(locks.flag("stop:x").unwrap());
+    let r = handle(&locks, &proxied, &req);
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert!(!locks.flag("stop:x").unwrap());
+    // Another origin is still another origin behind the proxy.
+    locks.set_flag("stop:x", secs(60.0)).unwrap();
+    req.origin = Some("https://evil.example");
+    assert_eq!(handle(&locks, &proxied, &req).status, 403);
+    assert!(locks.flag("stop:x").unwrap());
+}
+
+// ------------------------------------------- the served prefix, the token
+
+/// `serve --prefix jobs:`: Stop on `jobs:a`, whose holder watches
+/// `billing:stop`, raises nothing and answers 409 naming that stop key
+/// (before: it raised `billing:stop` and tripped `billing:nightly`).
+#[test]
+fn a_stop_raises_no_stop_key_outside_the_served_prefix() {
+    let locks = Locks::memory();
+    let worker = locks.new_owner();
+    let watching = |stop: &str| {
+        let mut o = opts(30.0, 0.05);
+        o.stop_key = Some(stop.into());
+        o
+    };
+    let nightly = worker
+        .hold("billing:nightly", watching("billing:stop"))
+        .unwrap()
+        .expect("free");
+    let _a = worker
+        .hold("jobs:a", watching("billing:stop"))
+        .unwrap()
+        .expect("free");
+    let _b = worker
+        .hold("jobs:b", watching("jobs:b:stop"))
+        .unwrap()
+        .expect("free");
+    let on = OperatorOptions {
+        allow_actions: true,
+        token: Some(TOKEN.into()),
+        prefix: "jobs:".into(),
+        ..OperatorOptions::default()
+    };
+    let bearer = format!("Bearer {TOKEN}");
+    let stop = |key: &str| {
+        let body = format!(r#"{{"key": "{key}"}}"#);
+        let mut req = post("/api/stop", body.as_bytes());
+        req.authorization = Some(&bearer);
+        let r = handle(&locks, &on, &req);
+        (r.status, self::body(&r))
+    };
+    let (status, text) = stop("jobs:a");
+    assert_eq!(status, 409, "{text}");
+    assert!(
+        text.contains("billing:stop") && text.contains("outside"),
+        "{text}"
+    );
+    assert!(
+        !locks.flag("billing:stop").unwrap(),
+        "raised outside the prefix"
+    );
+    assert!(
+        !nightly.signal().is_aborted(),
+        "billing:nightly was tripped"
+    );
+    let (status, text) = stop("jobs:b");
+    assert_eq!(status, 200, "{text}");
+    assert!(locks.flag("jobs:b:stop").unwrap());
+    // The shell's `stop --holder-of` serves no prefix: it may raise any.
+    assert_eq!(
+        operator::stop_holders(&locks, "jobs:a").unwrap(),
+        Ok("raised billing:stop".into())
+    );
+}
+
+/// `Authorization: bearer …` in any case of the scheme is the bearer
+/// token (RFC 9110: the scheme is case-insensitive); another scheme or no
+/// space after it is not.
+#[test]
+fn the_bearer_scheme_matches_in_any_case() {
+    let locks = Locks::memory();
+    let on = OperatorOptions {
+        allow_actions: true,
+        token: Some(TOKEN.into()),
+        ..OperatorOptions::default()
+    };
+    for (scheme, want) in [
+        ("Bearer ", 200),
+        ("bearer ", 200),
+        ("BEARER  ", 200),
+        ("bEaReR\t", 200),
+        ("Basic ", 403),
+        ("Bearer", 403),
+        ("Bearerx ", 403),
+    ] {
+        locks.set_flag("stop:x", secs(60.0)).unwrap();
+        let auth = format!("{scheme}{TOKEN}");
+        let mut req = post("/api/clear", br#"{"key": "stop:x"}"#);
+        req.authorization = Some(&auth);
+        let r = handle(&locks, &on, &req);
+        assert_eq!(r.status, want, "{auth:?}: {}", body(&r));
+        assert_eq!(locks.flag("stop:x").unwrap(), want != 200);
+    }
+}
+
+/// A body that names `key` twice (which one a proxy or a log read is not
+/// known) or any name twice is 400, and nothing is done.
+#[test]
+fn a_body_with_a_name_twice_is_refused() {
+    let locks = Locks::memory();
+    let on = OperatorOptions {
+        allow_actions: true,
+        token: Some(TOKEN.into()),
+        ..OperatorOptions::default()
+    };
+    let bearer = format!("Bearer {TOKEN}");
+    for b in [
+        r#"{"key": "stop:a", "key": "stop:b"}"#,
+        r#"{"key": "stop:a", "key": "stop:a"}"#,
+        r#"{"key": "stop:a", "n": 1, "n": 2}"#,
+        r#"{"key": "stop:a", "k\u0065y": "stop:b"}"#,
+    ] {
+        locks.set_flag("stop:a", secs(60.0)).unwrap();
+        locks.set_flag("stop:b", secs(60.0)).unwrap();
+        let mut req = post("/api/clear", b.as_bytes());
+        req.authorization = Some(&bearer);
+        let r = handle(&locks, &on, &req);
+        assert_eq!(r.status, 400, "{b}: {}", body(&r));
+        assert!(body(&r).contains("more than once"), "{}", body(&r));
+        assert!(locks.flag("stop:a").unwrap() && locks.flag("stop:b").unwrap());
+    }
+}
+
+// ----------------------------------- generated input: the readers hold
+
+/// xorshift64*: a fixed seed, so a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
+        &from[self.below(from.len())]
+    }
+}
+
+const PIECES: &[&[u8]] = &[
+    b"GET ",
+    b"POST ",
+    b"HEAD ",
+    b"/",
+    b"/api/state",
+    b"/api/clear",
+    b"/metrics",
+    b"?prefix=",
+    b" HTTP/1.1",
+    b" HTTP/2",
+    b"\r\n",
+    b"\n",
+    b"\r",
+    b":",
+    b" ",
+    b"\t",
+    b"Host: ",
+    b"127.0.0.1:9187",
+    b"evil.example",
+    b"[::1]",
+    b"Content-Length: ",
+    b"0",
+    b"17",
+    b"99999999999999999999",
+    b"-1",
+    b"Transfer-Encoding: chunked",
+    b"Authorization: Bearer ",
+    b"Origin: http://127.0.0.1:9187",
+    b"X-Forwarded-Host: ",
+    b"\xff\xfe",
+    b"\0",
+    b"%zz",
+    b"{\"key\": \"stop:x\"}",
+    b"\r\n\r\n",
+];
+
+fn generated_head(rng: &mut Rng) -> Vec<u8> {
+    let valid = format!(
+        "POST /api/clear HTTP/1.1\r\nHost: 127.0.0.1:9187\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 17\r\n\r\n{{\"key\": \"stop:x\"}}"
+    )
+    .into_bytes();
+    let mut out = match rng.below(4) {
+        // Pieces of requests, in any order.
+        0 => (0..rng.below(24))
+            .flat_map(|_| rng.pick(PIECES).to_vec())
+            .collect(),
+        // Random bytes.
+        1 => (0..rng.below(200)).map(|_| rng.next() as u8).collect(),
+        // A valid request, mutated.
+        _ => valid,
+    };
+    for _ in 0..rng.below(6) {
+        if out.is_empty() {
+            break;
+        }
+        let at = rng.below(out.len());
+        match rng.below(5) {
+            0 => out[at] = rng.next() as u8,
+            1 => {
+                out.remove(at);
+            }
+            2 => {
+                let piece = rng.pick(PIECES).to_vec();
+                out.splice(at..at, piece);
+            }
+            3 => out.truncate(at),
+            _ => {
+                // A header line repeated.
+                let lines: [&[u8]; 2] = [b"Content-Length: 17\r\n", b"Host: evil.example\r\n"];
+                let line = *rng.pick(&lines);
+                let at = out
+                    .windows(2)
+                    .position(|w| w == b"\r\n")
+                    .map_or(0, |p| p + 2);
+                out.splice(at..at, line.to_vec());
+            }
+        }
+    }
+    if rng.below(50) == 0 {
+        // Past the head's limit.
+        out.extend(std::iter::repeat_n(b'a', operator::wire::MAX_HEAD));
+    }
+    out
+}
+
+/// 4,000 generated requests through the head reader, the length check and
+/// the interface, on a Memory handle: nothing panics; a head that cannot
+/// be read is refused with a status, or the stream ended (the reader read
+/// every byte); every head read is answered with a status.
+#[test]
+fn generated_requests_are_each_answered_with_a_status() {
+    use operator::wire::{read_head, HeadError};
+    let locks = Locks::memory();
+    let on = OperatorOptions {
+        allow_actions: true,
+        token: Some(TOKEN.into()),
+        ..OperatorOptions::default()
+    };
+    let mut rng = Rng(0x5eed_0039);
+    let mut seen = std::collections::BTreeMap::<u16, usize>::new();
+    for case in 0..4000 {
+        let input = generated_head(&mut rng);
+        let mut cursor = std::io::Cursor::new(&input[..]);
+        let status = match read_head(&mut cursor) {
+            Err(HeadError::Io(_)) => {
+                assert_eq!(
+                    cursor.position() as usize,
+                    input.len(),
+                    "case {case}: the reader stopped early: {:?}",
+                    String::from_utf8_lossy(&input)
+                );
+                0
+            }
+            Err(HeadError::Refused(r)) => r.status,
+            Ok(head) => match head.body_length() {
+                Err(r) => r.status,
+                Ok(n) => {
+                    let start = cursor.position() as usize;
+                    let body = &input[start.min(input.len())..(start + n).min(input.len())];
+                    let r = handle(&locks, &on, &head.request("http", body));
+                    let text = operator::wire::response_head(&r);
+                    assert!(text.starts_with(&format!("HTTP/1.1 {} ", r.status)));
+                    r.status
+                }
+            },
+        };
+        assert!(
+            status == 0 || (200..600).contains(&status),
+            "case {case}: {status}"
+        );
+        *seen.entry(status).or_default() += 1;
+    }
+    eprintln!("statuses over 4000 generated requests (0: the stream ended): {seen:?}");
+    // The generator reaches the interesting answers.
+    for want in [0, 200, 400, 421] {
+        assert!(seen.contains_key(&want), "never {want}: {seen:?}");
+    }
+}
+
+/// Appends `s` as a JSON string, escaping at random (`\uXXXX`, surrogate
+/// pairs, short escapes) where JSON allows.
+fn json_string(rng: &mut Rng, s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        let plain = !matches!(c, '"' | '\\') && (c as u32) >= 0x20;
+        if plain && rng.below(3) != 0 {
+            out.push(c);
+            continue;
+        }
+        match c {
+            '"' if rng.below(2) == 0 => out.push_str("\\\""),
+            '\\' if rng.below(2) == 0 => out.push_str("\\\\"),
+            '\n' if rng.below(2) == 0 => out.push_str("\\n"),
+            _ => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{:04X}", u));
+                }
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// 4,000 generated action bodies through the JSON field reader: nothing
+/// panics and each is answered 200 or 400; a well-formed body whose `key`
+/// is a valid flag key lowers exactly that flag (the reader decoded it).
+#[test]
+fn generated_json_bodies_are_each_answered_with_a_status() {
+    let locks = Locks::memory();
+    let on = OperatorOptions {
+        allow_actions: true,
+        token: Some(TOKEN.into()),
+        ..OperatorOptions::default()
+    };
+    let bearer = format!("Bearer {TOKEN}");
+    let chars = [
+        'a', 'z', ':', '-', ' ', '"', '\\', '/', '\n', '\u{1}', 'é', '😀', '<', '\u{7f}', '{', '}',
+        ',',
+    ];
+    let mut rng = Rng(0x0b0d_1e55);
+    let (mut lowered, mut refused) = (0, 0);
+    for case in 0..4000 {
+        let key: String = (0..1 + rng.below(12)).map(|_| *rng.pick(&chars)).collect();
+        let key = format!("k{key}");
+        let mut text = format!("{{\"key\": {}", json_string(&mut rng, &key));
+        if rng.below(2) == 0 {
+            text.push_str(&format!(
+                ", \"n\": {}",
+                rng.pick(&["1", "-2.5e3", "true", "null"])
+            ));
+        }
+        text.push('}');
+        let mutated = rng.below(3) == 0;
+        let mut bytes = text.into_bytes();
+        if mutated {
+            for _ in 0..1 + rng.below(3) {
+                if bytes.is_empty() {
+                    break;
+                }
+                let at = rng.below(bytes.len());
+                match rng.below(3) {
+                    0 => bytes[at] = rng.next() as u8,
+                    1 => {
+                        bytes.remove(at);
+                    }
+                    _ => bytes.insert(at, *rng.pick(b"{}[]\",:\\u0")),
+                }
+            }
+        }
+        let valid_key = locks.set_flag(&key, secs(60.0)).is_ok();
+        let mut req = post("/api/clear", &bytes);
+        req.authorization = Some(&bearer);
+        let r = handle(&locks, &on, &req);
+        assert!(
+            matches!(r.status, 200 | 400),
+            "case {case}: {} {}",
+            r.status,
+            body(&r)
+        );
+        if !mutated && valid_key {
+            assert_eq!(
+                r.status,
+                200,
+                "case {case}: {:?}: {}",
+                String::from_utf8_lossy(&bytes),
+                body(&r)
+            );
+            assert!(
+                !locks.flag(&key).unwrap(),
+                "case {case}: {key:?} still raised"
+            );
+        }
+        if r.status == 200 {
+            lowered += 1;
+        } else {
+            refused += 1;
+        }
+        let _ = locks.clear_flag(&key);
+    }
+    eprintln!("4000 generated bodies: {lowered} answered 200, {refused} 400");
+    assert!(lowered > 0 && refused > 0);
+}

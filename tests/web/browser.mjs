@@ -31,7 +31,7 @@ const python = opt("--python"); // a Python with the built extension
 const TOKEN = "browser-test-token-" + process.pid + "-0123456789";
 const work = mkdtempSync(join(tmpdir(), "mistri-web-"));
 const tokenFile = join(work, "token");
-writeFileSync(tokenFile, TOKEN + "\n");
+writeFileSync(tokenFile, TOKEN + "\n", { mode: 0o600 }); // serve refuses a token others can read
 const ns = "mistri:web:" + process.pid;
 const children = [];
 let passed = 0;

@@ -6,57 +6,144 @@
 
 use crate::locks::PyLocks;
 use mistri_locks::operator::{self, OperatorOptions, OperatorRequest};
+use pyo3::conversion::FromPyObjectOwned;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
 
-/// One request through the shared HTTP interface:
 /// `(status, [(header, value)], body)`.
+type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// The request fields `_operator_handle` reads (by name).
+const REQUEST_FIELDS: &[&str] = &[
+    "method",
+    "path",
+    "query",
+    "mount",
+    "scheme",
+    "host",
+    "forwarded_proto",
+    "forwarded_host",
+    "origin",
+    "authorization",
+    "csrf",
+    "cookie",
+    "body",
+    "host_authorized",
+];
+
+/// The options `_operator_handle` reads (by name).
+const OPTION_FIELDS: &[&str] = &[
+    "prefix",
+    "allow_actions",
+    "token",
+    "allowed_hosts",
+    "trust_forwarded",
+];
+
+/// Refuses a key of `dict` that is not in `known` (a misspelt field would
+/// otherwise be read as absent).
+fn check_keys(what: &str, dict: &Bound<'_, PyDict>, known: &[&str]) -> PyResult<()> {
+    for key in dict.keys() {
+        let name: String = key.extract().map_err(|_| {
+            PyTypeError::new_err(format!("_operator_handle: {what} keys must be str"))
+        })?;
+        if !known.contains(&name.as_str()) {
+            return Err(PyTypeError::new_err(format!(
+                "_operator_handle: unknown {what} field {name:?} (known: {})",
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `dict[name]` as `T`, `None` when absent or None; a wrong type names the field.
+fn field<'py, T: FromPyObjectOwned<'py>>(
+    dict: &Bound<'py, PyDict>,
+    name: &str,
+) -> PyResult<Option<T>> {
+    match dict.get_item(name)? {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => v.extract::<T>().map(Some).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "_operator_handle: {name} has the wrong type ({})",
+                crate::args::type_name(&v)
+            ))
+        }),
+    }
+}
+
+/// One request through the shared HTTP interface: `request` holds the
+/// request's fields by name (`method`, `path`, `query`, `mount`, `scheme`,
+/// `host`, `forwarded_proto`, `forwarded_host`, `origin`,
+/// `authorization`, `csrf`, `cookie`: str or None; `body`: bytes;
+/// `host_authorized`: bool or None), `options` the interface's options
+/// (`prefix`, `allow_actions`, `token`, `allowed_hosts`: a list of str,
+/// `trust_forwarded`). Returns `(status, [(header, value)], body)`.
 #[pyfunction]
-#[pyo3(signature = (locks, method, path, query, mount, scheme, host, origin, authorization, csrf, cookie, body, host_authorized, prefix, allow_actions, token))]
-#[allow(clippy::too_many_arguments)]
 pub fn _operator_handle(
     py: Python<'_>,
     locks: &Bound<'_, PyLocks>,
-    method: &str,
-    path: &str,
-    query: &str,
-    mount: &str,
-    scheme: &str,
-    host: Option<&str>,
-    origin: Option<&str>,
-    authorization: Option<&str>,
-    csrf: Option<&str>,
-    cookie: Option<&str>,
-    body: &[u8],
-    host_authorized: Option<bool>,
-    prefix: &str,
-    allow_actions: bool,
-    token: Option<&str>,
-) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let locks = locks.get().locks();
+    request: &Bound<'_, PyDict>,
+    options: &Bound<'_, PyDict>,
+) -> PyResult<Answer> {
+    check_keys("request", request, REQUEST_FIELDS)?;
+    check_keys("option", options, OPTION_FIELDS)?;
+    let text = |name: &str| -> PyResult<Option<String>> { field::<String>(request, name) };
+    let method = text("method")?.unwrap_or_else(|| "GET".to_owned());
+    let path = text("path")?.unwrap_or_else(|| "/".to_owned());
+    let query = text("query")?.unwrap_or_default();
+    let mount = text("mount")?.unwrap_or_default();
+    let scheme = text("scheme")?.unwrap_or_else(|| "http".to_owned());
+    let (host, forwarded_proto, forwarded_host) = (
+        text("host")?,
+        text("forwarded_proto")?,
+        text("forwarded_host")?,
+    );
+    let (origin, authorization, csrf, cookie) = (
+        text("origin")?,
+        text("authorization")?,
+        text("csrf")?,
+        text("cookie")?,
+    );
+    let body_value = request.get_item("body")?;
+    let body: &[u8] = match &body_value {
+        None => &[],
+        Some(v) if v.is_none() => &[],
+        Some(v) => v
+            .cast::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("_operator_handle: body must be bytes"))?
+            .as_bytes(),
+    };
+    let host_authorized = field::<bool>(request, "host_authorized")?;
     let opts = OperatorOptions {
-        prefix: prefix.to_owned(),
-        allow_actions,
-        token: token.map(str::to_owned),
-        ..OperatorOptions::default()
+        prefix: field::<String>(options, "prefix")?.unwrap_or_default(),
+        allow_actions: field::<bool>(options, "allow_actions")?.unwrap_or(false),
+        token: field::<String>(options, "token")?,
+        allowed_hosts: field::<Vec<String>>(options, "allowed_hosts")?.unwrap_or_default(),
+        trust_forwarded: field::<bool>(options, "trust_forwarded")?.unwrap_or(false),
     };
     let req = OperatorRequest {
-        method,
-        path,
-        query,
-        mount,
-        scheme,
-        host,
-        forwarded_proto: None,
-        forwarded_host: None,
-        origin,
-        authorization,
-        csrf,
-        cookie,
+        method: &method,
+        path: &path,
+        query: &query,
+        mount: &mount,
+        scheme: &scheme,
+        host: host.as_deref(),
+        forwarded_proto: forwarded_proto.as_deref(),
+        forwarded_host: forwarded_host.as_deref(),
+        origin: origin.as_deref(),
+        authorization: authorization.as_deref(),
+        csrf: csrf.as_deref(),
+        cookie: cookie.as_deref(),
         body,
         host_authorized,
     };
+    let locks = locks.get().locks();
     let r = py.detach(|| operator::handle(&locks, &opts, &req));
-    (r.status, r.headers, r.body)
+    Ok((r.status, r.headers, r.body))
 }
 
 /// This handle's counters as Prometheus text.

@@ -102,3 +102,31 @@ def overrun(name: str, record: str) -> None:
     witness(record, f"started {os.getpid()} {time.time()!r}")
     while True:
         time.sleep(0.05)
+
+
+# The lease backend of the "backend down" tasks: a loopback port the test
+# keeps closed when they start, then (for ``comeback``) opens a
+# redis-server on. The handle connects lazily, and again after a refusal.
+DOWN = mistri_locks.Redis(os.environ["MISTRI_TEST_DOWN"], namespace=os.environ["MISTRI_TEST_NS"])
+COUNTDOWN = 0.5
+
+
+@app.task(base=LeasedTask, bind=True, lease={
+    "key": "down:{name}", "ttl": TTL, "heartbeat": HEARTBEAT, "locks": DOWN,
+    "countdown": COUNTDOWN, "max_retries": 1000,
+})
+def comeback(self: LeasedTask, name: str) -> int:
+    """Runs once its backend is back: records its fence and retries."""
+    lease = current_lease()
+    assert lease is not None
+    witness(f"comeback-{name}", f"ran {time.time()!r} {lease.fence} {self.request.retries}")
+    return self.request.retries
+
+
+@app.task(base=LeasedTask, lease={
+    "key": "down:{name}", "ttl": TTL, "heartbeat": HEARTBEAT, "locks": DOWN,
+    "countdown": COUNTDOWN, "max_retries": 2, "on_conflict": "skip",
+})
+def never(name: str) -> None:
+    """Its backend never comes back: it fails after 1 + 2 attempts."""
+    witness(f"never-{name}", f"ran {time.time()!r}")

@@ -32,13 +32,14 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A redis-server on a free loopback port, no persistence, own dir."""
+    """A redis-server on a free loopback port (or ``port``: one a test kept
+    closed until now), no persistence, own dir."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.dir = tempfile.mkdtemp(prefix="mistri-py-redis-")
         last = ""
-        for _ in range(5):
-            self.port = free_port()
+        for _ in range(1 if port else 5):
+            self.port = port or free_port()
             self.proc = subprocess.Popen(
                 ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                  "--save", "", "--appendonly", "no", "--dir", self.dir],

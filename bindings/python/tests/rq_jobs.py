@@ -25,3 +25,16 @@ def report(account_id: int, seconds: float) -> Optional[int]:
         lease.checkpoint()  # Interrupted when rq:<id>:stop goes up
         time.sleep(0.01)
     return lease.fence
+
+
+# test_rq.py's "backend down" job: its lease backend is a loopback port the
+# test keeps closed for the first attempt (the handle connects lazily).
+DOWN = mistri_locks.Redis(os.environ.get("MISTRI_TEST_DOWN", "redis://127.0.0.1:1/0"),
+                          namespace=os.environ["MISTRI_TEST_NS"])
+
+
+@leased("down:{name}", ttl=1, heartbeat=0.2, locks=DOWN)
+def comeback(name: str) -> int:
+    lease = current_lease()
+    assert lease is not None
+    return lease.fence

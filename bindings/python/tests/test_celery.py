@@ -21,7 +21,7 @@ from celery import Celery
 
 import mistri_locks
 from mistri_locks.celery import LeasedTask, stop_key
-from conftest import RedisServer, python_child
+from conftest import RedisServer, free_port, python_child
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -38,6 +38,8 @@ class Worker:
 
     def __init__(self, server: RedisServer, witness: str) -> None:
         self.namespace = f"mistri:test:{uuid.uuid4().hex}"
+        # Closed until test_a_backend_down_at_start... opens a redis-server on it.
+        self.down_port = free_port()
         self.broker = f"redis://127.0.0.1:{server.port}/2"
         self.witness = witness
         self.log_path = os.path.join(witness, "..", "worker.log")
@@ -47,6 +49,7 @@ class Worker:
             MISTRI_TEST_LOCKS=server.url,
             MISTRI_TEST_NS=self.namespace,
             MISTRI_TEST_WITNESS=witness,
+            MISTRI_TEST_DOWN=f"redis://127.0.0.1:{self.down_port}/0",
             PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
             PYTHONUNBUFFERED="1",
         )
@@ -305,6 +308,10 @@ def test_bad_lease_options_fail_when_celery_creates_the_task() -> None:
         register(key="report:{account_id}", countdown=-1)
     with pytest.raises(ValueError, match="stop_key"):
         mistri_locks.celery.stop_key("")
+    # Finding 8: a task watches job:<task id>:stop; a stop_key of its own
+    # would be ignored, so it is refused.
+    with pytest.raises(TypeError, match="'stop_key' is not honoured"):
+        register(key="report:{account_id}", stop_key="report:{account_id}:halt")
 
 
 def test_a_leased_task_called_in_process(redis_server: RedisServer) -> None:
@@ -343,3 +350,81 @@ def test_a_leased_task_called_in_process(redis_server: RedisServer) -> None:
     assert direct(2) is None and len(seen) == 1
     with pytest.raises(mistri_locks.Conflict):
         strict(2)
+
+
+COUNTDOWN = 0.5  # celery_app.COUNTDOWN
+
+
+def test_a_backend_down_at_start_retries_the_task_until_it_is_back(worker: Worker) -> None:
+    """Finding 6: the lease backend refuses connections when the task
+    starts. The task is retried every countdown, with a warning in the
+    worker's log, and runs once a redis-server listens again; a task whose
+    backend never comes back fails after its max_retries, with the
+    ConnectionError. (44a85b1: FAILURE at the first attempt, acked.)"""
+    result = worker.send("comeback", "a")
+    lost = worker.send("never", "b")
+
+    def warned() -> bool:
+        return "lease backend is unreachable at start" in worker.log_text()
+
+    wait_until(warned, 30, "a warning in the worker's log")
+    assert "WARNING" in [line for line in worker.log_text().splitlines()
+                         if "unreachable at start" in line][0]
+    # The bounded task: three attempts, a countdown apart, then FAILURE.
+    wait_until(lambda: lost.state == "FAILURE", 30 + 3 * COUNTDOWN, "the bounded task failed")
+    err = lost.get(propagate=False)
+    assert isinstance(err, mistri_locks.ConnectionError), repr(err)
+    assert worker.lines("never-b") == [], "it never ran without its lease"
+    assert "no retry left (max_retries=2): the task fails" in worker.log_text()
+    assert result.state in ("PENDING", "RETRY", "STARTED"), result.state
+    assert worker.lines("comeback-a") == []
+    back = RedisServer(port=worker.down_port)
+    try:
+        up = time.time()
+        # The next retry comes within a countdown; the bound beyond it is
+        # the broker's, not the protocol's.
+        retries = result.get(timeout=30 + COUNTDOWN)
+        assert result.state == "SUCCESS"
+        lines = worker.lines("comeback-a")
+        assert len(lines) == 1, lines
+        ran, fence, seen_retries = float(lines[0][1]), int(lines[0][2]), int(lines[0][3])
+        assert ran >= up and fence > 0 and seen_retries == retries >= 1
+    finally:
+        back.stop()
+
+
+def test_eager_mode_raises_conflict_instead_of_recursing() -> None:
+    """Finding 7: under task_always_eager Celery runs a retry at once,
+    inside the call: a busy key under on_conflict="retry" recursed until
+    RecursionError (44a85b1). Now the caller gets Conflict, and a backend
+    that refuses connections its ConnectionError, on the first attempt."""
+    app = Celery("eager", set_as_current=False)
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    mem = mistri_locks.Memory()
+    runs: list[int] = []
+
+    @app.task(base=LeasedTask, bind=True, shared=False,
+              lease={"key": "eager:{n}", "ttl": TTL, "locks": mem, "on_conflict": "retry", "countdown": 0.1})
+    def busy(self: LeasedTask, n: int) -> int:
+        runs.append(self.request.retries)
+        return n
+
+    other = mem.new_owner()
+    assert other.acquire("eager:1", 60)
+    with pytest.raises(mistri_locks.Conflict) as info:
+        busy.delay(1)
+    assert info.value.key == "eager:1" and runs == []
+    assert busy.delay(2).get() == 2 and runs == [0]
+
+    closed = mistri_locks.Redis(f"redis://127.0.0.1:{free_port()}/0", namespace="eager")
+
+    @app.task(base=LeasedTask, shared=False,
+              lease={"key": "eager:{n}", "ttl": TTL, "locks": closed, "on_conflict": "retry", "countdown": 0.1})
+    def unreachable(n: int) -> int:
+        runs.append(n)
+        return n
+
+    with pytest.raises(mistri_locks.ConnectionError):
+        unreachable.delay(3)
+    assert runs == [0]

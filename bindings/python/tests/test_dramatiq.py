@@ -15,7 +15,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 import mistri_locks
 from mistri_locks.dramatiq import Leased, stop, stop_key
-from conftest import RedisServer
+from conftest import RedisServer, free_port
 
 TTL = 1.0
 HEARTBEAT = 0.2
@@ -127,3 +127,53 @@ def test_bad_lease_options_fail_at_declaration(setup: Any) -> None:
         @dramatiq.actor(broker=broker, queue_name=queue, lease={"key": "r", "on_conflict": "retry"})
         def bad2() -> None:
             pass
+    # Finding 8: each message watches job:<message id>:stop; a stop_key of
+    # its own would be ignored, so it is refused.
+    with pytest.raises(TypeError, match="'stop_key' is not honoured"):
+        @dramatiq.actor(broker=broker, queue_name=queue, lease={"key": "r", "stop_key": "r:halt"})
+        def bad3() -> None:
+            pass
+
+
+def test_a_backend_down_at_start_fails_the_message_and_retries_it(
+    setup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Finding 6: the lease backend refuses connections when the message
+    starts. The message fails with LeaseFailed, with a warning in the
+    worker's log, whatever on_conflict says ("skip" here: a conflict would
+    ack it), and Dramatiq's Retries runs it again until a redis-server
+    listens again."""
+    broker, _, queue, _ = setup
+    port = free_port()
+    down = mistri_locks.Redis(f"redis://127.0.0.1:{port}/0", namespace=f"mistri:test:{uuid.uuid4().hex}")
+    ran: list[tuple[float, int]] = []
+
+    @dramatiq.actor(broker=broker, queue_name=queue, min_backoff=200, max_backoff=200, max_retries=1000,
+                    lease={"key": "dq:down", "ttl": TTL, "heartbeat": HEARTBEAT, "locks": down,
+                           "on_conflict": "skip"})
+    def job() -> None:
+        lease = mistri_locks.current_lease()
+        ran.append((time.time(), -1 if lease is None else lease.fence))
+
+    caplog.set_level("WARNING")
+    worker = run_worker(broker)
+    back = None
+    try:
+        job.send()
+        deadline = time.monotonic() + 30
+        while not any("unreachable at start" in r.getMessage() and r.levelname == "WARNING"
+                      for r in caplog.records):
+            assert time.monotonic() < deadline, "no warning in the worker's log"
+            time.sleep(0.01)
+        assert ran == []
+        back = RedisServer(port=port)
+        up = time.time()
+        broker.join(queue, timeout=30_000)  # ms: the next retry, 0.2 s after the last
+        worker.join()
+    finally:
+        worker.stop()
+        if back is not None:
+            back.stop()
+    assert len(ran) == 1, ran
+    at, fence = ran[0]
+    assert at >= up and fence > 0

@@ -12,10 +12,10 @@ import time
 import uuid
 
 from redis import Redis as RedisClient
-from rq import Queue
+from rq import Queue, Retry
 
 import mistri_locks
-from conftest import RedisServer
+from conftest import RedisServer, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -57,3 +57,41 @@ def test_leased_rq_jobs(redis_server: RedisServer) -> None:
     assert busy.get_status() == "finished" and busy.return_value() is None, "skipped"
     assert other.held("rq:3") and other.release("rq:3")
     assert not locks.held("rq:1") and not locks.held("rq:2")
+
+
+def test_a_backend_down_at_start_fails_the_job_and_rq_retries_it(redis_server: RedisServer) -> None:
+    """Finding 6 (RQ, plain ``leased``): the lease backend refuses
+    connections when the job starts. The job fails without running, with
+    a warning in the worker's output, and RQ's Retry (given at enqueue)
+    queues it again; it runs once a redis-server listens. Two burst
+    workers of one job each, so no wait depends on the machine."""
+    namespace = f"mistri:test:{uuid.uuid4().hex}"
+    port = free_port()
+    url = f"redis://127.0.0.1:{redis_server.port}/6"
+    queue = Queue(f"q{uuid.uuid4().hex[:8]}", connection=RedisClient.from_url(url))
+    env = dict(os.environ, MISTRI_TEST_LOCKS=redis_server.url, MISTRI_TEST_NS=namespace,
+               MISTRI_TEST_DOWN=f"redis://127.0.0.1:{port}/0",
+               PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    job = queue.enqueue("rq_jobs.comeback", "a", retry=Retry(max=3))
+
+    def one_job() -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "rq.cli", "worker", "--burst", "--max-jobs", "1", "--url", url, queue.name],
+            cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+        )
+        assert done.returncode == 0, done.stdout
+        return done.stdout
+
+    out = one_job()
+    assert "the lease backend is unreachable at start" in out, out
+    job.refresh()
+    assert job.get_status() == "queued" and job.retries_left == 2, (job.get_status(), out)
+    back = RedisServer(port=port)
+    try:
+        out = one_job()
+    finally:
+        back.stop()
+    job.refresh()
+    assert job.get_status() == "finished", out
+    fence = job.return_value()
+    assert isinstance(fence, int) and fence > 0

@@ -19,6 +19,8 @@ from mistri_locks import metrics, web
 
 TOKEN = "0123456789abcdef-token"
 HOST = "app.example:8000"
+# The app's own names: the default is the loopback names only.
+HOSTS = ["app.example"]
 ORIGIN = "http://" + HOST
 
 
@@ -36,7 +38,8 @@ class Response:
 
 
 def call(app: Any, method: str, path: str, *, query: str = "", body: bytes = b"",
-         mount: str = "", headers: Optional[Dict[str, str]] = None) -> Response:
+         mount: str = "", headers: Optional[Dict[str, str]] = None,
+         extra: Optional[Dict[str, Any]] = None) -> Response:
     environ: Dict[str, Any] = {
         "REQUEST_METHOD": method, "SCRIPT_NAME": mount, "PATH_INFO": path,
         "QUERY_STRING": query, "SERVER_NAME": "app.example", "SERVER_PORT": "8000",
@@ -45,6 +48,7 @@ def call(app: Any, method: str, path: str, *, query: str = "", body: bytes = b""
     }
     for k, v in (headers or {}).items():
         environ["HTTP_" + k.upper().replace("-", "_")] = v
+    environ.update(extra or {})
     got: Dict[str, Any] = {}
 
     def start_response(status: str, hdrs: List[Tuple[str, str]]) -> None:
@@ -74,7 +78,7 @@ def promtool(text: str) -> None:
 def test_read_only_by_default() -> None:
     locks = mistri_locks.Memory()
     locks.set_flag("stop:x", ttl=60)
-    app = web.app(locks)
+    app = web.app(locks, allowed_hosts=HOSTS)
     r = call(app, "GET", "/")
     assert r.status == 200 and r.header("Content-Type") == "text/html; charset=utf-8"
     assert '<meta name="mistri-actions" content="off">' in r.body.decode()
@@ -90,7 +94,7 @@ def test_state_json_is_the_listing_escaped() -> None:
     locks = mistri_locks.Memory()
     evil = "<img src=x onerror=alert(1)>"
     with locks.hold("report:42", ttl=10, heartbeat=1) as h1, locks.hold(evil, ttl=10, heartbeat=1):
-        r = call(web.app(locks), "GET", "/api/state", query="prefix=")
+        r = call(web.app(locks, allowed_hosts=HOSTS), "GET", "/api/state", query="prefix=")
         assert r.status == 200 and r.header("Content-Type") == "application/json"
         assert b"<" not in r.body
         doc = r.json()
@@ -99,7 +103,7 @@ def test_state_json_is_the_listing_escaped() -> None:
         lease = next(le for le in doc["leases"] if le["key"] == "report:42")
         assert lease["fence"] == h1.fence and lease["ttl_s"] == 10 and lease["heartbeat_s"] == 1
         assert lease["holders"][0]["stuck"] is False
-        only = call(web.app(locks), "GET", "/api/state", query="prefix=report%3A").json()
+        only = call(web.app(locks, allowed_hosts=HOSTS), "GET", "/api/state", query="prefix=report%3A").json()
         assert [le["key"] for le in only["leases"]] == ["report:42"]
 
 
@@ -113,7 +117,7 @@ def test_actions_need_authorize_same_origin_and_the_pages_csrf_token() -> None:
         seen.append(environ)
         return allowed["yes"]
 
-    app = web.app(locks, authorize=authorize, prefix="job")
+    app = web.app(locks, allowed_hosts=HOSTS, authorize=authorize, prefix="job")
     cookie, csrf = page_csrf(app, mount="/locks")
     assert call(app, "GET", "/", mount="/locks").header("Set-Cookie").endswith(  # type: ignore[union-attr]
         "Path=/locks; SameSite=Strict; HttpOnly")
@@ -148,7 +152,7 @@ def test_actions_need_authorize_same_origin_and_the_pages_csrf_token() -> None:
 def test_a_bearer_token_authorises_scripts() -> None:
     locks = mistri_locks.Memory()
     locks.set_flag("stop:x", ttl=60)
-    app = web.app(locks, token=TOKEN)
+    app = web.app(locks, allowed_hosts=HOSTS, token=TOKEN)
     body = b'{"key": "stop:x"}'
     assert call(app, "POST", "/api/clear", body=body).status == 403
     assert call(app, "POST", "/api/clear", body=body,
@@ -165,10 +169,113 @@ def test_a_bearer_token_authorises_scripts() -> None:
         web.app("not a handle")  # type: ignore[arg-type]
 
 
+def test_a_content_length_that_is_not_a_length_is_400() -> None:
+    """Finding 15 (WSGI): CONTENT_LENGTH "abc" answered 413 (44a85b1), a
+    negative one was read as no body. Both are 400 now, before the body is
+    read; a length above the largest body stays 413."""
+    locks = mistri_locks.Memory()
+    wsgi = web.app(locks, allowed_hosts=HOSTS, token=TOKEN)
+    auth = {"Authorization": "Bearer " + TOKEN}
+    for bad in ("abc", "-5", "1e3", " 5", "+5", "\uff15"):
+        r = call(wsgi, "POST", "/api/clear", body=b'{"key":"f"}', headers=auth,
+                 extra={"CONTENT_LENGTH": bad})
+        assert r.status == 400, (bad, r.status, r.body)
+        assert "Content-Length" in r.json()["error"]
+    r = call(wsgi, "POST", "/api/clear", body=b"", headers=auth, extra={"CONTENT_LENGTH": str(1 << 20)})
+    assert r.status == 413
+    locks.set_flag("f", 60)
+    r = call(wsgi, "POST", "/api/clear", body=b'{"key":"f"}', headers=auth)
+    assert r.status == 200 and not locks.flag("f")
+
+
+def test_the_host_check_refuses_other_hosts_with_421() -> None:
+    """Findings 4 and 13 (WSGI): a DNS-rebinding request (its Host not one
+    of the app's names) got the whole state (44a85b1). The app passes
+    allowed_hosts to the core, which answers 421 before it reads the
+    backend; the default is the loopback names (fail closed)."""
+    locks = mistri_locks.Memory()
+    locks.set_flag("secret:stop", 60)
+    default = web.app(locks)
+    for ok in ("localhost", "localhost:8000", "127.0.0.1:9", "[::1]:8000"):
+        r = call(default, "GET", "/api/state", headers={"Host": ok})
+        assert r.status == 200, (ok, r.status, r.body)
+    for bad in ("evil.example", "app.example:8000", "localhost.evil.example"):
+        r = call(default, "GET", "/api/state", headers={"Host": bad})
+        assert r.status == 421, (bad, r.status, r.body)
+        assert b"secret" not in r.body
+    named = web.app(locks, allowed_hosts=["app.example", ".corp.example", "ops.example:9000"])
+    for ok in ("app.example:8000", "app.example", "corp.example", "a.b.corp.example:1", "ops.example:9000"):
+        assert call(named, "GET", "/api/state", headers={"Host": ok}).status == 200, ok
+    for bad in ("evil.example", "ops.example:9001", "xcorp.example", "localhost"):
+        assert call(named, "GET", "/api/state", headers={"Host": bad}).status == 421, bad
+    anything = web.app(locks, allowed_hosts=["*"])
+    assert call(anything, "GET", "/api/state", headers={"Host": "evil.example"}).status == 200
+    # A rebinding page that fetched its own CSRF pair from GET / is refused
+    # before the action too.
+    acting = web.app(locks, token=TOKEN)
+    r = call(acting, "POST", "/api/clear", body=b'{"key":"secret:stop"}',
+             headers={"Host": "evil.example", "Authorization": "Bearer " + TOKEN})
+    assert r.status == 421 and locks.flag("secret:stop")
+
+
+def test_behind_a_tls_proxy_trust_forwarded_takes_scheme_and_host_from_the_proxy() -> None:
+    """Finding 13 (WSGI): behind a TLS-terminating proxy every action was
+    403 (Origin https://… against the request's http). With
+    trust_forwarded the scheme and host come from X-Forwarded-Proto/-Host,
+    for the Host check and the same-origin check alike."""
+    locks = mistri_locks.Memory()
+    proxied = {"Host": "127.0.0.1:8000", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "ops.example"}
+
+    def clear(app: Any, headers: Dict[str, str]) -> int:
+        locks.set_flag("f", 60)
+        cookie, csrf = page_csrf_with(app, headers)
+        return call(app, "POST", "/api/clear", body=b'{"key":"f"}', headers={
+            **headers, "Origin": "https://ops.example", "Cookie": cookie, "X-CSRF-Token": csrf}).status
+
+    behind = web.app(locks, authorize=lambda environ: True, allowed_hosts=["ops.example"],
+                     trust_forwarded=True)
+    assert clear(behind, proxied) == 200 and not locks.flag("f")
+    # The forwarded host is the one checked: another name is refused.
+    assert call(behind, "GET", "/api/state", headers={**proxied, "X-Forwarded-Host": "evil.example"}).status == 421
+    # Without trust_forwarded the proxy's headers are ignored: the action is
+    # cross-origin (https://ops.example against http://127.0.0.1:8000).
+    plain = web.app(locks, authorize=lambda environ: True, allowed_hosts=["ops.example", "127.0.0.1"])
+    assert clear(plain, proxied) == 403 and locks.flag("f")
+
+
+def page_csrf_with(app: Any, headers: Dict[str, str]) -> Tuple[str, str]:
+    r = call(app, "GET", "/", headers=headers)
+    assert r.status == 200, (r.status, r.body)
+    cookie = (r.header("Set-Cookie") or "").split(";")[0]
+    return cookie, cookie.partition("=")[2]
+
+
+def test_host_options_are_checked_and_passed_by_name() -> None:
+    """The options reach the core by name: a misspelt field is an error,
+    not an absent value; bad allowed_hosts are refused at construction."""
+    locks = mistri_locks.Memory()
+    with pytest.raises(TypeError, match="one string"):
+        web.app(locks, allowed_hosts="app.example")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="non-empty str"):
+        web.app(locks, allowed_hosts=[""])
+    with pytest.raises(TypeError, match="trust_forwarded"):
+        web.app(locks, trust_forwarded="yes")  # type: ignore[arg-type]
+    native = mistri_locks._native
+    with pytest.raises(TypeError, match='unknown option field "allowed_host"'):
+        native._operator_handle(locks, {"method": "GET"}, {"allowed_host": ["*"]})
+    with pytest.raises(TypeError, match='unknown request field "hots"'):
+        native._operator_handle(locks, {"hots": "x"}, {})
+    with pytest.raises(TypeError, match="allowed_hosts"):
+        native._operator_handle(locks, {"method": "GET"}, {"allowed_hosts": "app.example"})
+    status, _, _ = native._operator_handle(
+        locks, {"method": "GET", "path": "/api/state", "host": "app.example"}, {"allowed_hosts": ["*"]})
+    assert status == 200
+
+
 def test_stop_raises_the_holders_stop_key() -> None:
     locks = mistri_locks.Memory()
     worker = locks.new_owner()
-    app = web.app(locks, token=TOKEN)
+    app = web.app(locks, allowed_hosts=HOSTS, token=TOKEN)
     hold = worker.hold("report:42", ttl=10, heartbeat=0.05, stop_key="report:42:stop")
     assert hold is not None
     r = call(app, "POST", "/api/stop", body=b'{"key": "report:42"}',
@@ -187,7 +294,7 @@ def test_metrics_pass_promtool_from_every_route() -> None:
         promtool(text)
         assert "mistri_locks_holds_active 1\n" in text
         assert 'mistri_locks_acquisitions_total{outcome="refused"} 1\n' in text
-        served = call(web.app(locks), "GET", "/metrics")
+        served = call(web.app(locks, allowed_hosts=HOSTS), "GET", "/metrics")
         assert served.status == 200 and served.header("Content-Type").startswith("text/plain; version=0.0.4")  # type: ignore[union-attr]
         promtool(served.body.decode())
         assert "mistri_locks_fleet_leases_held 1\n" in served.body.decode()
@@ -237,6 +344,11 @@ r = client.post("/locks/api/clear", b'{"key": "stop:x"}', content_type="applicat
                 HTTP_ORIGIN="http://app.example:8000", HTTP_X_CSRF_TOKEN=csrf)
 assert r.status_code == 200, r.content
 assert not locks.flag("stop:x")
+# allowed_hosts defaults to settings.ALLOWED_HOSTS ("*" here); an explicit
+# list that leaves out this host is refused by the core (421).
+urlpatterns.append(path("narrow/", include(mistri_locks.web.django_urls(locks, allowed_hosts=["other.example"]))))
+assert client.get("/locks/api/state").status_code == 200
+assert client.get("/narrow/api/state").status_code == 421
 print("django ok")
 """
 

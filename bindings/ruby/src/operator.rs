@@ -6,7 +6,8 @@
 
 use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
-use magnus::{method, prelude::*, Error, RArray, RModule, RString, Ruby, Value};
+use magnus::r_hash::ForEach;
+use magnus::{method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, Symbol, Value};
 use mistri_locks::operator::{self, OperatorOptions, OperatorRequest};
 
 fn text(v: Value) -> Result<Option<String>, Error> {
@@ -19,43 +20,134 @@ fn text(v: Value) -> Result<Option<String>, Error> {
     Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
-/// `_operator_handle([method, path, query, mount, scheme, host, origin,
-/// authorization, csrf, cookie, body, host_authorized, prefix,
-/// allow_actions, token])` -> `[status, [[name, value], …], body]`.
-fn handle(ruby: &Ruby, rb_self: &RbLocks, args: RArray) -> Result<RArray, Error> {
-    if args.len() != 15 {
-        return Err(Error::new(
-            ruby.exception_arg_error(),
-            "_operator_handle takes 15 request fields",
-        ));
+/// The request fields `_operator_handle` reads (by name).
+const REQUEST_FIELDS: &[&str] = &[
+    "method",
+    "path",
+    "query",
+    "mount",
+    "scheme",
+    "host",
+    "forwarded_proto",
+    "forwarded_host",
+    "origin",
+    "authorization",
+    "csrf",
+    "cookie",
+    "body",
+    "host_authorized",
+];
+
+/// The options `_operator_handle` reads (by name).
+const OPTION_FIELDS: &[&str] = &[
+    "prefix",
+    "allow_actions",
+    "token",
+    "allowed_hosts",
+    "trust_forwarded",
+];
+
+/// Refuses a key of `hash` that is not a Symbol in `known` (a misspelt
+/// field would otherwise be read as absent).
+fn check_keys(ruby: &Ruby, what: &str, hash: RHash, known: &[&str]) -> Result<(), Error> {
+    let mut names = Vec::new();
+    hash.foreach(|key: Value, _: Value| {
+        names.push(Symbol::from_value(key).map(|s| s.name().map(|n| n.into_owned())));
+        Ok(ForEach::Continue)
+    })?;
+    for name in names {
+        match name {
+            Some(Ok(n)) if known.contains(&n.as_str()) => {}
+            Some(Ok(n)) => {
+                return Err(Error::new(
+                    ruby.exception_arg_error(),
+                    format!(
+                        "_operator_handle: unknown {what} field :{n} (known: {})",
+                        known.join(", ")
+                    ),
+                ))
+            }
+            Some(Err(e)) => return Err(e),
+            None => {
+                return Err(Error::new(
+                    ruby.exception_type_error(),
+                    format!("_operator_handle: {what} keys must be Symbols"),
+                ))
+            }
+        }
     }
-    let field = |i: isize| -> Result<Option<String>, Error> { text(args.entry(i)?) };
-    let s = |i: isize| -> Result<String, Error> { Ok(field(i)?.unwrap_or_default()) };
-    let (method, path, query, mount, scheme) = (s(0)?, s(1)?, s(2)?, s(3)?, s(4)?);
-    let (host, origin, authorization, csrf, cookie) =
-        (field(5)?, field(6)?, field(7)?, field(8)?, field(9)?);
-    let body_value: Value = args.entry(10)?;
-    let body = if body_value.is_nil() {
-        Vec::new()
-    } else {
-        let b = RString::try_convert(body_value)?;
-        // SAFETY: copied at once, before any other Ruby code can run.
-        unsafe { b.as_slice() }.to_vec()
+    Ok(())
+}
+
+/// `hash[:name]`, `None` when absent or nil.
+fn get(ruby: &Ruby, hash: RHash, name: &str) -> Option<Value> {
+    hash.get(ruby.to_symbol(name)).filter(|v| !v.is_nil())
+}
+
+/// `hash[:name]` as text (`None` when absent or nil).
+fn text_field(ruby: &Ruby, hash: RHash, name: &str) -> Result<Option<String>, Error> {
+    get(ruby, hash, name).map_or(Ok(None), text)
+}
+
+/// `_operator_handle(request, options)`: `request` holds the request's
+/// fields by name (`:method, :path, :query, :mount, :scheme, :host,
+/// :forwarded_proto, :forwarded_host, :origin, :authorization, :csrf,
+/// :cookie, :body` (Strings or nil), `:host_authorized` (true, false or
+/// nil)), `options` the interface's (`:prefix, :allow_actions, :token,
+/// :allowed_hosts` (an Array of Strings), `:trust_forwarded`). Returns
+/// `[status, [[name, value], …], body]`.
+fn handle(ruby: &Ruby, rb_self: &RbLocks, request: RHash, options: RHash) -> Result<RArray, Error> {
+    check_keys(ruby, "request", request, REQUEST_FIELDS)?;
+    check_keys(ruby, "option", options, OPTION_FIELDS)?;
+    let field = |name: &str| text_field(ruby, request, name);
+    let method = field("method")?.unwrap_or_else(|| "GET".to_owned());
+    let path = field("path")?.unwrap_or_else(|| "/".to_owned());
+    let query = field("query")?.unwrap_or_default();
+    let mount = field("mount")?.unwrap_or_default();
+    let scheme = field("scheme")?.unwrap_or_else(|| "http".to_owned());
+    let (host, forwarded_proto, forwarded_host) = (
+        field("host")?,
+        field("forwarded_proto")?,
+        field("forwarded_host")?,
+    );
+    let (origin, authorization, csrf, cookie) = (
+        field("origin")?,
+        field("authorization")?,
+        field("csrf")?,
+        field("cookie")?,
+    );
+    let body = match get(ruby, request, "body") {
+        None => Vec::new(),
+        Some(v) => {
+            let b = RString::try_convert(v)?;
+            // SAFETY: copied at once, before any other Ruby code can run.
+            unsafe { b.as_slice() }.to_vec()
+        }
     };
-    let authorized: Value = args.entry(11)?;
-    let host_authorized = if authorized.is_nil() {
-        None
-    } else {
-        Some(authorized.to_bool())
+    let host_authorized = get(ruby, request, "host_authorized").map(|v| v.to_bool());
+    let allowed_hosts = match get(ruby, options, "allowed_hosts") {
+        None => Vec::new(),
+        Some(v) => {
+            let list = RArray::from_value(v).ok_or_else(|| {
+                Error::new(
+                    ruby.exception_type_error(),
+                    "_operator_handle: allowed_hosts must be an Array of Strings",
+                )
+            })?;
+            let mut hosts = Vec::with_capacity(list.len());
+            for i in 0..list.len() {
+                let entry: Value = list.entry(i as isize)?;
+                hosts.push(text(entry)?.unwrap_or_default());
+            }
+            hosts
+        }
     };
-    let prefix = s(12)?;
-    let allow_actions = args.entry::<Value>(13)?.to_bool();
-    let token = field(14)?;
     let opts = OperatorOptions {
-        prefix,
-        allow_actions,
-        token,
-        ..OperatorOptions::default()
+        prefix: text_field(ruby, options, "prefix")?.unwrap_or_default(),
+        allow_actions: get(ruby, options, "allow_actions").is_some_and(|v| v.to_bool()),
+        token: text_field(ruby, options, "token")?,
+        allowed_hosts,
+        trust_forwarded: get(ruby, options, "trust_forwarded").is_some_and(|v| v.to_bool()),
     };
     let locks = rb_self.locks().clone();
     let response = nogvl(ruby, move || {
@@ -66,8 +158,8 @@ fn handle(ruby: &Ruby, rb_self: &RbLocks, args: RArray) -> Result<RArray, Error>
             mount: &mount,
             scheme: &scheme,
             host: host.as_deref(),
-            forwarded_proto: None,
-            forwarded_host: None,
+            forwarded_proto: forwarded_proto.as_deref(),
+            forwarded_host: forwarded_host.as_deref(),
             origin: origin.as_deref(),
             authorization: authorization.as_deref(),
             csrf: csrf.as_deref(),
@@ -95,7 +187,7 @@ fn stats_prometheus(rb_self: &RbLocks) -> String {
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Locks", ruby.class_object())?;
-    class.define_private_method("_operator_handle", method!(handle, 1))?;
+    class.define_private_method("_operator_handle", method!(handle, 2))?;
     class.define_private_method("_stats_prometheus", method!(stats_prometheus, 0))?;
     module.const_set("OPERATOR_MAX_BODY", operator::MAX_BODY)?;
     Ok(())

@@ -81,6 +81,10 @@ class SidekiqMiddlewareTest < Minitest::Test
     job = Class.new { include Sidekiq::Worker }
     e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: "k", tll: 3 }) }
     assert_match(/unknown lease option :tll/, e.message)
+    # Finding 8's hole is not here: a job watches job:<jid>:stop, and a
+    # stop_key option is refused, not ignored.
+    e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: "k", stop_key: "k:halt" }) }
+    assert_match(/unknown lease option :stop_key/, e.message)
     e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: ->(a, b) { "#{a}#{b}" } }) }
     assert_match(/one argument \(the job's args Array\)/, e.message)
     e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: "k", ttl: 0 }) }
@@ -116,5 +120,49 @@ class SidekiqMiddlewareTest < Minitest::Test
     assert_equal :ok, middleware.call(plain.new, { "jid" => "j2", "args" => [] }, "q") { :ok }
   ensure
     MistriLocks.locks = nil
+  end
+
+  # Finding 6 (the Ruby side): the lease backend refuses connections when
+  # the job starts. The job fails with MistriLocks::ConnectionError and a
+  # warning in Sidekiq's log, lands in the retry set with that error, and
+  # runs once a redis-server listens again.
+  def test_a_backend_down_at_start_puts_the_job_in_the_retry_set_and_it_runs_on_retry
+    probe = TCPServer.new("127.0.0.1", 0)
+    port = probe.addr[1]
+    probe.close
+    server = nil
+    SidekiqProcess.run(queue: @queue, **@backend.except(:handle),
+                       env: { "MISTRI_JOB_DOWN_URL" => "redis://127.0.0.1:#{port}/0" }) do |worker|
+      jid = Sidekiq::Client.push("class" => SidekiqDownJob, "queue" => @queue, "args" => ["a", @witness])
+      require "sidekiq/api"
+      entry = nil
+      deadline = Clock.now + SidekiqProcess::BOOT_BOUND
+      until (entry = Sidekiq::RetrySet.new.find_job(jid))
+        raise Minitest::Assertion, "not in the retry set:\n#{File.read(worker.log)}" if Clock.now > deadline
+
+        sleep 0.05
+      end
+      assert_equal "MistriLocks::ConnectionError", entry["error_class"]
+      assert_match(/cannot reach Redis/, entry["error_message"])
+      assert_match(/WARN.*lease backend is unreachable at start/, File.read(worker.log))
+      assert_empty Witness.read(@witness), "it did not run without its lease"
+      server = spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", out: File::NULL, err: File::NULL)
+      up = Witness.now
+      # Sidekiq's retry: sidekiq_retry_in (1 s) + rand(10) × (count + 1)
+      # s of jitter, found by the scheduler's poll (0.1 s).
+      lines = wait_witness(@witness, 1 + 9 + 0.1 + 1, "ran on retry") { |l| l.any? { |m, *| m == "+" } }
+      assert_equal 1, lines.size, lines.inspect
+      mark, ran_jid, fence, at = lines[0]
+      assert_equal ["+", jid], [mark, ran_jid]
+      assert_operator Integer(fence), :>, 0
+      assert_operator at, :>=, up
+      assert_nil Sidekiq::RetrySet.new.find_job(jid), "out of the retry set"
+    end
+  ensure
+    if server
+      Process.kill("TERM", server)
+      Process.wait(server)
+    end
   end
 end

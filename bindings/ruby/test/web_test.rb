@@ -14,6 +14,7 @@ require "rack/test"
 module OperatorTestHelpers
   TOKEN = "0123456789abcdef-token"
   ORIGIN = "http://example.org" # rack-test's default host
+  HOSTS = ["example.org"].freeze # the default is the loopback names only
 
   def promtool!(text)
     out, status = Open3.capture2e("promtool", "check", "metrics", stdin_data: text)
@@ -46,7 +47,7 @@ class WebReadOnlyTest < Minitest::Test
     @locks = MistriLocks::Memory.new
   end
 
-  def app = MistriLocks::Web.new(@locks)
+  def app = MistriLocks::Web.new(@locks, allowed_hosts: HOSTS)
 
   def test_read_only_by_default_no_buttons_and_403_on_post
     @locks.set_flag("stop:x", ttl: 60)
@@ -113,7 +114,7 @@ class WebActionsTest < Minitest::Test
   def app
     allowed = -> { @allowed }
     seen = @seen
-    inner = MistriLocks::Web.new(@locks, prefix: "job") do |request|
+    inner = MistriLocks::Web.new(@locks, prefix: "job", allowed_hosts: HOSTS) do |request|
       seen << request
       allowed.call
     end
@@ -156,7 +157,7 @@ class WebTokenTest < Minitest::Test
     @locks = MistriLocks::Memory.new
   end
 
-  def app = MistriLocks::Web.new(@locks, token: TOKEN)
+  def app = MistriLocks::Web.new(@locks, token: TOKEN, allowed_hosts: HOSTS)
 
   def test_a_bearer_token_authorises_scripts
     @locks.set_flag("stop:x", ttl: 60)
@@ -171,6 +172,29 @@ class WebTokenTest < Minitest::Test
     assert_raises(TypeError) { MistriLocks::Web.new(Object.new) }
   end
 
+  # Finding 15 (Rack): CONTENT_LENGTH "-5" raised ArgumentError from
+  # rack.input.read (a 500) and "abc" was read as no body (44a85b1). Both are
+  # 400 now, before the body is read; above the largest body stays 413.
+  def test_a_content_length_that_is_not_a_length_is_400
+    @locks.set_flag("f", ttl: 60)
+    body = JSON.generate(key: "f")
+    call = lambda do |length|
+      env = Rack::MockRequest.env_for("/api/clear", method: "POST", input: body, "CONTENT_TYPE" => "application/json",
+                                                    "HTTP_AUTHORIZATION" => "Bearer #{TOKEN}", "CONTENT_LENGTH" => length)
+      status, _, out = app.call(env)
+      [status, out.join]
+    end
+    ["-5", "abc", "1e3", " 5", "+5", "5 "].each do |bad|
+      status, out = call.call(bad)
+      assert_equal 400, status, "#{bad.inspect}: #{out}"
+      assert_match(/Content-Length/, JSON.parse(out)["error"])
+    end
+    assert @locks.flag?("f")
+    assert_equal 413, call.call((1 << 20).to_s)[0]
+    assert_equal 200, call.call(body.bytesize.to_s)[0]
+    refute @locks.flag?("f")
+  end
+
   def test_stop_raises_the_holders_stop_key
     worker = @locks.new_owner
     hold = worker.hold("report:42", ttl: 10, heartbeat: 0.05, stop_key: "report:42:stop")
@@ -180,5 +204,93 @@ class WebTokenTest < Minitest::Test
     assert hold.signal.wait(5)
   ensure
     hold&.release
+  end
+end
+
+# Findings 4 and 13 (Rack): the Host check and a TLS-terminating proxy.
+class WebHostTest < Minitest::Test
+  include OperatorTestHelpers
+
+  def setup
+    @locks = MistriLocks::Memory.new
+    @locks.set_flag("secret:stop", ttl: 60)
+  end
+
+  def request(app, path, method: "GET", body: nil, headers: {})
+    env = Rack::MockRequest.env_for(path, method: method, input: body, **headers)
+    status, response_headers, out = app.call(env)
+    [status, response_headers, out.join]
+  end
+
+  # A DNS-rebinding request (its Host not one of the app's names) got the
+  # whole state (44a85b1). The app passes allowed_hosts to the core, which
+  # answers 421 before it reads the backend; the default is the loopback
+  # names (fail closed).
+  def test_the_host_check_refuses_other_hosts_with_421
+    default = MistriLocks::Web.new(@locks)
+    ["localhost", "localhost:3000", "127.0.0.1:9", "[::1]:3000"].each do |ok|
+      assert_equal 200, request(default, "/api/state", headers: { "HTTP_HOST" => ok })[0], ok
+    end
+    ["evil.example", "example.org", "localhost.evil.example"].each do |bad|
+      status, _, out = request(default, "/api/state", headers: { "HTTP_HOST" => bad })
+      assert_equal 421, status, "#{bad}: #{out}"
+      refute_includes out, "secret"
+    end
+    named = MistriLocks::Web.new(@locks, allowed_hosts: ["app.example", ".corp.example", "ops.example:9000"])
+    ["app.example:3000", "corp.example", "a.b.corp.example:1", "ops.example:9000"].each do |ok|
+      assert_equal 200, request(named, "/api/state", headers: { "HTTP_HOST" => ok })[0], ok
+    end
+    ["evil.example", "ops.example:9001", "xcorp.example", "localhost"].each do |bad|
+      assert_equal 421, request(named, "/api/state", headers: { "HTTP_HOST" => bad })[0], bad
+    end
+    anything = MistriLocks::Web.new(@locks, allowed_hosts: ["*"])
+    assert_equal 200, request(anything, "/api/state", headers: { "HTTP_HOST" => "evil.example" })[0]
+    acting = MistriLocks::Web.new(@locks, token: TOKEN)
+    status, = request(acting, "/api/clear", method: "POST", body: JSON.generate(key: "secret:stop"),
+                                            headers: { "HTTP_HOST" => "evil.example", "CONTENT_TYPE" => "application/json",
+                                                       "HTTP_AUTHORIZATION" => "Bearer #{TOKEN}" })
+    assert_equal 421, status
+    assert @locks.flag?("secret:stop")
+  end
+
+  # Behind a TLS-terminating proxy every action was 403 (Origin https://…
+  # against the request's http). With trust_forwarded the scheme and host
+  # come from X-Forwarded-Proto/-Host, for the Host and same-origin checks.
+  def test_behind_a_tls_proxy_trust_forwarded_takes_scheme_and_host_from_the_proxy
+    proxied = { "HTTP_HOST" => "127.0.0.1:3000", "HTTP_X_FORWARDED_PROTO" => "https",
+                "HTTP_X_FORWARDED_HOST" => "ops.example" }
+    clear = lambda do |app|
+      @locks.set_flag("f", ttl: 60)
+      _, headers, = request(app, "/", headers: proxied)
+      cookie = headers["set-cookie"][/mistri_locks_csrf=[0-9a-f]+/]
+      request(app, "/api/clear", method: "POST", body: JSON.generate(key: "f"),
+                                 headers: proxied.merge("CONTENT_TYPE" => "application/json", "HTTP_COOKIE" => cookie,
+                                                        "HTTP_ORIGIN" => "https://ops.example",
+                                                        "HTTP_X_CSRF_TOKEN" => cookie.split("=")[1]))[0]
+    end
+    behind = MistriLocks::Web.new(@locks, allowed_hosts: ["ops.example"], trust_forwarded: true) { true }
+    assert_equal 200, clear.call(behind)
+    refute @locks.flag?("f")
+    status, = request(behind, "/api/state", headers: proxied.merge("HTTP_X_FORWARDED_HOST" => "evil.example"))
+    assert_equal 421, status
+    plain = MistriLocks::Web.new(@locks, allowed_hosts: ["ops.example", "127.0.0.1"]) { true }
+    assert_equal 403, clear.call(plain), "without trust_forwarded the action is cross-origin"
+    assert @locks.flag?("f")
+  end
+
+  # The options reach the core by name: a misspelt field is an error, not
+  # an absent value; bad allowed_hosts are refused at construction.
+  def test_host_options_are_checked_and_passed_by_name
+    assert_raises(TypeError) { MistriLocks::Web.new(@locks, allowed_hosts: "app.example") }
+    assert_raises(TypeError) { MistriLocks::Web.new(@locks, allowed_hosts: [""]) }
+    assert_raises(TypeError) { MistriLocks::Web.new(@locks, trust_forwarded: "yes") }
+    e = assert_raises(ArgumentError) { @locks.send(:_operator_handle, { method: "GET" }, { allowed_host: ["*"] }) }
+    assert_match(/unknown option field :allowed_host/, e.message)
+    e = assert_raises(ArgumentError) { @locks.send(:_operator_handle, { hots: "x" }, {}) }
+    assert_match(/unknown request field :hots/, e.message)
+    assert_raises(TypeError) { @locks.send(:_operator_handle, { method: "GET" }, { allowed_hosts: "app.example" }) }
+    assert_raises(TypeError) { @locks.send(:_operator_handle, { "method" => "GET" }, {}) }
+    status, = @locks.send(:_operator_handle, { method: "GET", path: "/api/state", host: "x.example" }, { allowed_hosts: ["*"] })
+    assert_equal 200, status
   end
 end

@@ -149,7 +149,11 @@ impl OperatorResponse {
             404 => "Not Found",
             405 => "Method Not Allowed",
             409 => "Conflict",
+            408 => "Request Timeout",
             413 => "Content Too Large",
+            421 => "Misdirected Request",
+            431 => "Request Header Fields Too Large",
+            503 => "Service Unavailable",
             502 => "Bad Gateway",
             _ => "Error",
         }
@@ -168,6 +172,11 @@ pub fn handle(
     opts: &OperatorOptions,
     req: &OperatorRequest<'_>,
 ) -> OperatorResponse {
+    // The Host check comes first: nothing is read for a page of another
+    // site that rebound its name to this address.
+    if let Err(refusal) = check_host(opts, req) {
+        return refusal;
+    }
     let read = matches!(req.method, "GET" | "HEAD");
     match req.path {
         "" | "/" | "/index.html" if read => page(opts, req),
@@ -219,7 +228,7 @@ pub fn handle(
             if !key.starts_with(&opts.prefix) {
                 return OperatorResponse::reply(403, false, "the key is outside the served prefix");
             }
-            act(locks, &req.path[5..], &key)
+            act(locks, &req.path[5..], &key, &opts.prefix)
         }
         "" | "/" | "/index.html" | "/api/state" | "/metrics" => {
             let mut r = OperatorResponse::reply(405, false, "use GET");
@@ -230,9 +239,9 @@ pub fn handle(
     }
 }
 
-fn act(locks: &Locks, action: &str, key: &str) -> OperatorResponse {
+fn act(locks: &Locks, action: &str, key: &str, prefix: &str) -> OperatorResponse {
     let result = match action {
-        "stop" => stop_holders(locks, key),
+        "stop" => stop_holders(locks, key, prefix),
         "clear" => locks
             .clear_flag(key)
             .map(|()| Ok(format!("lowered flag {key}"))),
@@ -254,38 +263,119 @@ fn act(locks: &Locks, action: &str, key: &str) -> OperatorResponse {
 
 type Outcome = std::result::Result<String, (u16, String)>;
 
-/// Raises the stop key of every holder of `key` that watches one.
-pub(crate) fn stop_holders(locks: &Locks, key: &str) -> crate::Result<Outcome> {
+/// Raises the stop key of every holder of `key` that watches one, when
+/// every such stop key lies under `prefix` (the served prefix: a Stop
+/// through the page raises nothing outside it; 409 names the one outside).
+pub(crate) fn stop_holders(locks: &Locks, key: &str, prefix: &str) -> crate::Result<Outcome> {
     let Some(info) = locks.info(key)? else {
         return Ok(Err((404, format!("no live lease on {key}"))));
     };
-    let mut raised: Vec<String> = Vec::new();
+    let mut stops: Vec<&str> = Vec::new();
     for h in &info.holders {
         if let Some(stop) = super::state::stop_key(h) {
-            if !raised.iter().any(|r| r == stop) {
-                locks.set_flag(stop, FLAG_TTL)?;
-                raised.push(stop.to_owned());
+            if !stop.starts_with(prefix) {
+                return Ok(Err((
+                    409,
+                    format!(
+                        "the holder of {key} watches the stop key {stop}, outside the served prefix {prefix}; nothing was raised (raise it where that prefix is served, or Break)"
+                    ),
+                )));
+            }
+            if !stops.contains(&stop) {
+                stops.push(stop);
             }
         }
     }
-    if raised.is_empty() {
+    if stops.is_empty() {
         return Ok(Err((
             409,
             format!("the holder of {key} watches no stop key (Break deletes the lease instead)"),
         )));
     }
-    Ok(Ok(format!("raised {}", raised.join(", "))))
+    for stop in &stops {
+        locks.set_flag(stop, FLAG_TTL)?;
+    }
+    Ok(Ok(format!("raised {}", stops.join(", "))))
+}
+
+/// The last value of a comma-separated forwarded header (the one the
+/// nearest proxy, the trusted one, added).
+fn last_value(header: Option<&str>) -> Option<&str> {
+    header
+        .and_then(|h| h.rsplit(',').next())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// The host the client asked for: `X-Forwarded-Host` when trusted and
+/// present, else `Host`.
+fn effective_host<'a>(opts: &OperatorOptions, req: &OperatorRequest<'a>) -> Option<&'a str> {
+    let forwarded = if opts.trust_forwarded {
+        last_value(req.forwarded_host)
+    } else {
+        None
+    };
+    forwarded.or(req.host.map(str::trim).filter(|h| !h.is_empty()))
+}
+
+/// The scheme the client used: `X-Forwarded-Proto` when trusted and
+/// present (`http` or `https`), else the server's own.
+fn effective_scheme<'a>(opts: &OperatorOptions, req: &OperatorRequest<'a>) -> &'a str {
+    let forwarded = if opts.trust_forwarded {
+        last_value(req.forwarded_proto)
+    } else {
+        None
+    };
+    match forwarded {
+        Some(p) if p.eq_ignore_ascii_case("https") => "https",
+        Some(p) if p.eq_ignore_ascii_case("http") => "http",
+        _ if req.scheme.is_empty() => "http",
+        _ => req.scheme,
+    }
+}
+
+fn plain_text(status: u16, message: &str) -> OperatorResponse {
+    OperatorResponse::new(status, "text/plain; charset=utf-8", format!("{message}\n"))
+}
+
+fn check_host(opts: &OperatorOptions, req: &OperatorRequest<'_>) -> Result<(), OperatorResponse> {
+    let header = if opts.trust_forwarded && last_value(req.forwarded_host).is_some() {
+        "X-Forwarded-Host"
+    } else {
+        "Host"
+    };
+    let Some(host) = effective_host(opts, req) else {
+        return Err(plain_text(
+            400,
+            "a request without a Host header is refused (this server answers only to the hosts it is told)",
+        ));
+    };
+    if super::hosts::allowed(&opts.allowed_hosts, host) {
+        return Ok(());
+    }
+    // Echo the host only when it is a plain host name (it is the client's
+    // own text, shown back as text/plain).
+    let shown: String = if super::hosts::split(host).is_some() && host.len() <= 255 {
+        host.to_owned()
+    } else {
+        "(not a host name)".to_owned()
+    };
+    let name = super::hosts::split(host).map_or_else(|| shown.clone(), |(n, _)| n);
+    Err(plain_text(
+        421,
+        &format!(
+            "this server does not answer to the {header} {shown:?}: allow it with `serve --allow-host {name}` \
+             (or allowed_hosts in the Rack or WSGI app); the default is the loopback names and the listen address"
+        ),
+    ))
 }
 
 fn may_act(opts: &OperatorOptions, req: &OperatorRequest<'_>) -> Result<(), &'static str> {
     if !opts.allow_actions {
         return Err("this server is read-only (actions are not enabled)");
     }
-    let bearer = match (
-        &opts.token,
-        req.authorization.and_then(|a| a.strip_prefix("Bearer ")),
-    ) {
-        (Some(token), Some(given)) => same_secret(token.as_bytes(), given.trim().as_bytes()),
+    let bearer = match (&opts.token, req.authorization.and_then(bearer_token)) {
+        (Some(token), Some(given)) => same_secret(token.as_bytes(), given.as_bytes()),
         _ => false,
     };
     if !bearer && req.host_authorized != Some(true) {
@@ -293,14 +383,10 @@ fn may_act(opts: &OperatorOptions, req: &OperatorRequest<'_>) -> Result<(), &'st
     }
     match req.origin {
         Some(origin) => {
-            let host = req.host.unwrap_or_default();
-            let scheme = if req.scheme.is_empty() {
-                "http"
-            } else {
-                req.scheme
-            };
-            if host.is_empty() || origin != format!("{scheme}://{host}") {
-                return Err("cross-origin request refused");
+            let host = effective_host(opts, req).unwrap_or_default();
+            let scheme = effective_scheme(opts, req);
+            if host.is_empty() || !origin.eq_ignore_ascii_case(&format!("{scheme}://{host}")) {
+                return Err("cross-origin request refused (behind a TLS proxy: trust_forwarded, serve --trust-forwarded)");
             }
         }
         None if !bearer => return Err("a request without an Origin header needs the bearer token"),
@@ -314,6 +400,17 @@ fn may_act(opts: &OperatorOptions, req: &OperatorRequest<'_>) -> Result<(), &'st
         }
     }
     Ok(())
+}
+
+/// The token of `Authorization: Bearer <token>`, the scheme in any case
+/// (RFC 9110 §11.1), the token trimmed.
+fn bearer_token(header: &str) -> Option<&str> {
+    let header = header.trim_start();
+    let (scheme, rest) = header.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || !rest.starts_with([' ', '\t']) {
+        return None;
+    }
+    Some(rest.trim())
 }
 
 /// Compares two secrets in time that depends on their lengths only.
@@ -377,7 +474,7 @@ fn page(opts: &OperatorOptions, req: &OperatorRequest<'_>) -> OperatorResponse {
     let mut r = OperatorResponse::new(200, "text/html; charset=utf-8", html);
     let path = if req.mount.is_empty() { "/" } else { req.mount };
     let mut cookie = format!("{CSRF_COOKIE}={csrf}; Path={path}; SameSite=Strict; HttpOnly");
-    if req.scheme == "https" {
+    if effective_scheme(opts, req) == "https" {
         cookie.push_str("; Secure");
     }
     r.headers.push(("Set-Cookie".into(), cookie));

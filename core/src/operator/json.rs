@@ -40,7 +40,9 @@ pub(crate) fn seconds(out: &mut String, s: Option<f64>) {
 }
 
 /// Reads one flat JSON object whose values are strings (other values are
-/// skipped when they are scalars) and returns the value of `field`.
+/// skipped when they are scalars) and returns the value of `field`. A name
+/// given twice is an error (which of the two a proxy or a log read is not
+/// known), and so is `field` with a value that is not a string.
 ///
 /// # Errors
 /// A message for the caller when `body` is not such an object.
@@ -52,6 +54,7 @@ pub(crate) fn field(body: &str, field: &str) -> Result<Option<String>, String> {
     p.ws();
     p.expect(b'{')?;
     let mut found = None;
+    let mut seen = std::collections::HashSet::new();
     p.ws();
     if p.peek() == Some(b'}') {
         return Ok(None);
@@ -59,6 +62,9 @@ pub(crate) fn field(body: &str, field: &str) -> Result<Option<String>, String> {
     loop {
         p.ws();
         let name = p.string()?;
+        if !seen.insert(name.clone()) {
+            return Err(format!("the body names {name:?} more than once"));
+        }
         p.ws();
         p.expect(b':')?;
         p.ws();
@@ -69,6 +75,9 @@ pub(crate) fn field(body: &str, field: &str) -> Result<Option<String>, String> {
             }
         } else {
             p.scalar()?;
+            if name == field {
+                return Err(format!("\"{field}\" must be a string"));
+            }
         }
         p.ws();
         match p.next() {
@@ -211,6 +220,9 @@ mod tests {
             r#"{"key": "x""#,
             r#"{"key": {}}"#,
             r#"{"key":"x"} junk"#,
+            r#"{"key": "a", "key": "b"}"#,
+            r#"{"key": "a", "x": 1, "x": 2}"#,
+            r#"{"key": 5}"#,
         ] {
             assert!(field(bad, "key").is_err(), "{bad}");
         }

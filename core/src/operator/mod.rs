@@ -17,11 +17,14 @@
 //! submit (cookie and page), so any number of server processes behind one
 //! address agree without sharing a secret. docs/OPERATING.md is the guide.
 
+mod hosts;
 mod http;
 mod json;
 mod metrics;
 mod state;
+pub mod wire;
 
+pub use hosts::LOOPBACK as LOOPBACK_HOSTS;
 pub use http::{
     handle, query_param, too_large, OperatorOptions, OperatorRequest, OperatorResponse,
     CSRF_COOKIE, MAX_BODY, PAGE,
@@ -40,5 +43,5 @@ pub fn stop_holders(
     locks: &crate::Locks,
     key: &str,
 ) -> crate::Result<std::result::Result<String, (u16, String)>> {
-    http::stop_holders(locks, key)
+    http::stop_holders(locks, key, "")
 }

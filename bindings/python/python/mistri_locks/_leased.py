@@ -15,6 +15,11 @@ spawned from it, sees the hold of the call that started it (asyncio copies
 the context into a task; ``contextvars.copy_context().run`` carries it into
 a thread), while two calls running side by side never see each other's.
 
+A backend that can't be reached when a call starts raises its
+``ConnectionError`` (the function does not run), with a warning on the
+``mistri_locks`` logger: a job queue that retries failed jobs runs it again
+(RQ: enqueue with ``retry=Retry(max=…, interval=…)``).
+
 Errors: bad options raise at decoration time (``TypeError`` for an unknown
 option or a template naming a missing argument, ``ValueError`` for a bad
 value); a template that cannot be formatted for one call's arguments fails
@@ -26,6 +31,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import logging
 import math
 import string
 from typing import (
@@ -40,13 +46,15 @@ from typing import (
     cast,
 )
 
-from ._native import FLAG_TTL, HEARTBEAT, LEASE_TTL, ConfigError, Error, Hold, Locks
+from ._native import FLAG_TTL, HEARTBEAT, LEASE_TTL, ConfigError, ConnectionError, Error, Hold, Locks
 from ._native import locks as _configured_locks
 
 if TYPE_CHECKING:
     from ._aio import HoldContext
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("mistri_locks")
 
 #: ``on_conflict`` values every face accepts (the Celery face adds "retry").
 CONFLICT_MODES = ("skip", "raise")
@@ -273,6 +281,14 @@ class LeaseSpec:
         """The hold for one call, or None when the lease is held elsewhere."""
         return self.resolve_locks().hold(key, **self._hold_args(stop_key))
 
+    def warn_unreachable(self, fn: Callable[..., Any], key: str, error: BaseException) -> None:
+        """The warning of a call whose backend could not be reached at start."""
+        logger.warning(
+            "mistri_locks: %s: the lease backend is unreachable at start (%s); the call fails "
+            "without running (lease %r); a job queue that retries runs it again",
+            getattr(fn, "__qualname__", fn), error, key,
+        )
+
     def start_async(self, key: str, stop_key: Optional[str]) -> HoldContext:
         return self.resolve_locks().hold_async(key, **self._hold_args(stop_key))
 
@@ -373,7 +389,11 @@ def _sync_wrapper(fn: Callable[..., Any], spec: LeaseSpec) -> Callable[..., Any]
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         key, stop_key = spec.keys(args, kwargs)
-        hold = spec.start(key, stop_key)
+        try:
+            hold = spec.start(key, stop_key)
+        except ConnectionError as e:
+            spec.warn_unreachable(fn, key, e)
+            raise
         if hold is None:
             return _conflict(spec, key, args, kwargs)
         return run_held(hold, fn, args, kwargs)

@@ -260,21 +260,8 @@ def _deliver_pending(timeout: Optional[_Seconds] = None) -> bool: ...
 def _stop_dispatch() -> None: ...
 def _operator_handle(
     locks: Locks,
-    method: str,
-    path: str,
-    query: str,
-    mount: str,
-    scheme: str,
-    host: Optional[str],
-    origin: Optional[str],
-    authorization: Optional[str],
-    csrf: Optional[str],
-    cookie: Optional[str],
-    body: bytes,
-    host_authorized: Optional[bool],
-    prefix: str,
-    allow_actions: bool,
-    token: Optional[str],
+    request: dict[str, Any],
+    options: dict[str, Any],
 ) -> tuple[int, list[tuple[str, str]], bytes]: ...
 def _stats_prometheus(locks: Locks) -> str: ...
 

@@ -19,7 +19,20 @@ formatted from the task's arguments) plus, for ``on_conflict="retry"``,
 dead holder can block the key) and ``max_retries`` (default: no limit, as
 the lease always frees within its ttl; Celery counts these retries in
 ``request.retries`` with any others). Bad options raise when Celery
-creates the task class.
+creates the task class, and so does ``stop_key``: a task watches
+``job:<task id>:stop``, never a template of its own.
+
+A backend that can't be reached when the task starts
+(``mistri_locks.ConnectionError``) does not lose the job, whatever
+``on_conflict`` says: the task is retried after ``countdown`` seconds, at
+most ``max_retries`` times (default: the task's own ``max_retries``,
+Celery's 3), with a warning in the task's log; the last attempt fails
+with the ``ConnectionError``.
+
+Eager mode (``task_always_eager``, or ``task.apply()``): Celery would run
+a retry at once, inside the call, ignoring the countdown. Instead a busy
+key under ``"retry"`` raises ``Conflict`` and an unreachable backend its
+``ConnectionError``, to the caller, on the first attempt.
 
 Each task call watches the stop key ``job:<task id>:stop``
 (``stop_key(task_id)``), the format the Ruby face uses for ActiveJob and
@@ -41,8 +54,12 @@ from typing import Any, ClassVar, Optional
 
 from celery import Task  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
+from celery.utils.log import get_task_logger  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
 from ._leased import Conflict, LeaseSpec, job_stop_key, run_held, stop_job
-from ._native import FLAG_TTL, Locks
+from ._native import FLAG_TTL, ConnectionError, Locks
+
+logger = get_task_logger(__name__)
 
 _CELERY_OPTIONS = frozenset({"countdown", "max_retries"})
 
@@ -86,6 +103,7 @@ class LeasedTask(Task):  # type: ignore[misc]
     _lease_spec: ClassVar[Optional[LeaseSpec]] = None
     _lease_countdown: ClassVar[float] = 0.0
     _lease_max_retries: ClassVar[int] = _NO_LIMIT
+    _lease_backend_retries: ClassVar[Optional[int]] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -97,6 +115,11 @@ class LeasedTask(Task):  # type: ignore[misc]
             return
         if not isinstance(options, dict):
             raise TypeError(f"LeasedTask: lease= must be a dict of options, got {options!r}")
+        if "stop_key" in options:
+            raise TypeError(
+                "LeasedTask: lease option 'stop_key' is not honoured: each task call watches "
+                "job:<task id>:stop (mistri_locks.celery.stop_key(task_id))"
+            )
         fn, signature = _run_signature(cls)
         spec = LeaseSpec(
             fn, options, modes=("skip", "raise", "retry"), extra=_CELERY_OPTIONS, signature=signature
@@ -110,6 +133,7 @@ class LeasedTask(Task):  # type: ignore[misc]
         cls._lease_spec = spec
         cls._lease_countdown = float(countdown)
         cls._lease_max_retries = _NO_LIMIT if max_retries is None else max_retries
+        cls._lease_backend_retries = max_retries
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         spec = type(self)._lease_spec
@@ -117,9 +141,35 @@ class LeasedTask(Task):  # type: ignore[misc]
             return super().__call__(*args, **kwargs)
         key, _ = spec.keys(args, kwargs)
         task_id = getattr(self.request, "id", None)
-        hold = spec.start(key, stop_key(task_id) if task_id else None)
+        eager = bool(getattr(self.request, "is_eager", False))
+        try:
+            hold = spec.start(key, stop_key(task_id) if task_id else None)
+        except ConnectionError as e:
+            if eager:
+                raise
+            limit = type(self)._lease_backend_retries
+            if limit is None:
+                limit = self.max_retries
+            retries = getattr(self.request, "retries", 0)
+            countdown = self._lease_countdown
+            if limit is not None and retries >= limit:
+                logger.warning(
+                    "mistri_locks: %s[%s]: the lease backend is unreachable at start (%s); "
+                    "no retry left (max_retries=%d): the task fails", self.name, task_id, e, limit,
+                )
+            else:
+                logger.warning(
+                    "mistri_locks: %s[%s]: the lease backend is unreachable at start (%s); "
+                    "retry %d of %s in %.3g s", self.name, task_id, e, retries + 1,
+                    "unlimited" if limit is None else limit, countdown,
+                )
+            raise self.retry(exc=e, countdown=countdown, max_retries=limit)
         if hold is None:
             if spec.on_conflict == "retry":
+                if eager:
+                    # Celery runs an eager retry at once, recursively,
+                    # ignoring the countdown: refuse instead.
+                    raise Conflict(key)
                 raise self.retry(
                     countdown=self._lease_countdown, max_retries=self._lease_max_retries
                 )

@@ -23,8 +23,15 @@ retried), ``"raise"`` fails it with ``LeaseConflict`` (a ``Conflict``) so that D
 ``Retries`` middleware retries it with its backoff, a callable is called
 with the message's arguments and the message is then skipped.
 
+A backend that can't be reached when the message starts
+(``mistri_locks.ConnectionError``) fails the message with ``LeaseFailed``
+and a warning in the worker's log, whatever ``on_conflict`` says, so that
+Dramatiq's ``Retries`` middleware retries it with its backoff (bounded by
+the actor's ``max_retries``): the message is not lost.
+
 Each message watches the stop key ``job:<message id>:stop`` (the format of
-every face, see ``mistri_locks.celery``). Unlike Dramatiq's
+every face, see ``mistri_locks.celery``); a ``stop_key`` option is refused
+at declaration. Unlike Dramatiq's
 ``ConcurrentRateLimiter`` (no owner, a fixed TTL), the lease is renewed
 while the actor runs and is owned: a stale worker can't release a new
 holder's lease.
@@ -37,10 +44,11 @@ import threading
 from typing import Any, Optional
 
 import dramatiq
+from dramatiq.logging import get_logger
 from dramatiq.middleware import MiddlewareError, SkipMessage
 
 from ._leased import Conflict, LeaseSpec, _current, job_stop_key, stop_job
-from ._native import FLAG_TTL, Error, Hold, Locks
+from ._native import FLAG_TTL, ConnectionError, Error, Hold, Locks
 
 #: The stop flag a leased message watches: ``job:<message id>:stop``.
 stop_key = job_stop_key
@@ -84,6 +92,7 @@ class Leased(dramatiq.Middleware):  # type: ignore[misc, unused-ignore]
         self._specs: dict[str, LeaseSpec] = {}
         self._held: dict[str, tuple[Hold, contextvars.Token[Optional[Hold]]]] = {}
         self._mutex = threading.Lock()
+        self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call, unused-ignore]
 
     @property
     def actor_options(self) -> set[str]:
@@ -95,6 +104,11 @@ class Leased(dramatiq.Middleware):  # type: ignore[misc, unused-ignore]
             return
         if not isinstance(options, dict):
             raise LeaseOptionsTypeError(f"Leased: lease= must be a dict of options, got {options!r}")
+        if "stop_key" in options:
+            raise LeaseOptionsTypeError(
+                f"Leased: {actor.actor_name}: lease option 'stop_key' is not honoured: each message "
+                "watches job:<message id>:stop (mistri_locks.dramatiq.stop_key(message_id))"
+            )
         if self.locks is not None and "locks" not in options:
             options = {**options, "locks": self.locks}
         try:
@@ -111,6 +125,14 @@ class Leased(dramatiq.Middleware):  # type: ignore[misc, unused-ignore]
         try:
             key, _ = spec.keys(tuple(message.args), message.kwargs)
             hold = spec.start(key, job_stop_key(message.message_id))
+        except ConnectionError as e:
+            retries = message.options.get("retries", 0)
+            self.logger.warning(
+                "mistri_locks: %s (message %s): the lease backend is unreachable at start (%s); "
+                "the message fails and Dramatiq's Retries retries it (retries so far: %d)",
+                message.actor_name, message.message_id, e, retries,
+            )
+            raise LeaseFailed(f"lease for {message.actor_name}: {e}") from e
         except Exception as e:
             raise LeaseFailed(f"lease for {message.actor_name}: {e}") from e
         if hold is None:

@@ -18,6 +18,18 @@ WSGI environ from :func:`app` and Django's ``HttpRequest`` from
 :func:`django_urls`; it is called for actions only (protect viewing with the
 host's own routes or middleware).
 
+Host check (DNS rebinding): a request whose ``Host`` is not in
+``allowed_hosts`` is refused (421) before anything is read from the
+backend. ``name`` matches that host on any port, ``name:port`` that port,
+``.example.com`` the domain and its subdomains, ``*`` any host. :func:`app`
+defaults to the loopback names only (``localhost``, ``127.0.0.1``,
+``[::1]``); :func:`django_urls` to ``settings.ALLOWED_HOSTS``, which
+Django checks too. Pass ``allowed_hosts=["*"]`` only where the app's own
+Host check covers the mount. ``trust_forwarded=True`` (behind a
+TLS-terminating proxy that sets them): the scheme and host come from
+``X-Forwarded-Proto`` / ``X-Forwarded-Host``, for the Host check and the
+same-origin check alike.
+
 Nothing of Django is imported until :func:`django_urls` is called.
 """
 
@@ -43,6 +55,8 @@ class _Options:
         token: Optional[str],
         allow_actions: Optional[bool],
         prefix: str,
+        allowed_hosts: Iterable[str],
+        trust_forwarded: bool,
     ) -> None:
         if authorize is not None and not callable(authorize):
             raise TypeError("authorize must be callable (request -> bool)")
@@ -58,6 +72,21 @@ class _Options:
             raise ValueError("allow_actions needs authorize= or token=")
         self.allow_actions = bool(allow_actions)
         self.prefix = prefix
+        if isinstance(allowed_hosts, (str, bytes)):
+            raise TypeError("allowed_hosts must be a list of host names, not one string")
+        hosts = list(allowed_hosts)
+        for host in hosts:
+            if not isinstance(host, str) or not host:
+                raise TypeError(f"allowed_hosts: each entry must be a non-empty str, got {host!r}")
+        if not isinstance(trust_forwarded, bool):
+            raise TypeError("trust_forwarded must be a bool")
+        self.options: Dict[str, Any] = {
+            "prefix": prefix,
+            "allow_actions": self.allow_actions,
+            "token": token,
+            "allowed_hosts": hosts,
+            "trust_forwarded": trust_forwarded,
+        }
 
 
 def _respond(
@@ -76,34 +105,48 @@ def _respond(
     host = meta.get("HTTP_HOST")
     if not host:
         host = "%s:%s" % (meta.get("SERVER_NAME", ""), meta.get("SERVER_PORT", ""))
-    return _native._operator_handle(
-        locks,
-        method,
-        path or "/",
-        meta.get("QUERY_STRING", ""),
-        mount,
-        meta.get("wsgi.url_scheme", "http"),
-        host,
-        meta.get("HTTP_ORIGIN"),
-        meta.get("HTTP_AUTHORIZATION"),
-        meta.get("HTTP_X_CSRF_TOKEN"),
-        meta.get("HTTP_COOKIE"),
-        body,
-        host_authorized,
-        opts.prefix,
-        opts.allow_actions,
-        opts.token,
-    )
+    request_fields: Dict[str, Any] = {
+        "method": method,
+        "path": path or "/",
+        "query": meta.get("QUERY_STRING", ""),
+        "mount": mount,
+        "scheme": meta.get("wsgi.url_scheme", "http"),
+        "host": host,
+        "forwarded_proto": meta.get("HTTP_X_FORWARDED_PROTO"),
+        "forwarded_host": meta.get("HTTP_X_FORWARDED_HOST"),
+        "origin": meta.get("HTTP_ORIGIN"),
+        "authorization": meta.get("HTTP_AUTHORIZATION"),
+        "csrf": meta.get("HTTP_X_CSRF_TOKEN"),
+        "cookie": meta.get("HTTP_COOKIE"),
+        "body": body,
+        "host_authorized": host_authorized,
+    }
+    return _native._operator_handle(locks, request_fields, opts.options)
 
 
-def _too_large(meta: Any) -> bool:
-    try:
-        return int(meta.get("CONTENT_LENGTH") or 0) > _native._OPERATOR_MAX_BODY
-    except ValueError:
-        return True
+_Response = Tuple[int, List[Tuple[str, str]], bytes]
+
+_REFUSED: _Response = (
+    413, [("Content-Type", "application/json")], b'{"ok":false,"error":"the body is larger than 64 KiB"}'
+)
+_BAD_LENGTH: _Response = (
+    400, [("Content-Type", "application/json")],
+    b'{"ok":false,"error":"Content-Length must be a non-negative decimal integer"}',
+)
 
 
-_REFUSED = (413, [("Content-Type", "application/json")], b'{"ok":false,"error":"the body is larger than 64 KiB"}')
+def _body_length(meta: Any) -> Tuple[int, Optional[_Response]]:
+    """The request's Content-Length, or the refusal: 400 for one that is not
+    a non-negative decimal integer, 413 above the largest body read."""
+    raw = meta.get("CONTENT_LENGTH") or ""
+    if raw == "":
+        return 0, None
+    if not (isinstance(raw, str) and raw.isascii() and raw.isdigit()):
+        return 0, _BAD_LENGTH
+    length = int(raw)
+    if length > _native._OPERATOR_MAX_BODY:
+        return 0, _REFUSED
+    return length, None
 
 
 def app(
@@ -113,22 +156,26 @@ def app(
     token: Optional[str] = None,
     allow_actions: Optional[bool] = None,
     prefix: str = "",
+    allowed_hosts: Iterable[str] = (),
+    trust_forwarded: bool = False,
 ) -> WSGIApp:
     """A WSGI app serving the operator's page for ``locks``.
 
     Mount it anywhere (``SCRIPT_NAME`` is its mount point), e.g. with
     werkzeug's ``DispatcherMiddleware`` or Flask's ``app.wsgi_app``.
     ``prefix`` limits what is shown and acted on to keys under it.
+    ``allowed_hosts`` (default: the loopback names only) and
+    ``trust_forwarded``: see the module's doc.
     """
     if not isinstance(locks, Locks):
         raise TypeError("locks must be a mistri_locks handle (Memory(), Redis(…), …)")
-    opts = _Options(authorize, token, allow_actions, prefix)
+    opts = _Options(authorize, token, allow_actions, prefix, allowed_hosts, trust_forwarded)
 
     def wsgi(environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        if _too_large(environ):
-            status, headers, body = _REFUSED
+        length, refusal = _body_length(environ)
+        if refusal is not None:
+            status, headers, body = refusal
         else:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
             data = environ["wsgi.input"].read(length) if length else b""
             status, headers, body = _respond(
                 locks, opts, environ, environ.get("PATH_INFO", "/"),
@@ -145,7 +192,7 @@ def app(
 
 _REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large",
-            502: "Bad Gateway"}
+            421: "Misdirected Request", 502: "Bad Gateway"}
 
 
 def django_urls(
@@ -155,6 +202,8 @@ def django_urls(
     token: Optional[str] = None,
     allow_actions: Optional[bool] = None,
     prefix: str = "",
+    allowed_hosts: Optional[Iterable[str]] = None,
+    trust_forwarded: bool = False,
 ) -> List[Any]:
     """URL patterns serving the page in Django::
 
@@ -165,6 +214,9 @@ def django_urls(
 
     The view is exempt from Django's CSRF middleware because the
     interface checks its own token (and the origin) on every action.
+    ``allowed_hosts`` defaults to ``settings.ALLOWED_HOSTS`` (read now).
+    Behind a TLS-terminating proxy, pass ``trust_forwarded=True`` beside
+    Django's ``SECURE_PROXY_SSL_HEADER`` (and ``USE_X_FORWARDED_HOST``).
     """
     from django.http import HttpResponse  # type: ignore[import-untyped, import-not-found, unused-ignore]
     from django.urls import re_path  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -172,7 +224,11 @@ def django_urls(
 
     if not isinstance(locks, Locks):
         raise TypeError("locks must be a mistri_locks handle (Memory(), Redis(…), …)")
-    opts = _Options(authorize, token, allow_actions, prefix)
+    if allowed_hosts is None:
+        from django.conf import settings  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+        allowed_hosts = list(settings.ALLOWED_HOSTS)
+    opts = _Options(authorize, token, allow_actions, prefix, allowed_hosts, trust_forwarded)
 
     @csrf_exempt  # type: ignore[untyped-decorator, misc, unused-ignore]
     def view(request: Any, rest: str = "") -> Any:
@@ -180,8 +236,9 @@ def django_urls(
         meta["REQUEST_METHOD"] = request.method
         full = request.path
         mount = full[: len(full) - len(rest)].rstrip("/")
-        if _too_large(meta):
-            status, headers, body = _REFUSED
+        _, refusal = _body_length(meta)
+        if refusal is not None:
+            status, headers, body = refusal
         else:
             status, headers, body = _respond(
                 locks, opts, meta, "/" + rest, mount, request.body, request

@@ -27,6 +27,12 @@ module MistriLocks
   # lease frees itself within ttl), not run time: the heartbeat renews it for
   # as long as perform runs.
   #
+  # A backend that can't be reached when perform starts
+  # (MistriLocks::ConnectionError) fails the job with that error and a
+  # warning in the job's log, whatever on_conflict says: Sidekiq puts it in
+  # its retry set (ActiveJob: retry_on, or the adapter's retry), so it runs
+  # again once the backend is back. It is not acked as done.
+  #
   # The hold watches the job's stop key, "job:<job id>:stop" (ActiveJob's
   # job_id, Sidekiq's jid): Job.stop(id) raises it, and so do Python's
   # mistri_locks.celery.stop(id), C's set_flag and `mistri-locks stop`. The
@@ -110,12 +116,20 @@ module MistriLocks
       # run the job again later. (Internal.)
       def perform_leased(options, args:, job_id:, job_class:, attempts:, logger:, reenqueue:)
         key = options.key_for(args) # a raising key lambda fails this job only
-        locks = options.locks_for
         payload = { key: key, job_id: job_id, job_class: job_class }
         stop = stop_key(job_id)
-        label = "#{locks.label} #{job_class}"
-        hold = locks.hold(key, ttl: options.ttl, heartbeat: options.heartbeat, stop_key: stop,
-                               wait: options.wait.positive? ? options.wait : nil, limit: options.limit, label: label)
+        begin
+          locks = options.locks_for
+          label = "#{locks.label} #{job_class}"
+          hold = locks.hold(key, ttl: options.ttl, heartbeat: options.heartbeat, stop_key: stop,
+                                 wait: options.wait.positive? ? options.wait : nil, limit: options.limit, label: label)
+        rescue MistriLocks::ConnectionError => e
+          # The job fails, and the queue's own retry runs it again (Sidekiq's
+          # retry set, ActiveJob's retry_on): never acked as done.
+          logger&.warn("mistri_locks: #{job_class} #{job_id}: the lease backend is unreachable at start " \
+                       "(#{e.message}); the job fails and is retried by the queue")
+          raise
+        end
         return conflict(options, payload, attempts, logger, reenqueue) unless hold
 
         instrument(payload.merge(event: :acquired, fence: hold.fence))

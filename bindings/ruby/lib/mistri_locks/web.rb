@@ -14,7 +14,9 @@ module MistriLocks
   #
   # In Rails routes:
   #
-  #   mount MistriLocks::Web.new(MistriLocks.locks) { |request| request.env["warden"].user&.admin? } => "/locks"
+  #   mount MistriLocks::Web.new(MistriLocks.locks, allowed_hosts: ["*"]) { |request|  # Host: config.hosts
+  #     request.env["warden"].user&.admin?
+  #   } => "/locks"
   #
   # Read-only unless an authorize block (or token:) is given. An action then
   # needs the block to return true for the request (a Rack::Request when
@@ -22,17 +24,30 @@ module MistriLocks
   # a same-origin request and the page's CSRF token. The block runs for
   # actions only: protect viewing with your routes (a constraint, Devise's
   # `authenticate`).
+  #
+  # Host check (DNS rebinding): a request whose Host is not in
+  # +allowed_hosts+ gets 421 before anything is read from the backend.
+  # "name" matches that host on any port, "name:port" that port,
+  # ".example.com" the domain and its subdomains, "*" any host. The default
+  # is the loopback names only (localhost, 127.0.0.1, [::1]): in Rails pass
+  # your names, or ["*"] where config.hosts (HostAuthorization) already
+  # covers the mount. +trust_forwarded+: true behind a TLS-terminating
+  # proxy that sets X-Forwarded-Proto / X-Forwarded-Host (the scheme and
+  # host for the Host and same-origin checks come from them).
   class Web
     ACTIONS = %w[/api/stop /api/clear /api/break].freeze
     REASONS = { 200 => "OK", 400 => "Bad Request", 403 => "Forbidden", 404 => "Not Found",
                 405 => "Method Not Allowed", 409 => "Conflict", 413 => "Content Too Large",
-                502 => "Bad Gateway" }.freeze
+                421 => "Misdirected Request", 502 => "Bad Gateway" }.freeze
     TOO_LARGE = [413, { "content-type" => "application/json" },
                  ['{"ok":false,"error":"the body is larger than 64 KiB"}']].freeze
+    BAD_LENGTH = [400, { "content-type" => "application/json" },
+                  ['{"ok":false,"error":"Content-Length must be a non-negative decimal integer"}']].freeze
 
     attr_reader :locks, :prefix
 
-    def initialize(locks, authorize: nil, token: nil, allow_actions: nil, prefix: "", &block)
+    def initialize(locks, authorize: nil, token: nil, allow_actions: nil, prefix: "", allowed_hosts: [],
+                   trust_forwarded: false, &block)
       unless locks.is_a?(MistriLocks::Locks)
         raise TypeError, "MistriLocks::Web.new takes a MistriLocks::Locks (Memory, Redis, Local, Postgres), got #{locks.class}"
       end
@@ -42,6 +57,12 @@ module MistriLocks
         raise ArgumentError, "token must be a String of at least 16 characters"
       end
       raise TypeError, "prefix must be a String" unless prefix.is_a?(String)
+      raise TypeError, "allowed_hosts must be an Array of host names, got #{allowed_hosts.class}" unless allowed_hosts.is_a?(Array)
+
+      allowed_hosts.each do |h|
+        raise TypeError, "allowed_hosts: each entry must be a non-empty String, got #{h.inspect}" unless h.is_a?(String) && !h.empty?
+      end
+      raise TypeError, "trust_forwarded must be true or false" unless [true, false].include?(trust_forwarded)
 
       allow_actions = !authorize.nil? || !token.nil? if allow_actions.nil?
       raise ArgumentError, "allow_actions needs authorize (a block) or token:" if allow_actions && !authorize && !token
@@ -51,25 +72,30 @@ module MistriLocks
       @token = token
       @allow_actions = allow_actions ? true : false
       @prefix = prefix
+      @options = { prefix: prefix, allow_actions: @allow_actions, token: token,
+                   allowed_hosts: allowed_hosts.map { |h| h.dup.freeze }.freeze, trust_forwarded: trust_forwarded }.freeze
     end
 
     def call(env)
       length = env["CONTENT_LENGTH"].to_s
+      return BAD_LENGTH.map(&:dup) unless length.empty? || length.match?(/\A[0-9]+\z/)
       return TOO_LARGE.map(&:dup) if length.to_i > MistriLocks::OPERATOR_MAX_BODY
 
-      body = env["rack.input"]&.read(length.to_i).to_s
+      body = length.empty? ? "" : env["rack.input"]&.read(length.to_i).to_s
       method = env["REQUEST_METHOD"].to_s
       path = env["PATH_INFO"].to_s
       path = "/" if path.empty?
       authorized = nil
       authorized = @authorize.call(request_for(env)) ? true : false if method == "POST" && ACTIONS.include?(path) && @authorize
       host = env["HTTP_HOST"] || "#{env["SERVER_NAME"]}:#{env["SERVER_PORT"]}"
-      status, headers, out = @locks.send(
-        :_operator_handle,
-        [method, path, env["QUERY_STRING"].to_s, env["SCRIPT_NAME"].to_s, env["rack.url_scheme"] || "http",
-         host, env["HTTP_ORIGIN"], env["HTTP_AUTHORIZATION"], env["HTTP_X_CSRF_TOKEN"], env["HTTP_COOKIE"],
-         body, authorized, @prefix, @allow_actions, @token]
-      )
+      request = {
+        method: method, path: path, query: env["QUERY_STRING"].to_s, mount: env["SCRIPT_NAME"].to_s,
+        scheme: env["rack.url_scheme"] || "http", host: host,
+        forwarded_proto: env["HTTP_X_FORWARDED_PROTO"], forwarded_host: env["HTTP_X_FORWARDED_HOST"],
+        origin: env["HTTP_ORIGIN"], authorization: env["HTTP_AUTHORIZATION"], csrf: env["HTTP_X_CSRF_TOKEN"],
+        cookie: env["HTTP_COOKIE"], body: body, host_authorized: authorized
+      }
+      status, headers, out = @locks.send(:_operator_handle, request, @options)
       response_headers = {}
       headers.each { |k, v| response_headers[k.downcase] = v }
       out = "" if method == "HEAD"

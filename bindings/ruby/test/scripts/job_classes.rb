@@ -129,4 +129,23 @@ if defined?(Sidekiq)
 
     def perform(_tag, witness, seconds) = work(witness, seconds)
   end
+
+  # Its lease backend (MISTRI_JOB_DOWN_URL) refuses connections when the job
+  # first starts; Sidekiq's retry runs it again once a redis-server listens.
+  module DownLocks
+    def self.get
+      @get ||= MistriLocks::Redis.new(url: ENV.fetch("MISTRI_JOB_DOWN_URL"), namespace: "mistri:down")
+    end
+  end
+
+  class SidekiqDownJob
+    include Sidekiq::Worker
+    sidekiq_options retry: 5, mistri_lease: { key: ->(args) { "down:#{args[0]}" }, ttl: JobTiming::TTL,
+                                              heartbeat: JobTiming::HEARTBEAT, locks: -> { DownLocks.get } }
+    sidekiq_retry_in { |_count, _error| 1 }
+
+    def perform(_tag, witness)
+      Witness.write(witness, "+", jid, lease.fence)
+    end
+  end
 end
