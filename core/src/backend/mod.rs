@@ -413,6 +413,14 @@ pub(crate) fn check_query(url: &str) -> Result<()> {
 /// names the nearest known option, or lists them. The value is not shown:
 /// a mistyped `sentinel_password=` would show a password.
 pub(crate) fn unknown_option(url: &str, key: &str, known: &[&str]) -> Error {
+    if password_unencoded(url) {
+        // The "option" may be a piece of the password: name neither.
+        return Error::InvalidArgument(format!(
+            "an unknown option in {}: is there a '/', '?' or '#' in the password? \
+             Percent-encode it (%2F, %3F, %23)",
+            shown_url(url)
+        ));
+    }
     let shown = shown_url(url);
     let scheme = url
         .split_once("://")
@@ -429,8 +437,21 @@ pub(crate) fn unknown_option(url: &str, key: &str, known: &[&str]) -> Error {
     Error::InvalidArgument(format!("unknown option {key:?} in {shown}; {hint}"))
 }
 
+/// Does `url` look like a password with a `/`, `?` or `#` that was not
+/// percent-encoded (`redis://:pa?ss@h/0`)? Then the authority as a URL
+/// parser reads it has a `:` but no `@`, and an `@` follows later.
+fn password_unencoded(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    !authority.contains('@') && authority.contains(':') && tail.contains('@')
+}
+
 /// `url` as an error may show it: the password `***`, no query or
-/// fragment (a query may carry a password too); a DSN by name only.
+/// fragment (a query may carry a password too); a DSN by name only; all
+/// but the scheme when a password seems to hold a `/`, `?` or `#`.
 pub(crate) fn shown_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return if is_dsn(url) {
@@ -439,9 +460,12 @@ pub(crate) fn shown_url(url: &str) -> String {
             format!("{url:?}")
         };
     };
-    let rest = rest.split(['?', '#']).next().unwrap_or("");
-    let end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
+    if password_unencoded(url) {
+        return format!("{scheme}://***");
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let path = tail.split(['?', '#']).next().unwrap_or("");
     let authority = match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
             Some((user, _)) => format!("{user}:***@{host}"),
@@ -515,6 +539,16 @@ mod tests {
             shown_url("redis://u:secret@h:1/0?sentinel_password=s#insecure"),
             "redis://u:***@h:1/0"
         );
+        // A password with an unencoded '?', '/' or '#': nothing of it shown.
+        for url in [
+            "redis://:se?cret=1@h:1/0",
+            "redis://u:se/cret@h:1/0?x=1",
+            "postgres://u:se?cret@h/db",
+        ] {
+            let e = check_query(url).unwrap_err().to_string();
+            assert!(!e.contains("cret") && !e.contains("se"), "{url}: {e}");
+            assert!(e.contains("Percent-encode"), "{url}: {e}");
+        }
     }
 
     #[test]
