@@ -234,3 +234,30 @@ fn a_file_url_query_is_an_option_and_file_takes_none() {
     names.sort();
     assert_eq!(names, ["x.db", "y.db?mode=ro"]);
 }
+
+#[test]
+fn redis_open_refuses_the_options_only_open_reads() {
+    use mistri_locks::Redis;
+    // Redis::open takes one server's URL and reads none of our options:
+    // it says so instead of dropping `min_replicas=all`.
+    for url in [
+        "redis://127.0.0.1:1/0?min_replicas=all",
+        "redis://127.0.0.1:1/0?eviction=accept",
+    ] {
+        let message = refused(url, Redis::open(url, "ns").map(Locks::new));
+        assert!(
+            message.contains("is read by mistri_locks::open"),
+            "{message}"
+        );
+    }
+    let message = refused(
+        "redis://127.0.0.1:1/0?min_replica=all",
+        Redis::open("redis://127.0.0.1:1/0?min_replica=all", "ns").map(Locks::new),
+    );
+    assert!(
+        message.contains("did you mean \"min_replicas\"?"),
+        "{message}"
+    );
+    Redis::open("redis://127.0.0.1:1/0", "ns").unwrap();
+    Redis::open("unix:///nonexistent/redis.sock?db=2", "ns").unwrap();
+}

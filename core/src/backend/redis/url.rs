@@ -270,6 +270,31 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
     Ok((rest, ack, sentinel_params))
 }
 
+/// For [`super::Redis::open`] and [`super::Redis::with_timeout`], which
+/// take one server's URL and read none of this backend's own options: an
+/// unknown option is refused as everywhere ([`crate::backend::check_query`]),
+/// and so is one of ours, which only [`crate::open`] and
+/// [`crate::Locks::redis`] read (silently dropping `min_replicas=all`
+/// would drop the safety it asks for).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the option.
+pub(crate) fn check_plain(url: &str) -> Result<()> {
+    crate::backend::check_query(url)?;
+    let query = url.split('#').next().unwrap_or("").split_once('?');
+    for pair in query.map_or("", |(_, q)| q).split('&') {
+        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+        if SENTINEL_OPTIONS.contains(&key) {
+            return Err(Error::InvalidArgument(format!(
+                "{key} in {} is read by mistri_locks::open and Locks::redis, not by Redis::open \
+                 (one server's URL, no options of ours): open it with one of those",
+                crate::backend::shown_url(url)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Parses the host-list forms (`scheme://[userinfo@]h1:p1,h2:p2[/path][?q][#f]`).
 pub(crate) fn parse_host_list(url: &str, base: &'static str) -> Result<UrlParts> {
     let bad = |why: &str| Error::Config(format!("cannot use Redis URL: {why}"));
