@@ -302,11 +302,9 @@ fn main() {
                 ErrorKind::DisplayHelp
                 | ErrorKind::DisplayVersion
                 | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-                    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                        let _ = e.print();
-                    } else {
-                        emit(&e.render().to_string());
-                    }
+                    // print() returns a write error (a closed pipe) rather
+                    // than panicking: the status below stands.
+                    let _ = e.print();
                     std::process::exit(
                         if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
                             EXIT_USAGE
