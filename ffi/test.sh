@@ -75,6 +75,7 @@ gcc "${CFLAGS[@]}" tests/c/list_stats.c "${LINK[@]}" -o "$WORK/list-stats"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/list_stats.c "${LINK[@]}" -o "$WORK/list-stats-asan"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/events.c "${LINK[@]}" -o "$WORK/events-asan"
 gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/metrics.c "${LINK[@]}" -o "$WORK/metrics-asan"
+gcc "${CFLAGS[@]}" "${SANITIZE[@]}" tests/c/url_options.c "${LINK[@]}" -o "$WORK/url-options-asan"
 gcc "${CFLAGS[@]}" examples/c/worker.c "${LINK[@]}" -o "$WORK/worker"
 gcc "${CFLAGS[@]}" tests/c/quickstart.c "${LINK[@]}" -o "$WORK/quickstart"
 # The quick start in ffi/README.md compiles as shown.
@@ -110,6 +111,11 @@ else
   echo "NOTE: g++ not found, the C++ check of the header did not run (apt-get install g++)"
 fi
 "$WORK/quickstart"
+
+step "C tests of URL options (an unknown one is MISTRI_INVALID_ARGUMENT at open), under ASan + UBSan"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  timeout 60 "$WORK/url-options-asan"
 
 step "start a throwaway redis-server on a free 127.0.0.1 port"
 free_port() {

@@ -27,7 +27,33 @@ mod show;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use mistri_locks::{Error, Family, Locks, OpenOptions};
+use show::term;
+use std::io::Write;
 use std::time::Duration;
+
+/// `eprintln!` that never panics: a closed stderr is no reason to stop
+/// (least of all mid-`run`, with a command and a lease to see to).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+pub(crate) use say;
+
+/// Writes `text` to stdout, every output path's one way out. A reader
+/// that went away (`| head -c 10`: EPIPE) ends the process quietly with
+/// status 0, as `ls | head` ends, instead of a panic (101); another
+/// write error is one line on stderr and status 1.
+pub fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        say!("mistri-locks: cannot write to stdout: {e}");
+        std::process::exit(EXIT_ERROR);
+    }
+}
 
 /// Exit status: an error (backend unreachable, refused folder, …).
 pub const EXIT_ERROR: i32 = 1;
@@ -276,6 +302,8 @@ fn main() {
                 ErrorKind::DisplayHelp
                 | ErrorKind::DisplayVersion
                 | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    // print() returns a write error (a closed pipe) rather
+                    // than panicking: the status below stands.
                     let _ = e.print();
                     std::process::exit(
                         if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
@@ -290,7 +318,7 @@ fn main() {
                     let text = e.to_string();
                     let first = text.lines().next().unwrap_or("bad usage");
                     let first = first.strip_prefix("error: ").unwrap_or(first);
-                    eprintln!("mistri-locks: {} (see --help)", one_line(first));
+                    say!("mistri-locks: {} (see --help)", term(&one_line(first)));
                     std::process::exit(EXIT_USAGE);
                 }
             }
@@ -299,7 +327,7 @@ fn main() {
     let status = match execute(cli) {
         Ok(status) => status,
         Err(f) => {
-            eprintln!("mistri-locks: {}", one_line(&f.message));
+            say!("mistri-locks: {}", term(&one_line(&f.message)));
             f.status
         }
     };
@@ -308,12 +336,9 @@ fn main() {
 
 fn execute(cli: Cli) -> Result<i32, Failure> {
     if let Command::Completions { shell } = cli.command {
-        clap_complete::generate(
-            shell,
-            &mut Cli::command(),
-            "mistri-locks",
-            &mut std::io::stdout(),
-        );
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "mistri-locks", &mut script);
+        emit(&String::from_utf8_lossy(&script));
         return Ok(0);
     }
     if let Command::Schema { schema } = &cli.command {
@@ -325,9 +350,9 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
             Error::Config(m) => Failure::usage(format!("bad schema name: {m}")),
             other => other.into(),
         })?;
-        print!("{sql}");
+        emit(&sql);
         if !sql.ends_with('\n') {
-            println!();
+            emit("\n");
         }
         return Ok(0);
     }
@@ -340,31 +365,33 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
             ..
         } => match mistri_locks::operator::stop_holders(&locks, &key)? {
             Ok(message) => {
-                println!("{message}");
+                emit(&format!("{}\n", term(&message)));
                 Ok(0)
             }
             Err((_, message)) => Err(Failure {
                 status: EXIT_ERROR,
-                message,
+                message: term(&message).into_owned(),
             }),
         },
         Command::Stop { flag, ttl, .. } => {
             let flag = flag.unwrap_or_default();
             locks.set_flag(&flag, ttl)?;
-            println!("raised flag {flag} for {}", show::human(ttl));
+            emit(&format!(
+                "raised flag {} for {}\n",
+                term(&flag),
+                show::human(ttl)
+            ));
             Ok(0)
         }
         Command::Clear { flag } => {
             let was = locks.flag(&flag)?;
             locks.clear_flag(&flag)?;
-            println!(
-                "{}",
-                if was {
-                    format!("lowered flag {flag}")
-                } else {
-                    format!("flag {flag} was not up")
-                }
-            );
+            let flag = term(&flag);
+            emit(&if was {
+                format!("lowered flag {flag}\n")
+            } else {
+                format!("flag {flag} was not up\n")
+            });
             Ok(0)
         }
         Command::Break { key, yes } => break_lease(&locks, &key, yes),
@@ -376,34 +403,38 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
 
 fn break_lease(locks: &Locks, key: &str, yes: bool) -> Result<i32, Failure> {
     let Some(info) = locks.info(key)? else {
-        println!("no live lease on {key}");
+        emit(&format!("no live lease on {}\n", term(key)));
         return Ok(0);
     };
     let who = info
         .holder
         .as_ref()
-        .map(|h| format!("{} (fence {})", h.label, h.fence))
+        .map(|h| format!("{} (fence {})", term(&h.label), h.fence))
         .unwrap_or_else(|| "an unknown holder".into());
+    let shown = term(key);
     if !yes {
         // SAFETY: isatty only inspects the descriptor number.
         let tty = unsafe { libc::isatty(0) } == 1;
         if !tty {
             return Err(Failure::usage(format!(
-                "not breaking the lease on {key} held by {who} without --yes (stdin is not a terminal)"
+                "not breaking the lease on {shown} held by {who} without --yes (stdin is not a terminal)"
             )));
         }
-        eprint!("break the lease on {key} held by {who}? [y/N] ");
+        let _ = write!(
+            std::io::stderr(),
+            "break the lease on {shown} held by {who}? [y/N] "
+        );
         let mut answer = String::new();
         let _ = std::io::stdin().read_line(&mut answer);
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            eprintln!("left alone");
+            say!("left alone");
             return Ok(EXIT_ERROR);
         }
     }
     if locks.break_lease(key)? {
-        println!("broke the lease on {key} (was held by {who})");
+        emit(&format!("broke the lease on {shown} (was held by {who})\n"));
     } else {
-        println!("no live lease on {key}");
+        emit(&format!("no live lease on {shown}\n"));
     }
     Ok(0)
 }

@@ -36,7 +36,8 @@
 //! signals and the hold's trip each arrive there from their own thread (the
 //! trip from the core's notifier thread, never the heartbeat's).
 
-use crate::{Failure, EXIT_LOST, EXIT_REFUSED, EXIT_STOPPED};
+use crate::show::term;
+use crate::{say, Failure, EXIT_LOST, EXIT_REFUSED, EXIT_STOPPED};
 use mistri_locks::{Hold, HoldOptions, Locks, Poll};
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -233,7 +234,8 @@ fn run_with(
 
     // 1 + 2: the stop flag, then the lease (waiting if asked).
     let stopped = |stop: &str| {
-        eprintln!(
+        let stop = term(stop);
+        say!(
             "mistri-locks: stop flag {stop} is up; not starting (lower it with `mistri-locks clear {stop}`)"
         );
         Ok(EXIT_STOPPED)
@@ -272,9 +274,12 @@ fn run_with(
             .ok()
             .flatten()
             .and_then(|i| i.holder)
-            .map(|h| format!(" by {} (fence {})", h.label, h.fence))
+            .map(|h| format!(" by {} (fence {})", term(&h.label), h.fence))
             .unwrap_or_default();
-        eprintln!("mistri-locks: the lease on {} is held{who}", args.key);
+        say!(
+            "mistri-locks: the lease on {} is held{who}",
+            term(&args.key)
+        );
         return Ok(EXIT_REFUSED);
     };
     if let Some(stop) = &args.stop_key {
@@ -366,7 +371,7 @@ fn run_with(
             Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
                 Ok(event) => event,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    eprintln!(
+                    say!(
                         "mistri-locks: {program} still running after the {} grace; sending SIGKILL",
                         crate::show::human(args.grace)
                     );
@@ -399,7 +404,10 @@ fn run_with(
                 } else {
                     EXIT_STOPPED
                 });
-                eprintln!("mistri-locks: {reason}; sending SIGTERM to {program}");
+                say!(
+                    "mistri-locks: {}; sending SIGTERM to {program}",
+                    term(&reason)
+                );
                 send_group(pgid, libc::SIGTERM);
                 if kill_at.is_none() {
                     kill_at = Some(Instant::now() + args.grace);
@@ -422,7 +430,11 @@ fn run_with(
     // rather than at its expiry).
     let lost = hold.is_lost();
     if let Err(e) = hold.release() {
-        eprintln!("mistri-locks: release of {} failed: {e}", args.key);
+        say!(
+            "mistri-locks: release of {} failed: {}",
+            term(&args.key),
+            term(&e.to_string())
+        );
     }
     let own = match status {
         Some(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
@@ -430,7 +442,7 @@ fn run_with(
     };
     Ok(match ended_by {
         Some(code) => {
-            eprintln!("mistri-locks: {program} ended with status {own}");
+            say!("mistri-locks: {program} ended with status {own}");
             if lost {
                 EXIT_LOST
             } else {

@@ -5,7 +5,37 @@ use crate::{Failure, EXIT_NOT_HELD};
 use mistri_locks::HolderInfo;
 use mistri_locks::{FlagInfo, LeaseInfo, Locks};
 use serde_json::{json, Value};
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
+
+/// `text` made safe for a terminal: each C0 control byte, DEL and C1
+/// control escaped (`\n`, `\r`, `\t`, `\x1b`, `\x7f`, `\u{9b}`), so a key,
+/// label or flag cannot move the cursor, retitle the window (OSC), clear
+/// the screen or, with a line feed, forge a row of the table. Everything
+/// else (any other Unicode) is shown as it is.
+pub fn term(text: &str) -> Cow<'_, str> {
+    let control = |c: char| c.is_ascii_control() || ('\u{80}'..='\u{9f}').contains(&c);
+    if !text.chars().any(control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_ascii_control() => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if control(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// How to show what was found.
 #[derive(clap::Args, Debug)]
@@ -74,16 +104,19 @@ fn repeat(view: &View, mut look: impl FnMut() -> Result<Look, Failure>) -> Resul
         if view.json {
             let doc = to_json(&found);
             if view.watch.is_some() {
-                println!("{doc}");
+                crate::emit(&format!("{doc}\n"));
             } else {
-                println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+                let pretty = serde_json::to_string_pretty(&doc).unwrap_or_default();
+                crate::emit(&format!("{pretty}\n"));
             }
         } else {
+            let mut text = String::new();
             if view.watch.is_some() {
                 // Clear the screen and home the cursor.
-                print!("\x1b[H\x1b[2J");
+                text.push_str("\x1b[H\x1b[2J");
             }
-            print!("{}", table(&found));
+            text.push_str(&table(&found));
+            crate::emit(&text);
         }
         match view.watch {
             None => return Ok(found),
@@ -182,7 +215,7 @@ fn table(look: &Look) -> String {
     for (key, info) in &look.leases {
         let row = match info {
             None => [
-                key.clone(),
+                term(key).into_owned(),
                 "(free)".into(),
                 "-".into(),
                 "-".into(),
@@ -195,7 +228,7 @@ fn table(look: &Look) -> String {
                 // An N-holder lease: a row per holder, `KEY [i/limit]`.
                 let left = info.time_left.map(human).unwrap_or_else(|| "never".into());
                 for (i, h) in info.holders.iter().enumerate() {
-                    let cell = format!("{key} [{}/{}]", i + 1, info.limit);
+                    let cell = format!("{} [{}/{}]", term(key), i + 1, info.limit);
                     rows.push(holder_row(cell, h, left.clone()));
                 }
                 continue;
@@ -204,7 +237,7 @@ fn table(look: &Look) -> String {
                 let left = info.time_left.map(human).unwrap_or_else(|| "never".into());
                 match &info.holder {
                     None => [
-                        key.clone(),
+                        term(key).into_owned(),
                         "(not described)".into(),
                         "-".into(),
                         "-".into(),
@@ -213,7 +246,7 @@ fn table(look: &Look) -> String {
                         "-".into(),
                         "-".into(),
                     ],
-                    Some(h) => holder_row(key.clone(), h, left),
+                    Some(h) => holder_row(term(key).into_owned(), h, left),
                 }
             }
         };
@@ -231,7 +264,7 @@ fn table(look: &Look) -> String {
         let mut flag_rows = vec![["FLAG UP".to_string(), "LEFT".to_string()]];
         for f in &look.flags {
             flag_rows.push([
-                f.key.clone(),
+                term(&f.key).into_owned(),
                 f.time_left.map(human).unwrap_or_else(|| "never".into()),
             ]);
         }
@@ -245,7 +278,7 @@ fn table(look: &Look) -> String {
 fn holder_row(key_cell: String, h: &HolderInfo, left: String) -> [String; 8] {
     [
         key_cell,
-        h.label.clone(),
+        term(&h.label).into_owned(),
         h.fence.to_string(),
         human(ago(h.acquired_at)),
         format!("{} ago", human(ago(h.renewed_at))),
@@ -277,4 +310,18 @@ fn columns<const N: usize>(rows: &[[String; N]]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::term;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(term("plain key: é ✓"), "plain key: é ✓");
+        assert_eq!(
+            term("a\x1b]0;title\x07b\r\nc\td\x7f\u{9b}2J\0"),
+            "a\\x1b]0;title\\x07b\\r\\nc\\td\\x7f\\u{9b}2J\\x00"
+        );
+    }
 }

@@ -56,31 +56,71 @@ enum Via {
     Postgres,
 }
 
-/// The one scheme table: every URL any face opens is looked up here.
+/// The one scheme table: every URL any face opens is looked up here, with
+/// the query options its backend knows (the allowlist [`check_query`]
+/// holds every URL to, before anything connects).
 /// Two forms have no scheme: a libpq key/value DSN (`host=h dbname=d`,
 /// Postgres) and a bare path (Local); [`classify`] tells them apart.
-const SCHEMES: &[(&str, Family, Via)] = &[
-    ("memory", Family::Memory, Via::Memory),
-    ("file", Family::Local, Via::Local),
-    ("redis", Family::Redis, Via::Server),
-    ("rediss", Family::Redis, Via::Server),
-    ("unix", Family::Redis, Via::Server),
-    ("redis+unix", Family::Redis, Via::Server),
-    ("redis+cluster", Family::Redis, Via::Cluster),
-    ("rediss+cluster", Family::Redis, Via::Cluster),
-    ("redis+sentinel", Family::Redis, Via::Sentinel),
-    ("rediss+sentinel", Family::Redis, Via::Sentinel),
-    ("postgres", Family::Postgres, Via::Postgres),
-    ("postgresql", Family::Postgres, Via::Postgres),
+const SCHEMES: &[(&str, Family, Via, &[&str])] = &[
+    ("memory", Family::Memory, Via::Memory, NO_OPTIONS),
+    ("file", Family::Local, Via::Local, NO_OPTIONS),
+    ("redis", Family::Redis, Via::Server, redis::url::OPTIONS),
+    ("rediss", Family::Redis, Via::Server, redis::url::OPTIONS),
+    ("unix", Family::Redis, Via::Server, redis::url::UNIX_OPTIONS),
+    (
+        "redis+unix",
+        Family::Redis,
+        Via::Server,
+        redis::url::UNIX_OPTIONS,
+    ),
+    (
+        "redis+cluster",
+        Family::Redis,
+        Via::Cluster,
+        redis::url::OPTIONS,
+    ),
+    (
+        "rediss+cluster",
+        Family::Redis,
+        Via::Cluster,
+        redis::url::OPTIONS,
+    ),
+    (
+        "redis+sentinel",
+        Family::Redis,
+        Via::Sentinel,
+        redis::url::SENTINEL_OPTIONS,
+    ),
+    (
+        "rediss+sentinel",
+        Family::Redis,
+        Via::Sentinel,
+        redis::url::SENTINEL_OPTIONS,
+    ),
+    (
+        "postgres",
+        Family::Postgres,
+        Via::Postgres,
+        postgres::url::OPTIONS,
+    ),
+    (
+        "postgresql",
+        Family::Postgres,
+        Via::Postgres,
+        postgres::url::OPTIONS,
+    ),
 ];
+
+/// The options of a scheme that takes none (`memory://`, `file://`).
+const NO_OPTIONS: &[&str] = &[];
 
 /// What a family's constructor takes, for its error messages: the
 /// schemes of its rows, plus the scheme-less forms.
 pub fn schemes_of(family: Family) -> String {
     let mut out: Vec<String> = SCHEMES
         .iter()
-        .filter(|(_, f, _)| *f == family)
-        .map(|(s, _, _)| format!("{s}://"))
+        .filter(|(_, f, _, _)| *f == family)
+        .map(|(s, _, _, _)| format!("{s}://"))
         .collect();
     match family {
         Family::Local => out.push("a path".to_owned()),
@@ -112,8 +152,8 @@ fn classify(url: &str) -> Result<(Family, Via)> {
     if let Some((scheme, _)) = url.split_once("://") {
         return SCHEMES
             .iter()
-            .find(|(s, _, _)| s.eq_ignore_ascii_case(scheme))
-            .map(|(_, f, v)| (*f, *v))
+            .find(|(s, _, _, _)| s.eq_ignore_ascii_case(scheme))
+            .map(|(_, f, v, _)| (*f, *v))
             .ok_or_else(|| {
                 Error::Config(format!(
                     "unknown URL scheme {scheme:?}; the schemes are: {}",
@@ -153,13 +193,15 @@ pub fn family_of(url: &str) -> Result<Family> {
 /// Checks that `url` belongs to `family`, for a backend's own
 /// constructor: another backend's URL gets an error naming the schemes
 /// the constructor takes and pointing to `open`, which takes them all.
+/// Then its query options, as [`check_query`].
 ///
 /// # Errors
-/// [`Error::Config`] for another family's URL or an unknown scheme.
+/// [`Error::Config`] for another family's URL or an unknown scheme;
+/// [`Error::InvalidArgument`] for an option the backend does not know.
 pub fn check_family(url: &str, family: Family) -> Result<()> {
     let found = family_of(url)?;
     if found == family {
-        return Ok(());
+        return check_query(url);
     }
     let shown = match url.split_once("://") {
         Some((scheme, _)) => format!("a {scheme}:// URL"),
@@ -295,8 +337,10 @@ pub fn open_with(url: &str, options: &OpenOptions) -> Result<Arc<dyn Adapter>> {
     }
 }
 
-/// Refuses an option `url`'s backend has no use for.
+/// Refuses an option `url`'s backend has no use for: a typed one
+/// (`schema` off Postgres) or one in the URL ([`check_query`]).
 pub(crate) fn check_options(url: &str, family: Family, options: &OpenOptions) -> Result<()> {
+    check_query(url)?;
     if options.schema.is_some() && family != Family::Postgres {
         let shown = match url.split_once("://") {
             Some((scheme, _)) => format!("{scheme}://"),
@@ -308,6 +352,162 @@ pub(crate) fn check_options(url: &str, family: Family, options: &OpenOptions) ->
         )));
     }
     Ok(())
+}
+
+/// Holds the query options of `url` to its scheme's allowlist in
+/// [`SCHEMES`] (a key/value DSN's keys to Postgres's), before anything
+/// connects: an option the backend does not know, a mistyped one above all
+/// (`min_replica=all`), would otherwise be dropped and with it the safety
+/// it asked for. The values are each backend's to check.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the unknown (or repeated) option and
+/// the nearest known one, the URL shown without its password or query.
+pub(crate) fn check_query(url: &str) -> Result<()> {
+    let (scheme, query) = match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
+            (scheme, rest.split_once('?').map(|(_, q)| q.to_owned()))
+        }
+        None if is_dsn(url) => match postgres::url::dsn_to_url(url) {
+            Ok(as_url) => ("", as_url.split_once('?').map(|(_, q)| q.to_owned())),
+            // A DSN that does not parse is the parser's to report.
+            Err(_) => return Ok(()),
+        },
+        // A bare path is a file name, `?` and all.
+        None => return Ok(()),
+    };
+    let Some(query) = query else {
+        return Ok(());
+    };
+    let known = if scheme.is_empty() {
+        postgres::url::OPTIONS
+    } else {
+        match SCHEMES
+            .iter()
+            .find(|(s, ..)| s.eq_ignore_ascii_case(scheme))
+        {
+            Some((_, _, _, known)) => known,
+            // An unknown scheme is classify's to report.
+            None => return Ok(()),
+        }
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+        if !known.contains(&key) {
+            return Err(unknown_option(url, key, known));
+        }
+        if seen.contains(&key) {
+            return Err(Error::InvalidArgument(format!(
+                "option {key:?} given twice in {}; give it once",
+                shown_url(url)
+            )));
+        }
+        seen.push(key);
+    }
+    Ok(())
+}
+
+/// The error for `key`, not among `known` (the options of `url`'s scheme):
+/// names the nearest known option, or lists them. The value is not shown:
+/// a mistyped `sentinel_password=` would show a password.
+pub(crate) fn unknown_option(url: &str, key: &str, known: &[&str]) -> Error {
+    if password_unencoded(url) {
+        // The "option" may be a piece of the password: name neither.
+        return Error::InvalidArgument(format!(
+            "an unknown option in {}: is there a '/', '?' or '#' in the password? \
+             Percent-encode it (%2F, %3F, %23)",
+            shown_url(url)
+        ));
+    }
+    let shown = shown_url(url);
+    let scheme = url
+        .split_once("://")
+        .map_or_else(|| "a key/value DSN".to_owned(), |(s, _)| format!("{s}://"));
+    let hint = match nearest(key, known) {
+        Some(near) => format!("did you mean {near:?}?"),
+        None if known.is_empty() && scheme == "file://" => {
+            "file:// takes no options (a path with '?' in its name is given without file://)"
+                .to_owned()
+        }
+        None if known.is_empty() => format!("{scheme} takes no options"),
+        None => format!("{scheme} takes: {}", known.join(", ")),
+    };
+    Error::InvalidArgument(format!("unknown option {key:?} in {shown}; {hint}"))
+}
+
+/// Does `url` look like a password with a `/`, `?` or `#` that was not
+/// percent-encoded (`redis://:pa?ss@h/0`)? Then the authority as a URL
+/// parser reads it has a `:` but no `@`, and an `@` follows later.
+fn password_unencoded(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    !authority.contains('@') && authority.contains(':') && tail.contains('@')
+}
+
+/// `url` as an error may show it: the password `***`, no query or
+/// fragment (a query may carry a password too); a DSN by name only; all
+/// but the scheme when a password seems to hold a `/`, `?` or `#`.
+pub(crate) fn shown_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return if is_dsn(url) {
+            "a key/value DSN".to_owned()
+        } else {
+            format!("{url:?}")
+        };
+    };
+    if password_unencoded(url) {
+        return format!("{scheme}://***");
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let path = tail.split(['?', '#']).next().unwrap_or("");
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("{userinfo}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    format!("{scheme}://{authority}{path}")
+}
+
+/// The known option `key` most likely meant: the same but for case, else
+/// the closest within two edits (one for a key of up to four letters).
+fn nearest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
+    if let Some(same) = known.iter().find(|k| k.eq_ignore_ascii_case(key)) {
+        return Some(same);
+    }
+    let lower = key.to_ascii_lowercase();
+    let limit = if key.chars().count() <= 4 { 1 } else { 2 };
+    known
+        .iter()
+        .map(|k| (edit_distance(&lower, k), *k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(above + 1)
+                .min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The Local file a Local URL names: `file://PATH` or a bare path;
@@ -324,6 +524,32 @@ pub(crate) fn local_path(url: &str) -> Option<std::path::PathBuf> {
 mod tests {
     use super::*;
     use crate::error::Error;
+
+    #[test]
+    fn near_options_are_named() {
+        let known = redis::url::OPTIONS;
+        assert_eq!(nearest("min_replica", known), Some("min_replicas"));
+        assert_eq!(nearest("minreplicas", known), Some("min_replicas"));
+        assert_eq!(nearest("MIN_REPLICAS", known), Some("min_replicas"));
+        assert_eq!(nearest("replica_timout", known), Some("replica_timeout"));
+        assert_eq!(nearest("bogus", known), None);
+        assert_eq!(nearest("timeout", known), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(
+            shown_url("redis://u:secret@h:1/0?sentinel_password=s#insecure"),
+            "redis://u:***@h:1/0"
+        );
+        // A password with an unencoded '?', '/' or '#': nothing of it shown.
+        for url in [
+            "redis://:se?cret=1@h:1/0",
+            "redis://u:se/cret@h:1/0?x=1",
+            "postgres://u:se?cret@h/db",
+        ] {
+            let e = check_query(url).unwrap_err().to_string();
+            assert!(!e.contains("cret") && !e.contains("se"), "{url}: {e}");
+            assert!(e.contains("Percent-encode"), "{url}: {e}");
+        }
+    }
 
     #[test]
     fn unknown_schemes_are_config_errors() {

@@ -67,6 +67,24 @@ pub(crate) struct PgConfig {
     pub(crate) listen: Listen,
 }
 
+/// The query options (and key/value DSN keywords) this backend knows:
+/// libpq's that this client implements, and its own. Its row of the scheme
+/// table in `backend/mod.rs`; any other is refused at open.
+pub(crate) const OPTIONS: &[&str] = &[
+    "host",
+    "port",
+    "user",
+    "password",
+    "dbname",
+    "sslmode",
+    "application_name",
+    "connect_timeout",
+    "schema",
+    "listen",
+    "listen_host",
+    "listen_port",
+];
+
 /// The default schema of the tables.
 pub const DEFAULT_SCHEMA: &str = "mistri_locks";
 
@@ -186,7 +204,7 @@ fn target_of(host: &str, port: u16) -> Target {
 /// A libpq key/value connection string (`host=h port=5432 dbname=app
 /// password='a b'`: values plain or in single quotes, `\'` and `\\`
 /// escaped) as the equivalent URL (every pair a query parameter).
-fn dsn_to_url(dsn: &str) -> Result<String> {
+pub(crate) fn dsn_to_url(dsn: &str) -> Result<String> {
     let bad = |what: &str| {
         let masked = match dsn.find("password") {
             Some(at) => format!("{}password=***", &dsn[..at]),
@@ -392,7 +410,8 @@ pub(crate) fn parse(url: &str) -> Result<PgConfig> {
             "listen_host" => listen_host = Some(v),
             "listen_port" => listen_port = Some(port_of(&v, url, "listen_port")?),
             other => {
-                return Err(bad(url, &format!("unknown query parameter {other:?}")));
+                // `backend::check_query` refused it already (the same words).
+                return Err(crate::backend::unknown_option(url, other, OPTIONS));
             }
         }
     }
@@ -503,7 +522,6 @@ mod tests {
             ("postgres://u:secret@h/d?sslmode=verify-full", "verify-full"),
             ("postgres://u:secret@h/d?sslmode=maybe", "sslmode"),
             ("postgres://u:secret@h/d?schema=Bad-Name", "schema"),
-            ("postgres://u:secret@h/d?frobnicate=1", "frobnicate"),
             ("postgres://u:secret@h/d?listen=sometimes", "listen"),
             ("postgres://u:secret@h1,h2/d", "several hosts"),
             ("postgres://u:secret@h/d%zz", "percent"),
@@ -520,6 +538,12 @@ mod tests {
             assert!(text.contains(part), "{url}: {text}");
             assert!(!text.contains("secret"), "{url}: {text}");
         }
+        let err = parse("postgres://u:secret@h/d?sslmod=require").unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert_eq!(
+            err.message(),
+            "unknown option \"sslmod\" in postgres://u:***@h/d; did you mean \"sslmode\"?"
+        );
         assert_eq!(
             mask("postgres://u:secret@h/d?password=x&a=b"),
             "postgres://u:***@h/d?password=***&a=b"
@@ -536,15 +560,15 @@ mod tests {
         assert_eq!(c.schema, "s1");
         let unix = parse("host=/run/pg dbname=d user=u").unwrap();
         assert_eq!(unix.target.describe(), "/run/pg/.s.PGSQL.5432");
-        for bad in [
-            "host=h password='secret",
-            "host=h bogus=1 password=secret",
-            "host",
-        ] {
+        for bad in ["host=h password='secret", "host"] {
             let err = parse(bad).unwrap_err();
             assert!(matches!(err, Error::Config(_)), "{bad}: {err}");
             assert!(!err.to_string().contains("secret"), "{bad}: {err}");
         }
+        let err = parse("host=h bogus=1 password=secret").unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(err.message().contains("\"bogus\""), "{err}");
+        assert!(!err.to_string().contains("secret"), "{err}");
     }
 
     #[test]

@@ -115,6 +115,7 @@ impl Redis {
     pub fn with_timeout(url: &str, namespace: &str, timeout: Duration) -> Result<Self> {
         crate::args::check_namespace(namespace)?;
         crate::args::check_duration("timeout", timeout)?;
+        super::url::check_plain(url)?;
         if url.starts_with("rediss://") {
             // rustls needs a process-wide crypto provider; another library
             // may have installed one already, which is just as good.

@@ -18,12 +18,47 @@
 //! `replica_timeout=SECONDS` (default 0.5 s); two more say what the server
 //! may do to the leases: `eviction=accept` (run on a server whose memory
 //! policy may evict them) and `settings_check=SECONDS` (how often the
-//! heartbeat reads that policy, default 60 s). Every other query parameter
-//! goes to the redis crate unchanged.
+//! heartbeat reads that policy, default 60 s). The socket forms
+//! (`unix://`, `redis+unix://`) also take the redis crate's `db`, `user`
+//! and `pass`; Sentinel takes `sentinel_username` and `sentinel_password`.
+//! Any other option is refused at open, naming the nearest known one
+//! ([`OPTIONS`] and its kin are this backend's rows of the scheme table in
+//! `backend/mod.rs`): a mistyped `min_replica=all` must not silently drop
+//! the acknowledgement it asked for.
 
 use super::replies::redact;
 use crate::error::{Error, Result};
 use std::time::Duration;
+
+/// The query options of `redis://`, `rediss://` and the Cluster forms.
+pub(crate) const OPTIONS: &[&str] = &[
+    "min_replicas",
+    "replica_timeout",
+    "eviction",
+    "settings_check",
+];
+
+/// The options of `unix://` and `redis+unix://`: ours, and the redis
+/// crate's own for a socket (the database, user and password).
+pub(crate) const UNIX_OPTIONS: &[&str] = &[
+    "min_replicas",
+    "replica_timeout",
+    "eviction",
+    "settings_check",
+    "db",
+    "user",
+    "pass",
+];
+
+/// The options of the Sentinel forms: ours, and the sentinels' credentials.
+pub(crate) const SENTINEL_OPTIONS: &[&str] = &[
+    "min_replicas",
+    "replica_timeout",
+    "eviction",
+    "settings_check",
+    "sentinel_username",
+    "sentinel_password",
+];
 
 /// The default URL.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
@@ -160,6 +195,8 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
     };
     let mut kept = Vec::new();
     let mut sentinel_params = Vec::new();
+    let shown = crate::backend::shown_url(url);
+    let unix = url.starts_with("unix://") || url.starts_with("redis+unix://");
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         match k {
@@ -167,14 +204,14 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
             "min_replicas" => {
                 ack.min_replicas = v.parse().map_err(|_| {
                     Error::InvalidArgument(format!(
-                        "min_replicas must be a whole number of replicas or all, got {v:?}"
+                        "min_replicas must be a whole number of replicas or all, got {v:?} in {shown}"
                     ))
                 })?;
             }
             "replica_timeout" => {
                 let secs: f64 = v.parse().map_err(|_| {
                     Error::InvalidArgument(format!(
-                        "replica_timeout must be a number of seconds, got {v:?}"
+                        "replica_timeout must be a number of seconds, got {v:?} in {shown}"
                     ))
                 })?;
                 ack.timeout = crate::args::duration_from_secs("replica_timeout", secs)?;
@@ -185,7 +222,7 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
                     "refuse" => false,
                     _ => {
                         return Err(Error::InvalidArgument(format!(
-                            "eviction must be accept or refuse, got {v:?}"
+                            "eviction must be accept or refuse, got {v:?} in {shown}"
                         )))
                     }
                 };
@@ -193,7 +230,7 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
             "settings_check" => {
                 let secs: f64 = v.parse().map_err(|_| {
                     Error::InvalidArgument(format!(
-                        "settings_check must be a number of seconds, got {v:?}"
+                        "settings_check must be a number of seconds, got {v:?} in {shown}"
                     ))
                 })?;
                 ack.settings_check = Some(crate::args::duration_from_secs("settings_check", secs)?);
@@ -201,7 +238,18 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
             "sentinel_username" | "sentinel_password" => {
                 sentinel_params.push((k.to_owned(), v.to_owned()));
             }
-            _ => kept.push(pair),
+            "db" | "user" | "pass" if unix => kept.push(pair),
+            // `backend::check_query` refused it already; this is the
+            // same answer for a caller that came another way.
+            _ => {
+                let known = if unix { UNIX_OPTIONS } else { OPTIONS };
+                let known = if url.contains("+sentinel://") {
+                    SENTINEL_OPTIONS
+                } else {
+                    known
+                };
+                return Err(crate::backend::unknown_option(url, k, known));
+            }
         }
     }
     if ack.enabled() && ack.timeout >= DEFAULT_TIMEOUT {
@@ -220,6 +268,31 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
         rest.push_str(f);
     }
     Ok((rest, ack, sentinel_params))
+}
+
+/// For [`super::Redis::open`] and [`super::Redis::with_timeout`], which
+/// take one server's URL and read none of this backend's own options: an
+/// unknown option is refused as everywhere ([`crate::backend::check_query`]),
+/// and so is one of ours, which only [`crate::open`] and
+/// [`crate::Locks::redis`] read (silently dropping `min_replicas=all`
+/// would drop the safety it asks for).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the option.
+pub(crate) fn check_plain(url: &str) -> Result<()> {
+    crate::backend::check_query(url)?;
+    let query = url.split('#').next().unwrap_or("").split_once('?');
+    for pair in query.map_or("", |(_, q)| q).split('&') {
+        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+        if SENTINEL_OPTIONS.contains(&key) {
+            return Err(Error::InvalidArgument(format!(
+                "{key} in {} is read by mistri_locks::open and Locks::redis, not by Redis::open \
+                 (one server's URL, no options of ours): open it with one of those",
+                crate::backend::shown_url(url)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Parses the host-list forms (`scheme://[userinfo@]h1:p1,h2:p2[/path][?q][#f]`).
@@ -353,11 +426,13 @@ mod tests {
 
     #[test]
     fn our_parameters_are_taken_out_and_the_rest_kept() {
-        let (rest, ack, _) = take_own_params(
-            "redis://h:1/0?min_replicas=1&replica_timeout=0.25&protocol=resp3#insecure",
-        )
-        .unwrap();
-        assert_eq!(rest, "redis://h:1/0?protocol=resp3#insecure");
+        let (rest, ack, _) =
+            take_own_params("redis://h:1/0?min_replicas=1&replica_timeout=0.25#insecure").unwrap();
+        assert_eq!(rest, "redis://h:1/0#insecure");
+        let (rest, _, _) = take_own_params("unix:///s.sock?db=2&min_replicas=1").unwrap();
+        assert_eq!(rest, "unix:///s.sock?db=2");
+        assert!(take_own_params("redis://h:1/0?protocol=resp3").is_err());
+        assert!(take_own_params("redis://h:1/0?db=2").is_err());
         assert_eq!(ack.min_replicas, 1);
         assert_eq!(ack.timeout, Duration::from_millis(250));
         assert!(take_own_params("redis://h/?min_replicas=x").is_err());
