@@ -66,15 +66,16 @@ impl OptionValue {
     }
 }
 
-/// The known name closest to `given`: the same name in another case, or
-/// one within an edit distance of a third of its length (at least 1, at
-/// most 3), the closest first. `None` when nothing is that close.
+/// The known name closest to `given`: the same name in another case, else
+/// the closest within two edits (one for a name of up to four letters).
+/// `None` when nothing is that close. Every "did you mean" of the core
+/// (URL options, hold and job options) asks it.
 pub fn nearest<'a>(given: &str, known: &[&'a str]) -> Option<&'a str> {
     let lower = given.to_ascii_lowercase();
     if let Some(same) = known.iter().find(|k| k.eq_ignore_ascii_case(given)) {
         return Some(same);
     }
-    let allowed = (given.chars().count() / 3).clamp(1, 3);
+    let allowed = if given.chars().count() <= 4 { 1 } else { 2 };
     known
         .iter()
         .map(|k| (distance(&lower, k), *k))

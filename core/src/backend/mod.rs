@@ -425,7 +425,7 @@ pub(crate) fn unknown_option(url: &str, key: &str, known: &[&str]) -> Error {
     let scheme = url
         .split_once("://")
         .map_or_else(|| "a key/value DSN".to_owned(), |(s, _)| format!("{s}://"));
-    let hint = match nearest(key, known) {
+    let hint = match crate::options::nearest(key, known) {
         Some(near) => format!("did you mean {near:?}?"),
         None if known.is_empty() && scheme == "file://" => {
             "file:// takes no options (a path with '?' in its name is given without file://)"
@@ -476,40 +476,6 @@ pub(crate) fn shown_url(url: &str) -> String {
     format!("{scheme}://{authority}{path}")
 }
 
-/// The known option `key` most likely meant: the same but for case, else
-/// the closest within two edits (one for a key of up to four letters).
-fn nearest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
-    if let Some(same) = known.iter().find(|k| k.eq_ignore_ascii_case(key)) {
-        return Some(same);
-    }
-    let lower = key.to_ascii_lowercase();
-    let limit = if key.chars().count() <= 4 { 1 } else { 2 };
-    known
-        .iter()
-        .map(|k| (edit_distance(&lower, k), *k))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-/// Levenshtein distance, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != *cb))
-                .min(above + 1)
-                .min(row[j] + 1);
-            diagonal = above;
-        }
-    }
-    row[b.len()]
-}
-
 /// The Local file a Local URL names: `file://PATH` or a bare path;
 /// `file://` alone is the per-user default.
 pub(crate) fn local_path(url: &str) -> Option<std::path::PathBuf> {
@@ -528,13 +494,13 @@ mod tests {
     #[test]
     fn near_options_are_named() {
         let known = redis::url::OPTIONS;
+        let nearest = crate::options::nearest;
         assert_eq!(nearest("min_replica", known), Some("min_replicas"));
         assert_eq!(nearest("minreplicas", known), Some("min_replicas"));
         assert_eq!(nearest("MIN_REPLICAS", known), Some("min_replicas"));
         assert_eq!(nearest("replica_timout", known), Some("replica_timeout"));
         assert_eq!(nearest("bogus", known), None);
         assert_eq!(nearest("timeout", known), None);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(
             shown_url("redis://u:secret@h:1/0?sentinel_password=s#insecure"),
             "redis://u:***@h:1/0"
