@@ -449,8 +449,32 @@ impl MariaDbServer {
         self.try_sql_in(Some(MARIADB_DATABASE), sql, within)
     }
 
+    /// [`MariaDbServer::try_sql`] with statements ended by `delimiter`
+    /// instead of `;`, for bodies of stored procedures (which hold `;`).
+    pub fn try_sql_delimited(
+        &self,
+        sql: &str,
+        delimiter: &str,
+        within: Duration,
+    ) -> Result<String, String> {
+        self.run_client(Some(MARIADB_DATABASE), sql, Some(delimiter), within)
+    }
+
     fn try_sql_in(&self, db: Option<&str>, sql: &str, within: Duration) -> Result<String, String> {
+        self.run_client(db, sql, None, within)
+    }
+
+    fn run_client(
+        &self,
+        db: Option<&str>,
+        sql: &str,
+        delimiter: Option<&str>,
+        within: Duration,
+    ) -> Result<String, String> {
         let mut cmd = program("mariadb", &self.base);
+        if let Some(d) = delimiter {
+            cmd.arg(format!("--delimiter={d}"));
+        }
         cmd.arg(format!("--socket={}", self.socket_path().display()))
             .args([
                 "--protocol=SOCKET",

@@ -237,3 +237,318 @@ fn a_server_dies_with_the_thread_that_started_it() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(gone, "mariadbd {pid} outlived the thread that started it");
 }
+
+// ---- the proposed backend SQL (docs/MYSQL.md, "Proposed SQL"), checked ----
+
+const DESIGN: &str = include_str!("mariadb_design.sql");
+
+fn load_design(server: &MariaDbServer) {
+    server
+        .try_sql_delimited(DESIGN, "$$", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("the proposed schema does not load: {e}"));
+}
+
+fn call(server: &MariaDbServer, sql: &str) -> String {
+    server.sql(sql)
+}
+
+/// The database clock in microseconds, as the design reads it.
+fn db_now_us(server: &MariaDbServer) -> i64 {
+    server
+        .sql("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn proposed_design_connect_checks_read_every_setting() {
+    let server = MariaDbServer::start();
+    // One portable statement per scope (information_schema.GLOBAL_VARIABLES
+    // is gone in MySQL 8; SHOW ... WHERE is in both). A name the server
+    // lacks is simply absent: MariaDB has no super_read_only and no
+    // rpl_semi_sync_master_wait_for_slave_count.
+    let global = server.sql(
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'super_read_only', \
+         'default_storage_engine', 'enforce_storage_engine', 'wait_timeout', \
+         'rpl_semi_sync_master_enabled', 'rpl_semi_sync_master_wait_for_slave_count', \
+         'rpl_semi_sync_master_wait_point', 'innodb_flush_log_at_trx_commit', 'sql_mode')",
+    );
+    let session = server.sql(
+        "SHOW SESSION VARIABLES WHERE Variable_name IN ('autocommit', 'tx_isolation', \
+         'transaction_isolation', 'wait_timeout', 'time_zone')",
+    );
+    let get = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}\t")).map(str::to_owned))
+    };
+    assert_eq!(get(&global, "read_only").as_deref(), Some("OFF"));
+    assert_eq!(get(&global, "super_read_only"), None, "MariaDB has none");
+    assert_eq!(
+        get(&global, "default_storage_engine").as_deref(),
+        Some("InnoDB")
+    );
+    assert_eq!(
+        get(&global, "rpl_semi_sync_master_enabled").as_deref(),
+        Some("OFF")
+    );
+    assert_eq!(
+        get(&global, "rpl_semi_sync_master_wait_for_slave_count"),
+        None,
+        "MariaDB's semi-sync waits for one replica; only MySQL has the count"
+    );
+    assert_eq!(get(&session, "autocommit").as_deref(), Some("ON"));
+    assert_eq!(
+        get(&session, "tx_isolation").as_deref(),
+        Some("REPEATABLE-READ")
+    );
+    let wait: u64 = get(&session, "wait_timeout").unwrap().parse().unwrap();
+    assert_eq!(
+        wait, 28800,
+        "the default: 8 hours, longer than any lease ttl"
+    );
+    // The schema loads, twice (idempotent), and every table is InnoDB.
+    load_design(&server);
+    load_design(&server);
+    let engines = server.sql(
+        "SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'mistri\\_%' ORDER BY 1",
+    );
+    assert_eq!(
+        engines,
+        "mistri_fences\tInnoDB\nmistri_flags\tInnoDB\nmistri_leases\tInnoDB\n\
+         mistri_meta\tInnoDB\nmistri_queue\tInnoDB"
+    );
+    assert_eq!(server.sql("SELECT version FROM mistri_meta"), "1");
+}
+
+#[test]
+fn proposed_design_clock_is_read_per_statement_inside_a_procedure() {
+    let server = MariaDbServer::start();
+    server
+        .try_sql_delimited(
+            "CREATE PROCEDURE clk() BEGIN DECLARE a BIGINT; DECLARE b BIGINT; \
+             SET a = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)); \
+             DO SLEEP(0.3); \
+             SET b = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)); \
+             SELECT b - a; END$$",
+            "$$",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    let gap: i64 = server.sql("CALL clk()").parse().unwrap();
+    // The second read is after the sleep: the clock a procedure reads after
+    // taking a lock is the time after the lock, not the CALL's start.
+    assert!(gap >= 300_000, "{gap} µs");
+    // UTC whatever the session's zone.
+    let a: i64 = db_now_us(&server);
+    let b: i64 = server
+        .sql(
+            "SET time_zone = '+05:00'; \
+             SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
+        )
+        .parse()
+        .unwrap();
+    assert!((b - a).abs() < 60_000_000, "{a} vs {b}");
+}
+
+#[test]
+fn proposed_design_acquire_renew_release_queue_and_fences() {
+    let mut server = MariaDbServer::start();
+    load_design(&server);
+    let before = db_now_us(&server);
+    // Exclusive acquire: a fence at the clock floor.
+    let f1: i64 = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokA', 5000, 'host a pid 1', 1000, 1, NULL, 0, NULL)",
+    )
+    .parse()
+    .unwrap();
+    assert!(f1 >= before, "fence {f1} below the clock {before}");
+    // Taken: a refused try with a line queues it (with its doorbell).
+    let refused = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokB', 5000, 'host b', 1000, 1, 'lineB', 10000, 4242)",
+    );
+    assert_eq!(refused, "0");
+    assert_eq!(
+        server.sql("SELECT line, bell_conn FROM mistri_queue"),
+        "lineB\t4242"
+    );
+    // Renew: 1; refused as late when less than p_min_ms is left: -1; a
+    // stranger's token: 0.
+    assert_eq!(
+        call(&server, "CALL mistri_renew('ns', 'k', 'tokA', 5000, 0)"),
+        "1"
+    );
+    assert_eq!(
+        call(&server, "CALL mistri_renew('ns', 'k', 'tokA', 5000, 60000)"),
+        "-1"
+    );
+    assert_eq!(
+        call(&server, "CALL mistri_renew('ns', 'k', 'nobody', 5000, 0)"),
+        "0"
+    );
+    // The holder description is kept.
+    assert_eq!(
+        server.sql("SELECT label, lim, ttl_ms FROM mistri_leases WHERE token = 'tokA'"),
+        "host a pid 1\t1\t5000"
+    );
+    // Release: live, and the first line's doorbell to ring.
+    assert_eq!(
+        call(&server, "CALL mistri_release('ns', 'k', 'tokA')"),
+        "1\t4242"
+    );
+    assert_eq!(
+        call(&server, "CALL mistri_release('ns', 'k', 'tokA')"),
+        "0\tNULL"
+    );
+    // Someone else without a line may not jump the queue...
+    assert_eq!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'k', 'tokC', 5000, 'c', 1000, 1, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    // ...the head of the line takes it, with a higher fence, and leaves the queue.
+    let f2: i64 = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokB', 5000, 'host b', 1000, 1, 'lineB', 10000, 4242)",
+    )
+    .parse()
+    .unwrap();
+    assert!(f2 > f1, "{f2} <= {f1}");
+    assert_eq!(server.sql("SELECT COUNT(*) FROM mistri_queue"), "0");
+    // An expired lease is pruned by the next acquire (ttl 1 ms).
+    let _ = call(&server, "CALL mistri_release('ns', 'k', 'tokB')");
+    assert_ne!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'short', 't1', 1, 'x', 1, 1, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+    assert_ne!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'short', 't2', 5000, 'x', 1, 1, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    // N holders: 2 slots, a third is refused, an exclusive try too.
+    for t in ["s1", "s2"] {
+        assert_ne!(
+            call(
+                &server,
+                &format!(
+                    "CALL mistri_acquire('ns', 'slots', '{t}', 5000, 'x', 1000, 2, NULL, 0, NULL)"
+                )
+            ),
+            "0"
+        );
+    }
+    assert_eq!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'slots', 's3', 5000, 'x', 1000, 2, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    // Fences strictly rise across a crash-restart and an emptied table.
+    let last: i64 = server
+        .sql("SELECT MAX(fence) FROM mistri_fences WHERE k = 'k'")
+        .parse()
+        .unwrap();
+    FaultServer::crash_restart(&mut server);
+    let f3: i64 = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokD', 5000, 'd', 1000, 1, NULL, 0, NULL)",
+    )
+    .parse()
+    .unwrap();
+    assert!(f3 > last, "{f3} <= {last} after a crash");
+    server.sql("DELETE FROM mistri_leases; DELETE FROM mistri_fences");
+    let f4: i64 = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokE', 5000, 'e', 1000, 1, NULL, 0, NULL)",
+    )
+    .parse()
+    .unwrap();
+    assert!(f4 > f3, "{f4} <= {f3} after the table was emptied");
+}
+
+#[test]
+fn proposed_design_flags_tick_poll_and_batched_beat() {
+    let server = MariaDbServer::start();
+    load_design(&server);
+    // Raise a flag (upsert, database clock), and the tick poll: one
+    // statement for every key a process watches and every line it waits in.
+    server.sql(
+        "INSERT INTO mistri_flags (ns, k, raised_us, expires_us) \
+         SELECT 'ns', 'job-7', t, t + 60000000 FROM (SELECT TIMESTAMPDIFF(MICROSECOND, \
+           '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) AS t) c \
+         ON DUPLICATE KEY UPDATE raised_us = VALUES(raised_us), expires_us = VALUES(expires_us)",
+    );
+    assert_ne!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'busy', 'h', 5000, 'x', 1000, 1, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    assert_eq!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'busy', 'w', 5000, 'x', 1000, 1, 'L1', 10000, NULL)"
+        ),
+        "0"
+    );
+    let tick = "SELECT 'flag', f.k, f.raised_us > 0 FROM mistri_flags f \
+         WHERE f.ns = 'ns' AND f.k IN ('job-7', 'job-8') \
+           AND f.expires_us > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
+         UNION ALL \
+         SELECT 'line', q.k, NOT EXISTS (SELECT 1 FROM mistri_leases l WHERE l.ns = q.ns \
+             AND l.k = q.k AND l.expires_us > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
+             UTC_TIMESTAMP(6))) \
+           AND NOT EXISTS (SELECT 1 FROM mistri_queue p WHERE p.ns = q.ns AND p.k = q.k \
+             AND (p.queued_us, p.line) < (q.queued_us, q.line)) \
+         FROM mistri_queue q WHERE q.ns = 'ns' AND (q.k, q.line) IN (('busy', 'L1'))";
+    assert_eq!(server.sql(tick), "flag\tjob-7\t1\nline\tbusy\t0");
+    assert_eq!(
+        call(&server, "CALL mistri_release('ns', 'busy', 'h')"),
+        "1\tNULL"
+    );
+    assert_eq!(server.sql(tick), "flag\tjob-7\t1\nline\tbusy\t1");
+    // The batched beat: 10,000 holds renewed by one UPDATE (row
+    // constructors IN), then read back in the same round trip.
+    server.sql(
+        "INSERT INTO mistri_leases SELECT 'ns', CONCAT('b', seq), CONCAT('t', seq), seq, 1, \
+           TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) + 5000000, 0, 0, \
+           5000, 1000, 'beat' FROM seq_1_to_10000",
+    );
+    let tuples: Vec<String> = (1..=10_000)
+        .map(|i| format!("('ns','b{i}','t{i}')"))
+        .collect();
+    let beat = format!(
+        "UPDATE mistri_leases SET expires_us = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
+           UTC_TIMESTAMP(6)) + ttl_ms * 1000, renewed_us = TIMESTAMPDIFF(MICROSECOND, \
+           '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
+         WHERE (ns, k, token) IN ({list}) AND expires_us > TIMESTAMPDIFF(MICROSECOND, \
+           '1970-01-01 00:00:00', UTC_TIMESTAMP(6)); \
+         SELECT ROW_COUNT();\n",
+        list = tuples.join(",")
+    );
+    // Too long for one argv string: through a file the client sources.
+    let file = server.dir().join("beat.sql");
+    std::fs::write(&file, beat).unwrap();
+    let began = Instant::now();
+    let renewed = server.sql(&format!("source {}", file.display()));
+    let took = began.elapsed();
+    assert_eq!(renewed, "10000");
+    assert_eq!(
+        server.sql("SELECT COUNT(*) FROM mistri_leases WHERE label = 'beat' AND renewed_us > 0"),
+        "10000"
+    );
+    eprintln!("batched beat of 10,000 holds through the mariadb client: {took:?}");
+}
