@@ -303,13 +303,16 @@ fn listeners(port: u16, n: usize, mode: Mode, raised: Log) -> Run {
                     let Some(k) = row.first().cloned().flatten() else {
                         continue;
                     };
-                    if let Some(at) = raised.lock().unwrap().get(&k) {
+                    let read_at = Instant::now();
+                    c.exec(&format!("DELETE FROM flags WHERE k = '{k}'"));
+                    // Deleted first, then no longer pending: the raiser
+                    // raises a key again only once it is cleared.
+                    if let Some(at) = raised.lock().unwrap().remove(&k) {
                         latencies
                             .lock()
                             .unwrap()
-                            .push(at.elapsed().as_secs_f64() * 1000.0);
+                            .push(read_at.duration_since(at).as_secs_f64() * 1000.0);
                     }
-                    c.exec(&format!("DELETE FROM flags WHERE k = '{k}'"));
                     woken2.fetch_add(1, Ordering::Relaxed);
                 }
             };
@@ -448,8 +451,15 @@ fn raise_flags(
     let mut rng = Rng(0xDEAD_BEEF_CAFE_F00D);
     let mut raise_ms = Vec::new();
     for i in 0..count {
-        let p = rng.below(n as u64) as usize;
-        let key = format!("p{p}-k{}", rng.below(KEYS as u64));
+        // A key that is not raised already (its listener has cleared it).
+        let key = loop {
+            let p = rng.below(n as u64) as usize;
+            let key = format!("p{p}-k{}", rng.below(KEYS as u64));
+            if !run.seen.lock().unwrap().contains_key(&key) {
+                break key;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
         run.seen.lock().unwrap().insert(key.clone(), Instant::now());
         let t = Instant::now();
         c.exec(&format!(
@@ -488,7 +498,7 @@ fn main() {
     let mut seconds = 8.0f64;
     let mut raises = 60usize;
     let mut many = 200usize;
-    let few = 20usize;
+    let few = 1usize;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next().unwrap_or_default();
