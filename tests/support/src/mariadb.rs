@@ -108,11 +108,31 @@ fn scratch_parent() -> PathBuf {
     }
     let shm = Path::new("/dev/shm");
     let probe = shm.join(format!("mistri-mariadb-probe-{}", std::process::id()));
-    if std::fs::create_dir(&probe).is_ok() {
+    // A container's /dev/shm may be 64 MiB; a server takes about 85 MB.
+    if available_bytes(shm) >= 1 << 30 && std::fs::create_dir(&probe).is_ok() {
         let _ = std::fs::remove_dir(&probe);
         return shm.to_path_buf();
     }
     std::env::temp_dir()
+}
+
+/// Bytes free for an unprivileged user under `dir` (0 if unknown).
+fn available_bytes(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return 0;
+    };
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and outlives the call; `st` is a
+    // valid, writable statvfs.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    // The field types are narrower than u64 on some targets.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, size) = (u64::from(st.f_bavail), u64::from(st.f_frsize));
+    blocks.saturating_mul(size)
 }
 
 /// A MariaDB program with no option files read and no client variables
