@@ -20,6 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The proposed schema and procedures, as the harness's tests load them.
+const DESIGN: &str = include_str!("../tests/mariadb_design.sql");
+
 /// Keys each process watches (its holds' stop flags and the lines it
 /// waits in).
 const KEYS: usize = 10;
@@ -49,8 +52,8 @@ impl Conn {
         let id_bytes: [u8; 4] = hello[nul + 1..nul + 5].try_into().map_err(|_| "short")?;
         let id = u64::from(u32::from_le_bytes(id_bytes));
         // PROTOCOL_41 | SECURE_CONNECTION | CONNECT_WITH_DB | PLUGIN_AUTH
-        // | TRANSACTIONS | LONG_PASSWORD
-        let caps: u32 = 0x200 | 0x8000 | 0x8 | 0x80000 | 0x2000 | 0x1;
+        // | TRANSACTIONS | LONG_PASSWORD | MULTI_RESULTS (for CALL)
+        let caps: u32 = 0x200 | 0x8000 | 0x8 | 0x80000 | 0x2000 | 0x1 | MULTI_RESULTS;
         let mut p = Vec::new();
         p.extend_from_slice(&caps.to_le_bytes());
         p.extend_from_slice(&(16u32 << 20).to_le_bytes());
@@ -68,14 +71,28 @@ impl Conn {
         }
     }
 
-    /// Runs one statement; its rows, or the server's error text.
+    /// Runs one statement; the rows of every result it returns (a CALL
+    /// returns its SELECT's and then an OK), or the server's error text.
     fn query(&mut self, sql: &str) -> Result<Vec<Row>, String> {
         let mut p = vec![3u8];
         p.extend_from_slice(sql.as_bytes());
         write_packet(&mut self.s, 0, &p)?;
+        let mut rows = Vec::new();
+        while self.read_result(&mut rows)? & MORE_RESULTS != 0 {}
+        Ok(rows)
+    }
+
+    /// Reads one result into `rows`; returns its status flags.
+    fn read_result(&mut self, rows: &mut Vec<Row>) -> Result<u16, String> {
         let (_, first) = read_packet(&mut self.s)?;
         match first.first() {
-            Some(0) => return Ok(Vec::new()),
+            Some(0) => {
+                // OK: affected rows, last insert id, then the status.
+                let mut at = 1;
+                lenenc(&first, &mut at).ok_or("bad OK")?;
+                lenenc(&first, &mut at).ok_or("bad OK")?;
+                return Ok(status_at(&first, at));
+            }
             Some(0xff) => return Err(error_text(&first)),
             _ => {}
         }
@@ -88,11 +105,11 @@ impl Conn {
         if eof.first() != Some(&0xfe) {
             return Err("no EOF after the columns".into());
         }
-        let mut rows = Vec::new();
         loop {
             let (_, p) = read_packet(&mut self.s)?;
             match p.first() {
-                Some(0xfe) if p.len() < 9 => return Ok(rows),
+                // EOF: warnings, then the status.
+                Some(0xfe) if p.len() < 9 => return Ok(status_at(&p, 3)),
                 Some(0xff) => return Err(error_text(&p)),
                 _ => {}
             }
@@ -118,6 +135,16 @@ impl Conn {
             panic!("{sql}: {e}");
         }
     }
+}
+
+const MULTI_RESULTS: u32 = 0x20000;
+const MORE_RESULTS: u16 = 0x0008;
+
+fn status_at(p: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([
+        p.get(at).copied().unwrap_or(0),
+        p.get(at + 1).copied().unwrap_or(0),
+    ])
 }
 
 fn error_text(p: &[u8]) -> String {
@@ -697,6 +724,60 @@ fn main() {
         admin.exec("DELETE FROM flags WHERE k LIKE 'p%'");
     }
 
+    // Hand-off with the proposed procedures (tests/support/tests/mariadb_design.sql).
+    server
+        .try_sql_delimited(DESIGN, "$$", Duration::from_secs(60))
+        .expect("the proposed schema loads");
+    println!(
+        "\n(b2) hand-off with the proposed SQL, {raises} rounds: CALL mistri_release by the \
+         holder -> the queued waiter's CALL mistri_acquire returned its fence; ms"
+    );
+    println!(
+        "    {:<52} {:>8} {:>8} {:>8} {:>8}",
+        "", "p50", "p99", "max", "rounds"
+    );
+    for (background, mode, name) in [
+        (
+            0,
+            Mode::Poll(Duration::from_millis(200)),
+            "waiter polls its line every 200 ms",
+        ),
+        (
+            many,
+            Mode::Poll(Duration::from_millis(200)),
+            "waiter polls its line every 200 ms",
+        ),
+        (
+            0,
+            Mode::Doorbell {
+                park: Duration::from_secs(5),
+            },
+            "waiter parked, release rings it",
+        ),
+        (
+            many,
+            Mode::Doorbell {
+                park: Duration::from_secs(5),
+            },
+            "waiter parked, release rings it",
+        ),
+    ] {
+        let doorbell = matches!(mode, Mode::Doorbell { .. });
+        // Other processes idling in the same mode, as load.
+        let run = listeners(port, background, mode, log());
+        let lat = hand_off(port, mode, raises);
+        let (_, errors, _) = run.finish(&mut admin, doorbell);
+        assert_eq!(errors, 0, "{name}: {errors} queries failed");
+        println!(
+            "    {:<52} {:>8.1} {:>8.1} {:>8.1} {:>8}",
+            format!("{name}, {} processes", background + 2),
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            lat.last().copied().unwrap_or(f64::NAN),
+            lat.len(),
+        );
+    }
+
     // Who may ring whom: KILL QUERY of another user's connection needs
     // CONNECTION ADMIN (MariaDB 10.5.2+) or SUPER.
     let mut victim = Conn::open(port, "study").expect("connect");
@@ -735,4 +816,116 @@ fn register_bells(admin: &mut Conn, run: &Run) {
             .collect();
         admin.exec(&format!("INSERT INTO bells VALUES {}", values.join(",")));
     }
+}
+
+/// `rounds` hand-offs of a fresh key: a holder takes it, a waiter's
+/// refused acquire queues its line (with its connection as doorbell), the
+/// holder releases (and rings the returned doorbell), the waiter learns
+/// its line may take the key (by its poll or its parked statement ending)
+/// and acquires with a higher fence. Release start -> fence in hand, ms.
+fn hand_off(port: u16, mode: Mode, rounds: usize) -> Vec<f64> {
+    let mut holder = Conn::open(port, "study").expect("holder connects");
+    let mut rng = Rng(0x5151_7777_1234_9876);
+    let mut out = Vec::new();
+    for round in 0..rounds {
+        let key = format!("handoff-{round}");
+        let first: i64 = holder
+            .query(&format!(
+                "CALL mistri_acquire('h', '{key}', 'tokH', 60000, 'holder', 1000, 1, NULL, 0, NULL)"
+            ))
+            .expect("holder acquires")[0][0]
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .unwrap_or(0);
+        assert!(first > 0, "the holder got {first}");
+        let (queued_tx, queued_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let waiter_key = key.clone();
+        let waiter = std::thread::spawn(move || {
+            let key = waiter_key;
+            let mut w = Conn::open(port, "study").expect("waiter connects");
+            let acquire = format!(
+                "CALL mistri_acquire('h', '{key}', 'tokW', 60000, 'waiter', 1000, 1, 'lineW', \
+                 60000, {})",
+                w.id
+            );
+            let fence = |rows: Vec<Row>| -> i64 {
+                rows[0][0].as_deref().unwrap_or("0").parse().unwrap_or(0)
+            };
+            assert_eq!(
+                fence(w.query(&acquire).expect("queues")),
+                0,
+                "taken: queued"
+            );
+            queued_tx.send(()).unwrap();
+            let now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+            let may_take = format!(
+                "NOT EXISTS (SELECT 1 FROM mistri_leases l WHERE l.ns = 'h' AND l.k = '{key}' \
+                   AND l.expires_us > {now}) \
+                 AND NOT EXISTS (SELECT 1 FROM mistri_queue q JOIN mistri_queue p \
+                   ON p.ns = q.ns AND p.k = q.k AND (p.queued_us, p.line) < (q.queued_us, q.line) \
+                   WHERE q.ns = 'h' AND q.k = '{key}' AND q.line = 'lineW')"
+            );
+            let mut next = Instant::now() + Duration::from_millis(rng_ms(&key, 200));
+            loop {
+                let free = match mode {
+                    Mode::Poll(every) => {
+                        let wait = next.saturating_duration_since(Instant::now());
+                        std::thread::sleep(wait);
+                        next += every;
+                        let rows = w.query(&format!("SELECT {may_take}")).expect("poll");
+                        rows[0][0].as_deref() == Some("1")
+                    }
+                    Mode::Doorbell { park } => {
+                        let q = format!(
+                            "SELECT 1 FROM DUAL WHERE {may_take} UNION ALL SELECT 0 FROM DUAL \
+                             WHERE NOT ({may_take}) AND SLEEP({}) < 0",
+                            park.as_secs_f64()
+                        );
+                        match w.query(&q) {
+                            Ok(rows) => !rows.is_empty(),
+                            Err(e) if e.starts_with("1317") => false,
+                            Err(e) => panic!("parked statement: {e}"),
+                        }
+                    }
+                    _ => unreachable!("hand-off modes: poll and doorbell"),
+                };
+                if free {
+                    let f = fence(w.query(&acquire).expect("acquires"));
+                    if f > 0 {
+                        done_tx.send((Instant::now(), f)).unwrap();
+                        let _ = w.query(&format!("CALL mistri_release('h', '{key}', 'tokW')"));
+                        return;
+                    }
+                }
+            }
+        });
+        queued_rx.recv().expect("the waiter queued");
+        std::thread::sleep(Duration::from_millis(50 + rng.below(100)));
+        let t0 = Instant::now();
+        let rows = holder
+            .query(&format!("CALL mistri_release('h', '{key}', 'tokH')"))
+            .expect("release");
+        assert_eq!(rows[0][0].as_deref(), Some("1"), "a live release");
+        if matches!(mode, Mode::Doorbell { .. }) {
+            if let Some(id) = rows[0][1].as_deref() {
+                let _ = holder.query(&format!("KILL QUERY {id}"));
+            }
+        }
+        let (t1, second) = done_rx.recv().expect("the waiter acquired");
+        assert!(second > first, "fence {second} after {first}");
+        out.push(t1.duration_since(t0).as_secs_f64() * 1000.0);
+        waiter.join().expect("waiter");
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+/// A phase in [0, ms) from a name, so the waiter's ticks fall anywhere.
+fn rng_ms(name: &str, ms: u64) -> u64 {
+    let mut r = Rng(name.bytes().fold(0x9E37_79B9u64, |h, b| {
+        h.wrapping_mul(31).wrapping_add(u64::from(b))
+    }) | 1);
+    r.below(ms)
 }
