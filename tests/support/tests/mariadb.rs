@@ -552,3 +552,65 @@ fn proposed_design_flags_tick_poll_and_batched_beat() {
     );
     eprintln!("batched beat of 10,000 holds through the mariadb client: {took:?}");
 }
+
+#[test]
+fn proposed_design_concurrent_acquires_never_make_two_holders() {
+    let server = std::sync::Arc::new(MariaDbServer::start());
+    load_design(&server);
+    // Four clients race for one exclusive key; whoever gets it checks it is
+    // alone, then releases. Errors (a deadlock, 1213) are refused tries.
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                let mut fences = Vec::new();
+                let mut refused = 0;
+                for i in 0..12 {
+                    let token = format!("t{t}-{i}");
+                    let got = server.try_sql(
+                        &format!(
+                            "CALL mistri_acquire('ns', 'race', '{token}', 60000, 'x', 1000, 1, \
+                             NULL, 0, NULL)"
+                        ),
+                        Duration::from_secs(20),
+                    );
+                    match got.as_deref().map(str::parse::<i64>) {
+                        Ok(Ok(f)) if f > 0 => {
+                            let alone = server.sql(
+                                "SELECT GROUP_CONCAT(token) FROM mistri_leases WHERE k = 'race'",
+                            );
+                            assert_eq!(alone, token, "two holders at once");
+                            fences.push(f);
+                            assert_eq!(
+                                server
+                                    .sql(&format!("CALL mistri_release('ns', 'race', '{token}')")),
+                                "1\tNULL"
+                            );
+                        }
+                        Ok(Ok(_)) => refused += 1,
+                        other => {
+                            let text = format!("{other:?}");
+                            assert!(text.contains("1213") || text.contains("Deadlock"), "{text}");
+                            refused += 1;
+                        }
+                    }
+                }
+                (fences, refused)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut refused = 0;
+    for t in threads {
+        let (fences, r) = t.join().unwrap();
+        all.extend(fences);
+        refused += r;
+    }
+    eprintln!("race: {} acquired, {refused} refused", all.len());
+    assert!(!all.is_empty());
+    // Every grant had its own fence.
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "a fence was handed out twice");
+}

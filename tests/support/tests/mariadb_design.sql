@@ -121,7 +121,8 @@ BEGIN
   SELECT v_fence AS fence;
 END$$
 
--- Renew: one autocommit UPDATE; it locks only its own lease row. 1 renewed,
+-- Renew: one short transaction that locks only its own lease row (not the
+-- key's fences row: renewals never wait for the key's acquires). 1 renewed,
 -- 0 gone or expired, -1 refused as late (less than p_min_ms left).
 DROP PROCEDURE IF EXISTS mistri_renew$$
 CREATE PROCEDURE mistri_renew(IN p_ns VARBINARY(191), IN p_key VARBINARY(1024),
