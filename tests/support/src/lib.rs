@@ -16,6 +16,10 @@ pub use postgres::{pg_bindir, PgAuth, PgBouncer, PgConfig, PgServer};
 pub mod history;
 mod proxy;
 pub use proxy::Proxy;
+mod mariadb;
+pub use mariadb::{
+    mariadb_program, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER,
+};
 mod fault_server;
 pub use fault_server::FaultServer;
 mod topology;

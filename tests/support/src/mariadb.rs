@@ -1,0 +1,694 @@
+//! A throwaway MariaDB server on loopback, for tests and benchmarks:
+//! [`MariaDbServer`] (`mariadb-install-db` into a temporary folder, then
+//! `mariadbd` on a free 127.0.0.1 port).
+//!
+//! - **Binaries**: Debian's `mariadb-server` and `mariadb-client` (10.11 on
+//!   bookworm) put `mariadbd` in `/usr/sbin` and `mariadb-install-db` and
+//!   `mariadb` in `/usr/bin`; they are looked up on PATH and there, and
+//!   `MARIADB_BINDIR` overrides. Install them with `bash scripts/setup`.
+//!   Every program gets `--no-defaults`: no `/etc/mysql` file or `~/.my.cnf`
+//!   changes what the tests see.
+//! - **Root**: `mariadbd` refuses to run as root unless told
+//!   `--user=root`, which it then does without changing its uid. That is
+//!   chosen over the `mysql` user because a change of credentials clears
+//!   `PR_SET_PDEATHSIG` (below). As any other user it runs as that user.
+//! - **Lifetime**: `mariadbd` is one process (threads, no children),
+//!   spawned directly and told to die with the thread that started it
+//!   (`PR_SET_PDEATHSIG`, SIGKILL), so a test killed outright leaves no
+//!   server behind. [`Drop`] (also while a panicking test unwinds) kills it
+//!   and removes the folder.
+//! - **Accounts**: `root` has no password and is reached over the unix
+//!   socket inside the temporary folder ([`MariaDbServer::sql`]); the
+//!   clients under test get a database `mistri` and a user `mistri` with a
+//!   password, over TCP ([`MariaDbServer::url`]), holding every privilege
+//!   on that database and none beyond it (no PROCESS, no CONNECTION ADMIN).
+//! - **Settings** (each keeps or drops one promise):
+//!   - `innodb_flush_log_at_trx_commit=2`: a commit has written its redo
+//!     log to the kernel (not fsynced) when it returns, so it survives
+//!     [`MariaDbServer::restart`] and [`MariaDbServer::crash_restart`] (a
+//!     SIGKILL of the process), not a crash of the machine. (`0` would
+//!     lose up to a second of commits to a SIGKILL; `1` adds an fsync per
+//!     commit, which only a machine crash needs.)
+//!   - `innodb_doublewrite=0`: torn pages come only from a machine crash.
+//!   - `skip-log-bin`, `performance_schema=OFF`, a 32 MiB buffer pool, a
+//!     16 MiB redo log, ibdata1 grown 8 MiB at a time: speed and size; no
+//!     promise involved.
+//!   - `max_connections=1000` (the default is 151): the study runs 200
+//!     polling processes at once.
+//!   - `character_set_server=utf8mb4`, `skip-name-resolve`,
+//!     `bind_address=127.0.0.1`.
+//! - **Folder**: under `/dev/shm` where it is writable (fsync is free on a
+//!   tmpfs; see `scratch_parent`), else the temp dir; about 35 MB each. A
+//!   folder left by a process that is gone (killed before Drop) is removed
+//!   by the next start.
+//!
+//! SQL from the tests goes through the `mariadb` client over the unix
+//! socket as root, with a wall-clock deadline: [`MariaDbServer::sql`].
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long `mariadb-install-db`, or a start, or a stop may take.
+const START_WITHIN: Duration = Duration::from_secs(60);
+const STOP_WITHIN: Duration = Duration::from_secs(20);
+/// Default deadline of [`MariaDbServer::sql`].
+const SQL_WITHIN: Duration = Duration::from_secs(20);
+
+/// The database, user and password the URL carries.
+pub const MARIADB_DATABASE: &str = "mistri";
+/// See [`MARIADB_DATABASE`].
+pub const MARIADB_USER: &str = "mistri";
+/// See [`MARIADB_DATABASE`]; it has a character a URL must percent-encode.
+pub const MARIADB_PASSWORD: &str = "pw:mistri/41";
+
+/// The folder of a MariaDB program, or a panic that says how to install it.
+pub fn mariadb_program(name: &str) -> PathBuf {
+    static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    let dirs = DIRS.get_or_init(|| {
+        let mut dirs: Vec<PathBuf> = std::env::var_os("MARIADB_BINDIR")
+            .map(PathBuf::from)
+            .into_iter()
+            .collect();
+        if let Some(path) = std::env::var_os("PATH") {
+            dirs.extend(std::env::split_paths(&path));
+        }
+        dirs.extend(["/usr/sbin", "/usr/bin"].map(PathBuf::from));
+        dirs
+    });
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} not found (MARIADB_BINDIR, PATH, /usr/sbin, /usr/bin); install it: \
+                 bash scripts/setup (apt-get install mariadb-server mariadb-client)"
+            )
+        })
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// Where the temporary folders go: `/dev/shm` (a tmpfs, where an fsync
+/// costs nothing: `mariadb-install-db` takes 0.6 s there and 3.5 s on this
+/// machine's disk) when it is a writable folder, else the temp dir.
+/// `MARIADB_SCRATCH` overrides. A commit still reaches the kernel before it
+/// returns, so what a SIGKILL of the server may not lose it does not.
+fn scratch_parent() -> PathBuf {
+    if let Some(dir) = std::env::var_os("MARIADB_SCRATCH") {
+        return PathBuf::from(dir);
+    }
+    let parent = scratch_dir();
+    sweep_leftovers(&parent);
+    parent
+}
+
+/// Removes `mistri-mariadb-PID-PORT` folders under `parent` whose process
+/// is gone (a test killed before Drop: its server died with it, the
+/// folder stayed, in memory on a tmpfs). Once per process.
+fn sweep_leftovers(parent: &Path) {
+    static SWEPT: OnceLock<()> = OnceLock::new();
+    SWEPT.get_or_init(|| {
+        let Ok(entries) = std::fs::read_dir(parent) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(rest) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("mistri-mariadb-"))
+            else {
+                continue;
+            };
+            let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
+}
+
+fn scratch_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let probe = shm.join(format!("mistri-mariadb-probe-{}", std::process::id()));
+    // A container's /dev/shm may be 64 MiB; a server takes about 35 MB.
+    if available_bytes(shm) >= 1 << 30 && std::fs::create_dir(&probe).is_ok() {
+        let _ = std::fs::remove_dir(&probe);
+        return shm.to_path_buf();
+    }
+    std::env::temp_dir()
+}
+
+/// Bytes free for an unprivileged user under `dir` (0 if unknown).
+fn available_bytes(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return 0;
+    };
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and outlives the call; `st` is a
+    // valid, writable statvfs.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    // The field types are narrower than u64 on some targets.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, size) = (u64::from(st.f_bavail), u64::from(st.f_frsize));
+    blocks.saturating_mul(size)
+}
+
+/// A MariaDB program with no option files read and no client variables
+/// from the environment.
+fn program(name: &str, dir: &Path) -> Command {
+    let mut cmd = Command::new(mariadb_program(name));
+    cmd.arg("--no-defaults")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .env_remove("MYSQL_PWD")
+        .env_remove("MYSQL_HOST")
+        .env_remove("MYSQL_TCP_PORT")
+        .env_remove("MYSQL_UNIX_PORT");
+    cmd
+}
+
+/// Runs `cmd` to completion within `within`, killing it past that.
+/// Returns (success, stdout, stderr).
+fn run_within(mut cmd: Command, within: Duration) -> Result<(bool, String, String), String> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{cmd:?} not runnable: {e}"))?;
+    let mut out_pipe = child.stdout.take().expect("stdout piped");
+    let mut err_pipe = child.stderr.take().expect("stderr piped");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out_pipe.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    match status {
+        Some(status) => Ok((status.success(), out, err)),
+        None => Err(format!("did not finish within {within:?}: {err}")),
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    // SAFETY: kill takes no pointers; `pid` is our own child, not yet
+    // reaped (it is reaped only where `child` is taken), so it names that
+    // process and no other.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Whether every thread of `pid` is stopped (state `T`), or the process
+/// is gone.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    dir.flatten().all(|task| {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            return true;
+        };
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .next();
+        matches!(state, Some("T" | "t" | "Z" | "X"))
+    })
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A running throwaway MariaDB server (module header).
+pub struct MariaDbServer {
+    child: Option<Child>,
+    port: u16,
+    base: PathBuf,
+    frozen: bool,
+    install_took: Duration,
+    start_took: Duration,
+}
+
+impl MariaDbServer {
+    /// Installs a fresh data folder and starts a server on it, with the
+    /// `mistri` database and user. Panics (a test helper) if the binaries
+    /// are missing or it won't come up.
+    pub fn start() -> MariaDbServer {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(server) => return server,
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start a MariaDB server: {last}");
+    }
+
+    fn try_start() -> Result<MariaDbServer, String> {
+        let port = free_port();
+        let base = scratch_parent().join(format!("mistri-mariadb-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("tmp")).map_err(|e| format!("create {base:?}: {e}"))?;
+        // From here on, `server`'s Drop removes the folder on failure.
+        let mut server = MariaDbServer {
+            child: None,
+            port,
+            base,
+            frozen: false,
+            install_took: Duration::ZERO,
+            start_took: Duration::ZERO,
+        };
+        let began = Instant::now();
+        server.install()?;
+        server.install_took = began.elapsed();
+        let began = Instant::now();
+        server.spawn()?;
+        server.start_took = began.elapsed();
+        let quoted = MARIADB_PASSWORD.replace('\\', "\\\\").replace('\'', "\\'");
+        server.try_sql_in(
+            None,
+            &format!(
+                "CREATE DATABASE {MARIADB_DATABASE} CHARACTER SET utf8mb4; \
+                 CREATE USER '{MARIADB_USER}'@'%' IDENTIFIED BY '{quoted}'; \
+                 GRANT ALL ON {MARIADB_DATABASE}.* TO '{MARIADB_USER}'@'%'"
+            ),
+            SQL_WITHIN,
+        )?;
+        Ok(server)
+    }
+
+    /// `mariadb-install-db` into `base/data`: the system tables, `root`
+    /// with no password, no test database.
+    fn install(&self) -> Result<(), String> {
+        let mut cmd = program("mariadb-install-db", &self.base);
+        cmd.arg(format!("--datadir={}", self.data_dir().display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ])
+            .args(Self::innodb_settings());
+        if is_root() {
+            cmd.arg("--user=root");
+        }
+        match run_within(cmd, START_WITHIN)? {
+            (true, _, _) => Ok(()),
+            (false, out, err) => Err(format!("mariadb-install-db failed: {err}{out}")),
+        }
+    }
+
+    /// Settings `mariadb-install-db` and `mariadbd` must agree on (the
+    /// system tablespace and redo log are made by the first).
+    fn innodb_settings() -> [&'static str; 6] {
+        [
+            "--innodb-buffer-pool-size=32M",
+            // ibdata1 grows 8 MiB at a time, not 64: a server takes ~35 MB.
+            "--innodb-autoextend-increment=8",
+            "--innodb-log-file-size=16M",
+            "--innodb-data-file-path=ibdata1:4M:autoextend",
+            "--innodb-flush-log-at-trx-commit=2",
+            "--innodb-doublewrite=0",
+        ]
+    }
+
+    /// Starts `mariadbd` on the data folder and waits for its greeting.
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut cmd = program("mariadbd", &self.base);
+        cmd.arg(format!("--datadir={}", self.data_dir().display()))
+            .arg(format!("--socket={}", self.socket_path().display()))
+            .arg(format!(
+                "--pid-file={}",
+                self.base.join("mariadbd.pid").display()
+            ))
+            .arg(format!(
+                "--log-error={}",
+                self.base.join("error.log").display()
+            ))
+            .arg(format!("--tmpdir={}", self.base.join("tmp").display()))
+            .arg(format!("--port={}", self.port))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--skip-log-bin",
+                "--performance-schema=OFF",
+                "--max-connections=1000",
+                "--character-set-server=utf8mb4",
+                "--collation-server=utf8mb4_general_ci",
+            ])
+            .args(Self::innodb_settings())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if is_root() {
+            cmd.arg("--user=root");
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: prctl is async-signal-safe and touches no memory of
+            // ours; it runs in the child between fork and exec. mariadbd
+            // keeps its credentials (`--user` names the current user or is
+            // absent), so the setting is not cleared later.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("mariadbd not runnable (bash scripts/setup): {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_WITHIN;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(format!(
+                    "mariadbd exited early ({status}): {}",
+                    self.log_tail()
+                ));
+            }
+            if self.greets() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                return Err(format!(
+                    "mariadbd did not answer within {START_WITHIN:?}: {}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the port answers with a protocol-10 handshake (mariadbd
+    /// opens its port only once it is ready to serve).
+    fn greets(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).is_ok() && head[4] == 10
+    }
+
+    /// The last 2,000 bytes of the server's error log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.base.join("error.log")).unwrap_or_default();
+        let start = log.len().saturating_sub(2000);
+        log.get(start..).unwrap_or(&log).to_owned()
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.base.join("data")
+    }
+
+    /// The unix socket root's [`MariaDbServer::sql`] goes through.
+    pub fn socket_path(&self) -> PathBuf {
+        self.base.join("mariadbd.sock")
+    }
+
+    /// The temporary folder (data, socket, log); gone after stop.
+    pub fn dir(&self) -> PathBuf {
+        self.base.clone()
+    }
+
+    /// How long the first start took: `mariadb-install-db`, then
+    /// `mariadbd` until it greeted.
+    pub fn startup(&self) -> (Duration, Duration) {
+        (self.install_took, self.start_took)
+    }
+
+    /// The port it listens on (127.0.0.1 only).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `mysql://mistri:PASSWORD@127.0.0.1:PORT/mistri` (the password
+    /// percent-encoded).
+    pub fn url(&self) -> String {
+        format!(
+            "mysql://{MARIADB_USER}:{}@127.0.0.1:{}/{MARIADB_DATABASE}",
+            percent_encode(MARIADB_PASSWORD),
+            self.port
+        )
+    }
+
+    /// The server's process id (panics if it is stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+
+    /// Runs `sql` (one or more `;`-separated statements) with the `mariadb`
+    /// client over the unix socket, as root, in the `mistri` database, and
+    /// returns its batch output without column names: tab-separated
+    /// columns, one row a line. Panics on an SQL error or after 20 s.
+    pub fn sql(&self, sql: &str) -> String {
+        self.try_sql(sql, SQL_WITHIN)
+            .unwrap_or_else(|e| panic!("mariadb client failed: {e}"))
+    }
+
+    /// [`MariaDbServer::sql`] returning the error (the client's stderr, or
+    /// the deadline passing) instead of panicking.
+    pub fn try_sql(&self, sql: &str, within: Duration) -> Result<String, String> {
+        self.try_sql_in(Some(MARIADB_DATABASE), sql, within)
+    }
+
+    /// [`MariaDbServer::try_sql`] with statements ended by `delimiter`
+    /// instead of `;`, for bodies of stored procedures (which hold `;`).
+    pub fn try_sql_delimited(
+        &self,
+        sql: &str,
+        delimiter: &str,
+        within: Duration,
+    ) -> Result<String, String> {
+        self.run_client(Some(MARIADB_DATABASE), sql, Some(delimiter), within)
+    }
+
+    fn try_sql_in(&self, db: Option<&str>, sql: &str, within: Duration) -> Result<String, String> {
+        self.run_client(db, sql, None, within)
+    }
+
+    fn run_client(
+        &self,
+        db: Option<&str>,
+        sql: &str,
+        delimiter: Option<&str>,
+        within: Duration,
+    ) -> Result<String, String> {
+        let mut cmd = program("mariadb", &self.base);
+        if let Some(d) = delimiter {
+            cmd.arg(format!("--delimiter={d}"));
+        }
+        cmd.arg(format!("--socket={}", self.socket_path().display()))
+            .args([
+                "--protocol=SOCKET",
+                "--user=root",
+                "--batch",
+                "--skip-column-names",
+            ])
+            .args(["--connect-timeout=5", "--execute", sql]);
+        if let Some(db) = db {
+            cmd.arg(format!("--database={db}"));
+        }
+        match run_within(cmd, within)? {
+            (true, out, _) => Ok(out.trim_end_matches('\n').to_owned()),
+            (false, out, err) => Err(format!("{}{}", err.trim(), out.trim())),
+        }
+    }
+
+    /// Stops the server with SIGSTOP (every thread): connections stay
+    /// open, the kernel still accepts and buffers, nothing answers. Its
+    /// clock keeps running. Returns once every thread shows stopped.
+    pub fn freeze(&mut self) {
+        if self.frozen {
+            return;
+        }
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return;
+        };
+        signal(pid, libc::SIGSTOP);
+        let until = Instant::now() + STOP_WITHIN;
+        while !all_threads_stopped(pid) {
+            assert!(Instant::now() < until, "mariadbd {pid} never stopped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.frozen = true;
+    }
+
+    /// Resumes a frozen server (SIGCONT); it then serves what was buffered.
+    pub fn thaw(&mut self) {
+        if !self.frozen {
+            return;
+        }
+        if let Some(child) = &self.child {
+            signal(child.id(), libc::SIGCONT);
+        }
+        self.frozen = false;
+    }
+
+    /// Whether [`MariaDbServer::freeze`] is in force.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// A normal shutdown (SIGTERM: connections are closed, InnoDB flushes)
+    /// and a start on the same port with the same data. Panics if it won't
+    /// come back.
+    pub fn restart(&mut self) {
+        self.restart_after(Duration::ZERO);
+    }
+
+    /// [`MariaDbServer::restart`] with the port left dead for `downtime`
+    /// in between (connections are refused then).
+    pub fn restart_after(&mut self, downtime: Duration) {
+        self.shutdown();
+        std::thread::sleep(downtime);
+        self.respawn();
+    }
+
+    /// Killed as a crash would (SIGKILL) and started again on the same
+    /// port and data folder; InnoDB recovers committed transactions from
+    /// its redo log.
+    pub fn crash_restart(&mut self) {
+        self.kill();
+        self.respawn();
+    }
+
+    fn respawn(&mut self) {
+        let deadline = Instant::now() + START_WITHIN;
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() >= deadline => {
+                    panic!("mariadbd did not come back on port {}: {e}", self.port)
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// SIGTERM and wait (SIGKILL past [`STOP_WITHIN`]).
+    fn shutdown(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if self.frozen {
+            signal(child.id(), libc::SIGCONT);
+            self.frozen = false;
+        }
+        signal(child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + STOP_WITHIN;
+        while !matches!(child.try_wait(), Ok(Some(_))) {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL and reap (a stopped process dies of SIGKILL too).
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.frozen = false;
+    }
+
+    /// Kills the server (its data is thrown away) and removes its folder.
+    /// Idempotent; Drop calls it.
+    pub fn stop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+impl Drop for MariaDbServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl crate::FaultServer for MariaDbServer {
+    const KEEPS_DATA: bool = true;
+    fn start() -> Self {
+        MariaDbServer::start()
+    }
+    fn port(&self) -> u16 {
+        MariaDbServer::port(self)
+    }
+    fn url(&self) -> String {
+        MariaDbServer::url(self)
+    }
+    fn stop(&mut self) {
+        MariaDbServer::stop(self);
+    }
+    fn freeze(&mut self) {
+        MariaDbServer::freeze(self);
+    }
+    fn thaw(&mut self) {
+        MariaDbServer::thaw(self);
+    }
+    fn restart_after(&mut self, downtime: Duration) {
+        MariaDbServer::restart_after(self, downtime);
+    }
+    fn crash_restart(&mut self) {
+        MariaDbServer::crash_restart(self);
+    }
+}

@@ -1,0 +1,612 @@
+//! Self-tests of the MariaDB harness: a throwaway server starts and
+//! answers over its socket and over TCP with the URL's password, keeps its
+//! data across a restart and a crash, freezes and thaws, goes silent
+//! behind a proxy, and leaves nothing behind.
+//!
+//! ```text
+//! cargo test -p mistri_locks_testkit --test mariadb -- --nocapture
+//! ```
+
+use mistri_locks_testkit::{
+    mariadb_program, FaultServer, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER,
+};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// The `mariadb` client over TCP to `port` as the URL's user, with
+/// `password`, killed after `within`.
+fn tcp_query(port: u16, password: &str, sql: &str, within: Duration) -> Result<String, String> {
+    let mut child = Command::new(mariadb_program("mariadb"))
+        .arg("--no-defaults")
+        .args([
+            "--protocol=TCP",
+            "--host=127.0.0.1",
+            "--batch",
+            "--skip-column-names",
+        ])
+        .arg(format!("--port={port}"))
+        .arg(format!("--user={MARIADB_USER}"))
+        .arg(format!("--password={password}"))
+        .arg(format!("--database={MARIADB_DATABASE}"))
+        .args(["--connect-timeout=30", "--execute", sql])
+        .env_remove("MYSQL_PWD")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + within;
+    loop {
+        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            let out = child.wait_with_output().map_err(|e| e.to_string())?;
+            return if out.status.success() {
+                Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            };
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("no answer within {within:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn starts_answers_and_cleans_up() {
+    let began = Instant::now();
+    let server = MariaDbServer::start();
+    let (install, start) = server.startup();
+    eprintln!(
+        "mariadb start-up: mariadb-install-db {install:?}, mariadbd to greeting {start:?}, \
+         whole start() {:?}",
+        began.elapsed()
+    );
+    assert_eq!(
+        server.url(),
+        format!(
+            "mysql://mistri:pw%3Amistri%2F41@127.0.0.1:{}/mistri",
+            server.port()
+        )
+    );
+    assert_eq!(server.sql("SELECT 1 + 1"), "2");
+    assert!(server.sql("SELECT VERSION()").contains("MariaDB"));
+    // The URL's user and password work over TCP; a wrong password does not.
+    assert_eq!(
+        tcp_query(
+            server.port(),
+            MARIADB_PASSWORD,
+            "SELECT DATABASE(), CURRENT_USER()",
+            Duration::from_secs(20)
+        )
+        .unwrap(),
+        "mistri\tmistri@%"
+    );
+    let refused =
+        tcp_query(server.port(), "wrong", "SELECT 1", Duration::from_secs(20)).unwrap_err();
+    assert!(refused.contains("Access denied"), "{refused}");
+    // The settings the module header promises.
+    assert_eq!(server.sql("SELECT @@bind_address"), "127.0.0.1");
+    assert_eq!(server.sql("SELECT @@innodb_flush_log_at_trx_commit"), "2");
+    assert_eq!(server.sql("SELECT @@max_connections"), "1000");
+    assert_eq!(server.sql("SELECT @@default_storage_engine"), "InnoDB");
+    // No grants beyond its database: no PROCESS, no CONNECTION ADMIN.
+    let grants = tcp_query(
+        server.port(),
+        MARIADB_PASSWORD,
+        "SHOW GRANTS",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert!(
+        grants.contains("GRANT ALL PRIVILEGES ON `mistri`.* TO `mistri`@`%`"),
+        "{grants}"
+    );
+    assert!(
+        grants.contains("GRANT USAGE ON *.* TO `mistri`@`%`"),
+        "{grants}"
+    );
+    assert_eq!(grants.lines().count(), 2, "{grants}");
+    // Errors come back as errors.
+    let err = server
+        .try_sql("SELECT * FROM no_such_table", Duration::from_secs(5))
+        .unwrap_err();
+    assert!(err.contains("no_such_table"), "{err}");
+    let pid = server.pid();
+    let dir = server.dir();
+    let port = server.port();
+    assert!(server.socket_path().exists());
+    drop(server);
+    assert!(!dir.exists(), "folder removed");
+    assert!(!alive(pid), "no process left: {pid}");
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+#[test]
+fn restart_and_crash_restart_keep_committed_rows() {
+    let mut server = MariaDbServer::start();
+    server.sql("CREATE TABLE kept (v INT) ENGINE=InnoDB; INSERT INTO kept VALUES (41), (1)");
+    let port = server.port();
+    let before = server.pid();
+    server.restart();
+    assert_eq!(server.port(), port);
+    assert_ne!(server.pid(), before, "a new mariadbd");
+    assert_eq!(server.sql("SELECT SUM(v) FROM kept"), "42");
+    // A commit that returned survives a SIGKILL right after it.
+    server.sql("INSERT INTO kept VALUES (100)");
+    let before = server.pid();
+    FaultServer::crash_restart(&mut server);
+    assert_ne!(server.pid(), before);
+    assert!(!alive(before));
+    assert_eq!(server.sql("SELECT SUM(v) FROM kept"), "142");
+    // With the port dead in between.
+    let began = Instant::now();
+    server.restart_after(Duration::from_millis(300));
+    assert!(began.elapsed() >= Duration::from_millis(300));
+    assert_eq!(server.sql("SELECT COUNT(*) FROM kept"), "3");
+}
+
+#[test]
+fn freeze_silences_and_thaw_answers() {
+    let mut server = MariaDbServer::start();
+    assert_eq!(server.sql("SELECT 7"), "7");
+    server.freeze();
+    assert!(server.is_frozen());
+    let silent = server.try_sql("SELECT 8", Duration::from_millis(500));
+    assert!(
+        silent.unwrap_err().contains("did not finish"),
+        "a frozen server answered"
+    );
+    server.thaw();
+    assert!(!server.is_frozen());
+    assert_eq!(server.sql("SELECT 9"), "9");
+    // The server's clock keeps running through a freeze.
+    let before = db_now_us(&server);
+    let (frozen, thawed) = server.frozen_for(Duration::from_millis(300));
+    assert!(thawed.duration_since(frozen) >= Duration::from_millis(300));
+    let after = db_now_us(&server);
+    assert!(after - before >= 300_000, "{before} -> {after}");
+    assert_eq!(server.sql("SELECT 10"), "10");
+}
+
+#[test]
+fn the_proxy_forwards_and_goes_silent() {
+    let server = MariaDbServer::start();
+    let proxy = server.proxy();
+    let url = server.url_via(&proxy);
+    assert_eq!(
+        url,
+        format!(
+            "mysql://mistri:pw%3Amistri%2F41@127.0.0.1:{}/mistri",
+            proxy.port()
+        )
+    );
+    let answer = tcp_query(
+        proxy.port(),
+        MARIADB_PASSWORD,
+        "SELECT 'via'",
+        Duration::from_secs(20),
+    );
+    assert_eq!(answer.unwrap(), "via");
+    proxy.blackhole(true);
+    let silent = tcp_query(
+        proxy.port(),
+        MARIADB_PASSWORD,
+        "SELECT 'hole'",
+        Duration::from_millis(700),
+    );
+    assert_eq!(silent.unwrap_err(), "no answer within 700ms");
+    proxy.blackhole(false);
+    let answer = tcp_query(
+        proxy.port(),
+        MARIADB_PASSWORD,
+        "SELECT 'back'",
+        Duration::from_secs(20),
+    );
+    assert_eq!(answer.unwrap(), "back");
+}
+
+#[test]
+fn a_server_dies_with_the_thread_that_started_it() {
+    // As when a test is killed: no Drop runs, the starting thread ends.
+    let (pid, dir) = std::thread::spawn(|| {
+        let server = MariaDbServer::start();
+        let seen = (server.pid(), server.dir());
+        std::mem::forget(server);
+        seen
+    })
+    .join()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let gone = !alive(pid);
+    // The folder is left (nobody ran Drop); this test removes it.
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(gone, "mariadbd {pid} outlived the thread that started it");
+}
+
+// ---- the proposed backend SQL (docs/MYSQL.md, "Proposed SQL"), checked ----
+
+const DESIGN: &str = include_str!("mariadb_design.sql");
+
+fn load_design(server: &MariaDbServer) {
+    server
+        .try_sql_delimited(DESIGN, "$$", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("the proposed schema does not load: {e}"));
+}
+
+fn call(server: &MariaDbServer, sql: &str) -> String {
+    server.sql(sql)
+}
+
+/// The database clock in microseconds, as the design reads it.
+fn db_now_us(server: &MariaDbServer) -> i64 {
+    server
+        .sql("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn proposed_design_connect_checks_read_every_setting() {
+    let server = MariaDbServer::start();
+    // One portable statement per scope (information_schema.GLOBAL_VARIABLES
+    // is gone in MySQL 8; SHOW ... WHERE is in both). A name the server
+    // lacks is simply absent: MariaDB has no super_read_only and no
+    // rpl_semi_sync_master_wait_for_slave_count.
+    let global = server.sql(
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'super_read_only', \
+         'default_storage_engine', 'enforce_storage_engine', 'wait_timeout', \
+         'rpl_semi_sync_master_enabled', 'rpl_semi_sync_master_wait_for_slave_count', \
+         'rpl_semi_sync_master_wait_point', 'innodb_flush_log_at_trx_commit', 'sql_mode')",
+    );
+    let session = server.sql(
+        "SHOW SESSION VARIABLES WHERE Variable_name IN ('autocommit', 'tx_isolation', \
+         'transaction_isolation', 'wait_timeout', 'time_zone')",
+    );
+    let get = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}\t")).map(str::to_owned))
+    };
+    assert_eq!(get(&global, "read_only").as_deref(), Some("OFF"));
+    assert_eq!(get(&global, "super_read_only"), None, "MariaDB has none");
+    assert_eq!(
+        get(&global, "default_storage_engine").as_deref(),
+        Some("InnoDB")
+    );
+    assert_eq!(
+        get(&global, "rpl_semi_sync_master_enabled").as_deref(),
+        Some("OFF")
+    );
+    assert_eq!(
+        get(&global, "rpl_semi_sync_master_wait_for_slave_count"),
+        None,
+        "MariaDB's semi-sync waits for one replica; only MySQL has the count"
+    );
+    assert_eq!(get(&session, "autocommit").as_deref(), Some("ON"));
+    assert_eq!(
+        get(&session, "tx_isolation").as_deref(),
+        Some("REPEATABLE-READ")
+    );
+    let wait: u64 = get(&session, "wait_timeout").unwrap().parse().unwrap();
+    assert_eq!(
+        wait, 28800,
+        "the default: 8 hours, longer than any lease ttl"
+    );
+    // The schema loads, twice (idempotent), and every table is InnoDB.
+    load_design(&server);
+    load_design(&server);
+    let engines = server.sql(
+        "SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'mistri\\_%' ORDER BY 1",
+    );
+    assert_eq!(
+        engines,
+        "mistri_fences\tInnoDB\nmistri_flags\tInnoDB\nmistri_leases\tInnoDB\n\
+         mistri_meta\tInnoDB\nmistri_queue\tInnoDB"
+    );
+    assert_eq!(server.sql("SELECT version FROM mistri_meta"), "1");
+}
+
+#[test]
+fn proposed_design_clock_is_read_per_statement_inside_a_procedure() {
+    let server = MariaDbServer::start();
+    server
+        .try_sql_delimited(
+            "CREATE PROCEDURE clk() BEGIN DECLARE a BIGINT; DECLARE b BIGINT; \
+             SET a = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)); \
+             DO SLEEP(0.3); \
+             SET b = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)); \
+             SELECT b - a; END$$",
+            "$$",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    let gap: i64 = server.sql("CALL clk()").parse().unwrap();
+    // The second read is after the sleep: the clock a procedure reads after
+    // taking a lock is the time after the lock, not the CALL's start.
+    assert!(gap >= 300_000, "{gap} µs");
+    // UTC whatever the session's zone.
+    let a: i64 = db_now_us(&server);
+    let b: i64 = server
+        .sql(
+            "SET time_zone = '+05:00'; \
+             SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
+        )
+        .parse()
+        .unwrap();
+    assert!((b - a).abs() < 60_000_000, "{a} vs {b}");
+}
+
+#[test]
+fn proposed_design_acquire_renew_release_queue_and_fences() {
+    let mut server = MariaDbServer::start();
+    load_design(&server);
+    let before = db_now_us(&server);
+    // Exclusive acquire: a fence at the clock floor.
+    let f1: i64 = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokA', 5000, 'host a pid 1', 1000, 1, NULL, 0, NULL)",
+    )
+    .parse()
+    .unwrap();
+    assert!(f1 >= before, "fence {f1} below the clock {before}");
+    // Taken: a refused try with a line queues it (with its doorbell).
+    let refused = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokB', 5000, 'host b', 1000, 1, 'lineB', 10000, 4242)",
+    );
+    assert_eq!(refused, "0");
+    assert_eq!(
+        server.sql("SELECT line, bell_conn FROM mistri_queue"),
+        "lineB\t4242"
+    );
+    // Renew: 1; refused as late when less than p_min_ms is left: -1; a
+    // stranger's token: 0.
+    assert_eq!(
+        call(&server, "CALL mistri_renew('ns', 'k', 'tokA', 5000, 0)"),
+        "1"
+    );
+    assert_eq!(
+        call(&server, "CALL mistri_renew('ns', 'k', 'tokA', 5000, 60000)"),
+        "-1"
+    );
+    assert_eq!(
+        call(&server, "CALL mistri_renew('ns', 'k', 'nobody', 5000, 0)"),
+        "0"
+    );
+    // The holder description is kept.
+    assert_eq!(
+        server.sql("SELECT label, lim, ttl_ms FROM mistri_leases WHERE token = 'tokA'"),
+        "host a pid 1\t1\t5000"
+    );
+    // Release: live, and the first line's doorbell to ring.
+    assert_eq!(
+        call(&server, "CALL mistri_release('ns', 'k', 'tokA')"),
+        "1\t4242"
+    );
+    assert_eq!(
+        call(&server, "CALL mistri_release('ns', 'k', 'tokA')"),
+        "0\tNULL"
+    );
+    // Someone else without a line may not jump the queue...
+    assert_eq!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'k', 'tokC', 5000, 'c', 1000, 1, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    // ...the head of the line takes it, with a higher fence, and leaves the queue.
+    let f2: i64 = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokB', 5000, 'host b', 1000, 1, 'lineB', 10000, 4242)",
+    )
+    .parse()
+    .unwrap();
+    assert!(f2 > f1, "{f2} <= {f1}");
+    assert_eq!(server.sql("SELECT COUNT(*) FROM mistri_queue"), "0");
+    // An expired lease is pruned by the next acquire (ttl 1 ms).
+    let _ = call(&server, "CALL mistri_release('ns', 'k', 'tokB')");
+    assert_ne!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'short', 't1', 1, 'x', 1, 1, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+    assert_ne!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'short', 't2', 5000, 'x', 1, 1, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    // N holders: 2 slots, a third is refused, an exclusive try too.
+    for t in ["s1", "s2"] {
+        assert_ne!(
+            call(
+                &server,
+                &format!(
+                    "CALL mistri_acquire('ns', 'slots', '{t}', 5000, 'x', 1000, 2, NULL, 0, NULL)"
+                )
+            ),
+            "0"
+        );
+    }
+    assert_eq!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'slots', 's3', 5000, 'x', 1000, 2, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    // Fences strictly rise across a crash-restart and an emptied table.
+    let last: i64 = server
+        .sql("SELECT MAX(fence) FROM mistri_fences WHERE k = 'k'")
+        .parse()
+        .unwrap();
+    FaultServer::crash_restart(&mut server);
+    let f3: i64 = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokD', 5000, 'd', 1000, 1, NULL, 0, NULL)",
+    )
+    .parse()
+    .unwrap();
+    assert!(f3 > last, "{f3} <= {last} after a crash");
+    server.sql("DELETE FROM mistri_leases; DELETE FROM mistri_fences");
+    let f4: i64 = call(
+        &server,
+        "CALL mistri_acquire('ns', 'k', 'tokE', 5000, 'e', 1000, 1, NULL, 0, NULL)",
+    )
+    .parse()
+    .unwrap();
+    assert!(f4 > f3, "{f4} <= {f3} after the table was emptied");
+}
+
+#[test]
+fn proposed_design_flags_tick_poll_and_batched_beat() {
+    let server = MariaDbServer::start();
+    load_design(&server);
+    // Raise a flag (upsert, database clock), and the tick poll: one
+    // statement for every key a process watches and every line it waits in.
+    server.sql(
+        "INSERT INTO mistri_flags (ns, k, raised_us, expires_us) \
+         SELECT 'ns', 'job-7', t, t + 60000000 FROM (SELECT TIMESTAMPDIFF(MICROSECOND, \
+           '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) AS t) c \
+         ON DUPLICATE KEY UPDATE raised_us = VALUES(raised_us), expires_us = VALUES(expires_us)",
+    );
+    assert_ne!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'busy', 'h', 5000, 'x', 1000, 1, NULL, 0, NULL)"
+        ),
+        "0"
+    );
+    assert_eq!(
+        call(
+            &server,
+            "CALL mistri_acquire('ns', 'busy', 'w', 5000, 'x', 1000, 1, 'L1', 10000, NULL)"
+        ),
+        "0"
+    );
+    let tick = "SELECT 'flag', f.k, f.raised_us > 0 FROM mistri_flags f \
+         WHERE f.ns = 'ns' AND f.k IN ('job-7', 'job-8') \
+           AND f.expires_us > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
+         UNION ALL \
+         SELECT 'line', q.k, NOT EXISTS (SELECT 1 FROM mistri_leases l WHERE l.ns = q.ns \
+             AND l.k = q.k AND l.expires_us > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
+             UTC_TIMESTAMP(6))) \
+           AND NOT EXISTS (SELECT 1 FROM mistri_queue p WHERE p.ns = q.ns AND p.k = q.k \
+             AND (p.queued_us, p.line) < (q.queued_us, q.line)) \
+         FROM mistri_queue q WHERE q.ns = 'ns' AND (q.k, q.line) IN (('busy', 'L1'))";
+    assert_eq!(server.sql(tick), "flag\tjob-7\t1\nline\tbusy\t0");
+    assert_eq!(
+        call(&server, "CALL mistri_release('ns', 'busy', 'h')"),
+        "1\tNULL"
+    );
+    assert_eq!(server.sql(tick), "flag\tjob-7\t1\nline\tbusy\t1");
+    // The batched beat: 10,000 holds renewed by one UPDATE (row
+    // constructors IN), then read back in the same round trip.
+    server.sql(
+        "INSERT INTO mistri_leases SELECT 'ns', CONCAT('b', seq), CONCAT('t', seq), seq, 1, \
+           TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) + 5000000, 0, 0, \
+           5000, 1000, 'beat' FROM seq_1_to_10000",
+    );
+    let tuples: Vec<String> = (1..=10_000)
+        .map(|i| format!("('ns','b{i}','t{i}')"))
+        .collect();
+    let beat = format!(
+        "UPDATE mistri_leases SET expires_us = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
+           UTC_TIMESTAMP(6)) + ttl_ms * 1000, renewed_us = TIMESTAMPDIFF(MICROSECOND, \
+           '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
+         WHERE (ns, k, token) IN ({list}) AND expires_us > TIMESTAMPDIFF(MICROSECOND, \
+           '1970-01-01 00:00:00', UTC_TIMESTAMP(6)); \
+         SELECT ROW_COUNT();\n",
+        list = tuples.join(",")
+    );
+    // Too long for one argv string: through a file the client sources.
+    let file = server.dir().join("beat.sql");
+    std::fs::write(&file, beat).unwrap();
+    let began = Instant::now();
+    let renewed = server.sql(&format!("source {}", file.display()));
+    let took = began.elapsed();
+    assert_eq!(renewed, "10000");
+    assert_eq!(
+        server.sql("SELECT COUNT(*) FROM mistri_leases WHERE label = 'beat' AND renewed_us > 0"),
+        "10000"
+    );
+    eprintln!("batched beat of 10,000 holds through the mariadb client: {took:?}");
+}
+
+#[test]
+fn proposed_design_concurrent_acquires_never_make_two_holders() {
+    let server = std::sync::Arc::new(MariaDbServer::start());
+    load_design(&server);
+    // Four clients race for one exclusive key; whoever gets it checks it is
+    // alone, then releases. Errors (a deadlock, 1213) are refused tries.
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                let mut fences = Vec::new();
+                let mut refused = 0;
+                for i in 0..12 {
+                    let token = format!("t{t}-{i}");
+                    let got = server.try_sql(
+                        &format!(
+                            "CALL mistri_acquire('ns', 'race', '{token}', 60000, 'x', 1000, 1, \
+                             NULL, 0, NULL)"
+                        ),
+                        Duration::from_secs(20),
+                    );
+                    match got.as_deref().map(str::parse::<i64>) {
+                        Ok(Ok(f)) if f > 0 => {
+                            let alone = server.sql(
+                                "SELECT GROUP_CONCAT(token) FROM mistri_leases WHERE k = 'race'",
+                            );
+                            assert_eq!(alone, token, "two holders at once");
+                            fences.push(f);
+                            assert_eq!(
+                                server
+                                    .sql(&format!("CALL mistri_release('ns', 'race', '{token}')")),
+                                "1\tNULL"
+                            );
+                        }
+                        Ok(Ok(_)) => refused += 1,
+                        other => {
+                            let text = format!("{other:?}");
+                            assert!(text.contains("1213") || text.contains("Deadlock"), "{text}");
+                            refused += 1;
+                        }
+                    }
+                }
+                (fences, refused)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut refused = 0;
+    for t in threads {
+        let (fences, r) = t.join().unwrap();
+        all.extend(fences);
+        refused += r;
+    }
+    eprintln!("race: {} acquired, {refused} refused", all.len());
+    assert!(!all.is_empty());
+    // Every grant had its own fence.
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "a fence was handed out twice");
+}
