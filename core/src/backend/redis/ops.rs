@@ -130,18 +130,42 @@ impl Adapter for Redis {
         self.memory_risk(deadline)
     }
 
+    /// `Ok` also when no connection could be had (the server down, a
+    /// restart): nothing was sent, so no forget is on its way that could
+    /// take a later line's entry away, and the line's id may be taken
+    /// again ([`crate::waiting`]). The entry, if the server kept it, is
+    /// then the place of this process's next line of the key, which takes
+    /// the same id, rather than a dead line's that stands ahead of it until
+    /// it lapses: a wait that ended in an error during a restart and is
+    /// started again is told of the release by push (issue 39, finding 16).
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
-        self.with_con(|con, deadline| {
-            self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (4, 2), |w| {
-                w.key(&self.namespace, "queue", key)
-                    .key(&self.namespace, "queued", key)
-                    .key(&self.namespace, "slots", key)
-                    .key(&self.namespace, "holders", key)
-                    .bulk(line.as_bytes())
-                    .key_then(&self.namespace, "next", key, ":");
-            })
-        })
-        .map(drop)
+        let _held = crate::runtime::eintr::HostSignalsHeld::new();
+        let deadline = Instant::now() + self.timeout;
+        let epoch = self.pool_epoch();
+        let Ok(mut con) = self.checkout(deadline) else {
+            return Ok(());
+        };
+        let reply = self.aim(&mut con, deadline).and_then(|()| {
+            self.eval_with(
+                &mut con,
+                deadline,
+                &LEAVE_QUEUE,
+                LEAVE_QUEUE_LUA,
+                (4, 2),
+                |w| {
+                    w.key(&self.namespace, "queue", key)
+                        .key(&self.namespace, "queued", key)
+                        .key(&self.namespace, "slots", key)
+                        .key(&self.namespace, "holders", key)
+                        .bulk(line.as_bytes())
+                        .key_then(&self.namespace, "next", key, ":");
+                },
+            )
+            .map_err(|e| self.map_err(e))
+        })?;
+        self.checkin(con, epoch);
+        drop(reply);
+        Ok(())
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
@@ -225,7 +249,7 @@ impl Adapter for Redis {
             Some(sentinel) => sentinel.clone(),
             None => Arc::new(self.client.clone()),
         };
-        let listener = Listener::new(at, &self.namespace, self.timeout);
+        let listener = Listener::new(at, &self.namespace, self.timeout, self.dropped.clone());
         self.push.get().watch(watcher, move |registry| {
             crate::contract::push::spawn("mistri-flags", move || listener.run(&registry))
         })
@@ -307,7 +331,7 @@ impl Adapter for Redis {
             return Ok(Beat::default());
         }
         let deadline = deadline.min(Instant::now() + self.timeout);
-        let epoch = self.master_epoch();
+        let epoch = self.pool_epoch();
         let mut con = self.checkout(deadline)?;
         // Any error below drops `con`: a timed-out connection may still
         // deliver late replies, which must never be read as this tick's.
