@@ -58,6 +58,7 @@ pub(crate) mod cluster;
 mod io;
 mod keys;
 mod listener;
+mod listing;
 mod ops;
 mod replies;
 pub(crate) mod resp;

@@ -27,7 +27,7 @@ use super::slots::{
 use crate::args::millis_ceil;
 use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
-use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing, WaitingInfo};
+use crate::contract::info::{Identity, LeaseInfo, Listing, WaitingInfo};
 use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::Result;
 use crate::runtime::token::mint_token;
@@ -280,50 +280,8 @@ impl Adapter for Redis {
     }
 
     fn list(&self, prefix: &str) -> Result<Listing> {
-        let mut listing = Listing::default();
-        let mut keys = self.keys_of("lease", prefix)?;
-        keys.extend(self.keys_of("slots", prefix)?);
-        keys.sort();
-        keys.dedup();
-        for key in keys {
-            // Gone between the scan and now: not live, not listed.
-            if let Some(info) = self.info(&key)? {
-                listing.leases.push(info);
-            }
-        }
-        let queued = self.keys_of("queue", prefix)?;
-        for chunk in queued.chunks(500) {
-            let ns = self.namespace();
-            let answers: Vec<Value> = self.with_con(|con, _| {
-                let mut pipe = ::redis::pipe();
-                for key in chunk {
-                    pipe.cmd("EVAL")
-                        .arg(QUEUE_INFO_LUA)
-                        .arg(2)
-                        .arg(key_of(ns, "queue", key))
-                        .arg(key_of(ns, "queued", key));
-                }
-                pipe.query(&mut con.con)
-            })?;
-            for (key, answer) in chunk.iter().zip(answers) {
-                add_waiting_from(&mut listing, key, &answer, &self.addr)?;
-            }
-        }
-        for key in self.keys_of("flag", prefix)? {
-            let pttl: i64 = self.with_con(|con, _| {
-                ::redis::cmd("PTTL")
-                    .arg(self.flag_key(&key))
-                    .query(&mut con.con)
-            })?;
-            if pttl != -2 {
-                listing.flags.push(FlagInfo {
-                    key,
-                    time_left: u64::try_from(pttl).ok().map(Duration::from_millis),
-                });
-            }
-        }
-        listing.sort();
-        Ok(listing)
+        // One round trip per SCAN page (`listing.rs`).
+        self.list_paged(prefix)
     }
 
     fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {

@@ -500,36 +500,6 @@ impl Redis {
             value.and_then(|v| holder_from(&v, time_left, now_ms)),
         )))
     }
-
-    /// Every key matching `pattern`, by `SCAN` (a page per round trip).
-    pub(crate) fn scan(&self, pattern: &str) -> Result<Vec<String>> {
-        let mut cursor: u64 = 0;
-        let mut found = Vec::new();
-        loop {
-            let (next, keys): (u64, Vec<String>) = self.with_con(|con, _| {
-                ::redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(500)
-                    .query(&mut con.con)
-            })?;
-            found.extend(keys);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        found.sort();
-        found.dedup();
-        Ok(found)
-    }
-
-    /// The user keys of the namespaced keys of `kind` starting with `prefix`.
-    pub(crate) fn keys_of(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
-        user_keys(&self.namespace, kind, prefix, |pattern| self.scan(pattern))
-    }
 }
 
 /// The user keys (`KEY` of `NS:kind:{KEY}`) starting with `prefix`, found by
@@ -609,7 +579,6 @@ impl Redis {
         }
     }
 
-    /// With a sentinel, how many times its master was forgotten (0 without).
     /// The epoch of the pool's connections: the sentinels' master
     /// forgotten, or a connection found dropped ([`Redis::dropped`]),
     /// starts a new one (both counts only rise, so their sum does).
@@ -618,6 +587,7 @@ impl Redis {
             .wrapping_add(self.dropped.load(Ordering::SeqCst))
     }
 
+    /// With a sentinel, how many times its master was forgotten (0 without).
     pub(crate) fn master_epoch(&self) -> u64 {
         self.sentinel.as_deref().map_or(0, Sentinel::epoch)
     }
