@@ -112,6 +112,12 @@ pub struct StatsSnapshot {
     pub stop_flags_seen: u64,
     /// Stop-flag pushes received from the adapter's listener.
     pub pushes_received: u64,
+    /// Run-time settings checks ([`crate::Adapter::check_settings`]: the
+    /// Redis memory policy) that could not be made (`INFO` refused, a
+    /// reply without a readable policy, no answer); the holds were told
+    /// `at_risk`. Not in [`StatsSnapshot::entries`] yet (the C face's
+    /// struct lists those).
+    pub settings_checks_failed: u64,
     /// The smallest margin a confirmed renewal had left to its hold's safe
     /// deadline, over the last minute ([`MARGIN_BUCKET`]: the current and
     /// the previous 30 s); `None` without a confirmed renewal then. Near
@@ -185,6 +191,7 @@ pub(crate) struct Stats {
     pub(crate) lost_stalled: AtomicU64,
     pub(crate) stop_flags_seen: AtomicU64,
     pub(crate) pushes_received: AtomicU64,
+    pub(crate) settings_checks_failed: AtomicU64,
     rtt_nanos: [AtomicU64; RTT_WINDOW],
     rtt_count: AtomicU64,
     /// The smallest safe-deadline margins of the last two buckets.
@@ -214,6 +221,7 @@ impl Default for Stats {
             lost_stalled: AtomicU64::new(0),
             stop_flags_seen: AtomicU64::new(0),
             pushes_received: AtomicU64::new(0),
+            settings_checks_failed: AtomicU64::new(0),
             rtt_nanos: std::array::from_fn(|_| AtomicU64::new(0)),
             rtt_count: AtomicU64::new(0),
             margins: Margins::default(),
@@ -433,6 +441,7 @@ impl Stats {
             lost_stalled: load(&self.lost_stalled),
             stop_flags_seen: load(&self.stop_flags_seen),
             pushes_received: load(&self.pushes_received),
+            settings_checks_failed: load(&self.settings_checks_failed),
             safe_margin_min: self.margins.last_minute(margin_bucket(Instant::now())),
         }
     }

@@ -11,8 +11,9 @@ mod common;
 use common::{opts, secs};
 use mistri_locks::{Error, Event, EventKind, Hold, Locks};
 use mistri_locks_testkit::{command_on, RedisCluster, RedisSentinels, RedisServer};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -268,4 +269,295 @@ fn sentinel_an_evicting_policy_on_the_master_named_after_a_failover_is_told() {
     assert!(told.contains(&format!(":{new_master} (")), "{told}");
     set.command(new_master, "CONFIG SET maxmemory 0");
     let _ = hold.release();
+}
+
+// ------------------------------------------- fail closed (issue 39, finding 5)
+
+/// The words every refusal of a check that could not be made carries.
+fn names_the_check(msg: &str, words: &[&str]) {
+    for part in words.iter().chain(&["eviction=accept"]) {
+        assert!(msg.contains(part), "{part:?} not in: {msg}");
+    }
+}
+
+/// A ConfigError at the first operation, naming the check.
+fn refused_naming(url: &str, words: &[&str]) {
+    let locks = Locks::redis(url, "mistri:settings").unwrap();
+    match locks.acquire("job", TTL) {
+        Err(Error::Config(msg)) => names_the_check(&msg, words),
+        other => panic!("wanted a ConfigError naming the check, got {other:?}"),
+    }
+    // eviction=accept: the check is not made, and the server is used.
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let accepting = Locks::redis(&format!("{url}{sep}eviction=accept"), "mistri:settings").unwrap();
+    assert!(accepting.acquire("job", TTL).unwrap());
+    assert!(accepting.release("job").unwrap());
+}
+
+const NEEDS_INFO: &str = "the memory-policy check needs INFO (grant +info, or eviction=accept)";
+
+#[test]
+fn redis_a_user_without_info_is_refused_naming_the_check() {
+    let server = RedisServer::start();
+    let port = server.port();
+    assert!(command_on(port, "ACL SETUSER noinfo on >secret ~* &* +@all -info").contains("OK"));
+    let url = format!("redis://noinfo:secret@127.0.0.1:{port}/0");
+    refused_naming(&url, &[NEEDS_INFO]);
+}
+
+/// A redis-server of the test's own, started with `args` (the testkit's
+/// take no `rename-command`); killed on drop.
+struct OwnServer {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl OwnServer {
+    fn start(args: &[&str]) -> OwnServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(mistri_locks_testkit::unique("own-redis"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let server = OwnServer { child, dir, port };
+        let up = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(up.elapsed() < secs(10.0), "redis-server did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn redis_a_renamed_info_is_refused_naming_the_check() {
+    let server = OwnServer::start(&["--rename-command", "INFO", ""]);
+    let url = format!("redis://127.0.0.1:{}/0", server.port);
+    refused_naming(&url, &[NEEDS_INFO]);
+}
+
+/// A loopback proxy in front of a Redis port that, while `hide` is on,
+/// rewrites `maxmemory_policy:` in the server's replies to a field of the
+/// same length nobody knows (the RESP lengths stay right): an `INFO
+/// memory` without the policy, as from a proxy or a Redis-compatible
+/// server. Threads stop within 50 ms of the proxy's drop.
+struct HidingProxy {
+    port: u16,
+    hide: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+const FIELD: &[u8] = b"maxmemory_policy:";
+const HIDDEN: &[u8] = b"maxmemory_polxcy:";
+
+impl HidingProxy {
+    fn start(upstream: u16) -> HidingProxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hide = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h, s) = (hide.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        client.set_nonblocking(false).unwrap();
+                        let server = std::net::TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+                        pump(
+                            client.try_clone().unwrap(),
+                            server.try_clone().unwrap(),
+                            None,
+                            &s,
+                        );
+                        pump(server, client, Some(h.clone()), &s);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        HidingProxy { port, hide, stop }
+    }
+}
+
+impl Drop for HidingProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until either closes or `stop`; with `hide`, the
+/// policy field is renamed while it is on (a field split across reads is
+/// held back until the next read, or 5 ms).
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    hide: Option<Arc<AtomicBool>>,
+    stop: &Arc<AtomicBool>,
+) {
+    use std::io::{Read, Write};
+    let stop = stop.clone();
+    std::thread::spawn(move || {
+        from.set_read_timeout(Some(Duration::from_millis(5)))
+            .unwrap();
+        let mut pending: Vec<u8> = Vec::new();
+        let mut buf = [0u8; 16384];
+        while !stop.load(Ordering::SeqCst) {
+            let n = match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    0
+                }
+                Err(_) => break,
+            };
+            pending.extend_from_slice(&buf[..n]);
+            let hiding = hide.as_ref().is_some_and(|h| h.load(Ordering::SeqCst));
+            if hiding {
+                let mut i = 0;
+                while i + FIELD.len() <= pending.len() {
+                    if &pending[i..i + FIELD.len()] == FIELD {
+                        pending[i..i + FIELD.len()].copy_from_slice(HIDDEN);
+                    }
+                    i += 1;
+                }
+            }
+            // Hold back a tail that may be the start of the field, while
+            // more is coming.
+            let keep = if hiding && n > 0 {
+                (1..FIELD.len())
+                    .rev()
+                    .find(|k| pending.len() >= *k && pending.ends_with(&FIELD[..*k]))
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            let send = pending.len() - keep;
+            if send > 0 && to.write_all(&pending[..send]).is_err() {
+                break;
+            }
+            pending.drain(..send);
+        }
+        let _ = to.shutdown(std::net::Shutdown::Both);
+    });
+}
+
+#[test]
+fn redis_an_info_without_the_policy_is_refused_naming_the_check() {
+    let server = RedisServer::start();
+    // What it hides: a policy that evicts leases.
+    command_on(server.port(), "CONFIG SET maxmemory 100mb");
+    command_on(server.port(), "CONFIG SET maxmemory-policy volatile-lru");
+    let proxy = HidingProxy::start(server.port());
+    proxy.hide.store(true, Ordering::SeqCst);
+    let url = format!("redis://127.0.0.1:{}/0", proxy.port);
+    refused_naming(
+        &url,
+        &["the memory-policy check could not read", "maxmemory_policy"],
+    );
+}
+
+/// The `settings_checks_failed_total` sample of `locks`'s metrics text.
+fn failed_checks_metric(locks: &Locks) -> u64 {
+    let text = mistri_locks::operator::stats_prometheus(&locks.stats());
+    text.lines()
+        .find_map(|l| l.strip_prefix("mistri_locks_settings_checks_failed_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the counter in the metrics text")
+}
+
+/// Holds on `url` (checked every `EVERY`); `fail` makes the next checks
+/// fail: every hold is told `at_risk` once with a reason carrying
+/// `words`, the failures are counted in `stats()` and the metrics, and no
+/// hold is lost or told again while it lasts.
+fn a_failed_run_time_check_is_told_and_counted(url: &str, fail: impl FnOnce(), words: &[&str]) {
+    let locks = Locks::redis(&format!("{url}?settings_check={EVERY}"), "mistri:failing").unwrap();
+    let risk = at_risk_events(&locks);
+    let held = holds(&locks, "job");
+    std::thread::sleep(secs(2.0 * EVERY));
+    assert!(risk.try_recv().is_err(), "told while the check works");
+    assert_eq!(locks.stats().settings_checks_failed, 0);
+    assert_eq!(failed_checks_metric(&locks), 0);
+    fail();
+    let by = Instant::now() + told_within(&locks);
+    let mut told = Vec::new();
+    while told.len() < HOLDS {
+        let left = by.saturating_duration_since(Instant::now());
+        let Ok(e) = risk.recv_timeout(left) else {
+            break;
+        };
+        let reason = e.reason.unwrap_or_default();
+        names_the_check(&reason, words);
+        told.push(e.key);
+    }
+    told.sort();
+    let mut keys: Vec<String> = (0..HOLDS).map(|i| format!("job-{i}")).collect();
+    keys.sort();
+    assert_eq!(told, keys, "every hold is told once");
+    assert!(locks.stats().settings_checks_failed >= 1);
+    assert!(failed_checks_metric(&locks) >= 1);
+    // Told once, not once per failed check.
+    std::thread::sleep(secs(3.0 * EVERY));
+    if let Ok(e) = risk.try_recv() {
+        panic!("told again for the same failure: {e:?}");
+    }
+    assert!(
+        locks.stats().settings_checks_failed >= 2,
+        "each failure counted"
+    );
+    for hold in held {
+        assert!(!hold.is_lost(), "{:?}", hold.signal().reason());
+        hold.release().unwrap();
+    }
+}
+
+#[test]
+fn redis_info_refused_at_run_time_is_told_and_counted() {
+    let server = RedisServer::start();
+    let port = server.port();
+    assert!(command_on(port, "ACL SETUSER holder on >secret ~* &* +@all").contains("OK"));
+    let url = format!("redis://holder:secret@127.0.0.1:{port}/0");
+    a_failed_run_time_check_is_told_and_counted(
+        &url,
+        || assert!(command_on(port, "ACL SETUSER holder -info").contains("OK")),
+        &[NEEDS_INFO],
+    );
+}
+
+#[test]
+fn redis_a_policy_gone_from_info_at_run_time_is_told_and_counted() {
+    let server = RedisServer::start();
+    let proxy = HidingProxy::start(server.port());
+    let url = format!("redis://127.0.0.1:{}/0", proxy.port);
+    let hide = proxy.hide.clone();
+    a_failed_run_time_check_is_told_and_counted(
+        &url,
+        move || hide.store(true, Ordering::SeqCst),
+        &["the memory-policy check could not read"],
+    );
 }

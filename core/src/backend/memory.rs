@@ -8,8 +8,13 @@
 //! Fences: one counter per adapter, floored by the realtime clock like
 //! every backend's ([`crate::contract::fence`]) and raised to a process-wide
 //! high-water mark ([`issue`]), so no adapter ever issues a fence at or
-//! below one another adapter of the process issued before (a busy
-//! adapter's counter runs ahead of the clock: over one acquire per µs).
+//! below one another adapter of the process issued before. A fence is
+//! never more than [`MAX_FENCE_LEAD`] (1 ms) ahead of the wall clock when
+//! issued: above one acquire per µs an acquire waits (about a µs) for the
+//! clock, so a restarted process, whose first fence is the clock, issues
+//! above every fence of the one before it once a millisecond has passed
+//! (issue 39, finding 9: a loop of 2.3 million acquisitions a second ran 4 s
+//! ahead, and a process started 0.08 s later issued lower fences).
 //!
 //! Clocks: an acquire reads the monotonic clock once, under the store's
 //! lock. Its wall-clock time (`acquired_at`, the fence's floor) is derived
@@ -135,6 +140,13 @@ struct State {
 /// An in-process adapter. Leases are visible to every [`crate::Locks`] that
 /// shares this adapter object, in this process only.
 ///
+/// Fences rise within the process, across every Memory adapter of it, and
+/// across restarts while the wall clock does not step back: a fence is
+/// `max(last + 1, wall clock in µs)` and is never issued more than 1 ms
+/// ahead of the wall clock (above one acquire per µs an acquire waits,
+/// about a µs, for the clock), so a process started a millisecond or more
+/// after the last fence of the one before issues above it.
+///
 /// # Examples
 /// ```
 /// use mistri_locks::Locks;
@@ -190,7 +202,7 @@ impl Memory {
             // An expired or released entry: reuse its allocations (the
             // label's too, when it is the same holder's).
             Some(e) => {
-                issue(counter, floor);
+                issue(counter, floor, now);
                 e.expires = expires;
                 let h = &mut e.holder;
                 match by {
@@ -228,7 +240,7 @@ impl Memory {
                 Some(*counter)
             }
             None => {
-                let fence = issue(counter, floor);
+                let fence = issue(counter, floor, now);
                 let (token, owner, stamp, label, heartbeat, stop_key) = match by {
                     By::Token(token, who) => (
                         token.as_bytes().to_vec(),
@@ -416,18 +428,47 @@ impl State {
 /// header, "Fences").
 static ISSUED: AtomicU64 = AtomicU64::new(0);
 
+/// The most a Memory fence runs ahead of the wall clock when it is issued
+/// ([`issue`]; module header, "Fences"): a fence is a number of µs since
+/// 1970 or the last fence plus one, so above one acquire per µs the
+/// counter would run ahead, and a restarted process (whose first fence is
+/// the clock) would issue lower fences until the clock caught up.
+pub(crate) const MAX_FENCE_LEAD: Duration = Duration::from_millis(1);
+
 /// Issues the next fence of an adapter whose counter is `counter`, floored
-/// by `floor`: above the adapter's last and above every fence any Memory
-/// adapter of this process issued before. Sets the counter to it.
-fn issue(counter: &mut u64, floor: u64) -> u64 {
-    let mut fence = 0;
-    // The closure always returns Some, so this never fails.
-    let _ = ISSUED.fetch_update(Ordering::AcqRel, Ordering::Acquire, |high| {
-        fence = crate::contract::fence::next(high.max(*counter), floor);
-        Some(fence)
-    });
-    *counter = fence;
-    fence
+/// by `floor` (the wall clock in µs, derived at the instant `at`): above
+/// the adapter's last and above every fence any Memory adapter of this
+/// process issued before. Sets the counter to it.
+///
+/// Keeps the fence within [`MAX_FENCE_LEAD`] of the clock: when it would
+/// run further ahead, but by no more than another [`MAX_FENCE_LEAD`] (a
+/// rate above one acquire per µs: at that pace the wait is about a µs per
+/// acquire), it waits (spinning, under the store's lock) until the clock
+/// has caught up. A lead beyond that is not the rate's but the clock's (a
+/// wall-clock step back since the counter was set): no wait then, the
+/// counter keeps counting (fences rise across a restart while the clock
+/// does not step back, `docs/RELIABILITY.md`).
+fn issue(counter: &mut u64, floor: u64, at: Instant) -> u64 {
+    let lead = MAX_FENCE_LEAD.as_micros() as u64;
+    let mut now_floor = floor;
+    loop {
+        let high = ISSUED.load(Ordering::Acquire);
+        let fence = crate::contract::fence::next(high.max(*counter), now_floor);
+        let over = fence.saturating_sub(now_floor.saturating_add(lead));
+        if over > 0 && over <= lead {
+            std::hint::spin_loop();
+            let since = Instant::now().saturating_duration_since(at).as_micros();
+            now_floor = floor.saturating_add(u64::try_from(since).unwrap_or(u64::MAX));
+            continue;
+        }
+        if ISSUED
+            .compare_exchange_weak(high, fence, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            *counter = fence;
+            return fence;
+        }
+    }
 }
 
 /// The wall clock read now, then the monotonic one: a pair whose wall time
@@ -706,7 +747,7 @@ impl Slots {
             .map(|d| u64::try_from(d.as_micros()).unwrap_or(i64::MAX as u64))
             .unwrap_or(0)
             .clamp(1, i64::MAX as u64);
-        issue(counter, floor);
+        issue(counter, floor, now);
         set.push(Slot {
             token: token.to_owned(),
             expires: deadline(now, ttl),

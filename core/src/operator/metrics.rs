@@ -173,6 +173,13 @@ pub fn stats_prometheus(stats: &StatsSnapshot) -> String {
         "Stop-flag announcements received from the backend's listener.",
         stats.pushes_received,
     );
+    one(
+        o,
+        "settings_checks_failed_total",
+        "counter",
+        "Run-time settings checks (the Redis memory policy) that could not be made; the holds were told at_risk.",
+        stats.settings_checks_failed,
+    );
     out
 }
 

@@ -7,10 +7,12 @@
 
 use super::io::MIN_IO;
 use super::keys::{key_of, line_channel};
+use super::server::is_dropped;
 use crate::contract::listen::{self, Heard, PushSource};
 use crate::contract::push::{Interest, Registry};
 use crate::error::{Error, Result};
 use ::redis::{Client, Connection, Msg, RedisError, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,10 +56,21 @@ pub(crate) struct Listener(listen::Listener<Channels>);
 
 impl Listener {
     /// A listener for the channels of `namespace`, subscribing where `at`
-    /// says.
-    pub(crate) fn new(at: Arc<dyn ListenAt>, namespace: &str, timeout: Duration) -> Listener {
+    /// says; a connection it finds dropped counts in `dropped` (the
+    /// adapter's [`super::server::Redis::dropped`]).
+    pub(crate) fn new(
+        at: Arc<dyn ListenAt>,
+        namespace: &str,
+        timeout: Duration,
+        dropped: Arc<AtomicU64>,
+    ) -> Listener {
         let namespace = namespace.to_owned();
-        Listener(listen::Listener::new(Channels { at, namespace }, timeout))
+        let channels = Channels {
+            at,
+            namespace,
+            dropped,
+        };
+        Listener(listen::Listener::new(channels, timeout))
     }
 
     /// Runs until nobody watches (the listener thread's body).
@@ -70,6 +83,22 @@ impl Listener {
 pub(crate) struct Channels {
     at: Arc<dyn ListenAt>,
     namespace: String,
+    /// The adapter's count of connections found dropped. The listener is
+    /// the first to see a server go away (its read fails at once), before
+    /// it reconnects and rings every waiting line to try: counting it here
+    /// empties the adapter's pool of the connections the old server
+    /// closed, so those tries go out on new connections instead of
+    /// failing on dead ones (issue 39, finding 16).
+    dropped: Arc<AtomicU64>,
+}
+
+impl Channels {
+    fn lost(&self, e: RedisError) -> Error {
+        if is_dropped(&e) {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+        lost(e)
+    }
 }
 
 fn lost(e: RedisError) -> Error {
@@ -128,10 +157,10 @@ impl PushSource for Channels {
         aim(con, deadline)?;
         let verb = if on { "SUBSCRIBE" } else { "UNSUBSCRIBE" };
         let packed = ::redis::cmd(verb).arg(names).get_packed_command();
-        con.send_packed_command(&packed).map_err(lost)?;
+        con.send_packed_command(&packed).map_err(|e| self.lost(e))?;
         let mut confirmed = 0;
         while confirmed < names.len() {
-            let reply = con.recv_response().map_err(lost)?;
+            let reply = con.recv_response().map_err(|e| self.lost(e))?;
             if let Value::ServerError(e) = reply {
                 // Refused (an ACL without the channel, say): not live.
                 return Err(Error::Connection(format!(
@@ -157,15 +186,15 @@ impl PushSource for Channels {
                 Ok(())
             }
             Err(e) if e.is_timeout() => Ok(()),
-            Err(e) => Err(lost(e)),
+            Err(e) => Err(self.lost(e)),
         }
     }
 
     fn ping(&self, (con, _): &mut Self::Con, deadline: Instant, heard: &mut Heard) -> Result<()> {
         aim(con, deadline)?;
         con.send_packed_command(&::redis::cmd("PING").get_packed_command())
-            .map_err(lost)?;
-        while heard_in(&con.recv_response().map_err(lost)?, heard) {}
+            .map_err(|e| self.lost(e))?;
+        while heard_in(&con.recv_response().map_err(|e| self.lost(e))?, heard) {}
         Ok(())
     }
 

@@ -50,12 +50,15 @@
 //! push or pop), so concurrent callers each use their own connection. The
 //! pool is fork-local: a forked child drops the inherited connections
 //! (closing only its copies of the sockets) and opens its own. A
-//! connection that saw an error is discarded, not reused.
+//! connection that saw an error is discarded, not reused; one found dropped
+//! (closed or reset by the server, also the listener's) empties the pool:
+//! a restarted server closed every idle connection too.
 
 pub(crate) mod cluster;
 mod io;
 mod keys;
 mod listener;
+mod listing;
 mod ops;
 mod replies;
 pub(crate) mod resp;

@@ -27,7 +27,7 @@ use super::slots::{
 use crate::args::millis_ceil;
 use crate::contract::adapter::acquire_dispatch;
 use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
-use crate::contract::info::{FlagInfo, Identity, LeaseInfo, Listing, WaitingInfo};
+use crate::contract::info::{Identity, LeaseInfo, Listing, WaitingInfo};
 use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::Result;
 use crate::runtime::token::mint_token;
@@ -130,18 +130,42 @@ impl Adapter for Redis {
         self.memory_risk(deadline)
     }
 
+    /// `Ok` also when no connection could be had (the server down, a
+    /// restart): nothing was sent, so no forget is on its way that could
+    /// take a later line's entry away, and the line's id may be taken
+    /// again ([`crate::waiting`]). The entry, if the server kept it, is
+    /// then the place of this process's next line of the key, which takes
+    /// the same id, rather than a dead line's that stands ahead of it until
+    /// it lapses: a wait that ended in an error during a restart and is
+    /// started again is told of the release by push (issue 39, finding 16).
     fn leave_queue(&self, key: &str, line: &str) -> Result<()> {
-        self.with_con(|con, deadline| {
-            self.eval_with(con, deadline, &LEAVE_QUEUE, LEAVE_QUEUE_LUA, (4, 2), |w| {
-                w.key(&self.namespace, "queue", key)
-                    .key(&self.namespace, "queued", key)
-                    .key(&self.namespace, "slots", key)
-                    .key(&self.namespace, "holders", key)
-                    .bulk(line.as_bytes())
-                    .key_then(&self.namespace, "next", key, ":");
-            })
-        })
-        .map(drop)
+        let _held = crate::runtime::eintr::HostSignalsHeld::new();
+        let deadline = Instant::now() + self.timeout;
+        let epoch = self.pool_epoch();
+        let Ok(mut con) = self.checkout(deadline) else {
+            return Ok(());
+        };
+        let reply = self.aim(&mut con, deadline).and_then(|()| {
+            self.eval_with(
+                &mut con,
+                deadline,
+                &LEAVE_QUEUE,
+                LEAVE_QUEUE_LUA,
+                (4, 2),
+                |w| {
+                    w.key(&self.namespace, "queue", key)
+                        .key(&self.namespace, "queued", key)
+                        .key(&self.namespace, "slots", key)
+                        .key(&self.namespace, "holders", key)
+                        .bulk(line.as_bytes())
+                        .key_then(&self.namespace, "next", key, ":");
+                },
+            )
+            .map_err(|e| self.map_err(e))
+        })?;
+        self.checkin(con, epoch);
+        drop(reply);
+        Ok(())
     }
 
     fn renew_within(&self, renewal: &Renewal<'_>) -> Result<Renewed> {
@@ -225,7 +249,7 @@ impl Adapter for Redis {
             Some(sentinel) => sentinel.clone(),
             None => Arc::new(self.client.clone()),
         };
-        let listener = Listener::new(at, &self.namespace, self.timeout);
+        let listener = Listener::new(at, &self.namespace, self.timeout, self.dropped.clone());
         self.push.get().watch(watcher, move |registry| {
             crate::contract::push::spawn("mistri-flags", move || listener.run(&registry))
         })
@@ -256,50 +280,8 @@ impl Adapter for Redis {
     }
 
     fn list(&self, prefix: &str) -> Result<Listing> {
-        let mut listing = Listing::default();
-        let mut keys = self.keys_of("lease", prefix)?;
-        keys.extend(self.keys_of("slots", prefix)?);
-        keys.sort();
-        keys.dedup();
-        for key in keys {
-            // Gone between the scan and now: not live, not listed.
-            if let Some(info) = self.info(&key)? {
-                listing.leases.push(info);
-            }
-        }
-        let queued = self.keys_of("queue", prefix)?;
-        for chunk in queued.chunks(500) {
-            let ns = self.namespace();
-            let answers: Vec<Value> = self.with_con(|con, _| {
-                let mut pipe = ::redis::pipe();
-                for key in chunk {
-                    pipe.cmd("EVAL")
-                        .arg(QUEUE_INFO_LUA)
-                        .arg(2)
-                        .arg(key_of(ns, "queue", key))
-                        .arg(key_of(ns, "queued", key));
-                }
-                pipe.query(&mut con.con)
-            })?;
-            for (key, answer) in chunk.iter().zip(answers) {
-                add_waiting_from(&mut listing, key, &answer, &self.addr)?;
-            }
-        }
-        for key in self.keys_of("flag", prefix)? {
-            let pttl: i64 = self.with_con(|con, _| {
-                ::redis::cmd("PTTL")
-                    .arg(self.flag_key(&key))
-                    .query(&mut con.con)
-            })?;
-            if pttl != -2 {
-                listing.flags.push(FlagInfo {
-                    key,
-                    time_left: u64::try_from(pttl).ok().map(Duration::from_millis),
-                });
-            }
-        }
-        listing.sort();
-        Ok(listing)
+        // One round trip per SCAN page (`listing.rs`).
+        self.list_paged(prefix)
     }
 
     fn beat(&self, renewals: &[Renewal<'_>], flags: &[&str], deadline: Instant) -> Result<Beat> {
@@ -307,7 +289,7 @@ impl Adapter for Redis {
             return Ok(Beat::default());
         }
         let deadline = deadline.min(Instant::now() + self.timeout);
-        let epoch = self.master_epoch();
+        let epoch = self.pool_epoch();
         let mut con = self.checkout(deadline)?;
         // Any error below drops `con`: a timed-out connection may still
         // deliver late replies, which must never be read as this tick's.

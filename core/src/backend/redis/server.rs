@@ -29,6 +29,7 @@ use ::redis::{
     Client, Connection, ConnectionLike, ErrorKind, RedisError, Script, ServerErrorKind, Value,
 };
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,8 +69,14 @@ pub struct Redis {
     pub(crate) namespace: String,
     pub(crate) timeout: Duration,
     /// Idle connections (one stack: every one goes to the same server),
-    /// in the [`Sentinel::epoch`] they were opened in.
+    /// in the [`Redis::pool_epoch`] they were opened in.
     pub(crate) pool: IdlePool<Con>,
+    /// How many times a connection to the server was found dropped (by an
+    /// operation, or by the flag listener): the idle connections opened
+    /// before are suspect then (a restarted server closed them all), and a
+    /// new count empties the pool ([`Redis::pool_epoch`]). Shared with the
+    /// listener.
+    pub(crate) dropped: Arc<AtomicU64>,
     /// The watchers of this adapter's flag listener (one per process).
     pub(crate) push: ForkLocal<Arc<Registry>>,
     pub(crate) acquire: Script,
@@ -135,6 +142,7 @@ impl Redis {
             namespace: namespace.to_owned(),
             timeout,
             pool: IdlePool::default(),
+            dropped: Arc::new(AtomicU64::new(0)),
             push: crate::contract::push::fork_local_registry(),
             acquire: Script::new(ACQUIRE_LUA),
             renew: Script::new(RENEW_LUA),
@@ -202,9 +210,9 @@ impl Redis {
         if let Some(sentinel) = &self.sentinel {
             sentinel.check_if_due(deadline);
         }
-        // A new epoch (the sentinels' master was forgotten since these
-        // opened) empties the pool.
-        if let Some(con) = self.pool.take("", self.master_epoch()) {
+        // A new epoch (the sentinels' master was forgotten, or a connection
+        // found dropped, since these opened) empties the pool.
+        if let Some(con) = self.pool.take("", self.pool_epoch()) {
             return Ok(con);
         }
         // Connecting also runs a setup pipeline of two replies, each of
@@ -219,7 +227,7 @@ impl Redis {
         })
     }
 
-    /// Puts back a connection checked out when [`Redis::master_epoch`]
+    /// Puts back a connection checked out when [`Redis::pool_epoch`]
     /// was `epoch` (one of an earlier epoch is dropped).
     pub(crate) fn checkin(&self, mut con: Con, epoch: u64) {
         // Keep only a small buffer pooled. A beat's stays under this (it is
@@ -227,7 +235,7 @@ impl Redis {
         if con.buf.capacity() > 2 * BEAT_CHUNK {
             con.buf = Vec::new();
         }
-        if con.con.is_open() && epoch == self.master_epoch() {
+        if con.con.is_open() && epoch == self.pool_epoch() {
             self.pool.put("", epoch, con);
         }
     }
@@ -310,7 +318,7 @@ impl Redis {
         f: impl FnOnce(&mut Con, Instant) -> ::redis::RedisResult<T>,
     ) -> Result<::redis::RedisResult<T>> {
         let _held = crate::runtime::eintr::HostSignalsHeld::new();
-        let epoch = self.master_epoch();
+        let epoch = self.pool_epoch();
         let mut con = self.checkout(deadline)?;
         self.aim(&mut con, deadline)?;
         let done = f(&mut con, deadline);
@@ -493,36 +501,6 @@ impl Redis {
             value.and_then(|v| holder_from(&v, time_left, now_ms)),
         )))
     }
-
-    /// Every key matching `pattern`, by `SCAN` (a page per round trip).
-    pub(crate) fn scan(&self, pattern: &str) -> Result<Vec<String>> {
-        let mut cursor: u64 = 0;
-        let mut found = Vec::new();
-        loop {
-            let (next, keys): (u64, Vec<String>) = self.with_con(|con, _| {
-                ::redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(500)
-                    .query(&mut con.con)
-            })?;
-            found.extend(keys);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        found.sort();
-        found.dedup();
-        Ok(found)
-    }
-
-    /// The user keys of the namespaced keys of `kind` starting with `prefix`.
-    pub(crate) fn keys_of(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
-        user_keys(&self.namespace, kind, prefix, |pattern| self.scan(pattern))
-    }
 }
 
 /// The user keys (`KEY` of `NS:kind:{KEY}`) starting with `prefix`, found by
@@ -602,6 +580,14 @@ impl Redis {
         }
     }
 
+    /// The epoch of the pool's connections: the sentinels' master
+    /// forgotten, or a connection found dropped ([`Redis::dropped`]),
+    /// starts a new one (both counts only rise, so their sum does).
+    pub(crate) fn pool_epoch(&self) -> u64 {
+        self.master_epoch()
+            .wrapping_add(self.dropped.load(Ordering::SeqCst))
+    }
+
     /// With a sentinel, how many times its master was forgotten (0 without).
     pub(crate) fn master_epoch(&self) -> u64 {
         self.sentinel.as_deref().map_or(0, Sentinel::epoch)
@@ -647,6 +633,9 @@ impl Redis {
     /// With a sentinel: after a connection error or a `READONLY` reply the
     /// master may have moved, so forget it and the pooled connections to it.
     pub(crate) fn note_error(&self, e: &RedisError) {
+        if is_dropped(e) {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
         let moved = e.is_io_error()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
@@ -763,4 +752,12 @@ impl Redis {
             self.replicas.timeout
         ))
     }
+}
+
+/// Whether `e` says the connection itself is gone (closed or reset by the
+/// server, a broken pipe; not a timeout, not a refused connect): the other
+/// idle connections to that server were likely closed with it (a
+/// restart), so the pool lets them go.
+pub(crate) fn is_dropped(e: &RedisError) -> bool {
+    e.is_connection_dropped() || (e.is_io_error() && !e.is_timeout() && !e.is_connection_refusal())
 }

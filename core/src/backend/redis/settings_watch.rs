@@ -8,7 +8,10 @@
 use super::cluster::{self, RedisCluster};
 use super::io::MIN_IO;
 use super::server::Redis;
-use super::settings::{evicting_policy, eviction_risk, SETTINGS_CHECK_EVERY};
+use super::settings::{
+    eviction_risk, memory_policy, needs_info, refused_by_server, unreadable_policy, Policy,
+    SETTINGS_CHECK_EVERY,
+};
 use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
@@ -24,21 +27,50 @@ impl Redis {
     /// One `INFO memory` of the master (with a sentinel: the one it names
     /// now), by `deadline`: the risk of an evicting policy, if it has one.
     /// A new connection refused by the connect-time checks is that risk
-    /// too (its Config error says which).
+    /// too (its Config error says which). Fails closed: `INFO` refused or
+    /// a reply whose policy can't be read is an error naming the check
+    /// (the engine counts it and tells the holds, [`run_time_verdict`]).
     pub(crate) fn memory_risk(&self, deadline: Instant) -> Result<Option<String>> {
-        let info = self.with_con_by(Some(deadline), |con, _| {
-            ::redis::cmd("INFO")
-                .arg("memory")
-                .query::<String>(&mut con.con)
-        });
-        match info {
-            Ok(info) => Ok(evicting_policy(&info).map(|(policy, maxmemory)| {
-                // With a sentinel: the master it named for this read.
-                eviction_risk(&self.master_named(), &policy, maxmemory)
-            })),
-            Err(Error::Config(refused)) => Ok(Some(refused)),
-            Err(e) => Err(e),
+        // A refused INFO is the server's answer on a sound connection: kept
+        // in the pool (`Ok` to `with_con_by`), the refusal carried inside.
+        let info = self
+            .with_con_by(Some(deadline), |con, _| {
+                match ::redis::cmd("INFO")
+                    .arg("memory")
+                    .query::<String>(&mut con.con)
+                {
+                    Ok(info) => Ok(Ok(info)),
+                    Err(e) if refused_by_server(&e) => {
+                        Ok(Err(needs_info(&self.master_named(), &e)))
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .and_then(|answer| answer.map_err(Error::Config));
+        // With a sentinel: the master it named for this read.
+        run_time_verdict(info, &self.master_named())
+    }
+}
+
+/// The verdict of one run-time `INFO memory` of the server at `addr`: a
+/// risk, none, or an error (the check could not be made: told and counted
+/// by the engine).
+fn run_time_verdict(info: Result<String>, addr: &str) -> Result<Option<String>> {
+    match info {
+        Ok(info) => match memory_policy(&info) {
+            Policy::Safe => Ok(None),
+            Policy::Evicting(policy, maxmemory) => {
+                Ok(Some(eviction_risk(addr, &policy, maxmemory)))
+            }
+            Policy::Unreadable(why) => Err(Error::Config(unreadable_policy(addr, &why))),
+        },
+        // A refusal naming the check (INFO not granted or renamed) is
+        // the check failing, not a policy found.
+        Err(Error::Config(refused)) if refused.contains("memory-policy check") => {
+            Err(Error::Config(refused))
         }
+        Err(Error::Config(refused)) => Ok(Some(refused)),
+        Err(e) => Err(e),
     }
 }
 
@@ -64,18 +96,19 @@ impl RedisCluster {
             let by = Instant::now() + share.max(MIN_IO);
             let info = self.checkout(addr, by).and_then(|mut con| {
                 cluster::client::aim(&con, by, addr)?;
-                let info: String = ::redis::cmd("INFO")
-                    .arg("memory")
-                    .query(&mut con)
-                    .map_err(|e| cluster::client::map_err(e, addr))?;
+                let info: String = match ::redis::cmd("INFO").arg("memory").query(&mut con) {
+                    Ok(info) => info,
+                    Err(e) if refused_by_server(&e) => {
+                        self.checkin(addr, con);
+                        return Err(Error::Config(needs_info(addr, &e)));
+                    }
+                    Err(e) => return Err(cluster::client::map_err(e, addr)),
+                };
                 self.checkin(addr, con);
                 Ok(info)
             });
-            match info {
-                Ok(info) => risks.extend(
-                    evicting_policy(&info).map(|(policy, max)| eviction_risk(addr, &policy, max)),
-                ),
-                Err(Error::Config(refused)) => risks.push(refused),
+            match run_time_verdict(info, addr) {
+                Ok(risk) => risks.extend(risk),
                 Err(e) => failed = Some(e),
             }
         }

@@ -120,7 +120,9 @@
 //! memory policy) gets one [`Adapter::check_settings`] per period from the
 //! I/O thread while the engine has holds (after a beat, bounded like one);
 //! a risk found is told to every hold once (`at_risk`), and to each new
-//! hold while it stands.
+//! hold while it stands. A check that fails (an error: the settings could
+//! not be read) is counted (`settings_checks_failed`) and stands as a risk
+//! of its own until a check finds them safe: fail closed.
 //!
 //! Both threads exit after [`IDLE_EXIT`] with nothing to do and are started
 //! again by the next registration.

@@ -261,9 +261,14 @@ impl State {
     /// and not again when only its wording changes: a check on a pooled
     /// connection words it from `INFO memory`, one that had to open a
     /// connection from the connect-time refusal; a clean-clone run under
-    /// load told a hold twice that way); none clears it; an error leaves
-    /// the verdict standing. The next check is due `every` after `now`
-    /// while there are holds.
+    /// load told a hold twice that way); none clears it. A check that
+    /// failed (the adapter's error: `INFO` refused, a policy it could not
+    /// read, no answer) fails closed: it is counted
+    /// (`settings_checks_failed`) and stands as a risk of its own, told
+    /// like one (once to every hold while no risk stands, and to each new
+    /// hold), until a check finds the settings safe (issue 39, finding 5;
+    /// before, an error silently kept the last verdict). The next check
+    /// is due `every` after `now` while there are holds.
     pub(crate) fn settings_checked(
         &mut self,
         verdict: crate::error::Result<Option<String>>,
@@ -281,7 +286,16 @@ impl State {
                 self.settings_risk = Some(risk.into());
             }
             Ok(None) => self.settings_risk = None,
-            _ => {}
+            Err(e) => {
+                bump(&self.stats.settings_checks_failed, 1);
+                if self.settings_risk.is_none() {
+                    let risk = format!("the settings check failed: {e}");
+                    for e in self.entries.iter() {
+                        tell_at_risk(&self.stats, e, &risk);
+                    }
+                    self.settings_risk = Some(risk.into());
+                }
+            }
         }
     }
 }
