@@ -254,6 +254,14 @@ if [ "${PACKAGING_FROM_SOURCE:-0}" = 1 ]; then
   GEM_HOME="$work/src-gems" gem install --local --no-document "$source_gem" >"$work/src-gem.log" 2>&1 ||
     { cat "$work/src-gem.log"; die "gem install of the source gem"; }
   echo "   gem install $(basename "$source_gem"): $(python3 -c "print(f'{$(date +%s.%N) - $started:.0f}')") s (platform gem: $gem_install s)"
+  (cd "$work" && GEM_HOME="$work/src-gems" GEM_PATH="$work/src-gems" ruby -e '
+    require "mistri_locks"
+    so = $LOADED_FEATURES.grep(/mistri_locks\.so\z/)
+    raise "loaded #{so.inspect}" unless so.size == 1 && so[0].start_with?(ENV["GEM_HOME"]) && !so[0].include?("/3.1/")
+    raise "acquire" unless MistriLocks::Memory.new.acquire("k", ttl: 5)') || die "the source gem does not load its own build"
+  (cd "$work" && "$work/src-py/bin/python" -c 'import mistri_locks; assert mistri_locks.Memory().acquire("k", 5)') ||
+    die "the sdist install does not import"
+  ok "from source: the sdist and the source gem install (compiling) and load their own builds"
 fi
 
 echo
