@@ -11,7 +11,18 @@ require_relative "lib/mistri_locks/version"
 # as that gem would not install. Only `gem build` stages: Bundler loading
 # this file for a Gemfile's path: or git: changes nothing (extconf.rb then
 # builds the checkout's own sources).
-if defined?(Gem::Commands::BuildCommand)
+#
+# A platform gem (package.sh --platform, which scripts/package runs) sets
+# MISTRI_LOCKS_GEM_PLATFORM (e.g. x86_64-linux) and MISTRI_LOCKS_GEM_RUBIES
+# (the Ruby minors it carries, e.g. "3.1"): it carries the compiled
+# extension in lib/mistri_locks/<minor>/ (the layout rake-compiler-dock and
+# rb-sys use; lib/mistri_locks.rb loads the one for the running Ruby), no
+# Rust sources and nothing to compile, and is limited to those minors, so
+# RubyGems picks the source gem on any other Ruby.
+platform = ENV.fetch("MISTRI_LOCKS_GEM_PLATFORM", "")
+rubies = ENV.fetch("MISTRI_LOCKS_GEM_RUBIES", "").split(",").map(&:strip).reject(&:empty?)
+abort "mistri_locks: MISTRI_LOCKS_GEM_PLATFORM needs MISTRI_LOCKS_GEM_RUBIES (e.g. 3.1)" if !platform.empty? && rubies.empty?
+if platform.empty? && defined?(Gem::Commands::BuildCommand)
   require_relative "stage_crates"
   begin
     if (root = MistriLocksStage.checkout_root(__dir__))
@@ -40,10 +51,21 @@ Gem::Specification.new do |spec|
   spec.license = "MIT"
   spec.required_ruby_version = ">= 3.0"
 
-  spec.files = Dir.chdir(__dir__) do
-    Dir["lib/**/*.rb", "ext/mistri_locks/extconf.rb", "README.md"] +
-      Dir["ext/mistri_locks/crates/**/*"].select { |f| File.file?(f) }
+  if platform.empty?
+    spec.files = Dir.chdir(__dir__) do
+      Dir["lib/**/*.rb", "sig/**/*.rbs", "ext/mistri_locks/extconf.rb", "README.md"] +
+        Dir["ext/mistri_locks/crates/**/*"].select { |f| File.file?(f) }
+    end
+    spec.extensions = ["ext/mistri_locks/extconf.rb"]
+  else
+    spec.platform = Gem::Platform.new(platform)
+    dlext = RbConfig::CONFIG["DLEXT"]
+    natives = rubies.map { |minor| "lib/mistri_locks/#{minor}/mistri_locks.#{dlext}" }
+    missing = natives.reject { |f| File.file?(File.join(__dir__, f)) }
+    abort "mistri_locks: the platform gem lacks #{missing.join(', ')}" unless missing.empty?
+    spec.files = Dir.chdir(__dir__) { Dir["lib/**/*.rb", "sig/**/*.rbs", "README.md"] } + natives
+    major, minor = rubies.map { |m| Gem::Version.new(m) }.max.segments
+    spec.required_ruby_version = [">= #{rubies.min_by { |m| Gem::Version.new(m) }}", "< #{major}.#{minor + 1}.dev"]
   end
-  spec.extensions = ["ext/mistri_locks/extconf.rb"]
   spec.require_paths = ["lib"]
 end

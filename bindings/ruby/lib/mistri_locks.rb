@@ -20,7 +20,14 @@ end
 
 require_relative "mistri_locks/version"
 require_relative "mistri_locks/error"
-require "mistri_locks/mistri_locks" # the native extension (build.sh puts it here)
+# The native extension: the platform gem's build for this Ruby minor
+# (lib/mistri_locks/3.1/, the rake-compiler-dock / rb-sys layout), else the
+# one compiled here (build.sh, or installing the source gem).
+if File.file?(File.join(__dir__, "mistri_locks", RUBY_VERSION[/\A\d+\.\d+/], "mistri_locks.#{RbConfig::CONFIG["DLEXT"]}"))
+  require_relative "mistri_locks/#{RUBY_VERSION[/\A\d+\.\d+/]}/mistri_locks"
+else
+  require "mistri_locks/mistri_locks"
+end
 require_relative "mistri_locks/delivery"
 require_relative "mistri_locks/abort_signal"
 require_relative "mistri_locks/hold"

@@ -92,6 +92,15 @@ from ._release import ReleaseOutcome
 #: The old name of ``Locks`` (the owner handle), kept until 0.3.
 Adapter = Locks
 
+from importlib.metadata import PackageNotFoundError as _NotInstalled  # noqa: E402
+from importlib.metadata import version as _dist_version  # noqa: E402
+
+try:
+    #: The installed distribution's version: the workspace Cargo.toml's.
+    __version__: str = _dist_version("mistri-locks")
+except _NotInstalled:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
+
 __all__ = [
     "FLAG_TTL",
     "HEARTBEAT",
