@@ -99,3 +99,11 @@ pub(crate) fn error(e: &RedisError, peer: Peer<'_>) -> Error {
         _ => Error::Backend(format!("{peer} answered with an error: {text}")),
     }
 }
+
+/// Whether `e` says the connection itself is gone (closed or reset by the
+/// server, a broken pipe; not a timeout, not a refused connect): the other
+/// idle connections to that server were likely closed with it (a
+/// restart), so the pool lets them go.
+pub(crate) fn is_dropped(e: &RedisError) -> bool {
+    e.is_connection_dropped() || (e.is_io_error() && !e.is_timeout() && !e.is_connection_refusal())
+}

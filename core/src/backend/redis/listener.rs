@@ -5,9 +5,9 @@
 //! ([`crate::contract::push`]): `{ns}:raised:{KEY}` for each watched stop
 //! key and `{ns}:next:{KEY}:LINE` for each waiting line. Never a pattern.
 
+use super::io::is_dropped;
 use super::io::MIN_IO;
 use super::keys::{key_of, line_channel};
-use super::server::is_dropped;
 use crate::contract::listen::{self, Heard, PushSource};
 use crate::contract::push::{Interest, Registry};
 use crate::error::{Error, Result};
@@ -57,7 +57,7 @@ pub(crate) struct Listener(listen::Listener<Channels>);
 impl Listener {
     /// A listener for the channels of `namespace`, subscribing where `at`
     /// says; a connection it finds dropped counts in `dropped` (the
-    /// adapter's [`super::server::Redis::dropped`]).
+    /// Redis adapter's own counter).
     pub(crate) fn new(
         at: Arc<dyn ListenAt>,
         namespace: &str,

@@ -633,7 +633,7 @@ impl Redis {
     /// With a sentinel: after a connection error or a `READONLY` reply the
     /// master may have moved, so forget it and the pooled connections to it.
     pub(crate) fn note_error(&self, e: &RedisError) {
-        if is_dropped(e) {
+        if io::is_dropped(e) {
             self.dropped.fetch_add(1, Ordering::SeqCst);
         }
         let moved = e.is_io_error()
@@ -752,12 +752,4 @@ impl Redis {
             self.replicas.timeout
         ))
     }
-}
-
-/// Whether `e` says the connection itself is gone (closed or reset by the
-/// server, a broken pipe; not a timeout, not a refused connect): the other
-/// idle connections to that server were likely closed with it (a
-/// restart), so the pool lets them go.
-pub(crate) fn is_dropped(e: &RedisError) -> bool {
-    e.is_connection_dropped() || (e.is_io_error() && !e.is_timeout() && !e.is_connection_refusal())
 }
