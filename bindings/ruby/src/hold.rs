@@ -1,6 +1,6 @@
 //! `MistriLocks::Hold`: a core [`Hold`] for Ruby.
 //!
-//! Native part: `key`, `fence`, `lost?`, `touch`, and the plumbing
+//! Native part: `key`, `fence`, `lost?`, `touch`, `interruption`, and the plumbing
 //! `_release` (the outcome as a Symbol) and `_signal`.
 //! `lib/mistri_locks/hold.rb` adds `release` (true/false, the seed's),
 //! `release_outcome`, `signal`, the block form and the delivery to a
@@ -15,8 +15,8 @@ use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
 use crate::signal::Signal;
 use crate::{args, error, waiting};
-use magnus::{method, prelude::*, Error, RModule, Ruby, Symbol, Value};
-use mistri_locks::{Hold, ReleaseOutcome};
+use magnus::{method, prelude::*, Error, RArray, RModule, Ruby, Symbol, Value};
+use mistri_locks::{Hold, Interruption, ReleaseOutcome};
 
 /// `MistriLocks._hold(locks, key, ttl, heartbeat, stop_key, signal,
 /// safety_margin, label, wait, limit, max_hold, progress_timeout)` -> Hold
@@ -120,6 +120,27 @@ impl RbHold {
         Ok(ruby.to_symbol(name))
     }
 
+    /// `interruption` -> nil while the work may go on, else why it should
+    /// stop (the core's `Hold::interruption`, typed; no reason text read):
+    /// `[:stopped, flag]` (the stop flag's key, or nil when the caller's own
+    /// signal was aborted) or `[:lost, cause]` (`:not_held`, `:too_late`,
+    /// `:deadline`, `:max_hold`, `:stalled`, or nil for a forked child's
+    /// copy).
+    fn interruption(ruby: &Ruby, rb_self: &Self) -> Result<Option<RArray>, Error> {
+        let Some(why) = rb_self.hold.interruption() else {
+            return Ok(None);
+        };
+        let detail: Option<Value> = match &why {
+            Interruption::Stopped { flag } => flag.as_deref().map(|f| ruby.str_new(f).as_value()),
+            Interruption::Lost { cause } => cause.map(|c| ruby.to_symbol(c.name()).as_value()),
+            _ => None,
+        };
+        let pair = ruby.ary_new_capa(2);
+        pair.push(ruby.to_symbol(why.name()))?;
+        pair.push(detail)?;
+        Ok(Some(pair))
+    }
+
     /// `_signal`: a new Ruby object around the hold's core signal.
     fn signal(&self) -> Signal {
         Signal(self.hold.signal().clone())
@@ -141,6 +162,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("fence", method!(RbHold::fence, 0))?;
     class.define_method("lost?", method!(RbHold::is_lost, 0))?;
     class.define_method("touch", method!(RbHold::touch, 0))?;
+    class.define_method("interruption", method!(RbHold::interruption, 0))?;
     class.define_private_method("_release", method!(RbHold::release, 0))?;
     class.define_private_method("_signal", method!(RbHold::signal, 0))?;
     Ok(())

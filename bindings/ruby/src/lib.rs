@@ -41,6 +41,13 @@ fn configure(locks: Option<&locks::RbLocks>) {
     mistri_locks::configure(locks.map(|l| l.locks().clone()));
 }
 
+/// `MistriLocks._job_stop_key(job_id)`: the stop flag of a job, the
+/// core's `job::stop_key` (the protocol's one format, docs/PROTOCOL.md).
+fn job_stop_key(ruby: &Ruby, job_id: magnus::Value) -> Result<String, Error> {
+    let job_id = args::key(ruby, "job id", job_id)?;
+    mistri_locks::job::stop_key(&job_id).map_err(|e| error::to_ruby(ruby, e))
+}
+
 #[magnus::init(name = "mistri_locks")]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     mistri_locks::internals::set_language("ruby");
@@ -50,6 +57,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.const_set("FLAG_TTL", FLAG_TTL.as_secs())?;
     module.define_singleton_method("_configure", function!(configure, 1))?;
     module.define_singleton_method("_hold", function!(hold::start, 12))?;
+    module.define_singleton_method("_job_stop_key", function!(job_stop_key, 1))?;
     error::init(ruby, module)?;
     delivery::init(ruby, module)?;
     signal::init(ruby, module)?;

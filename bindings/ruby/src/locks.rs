@@ -21,7 +21,7 @@ use crate::signal::Signal;
 use crate::waiting;
 use magnus::rb_sys::AsRawValue;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RModule, Ruby, TypedData, Value};
-use mistri_locks::{AcquireOptions, Locks};
+use mistri_locks::{AcquireOptions, Locks, StopOutcome};
 use rb_sys::StableApiDefinition;
 
 /// The receiver of the hot methods (`_acquire`, `release`, `_renew`,
@@ -173,6 +173,31 @@ impl RbLocks {
         rb_self.run_keyed(ruby, key, |l, key| l.set_flag(key, ttl).map(|()| true))
     }
 
+    /// `_stop_holders(key, ttl)` -> the stop keys raised, in the order of
+    /// the holders (`[]` when nobody holds `key` or no holder watches a
+    /// stop key): the core's `Locks::stop_holders`.
+    fn stop_holders(
+        ruby: &Ruby,
+        rb_self: &Self,
+        key: Value,
+        ttl: Value,
+    ) -> Result<Vec<String>, Error> {
+        let ttl = args::duration(ruby, "ttl", ttl)?;
+        let outcome = rb_self.run_keyed(ruby, key, |l, key| l.stop_holders(key, ttl))?;
+        Ok(match outcome {
+            StopOutcome::Raised(keys) => keys,
+            _ => Vec::new(),
+        })
+    }
+
+    /// `_stop_job(job_id, ttl)` -> the stop key raised: the core's
+    /// `Locks::stop_job` (the key is `job::stop_key`'s).
+    fn stop_job(ruby: &Ruby, rb_self: &Self, job_id: Value, ttl: Value) -> Result<String, Error> {
+        let job_id = args::key(ruby, "job id", job_id)?;
+        let ttl = args::duration(ruby, "ttl", ttl)?;
+        rb_self.run(ruby, |l| l.stop_job(&job_id, ttl))
+    }
+
     fn flag(ruby: &Ruby, rb_self: Value, key: Value) -> Result<bool, Error> {
         let rb_self = this(&rb_self)?;
         rb_self.run_keyed(ruby, key, |l, key| l.flag(key))
@@ -255,6 +280,8 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_private_method("_acquire_with", method!(RbLocks::acquire_with, 5))?;
     class.define_private_method("_renew", method!(RbLocks::renew, 2))?;
     class.define_private_method("_set_flag", method!(RbLocks::set_flag, 2))?;
+    class.define_private_method("_stop_holders", method!(RbLocks::stop_holders, 2))?;
+    class.define_private_method("_stop_job", method!(RbLocks::stop_job, 2))?;
     class.define_method("info", method!(RbLocks::info, 1))?;
     class.define_private_method("_list", method!(RbLocks::list, 1))?;
     Ok(())

@@ -57,6 +57,16 @@ module MistriLocks
     # Raises the flag +key+ for +ttl+ seconds (it needs no owner). Returns true.
     def set_flag(key, ttl: FLAG_TTL) = _set_flag(key, ttl)
 
+    # Stops whoever holds +key+: raises, for +ttl+ seconds, the stop flag each
+    # holder watches (each once). Returns the stop keys raised, in the order
+    # of the holders ([] when nobody holds +key+ or no holder watches a stop
+    # key: a plain lease can only be broken).
+    def stop_holders(key, ttl: FLAG_TTL) = _stop_holders(key, ttl)
+
+    # Raises the stop flag of job +job_id+ (MistriLocks::Job.stop_key) for
+    # +ttl+ seconds. Returns the stop key.
+    def stop_job(job_id, ttl: FLAG_TTL) = _stop_job(job_id.is_a?(Symbol) ? job_id.to_s : job_id, ttl)
+
     # The live leases and raised flags whose keys start with +prefix+ (a
     # String or Symbol; "" lists all of this namespace, or this Local file),
     # what `mistri-locks list` shows:
