@@ -6,7 +6,7 @@ use crate::dispatcher::ensure_dispatcher;
 use crate::error::IntoPyResult;
 use crate::locks::PyLocks;
 use crate::signal::{forwarder, PyAbortSignal};
-use mistri_locks::{HoldOptions, Locks, ReleaseOutcome};
+use mistri_locks::{HoldOptions, Interruption, Locks, ReleaseOutcome};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -204,27 +204,26 @@ impl Hold {
         self.core().touch();
     }
 
-    /// Raises `mistri_locks.Interrupted` if the work should stop here:
-    /// `reason="lost"` when the lease was lost (renewal refused or the safe
-    /// deadline passed), `reason="stopped"` when the signal was tripped
-    /// otherwise (the stop flag, or the caller's own abort). Else returns
-    /// None. Cheap (two atomic loads; keeps the GIL): call it between units
-    /// of work.
+    /// Raises `mistri_locks.Interrupted` if the work should stop here, from
+    /// the core's typed `Hold::interruption` (no reason text read):
+    /// `reason="lost"` (with its `cause`) when the lease was lost (renewal
+    /// refused or the safe deadline passed), `reason="stopped"` (with the
+    /// `flag` seen raised, None for the caller's own abort) when the signal
+    /// was tripped otherwise. Else returns None. Cheap (atomic loads; keeps
+    /// the GIL): call it between units of work.
     fn checkpoint(&self, py: Python<'_>) -> PyResult<()> {
         let hold = self.core();
-        // Lost first: a lost hold's signal is tripped too, and "lost" is
-        // what the caller must know (someone else may hold the lease now).
-        let reason = if hold.is_lost() {
-            "lost"
-        } else if hold.signal().is_aborted() {
-            "stopped"
-        } else {
-            return Ok(());
+        let (reason, flag, cause) = match hold.interruption() {
+            Some(Interruption::Stopped { flag }) => ("stopped", flag, None),
+            Some(Interruption::Lost { cause }) => ("lost", None, cause.map(|c| c.name())),
+            Some(other) => (other.name(), None, None),
+            // Lost is recorded just before the signal trips: lost already.
+            None if hold.is_lost() => ("lost", None, None),
+            None => return Ok(()),
         };
         let detail = hold.signal().reason();
-        static CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-        let class = CLASS.import(py, "mistri_locks._leased", "Interrupted")?;
-        let err = class.call1((reason, hold.key(), detail))?;
+        let class = crate::error::exceptions(py)?.interrupted.bind(py);
+        let err = class.call1((reason, hold.key(), detail, flag, cause))?;
         Err(PyErr::from_value(err))
     }
 

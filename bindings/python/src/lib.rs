@@ -21,9 +21,10 @@ mod signal;
 mod waiting;
 
 use crate::hold::Hold;
+use crate::error::IntoPyResult;
 use crate::locks::PyLocks;
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyDeprecationWarning, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -33,55 +34,15 @@ use pyo3::types::{PyDict, PyTuple};
 /// both under this lock.
 static CONFIGURED: Mutex<Option<Py<PyLocks>>> = Mutex::new(None);
 
-/// One argument of `configure`: a handle, None, or not given.
-enum Given<'py> {
-    Missing,
-    Handle(Option<Bound<'py, PyLocks>>),
-}
-
-impl<'a, 'py> FromPyObject<'a, 'py> for Given<'py> {
-    type Error = PyErr;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        if obj.is_none() {
-            return Ok(Given::Handle(None));
-        }
-        Ok(Given::Handle(Some(obj.cast::<PyLocks>()?.to_owned())))
-    }
-}
-
 /// Sets (or with None, clears) the process-wide handle used by `hold()`:
-/// `configure(locks)`. `configure(adapter=locks)`, the old spelling, still
-/// works until 0.3 and warns (DeprecationWarning).
+/// `configure(locks)`.
 #[pyfunction]
-#[pyo3(signature = (locks = Given::Missing, *, adapter = Given::Missing))]
-fn configure<'py>(py: Python<'py>, locks: Given<'py>, adapter: Given<'py>) -> PyResult<()> {
-    let locks = match (locks, adapter) {
-        (Given::Handle(locks), Given::Missing) => locks,
-        (Given::Missing, Given::Handle(locks)) => {
-            let category = py.get_type::<PyDeprecationWarning>();
-            let message =
-                c"configure(adapter=...) is deprecated (removed in 0.3): use configure(locks)";
-            PyErr::warn(py, &category, message, 1)?;
-            locks
-        }
-        (Given::Missing, Given::Missing) => {
-            return Err(PyTypeError::new_err(
-                "configure() missing 1 required argument: 'locks' (a Locks, or None to clear)",
-            ))
-        }
-        (Given::Handle(_), Given::Handle(_)) => {
-            return Err(PyTypeError::new_err(
-                "configure() takes the handle once: configure(locks), not also adapter=",
-            ))
-        }
-    };
+fn configure(locks: Option<Bound<'_, PyLocks>>) {
     let mut slot = CONFIGURED.lock();
     let replaced = mistri_locks::configure(locks.as_ref().map(|l| l.get().locks()));
     let previous = std::mem::replace(&mut *slot, locks.map(Bound::unbind));
     drop(slot);
     drop((replaced, previous)); // with the GIL held, outside the mutex
-    Ok(())
 }
 
 /// The configured handle, or None.
@@ -106,6 +67,20 @@ fn hold_configured<'py>(
     args::forward_hold(py, None, key, args, kwargs)
 }
 
+/// The stop flag of job `job_id` (a Celery task, Dramatiq message,
+/// ActiveJob or Sidekiq job): the core's `job::stop_key`, the protocol's
+/// one format (docs/PROTOCOL.md, "Jobs").
+#[pyfunction]
+fn job_stop_key(py: Python<'_>, job_id: &Bound<'_, PyAny>) -> PyResult<String> {
+    let Ok(id) = job_id.extract::<String>() else {
+        return Err(PyTypeError::new_err(format!(
+            "job id must be a str, got {}",
+            args::type_name(job_id)
+        )));
+    };
+    mistri_locks::job::stop_key(&id).py_err(py)
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -121,6 +96,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<signal::PyAbortSignal>()?;
     m.add_function(wrap_pyfunction!(locks::open, m)?)?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;
+    m.add_function(wrap_pyfunction!(job_stop_key, m)?)?;
     m.add_function(wrap_pyfunction!(configured, m)?)?;
     m.add_function(wrap_pyfunction!(hold_configured, m)?)?;
     // Named `hold` for its messages, listed as `_hold`.
@@ -136,6 +112,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConnectionError", exc.connection.bind(py))?;
     m.add("BackendError", exc.backend.bind(py))?;
     m.add("SystemResourceError", exc.system.bind(py))?;
+    m.add("Interrupted", exc.interrupted.bind(py))?;
     m.add("LEASE_TTL", mistri_locks::LEASE_TTL.as_secs())?;
     m.add("HEARTBEAT", mistri_locks::HEARTBEAT.as_secs())?;
     m.add("FLAG_TTL", mistri_locks::FLAG_TTL.as_secs())?;

@@ -29,9 +29,7 @@ holders; ``max_hold=`` and ``progress_timeout=`` (with ``Hold.touch()``)
 guard against hung holders.
 
 Names: ``Memory``, ``Redis``, ``Local`` and ``Postgres`` are ``Locks``:
-owner handles on one backend (``Adapter`` and ``sharing_adapter()`` are the old names of
-``Locks`` and ``new_owner()``, and ``configure(adapter=...)`` that of
-``configure(locks)``, kept until 0.3).
+owner handles on one backend.
 
 Looking: ``locks.info(key)`` (a ``LeaseInfo`` dict, or None),
 ``locks.list(prefix="")`` (a ``Listing``: the live leases and raised flags,
@@ -80,6 +78,7 @@ from ._native import (
     SystemResourceError,
     configure,
     hold,
+    job_stop_key,
     locks,
     open,
 )
@@ -89,15 +88,11 @@ from ._info import FlagInfo, HolderInfo, LeaseInfo, Listing, WaitingInfo
 from ._leased import Conflict, Interrupted, current_lease, leased
 from ._release import ReleaseOutcome
 
-#: The old name of ``Locks`` (the owner handle), kept until 0.3.
-Adapter = Locks
-
 __all__ = [
     "FLAG_TTL",
     "HEARTBEAT",
     "LEASE_TTL",
     "AbortSignal",
-    "Adapter",
     "BackendError",
     "ConfigError",
     "Conflict",
@@ -121,6 +116,7 @@ __all__ = [
     "current_lease",
     "hold",
     "hold_async",
+    "job_stop_key",
     "HoldContext",
     "leased",
     "locks",

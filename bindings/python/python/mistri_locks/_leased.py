@@ -46,7 +46,18 @@ from typing import (
     cast,
 )
 
-from ._native import FLAG_TTL, HEARTBEAT, LEASE_TTL, ConfigError, ConnectionError, Error, Hold, Locks
+from ._native import (
+    FLAG_TTL,
+    HEARTBEAT,
+    LEASE_TTL,
+    ConfigError,
+    ConnectionError,
+    Error,
+    Hold,
+    Interrupted,
+    Locks,
+    job_stop_key,
+)
 from ._native import locks as _configured_locks
 
 if TYPE_CHECKING:
@@ -80,26 +91,6 @@ class Conflict(Error):
         return f"lease {self.key!r} is held elsewhere"
 
 
-class Interrupted(Error):
-    """Raised by ``Hold.checkpoint()``: the work should stop here.
-
-    ``reason`` is ``"stopped"`` (the stop flag went up, or the hold's signal
-    was aborted) or ``"lost"`` (the lease was lost: another holder may have
-    it now, so no further write may rely on it). ``key`` is the lease's key,
-    ``detail`` the signal's reason text."""
-
-    def __init__(self, reason: str, key: str = "", detail: Optional[str] = None) -> None:
-        # args are the constructor's (see Conflict).
-        super().__init__(reason, key, detail)
-        self.reason = reason
-        self.key = key
-        self.detail = detail
-
-    def __str__(self) -> str:
-        text = f"lease {self.key!r} {'was lost' if self.reason == 'lost' else 'was asked to stop'}"
-        return f"{text} ({self.detail})" if self.detail else text
-
-
 _current: contextvars.ContextVar[Optional[Hold]] = contextvars.ContextVar(
     "mistri_locks.current_lease", default=None
 )
@@ -111,21 +102,13 @@ def current_lease() -> Optional[Hold]:
     return _current.get()
 
 
-def job_stop_key(job_id: str) -> str:
-    """The stop flag of a job (Celery task, Dramatiq message, ActiveJob or
-    Sidekiq job): ``job:<id>:stop``, the same in every face and language."""
-    if not isinstance(job_id, str) or not job_id:
-        raise ValueError(f"stop_key: the job id must be a non-empty string, got {job_id!r}")
-    return f"job:{job_id}:stop"
-
-
 def stop_job(job_id: str, *, locks: Optional[Locks] = None, ttl: float = FLAG_TTL) -> None:
-    """Raises the stop flag of job ``job_id`` for ``ttl`` seconds on
-    ``locks`` (default: the configured handle)."""
+    """Raises the stop flag of job ``job_id`` (``job_stop_key(job_id)``) for
+    ``ttl`` seconds on ``locks`` (default: the configured handle)."""
     handle = locks if locks is not None else _configured_locks()
     if handle is None:
         raise ConfigError("stop: no backend: call mistri_locks.configure(...) or pass locks=")
-    handle.set_flag(job_stop_key(job_id), ttl)
+    handle.stop_job(job_id, ttl)
 
 
 def _positive(name: str, value: object) -> float:
