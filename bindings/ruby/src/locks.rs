@@ -1,10 +1,9 @@
-//! `MistriLocks::Locks` (the owner handle; `MistriLocks::Adapter` is its
-//! old name, an alias until 0.3): the seed's seven operations over a core
+//! `MistriLocks::Locks` (the owner handle): the seed's seven operations over a core
 //! [`Locks`], the base class of `MistriLocks::Memory`, `MistriLocks::Redis`
 //! and `MistriLocks::Local`.
 //!
 //! Native part: `release`, `held?`, `flag?`, `clear_flag`, `fence`,
-//! `break_lease`, `new_owner` (old name `sharing_adapter`), `active_holds`,
+//! `break_lease`, `new_owner`, `active_holds`, `stop_holders`, `stop_job`,
 //! `info`, and the plumbing `_acquire`, `_renew`, `_set_flag`, `_list`
 //! behind the methods with keywords or defaults of
 //! `lib/mistri_locks/locks.rb` (a Ruby method with keywords is cheaper than
@@ -263,7 +262,6 @@ impl RbLocks {
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Locks", ruby.class_object())?;
-    module.const_set("Adapter", class)?; // the old name, until 0.3
     class.undef_default_alloc_func();
     class.define_method("release", method!(RbLocks::release, 1))?;
     class.define_method("held?", method!(RbLocks::held, 1))?;
@@ -272,7 +270,6 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("fence", method!(RbLocks::fence, 1))?;
     class.define_method("break_lease", method!(RbLocks::break_lease, 1))?;
     class.define_method("new_owner", method!(RbLocks::new_owner, 0))?;
-    class.define_method("sharing_adapter", method!(RbLocks::new_owner, 0))?; // old name
     class.define_method("active_holds", method!(RbLocks::active_holds, 0))?;
     class.define_method("label", method!(RbLocks::label, 0))?;
     class.define_method("label=", method!(RbLocks::set_label, 1))?;

@@ -4,7 +4,6 @@ module MistriLocks
   # An owner of leases on one backend: the seven operations of the mistri
   # gem's adapter contract (and holds). MistriLocks::Memory, Redis and Local
   # are its subclasses; each is a drop-in for `Mistri.locks = ...`.
-  # (MistriLocks::Adapter is its old name, an alias until 0.3.)
   #
   # Keys are Strings (or Symbols, meaning their name); an empty key is an
   # ArgumentError, anything else a TypeError. TTLs are seconds, Integer or
@@ -21,8 +20,7 @@ module MistriLocks
   #   clear_flag(key) -> true (lowers the flag)
   #   fence(key)      -> this object's fencing number for key, or nil
   #   break_lease(key)-> operator override: delete anyone's lease on key
-  #   new_owner       -> another owner on the same backend (like another process);
-  #                      sharing_adapter is its old name, until 0.3
+  #   new_owner       -> another owner on the same backend (like another process)
   #   active_holds    -> how many holds this object's heartbeat renews
   #   info(key)       -> who holds key (a Hash: holder, fence, times, ttl,
   #                      heartbeat, time_left, limit, holders), or nil
