@@ -20,8 +20,8 @@ mod operator;
 mod signal;
 mod waiting;
 
-use crate::hold::Hold;
 use crate::error::IntoPyResult;
+use crate::hold::Hold;
 use crate::locks::PyLocks;
 use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;

@@ -198,7 +198,12 @@ impl PyLocks {
     /// watches a stop key: a plain lease can only be broken). The core's
     /// `Locks::stop_holders`.
     #[pyo3(signature = (key, ttl = Seconds::<Ttl>::FLAG_TTL))]
-    fn stop_holders(&self, py: Python<'_>, key: Key<'_>, ttl: Seconds<Ttl>) -> PyResult<Vec<String>> {
+    fn stop_holders(
+        &self,
+        py: Python<'_>,
+        key: Key<'_>,
+        ttl: Seconds<Ttl>,
+    ) -> PyResult<Vec<String>> {
         let ttl = ttl.duration(py)?;
         Ok(match self.run(py, |l| l.stop_holders(&key, ttl))? {
             StopOutcome::Raised(keys) => keys,
@@ -366,7 +371,6 @@ impl Memory {
         slf.as_super().new_owner_as(slf.py(), Memory)
     }
 
-
     fn __repr__(&self) -> &'static str {
         "<mistri_locks.Memory>"
     }
@@ -401,7 +405,6 @@ impl Redis {
         let namespace = slf.namespace.clone();
         slf.as_super().new_owner_as(slf.py(), Redis { namespace })
     }
-
 
     /// The key namespace.
     #[getter]
@@ -443,7 +446,6 @@ impl Local {
         let path = slf.path.clone();
         slf.as_super().new_owner_as(slf.py(), Local { path })
     }
-
 
     /// The database file.
     #[getter]
