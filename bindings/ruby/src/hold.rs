@@ -15,46 +15,27 @@ use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
 use crate::signal::Signal;
 use crate::{args, error, waiting};
-use magnus::{method, prelude::*, Error, RArray, RModule, Ruby, Symbol, Value};
+use magnus::{method, prelude::*, Error, RArray, RHash, RModule, Ruby, Symbol, Value};
 use mistri_locks::{Hold, Interruption, ReleaseOutcome};
 
-/// `MistriLocks._hold(locks, key, ttl, heartbeat, stop_key, signal,
-/// safety_margin, label, wait, limit, max_hold, progress_timeout)` -> Hold
-/// or nil: a hold on `locks`, or with nil on the core's configured slot
-/// (which still checks the arguments when nothing is configured). `signal`
-/// is nil or a `MistriLocks::AbortSignal` (duck-typed signals are the Ruby
-/// half's business). With a `wait`, waits without the GVL, interruptibly
-/// (`waiting.rs`).
-#[allow(clippy::too_many_arguments)] // one per argument of the Ruby method
+/// `MistriLocks._hold(locks, key, signal, options)` -> Hold or nil: a
+/// hold on `locks`, or with nil on the core's configured slot (which still
+/// checks the arguments when nothing is configured). `options` is the
+/// keyword Hash of `hold`, read by name (`args::hold_options`: the core's
+/// `HoldOptions::set`). `signal` is nil or a `MistriLocks::AbortSignal`
+/// (duck-typed signals are the Ruby half's business). With a `wait`, waits
+/// without the GVL, interruptibly (`waiting.rs`).
 pub fn start(
     ruby: &Ruby,
     locks: Option<&RbLocks>,
     key: Value,
-    ttl: Value,
-    heartbeat: Value,
-    stop_key: Option<Value>,
     signal: Option<&Signal>,
-    safety_margin: Option<Value>,
-    label: Option<Value>,
-    wait: Option<Value>,
-    limit: Value,
-    max_hold: Option<Value>,
-    progress_timeout: Option<Value>,
+    options: RHash,
 ) -> Result<Option<RbHold>, Error> {
     let key = args::key(ruby, "key", key)?;
     let signal = signal.map(|s| s.0.clone());
-    let values = args::HoldArgs {
-        ttl,
-        heartbeat,
-        stop_key,
-        safety_margin,
-        label,
-        wait,
-        limit,
-        max_hold,
-        progress_timeout,
-    };
-    let opts = args::hold_options(ruby, values, signal.clone())?;
+    let mut opts = args::hold_options(ruby, options)?;
+    opts.signal = signal.clone();
     let locks = locks.map(|l| l.locks());
     let started =
         mistri_locks::start_hold(locks, &key, opts).map_err(|e| error::to_ruby(ruby, e))?;

@@ -56,7 +56,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.const_set("HEARTBEAT", HEARTBEAT.as_secs())?;
     module.const_set("FLAG_TTL", FLAG_TTL.as_secs())?;
     module.define_singleton_method("_configure", function!(configure, 1))?;
-    module.define_singleton_method("_hold", function!(hold::start, 12))?;
+    module.define_singleton_method("_hold", function!(hold::start, 4))?;
     module.define_singleton_method("_job_stop_key", function!(job_stop_key, 1))?;
     error::init(ruby, module)?;
     delivery::init(ruby, module)?;
