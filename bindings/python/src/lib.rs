@@ -87,6 +87,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     mistri_locks::internals::set_language("python");
     args::init(py);
+    args::set_hold(hold::forward);
     m.add_class::<PyLocks>()?;
     m.add_class::<locks::Memory>()?;
     m.add_class::<locks::Redis>()?;

@@ -119,3 +119,31 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_hold_options_are_read_by_name_by_the_core() -> None:
+    # hold()'s keywords go to the core's HoldOptions::set by name, straight
+    # from Rust (no trip through the Python _hold): an unknown one is still
+    # Python's TypeError, now naming the nearest of the core's names.
+    locks = mistri_locks.Memory()
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'hearbeat'; did you mean \"heartbeat\"\?"):
+        locks.hold("k", ttl=5, hearbeat=1)
+    with pytest.raises(TypeError, match=r"'stopkey'; did you mean \"stop_key\"\?"):
+        mistri_locks.hold("k", stopkey="s")
+    with pytest.raises(TypeError, match="multiple values for argument 'ttl'"):
+        locks.hold("k", 5, ttl=5)
+    with pytest.raises(TypeError, match="limit must be an integer"):
+        locks.hold("k", limit=1.5)
+    with pytest.raises(TypeError, match="label must be text"):
+        locks.hold("k", label=7)
+    with pytest.raises(ValueError, match="limit"):
+        locks.hold("k", limit=0)
+    assert not locks.held("k"), "a refused call took nothing"
+    h = locks.hold("k", 5, 0.5, "stop:k", label="worker", limit=2)
+    assert h is not None
+    info = locks.info("k")
+    assert info is not None
+    holder = info["holders"][0]
+    assert (holder["stop_key"], holder["holder"], holder["heartbeat"], info["limit"]) == (
+        "stop:k", "worker", 0.5, 2)
+    h.release()

@@ -192,6 +192,13 @@ pub fn hold_options(ruby: &Ruby, options: RHash) -> Result<HoldOptions, Error> {
     let mut opts = HoldOptions::default();
     options.foreach(|name: Value, value: Value| {
         let name = key(ruby, "an option's name", name)?;
+        // No nil for these: their default is a value (`ttl: nil` is a bug).
+        if value.is_nil() && matches!(name.as_str(), "ttl" | "heartbeat" | "limit") {
+            return Err(Error::new(
+                ruby.exception_type_error(),
+                format!("{name} must be a number, got nil"),
+            ));
+        }
         let value = option_value(ruby, &name, value)?;
         if let Err(e) = opts.set(&name, value.clone()) {
             return Err(option_error(ruby, &value, e));
