@@ -81,6 +81,59 @@ fn job_stop_key(py: Python<'_>, job_id: &Bound<'_, PyAny>) -> PyResult<String> {
     mistri_locks::job::stop_key(&id).py_err(py)
 }
 
+/// `_job_options(**options)` -> the job's lease options checked, with
+/// every default applied, by the core's `JobOptionsBuilder` (read by name:
+/// an unknown name is a TypeError naming the nearest): a dict of `ttl`,
+/// `heartbeat`, `limit`, `wait` (`math.inf`: no limit), `attempts`,
+/// `backoff` (None: exponential) and the policies `on_conflict`,
+/// `on_stopped`, `on_lost` as the core names them. A value of the wrong
+/// kind is a TypeError, one out of range a ValueError, in the core's words.
+#[pyfunction]
+#[pyo3(signature = (**options))]
+fn _job_options<'py>(
+    py: Python<'py>,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    use mistri_locks::job::JobOptions;
+    let mut builder = JobOptions::builder();
+    if let Some(options) = options {
+        for (name, value) in options.iter() {
+            let name: String = name.extract()?;
+            if !JobOptions::NAMES.contains(&name.as_str()) {
+                let hint = mistri_locks::nearest_name(&name, &JobOptions::NAMES)
+                    .map(|n| format!("; did you mean {n:?}?"))
+                    .unwrap_or_default();
+                return Err(PyTypeError::new_err(format!(
+                    "unknown job option '{name}'{hint}"
+                )));
+            }
+            if value.is_none()
+                && matches!(name.as_str(), "ttl" | "heartbeat" | "limit" | "attempts")
+            {
+                return Err(PyTypeError::new_err(format!(
+                    "{name} must be a number, not None"
+                )));
+            }
+            let value = args::option_value(&name, &value)?;
+            if let Err(e) = builder.set(&name, value.clone()) {
+                return Err(args::option_error(py, &value, e));
+            }
+        }
+    }
+    let o = builder.build().py_err(py)?;
+    let out = PyDict::new(py);
+    out.set_item("ttl", o.ttl.as_secs_f64())?;
+    out.set_item("heartbeat", o.heartbeat.as_secs_f64())?;
+    out.set_item("limit", o.limit)?;
+    out.set_item("wait", o.wait.map_or(f64::INFINITY, |w| w.as_secs_f64()))?;
+    out.set_item("attempts", o.attempts)?;
+    out.set_item("backoff", o.backoff.map(|b| b.as_secs_f64()))?;
+    out.set_item("on_conflict", o.on_conflict.name())?;
+    out.set_item("on_stopped", o.on_stopped.name())?;
+    out.set_item("on_lost", o.on_lost.name())?;
+    Ok(out)
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -98,6 +151,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(locks::open, m)?)?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;
     m.add_function(wrap_pyfunction!(job_stop_key, m)?)?;
+    m.add_function(wrap_pyfunction!(_job_options, m)?)?;
     m.add_function(wrap_pyfunction!(configured, m)?)?;
     m.add_function(wrap_pyfunction!(hold_configured, m)?)?;
     // Named `hold` for its messages, listed as `_hold`.

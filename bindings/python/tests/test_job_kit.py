@@ -6,6 +6,7 @@ importing the pure-Python package to do it."""
 
 from __future__ import annotations
 
+import math
 import pathlib
 import subprocess
 import sys
@@ -147,3 +148,19 @@ def test_hold_options_are_read_by_name_by_the_core() -> None:
     assert (holder["stop_key"], holder["holder"], holder["heartbeat"], info["limit"]) == (
         "stop:k", "worker", 0.5, 2)
     h.release()
+
+
+def test_lease_spec_numbers_are_the_cores_job_options() -> None:
+    # LeaseSpec (leased, Celery, Dramatiq) keeps the templates, locks= and
+    # callables; ttl, heartbeat, limit and wait are checked, with their
+    # defaults, by the core's JobOptions, in its words.
+    assert _native._job_options(ttl=30)["heartbeat"] == 10.0  # min(HEARTBEAT, ttl / 3)
+    assert _native._job_options(wait=math.inf)["wait"] == math.inf
+    with pytest.raises(TypeError, match=r"unknown job option 'tll'; did you mean \"ttl\"\?"):
+        _native._job_options(tll=3)
+    with pytest.raises(ValueError, match=r"leased: ttl must be a finite number of seconds > 0, got 0"):
+        mistri_locks.leased("k", ttl=0)(lambda: None)
+    with pytest.raises(TypeError, match=r"leased: ttl must be a number of seconds"):
+        mistri_locks.leased("k", ttl="60")(lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"leased: limit must be an integer >= 1, got 0"):
+        mistri_locks.leased("k", limit=0)(lambda: None)

@@ -32,7 +32,6 @@ import contextvars
 import functools
 import inspect
 import logging
-import math
 import string
 from typing import (
     TYPE_CHECKING,
@@ -56,6 +55,7 @@ from ._native import (
     Hold,
     Interrupted,
     Locks,
+    _job_options,
     job_stop_key,
 )
 from ._native import locks as _configured_locks
@@ -111,14 +111,6 @@ def stop_job(job_id: str, *, locks: Optional[Locks] = None, ttl: float = FLAG_TT
     handle.stop_job(job_id, ttl)
 
 
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"leased: {name} must be a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"leased: {name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
-
-
 def _template_fields(template: str, what: str) -> list[str]:
     """The argument names a key template uses (``{a}``, ``{a.b}``, ``{a[0]}``)."""
     names = []
@@ -169,18 +161,19 @@ class LeaseSpec:
         if not isinstance(key, str) or not key:
             raise ValueError(f"leased: key must be a non-empty string template, got {key!r}")
         self.key = key
-        self.ttl = _positive("ttl", options.get("ttl", LEASE_TTL))
-        self.heartbeat = _positive("heartbeat", options.get("heartbeat", min(HEARTBEAT, self.ttl / 3)))
-        limit = options.get("limit", 1)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"leased: limit must be an int >= 1, got {limit!r}")
-        self.limit = limit
-        wait = options.get("wait", 0)
-        if wait is None:
-            wait = 0
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or math.isnan(wait) or wait < 0:
-            raise ValueError(f"leased: wait must be seconds >= 0 (math.inf: no limit), got {wait!r}")
-        self.wait = float(wait)
+        # The numbers: checked, with their defaults (the heartbeat
+        # min(HEARTBEAT, ttl / 3)), by the core's JobOptions, in its words.
+        given = {n: options[n] for n in ("ttl", "heartbeat", "limit", "wait") if n in options}
+        if given.get("wait", 0) is None:
+            del given["wait"]  # None: do not wait
+        try:
+            checked = _job_options(**given)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"leased: {e}") from None
+        self.ttl: float = checked["ttl"]
+        self.heartbeat: float = checked["heartbeat"]
+        self.limit: int = checked["limit"]
+        self.wait: float = checked["wait"]
         on_conflict = options.get("on_conflict", "skip")
         if not callable(on_conflict) and on_conflict not in modes:
             raise ValueError(

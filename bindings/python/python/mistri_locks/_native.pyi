@@ -23,6 +23,7 @@ __all__ = [
     "AbortSignal",
     "open",
     "job_stop_key",
+    "_job_options",
     "configure",
     "locks",
     "hold",
@@ -243,6 +244,7 @@ def open(
 def configure(locks: Optional[Locks]) -> None: ...
 def locks() -> Optional[Locks]: ...
 def job_stop_key(job_id: str) -> str: ...
+def _job_options(**options: object) -> dict[str, Any]: ...
 def hold(
     key: str,
     ttl: _Seconds = ...,

@@ -78,6 +78,8 @@ module MistriLocks
 
     # What a job does when its lease is held elsewhere, stopped or lost.
     POLICIES = %i[retry discard raise].freeze
+    # The core's policy names (JobOptions, docs/JOBS.md) in Ruby's spelling.
+    POLICY = { "retry" => :retry, "skip" => :discard, "raise" => :raise }.freeze
 
     class << self
       # The flag that stops the job +job_id+ (a String or Symbol): the core's
@@ -256,22 +258,20 @@ module MistriLocks
         @args_style = args_style
         @given = options
         @key = check_key(options.fetch(:key, owner.name))
-        @ttl = positive(:ttl, options.fetch(:ttl, LEASE_TTL))
-        @heartbeat = positive(:heartbeat, options.fetch(:heartbeat, [HEARTBEAT, @ttl / 3.0].min))
-        @limit = options.fetch(:limit, 1)
-        raise ArgumentError, "#{owner}: limit must be an Integer >= 1, got #{@limit.inspect}" unless @limit.is_a?(Integer) && @limit >= 1
-
-        @wait = options.fetch(:wait, 0)
-        raise ArgumentError, "#{owner}: wait must be seconds >= 0, got #{@wait.inspect}" unless @wait.is_a?(Numeric) && @wait >= 0
-
-        @on_conflict = policy(:on_conflict, options.fetch(:on_conflict, :retry))
-        @on_stopped = policy(:on_stopped, options.fetch(:on_stopped, :discard))
-        @on_lost = policy(:on_lost, options.fetch(:on_lost, :retry))
-        @attempts = options.fetch(:attempts, 20)
-        raise ArgumentError, "#{owner}: attempts must be an Integer >= 1, got #{@attempts.inspect}" unless @attempts.is_a?(Integer) && @attempts >= 1
-
+        # The numbers and policies: checked, with their defaults, by the
+        # core (JobOptions), so every face refuses the same things in the
+        # same words. A backoff lambda is Ruby's own.
         @backoff = options.fetch(:backoff, nil)
         check_backoff
+        core = options.slice(:ttl, :heartbeat, :limit, :wait, :attempts, :on_conflict, :on_stopped, :on_lost)
+        core[:backoff] = @backoff if @backoff.is_a?(Numeric)
+        checked = begin
+          MistriLocks._job_options(core)
+        rescue ArgumentError => e
+          raise ArgumentError, "#{owner}: #{e.message}"
+        end
+        @ttl, @heartbeat, @limit, @wait, @attempts = checked.values_at(:ttl, :heartbeat, :limit, :wait, :attempts)
+        @on_conflict, @on_stopped, @on_lost = checked.values_at(:on_conflict, :on_stopped, :on_lost).map { |p| POLICY[p] }
         @locks = options.fetch(:locks, nil)
         return if @locks.nil? || @locks.is_a?(Locks) || (@locks.respond_to?(:call) && arity_ok?(@locks, 0, 0))
 
@@ -347,23 +347,10 @@ module MistriLocks
       end
 
       def check_backoff
-        return if @backoff.nil? || (@backoff.is_a?(Numeric) && @backoff >= 0)
+        return if @backoff.nil? || @backoff.is_a?(Numeric) # the core checks the number
         return if @backoff.respond_to?(:call) && arity_ok?(@backoff, 1, 1)
 
         raise ArgumentError, "#{@owner}: backoff must be seconds >= 0 or a lambda of the attempt number"
-      end
-
-      def positive(name, value)
-        raise ArgumentError, "#{@owner}: #{name} must be a number of seconds, got #{value.inspect}" unless value.is_a?(Numeric)
-        raise ArgumentError, "#{@owner}: #{name} must be > 0 seconds, got #{value}" unless value.to_f.finite? && value.positive?
-
-        value
-      end
-
-      def policy(name, value)
-        return value if POLICIES.include?(value)
-
-        raise ArgumentError, "#{@owner}: #{name} must be one of #{POLICIES.map(&:inspect).join(", ")}, got #{value.inspect}"
       end
 
       # Does +callable+ accept n arguments, for every n in lo..hi?
