@@ -264,6 +264,7 @@ module MistriLocks
         @backoff = options.fetch(:backoff, nil)
         check_backoff
         core = options.slice(:ttl, :heartbeat, :limit, :wait, :attempts, :on_conflict, :on_stopped, :on_lost)
+        %i[on_conflict on_stopped on_lost].each { |name| spelling(name, core[name]) if core.key?(name) }
         core[:backoff] = @backoff if @backoff.is_a?(Numeric)
         checked = begin
           MistriLocks._job_options(core)
@@ -351,6 +352,14 @@ module MistriLocks
         return if @backoff.respond_to?(:call) && arity_ok?(@backoff, 1, 1)
 
         raise ArgumentError, "#{@owner}: backoff must be seconds >= 0 or a lambda of the attempt number"
+      end
+
+      # Ruby spells the policies :retry, :discard, :raise (docs/JOBS.md);
+      # the core maps them onto its vocabulary.
+      def spelling(name, value)
+        return if POLICIES.include?(value)
+
+        raise ArgumentError, "#{@owner}: #{name} must be one of #{POLICIES.map(&:inspect).join(", ")}, got #{value.inspect}"
       end
 
       # Does +callable+ accept n arguments, for every n in lo..hi?
