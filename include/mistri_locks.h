@@ -33,8 +33,7 @@
  *   a program built against an older header keeps working.
  * - Hold options are a builder (mistri_hold_options_new, _set_*, _free,
  *   then mistri_hold_start_with), so options can be added without breaking
- *   callers. The struct mistri_hold_options and the functions that take it
- *   are deprecated and kept unchanged for one release.
+ *   callers.
  * - No call aborts or unwinds into C: a bug inside returns MISTRI_PANIC.
  * - Threads: mistri_locks, mistri_hold and mistri_signal are thread-safe;
  *   only their _free must be the last call on a handle. A hold options
@@ -409,44 +408,6 @@ typedef void (*mistri_event_callback)(void *userdata, const struct mistri_event 
 typedef void (*mistri_userdata_finalizer)(void *userdata);
 
 /**
- * How to hold a lease (deprecated: use `mistri_hold_options_new` and
- * `mistri_hold_start_with`, which can also set a safety margin). Kept
- * unchanged for one release so that programs built against 0.1 keep
- * working; it will be removed together with a SONAME bump.
- *
- * Start from `mistri_hold_options_default()` and change what you need.
- * The struct is only read during `mistri_hold_start*`; the strings and the
- * signal it points at may be freed right after.
- */
-typedef struct mistri_hold_options {
-  /**
-   * Lease TTL in seconds: how long the lease outlives its last renewal
-   * (how long a crashed holder blocks others). Must be finite and > 0.
-   */
-  double ttl;
-  /**
-   * The longest wait between renewals, in seconds (the engine renews at
-   * least every ttl/3 whatever this says). Capped at 1 s, it is also the
-   * *tick*: how often the stop flag is read. Must be finite and > 0;
-   * below 0.001 it counts as 0.001. A hold's ttl must be at least 0.01.
-   * Holds started from this struct use the default safety margin.
-   */
-  double heartbeat;
-  /**
-   * A flag that, once raised by anyone (`mistri_locks_set_flag`, in any
-   * process or language), trips the signal within a tick. NULL: none.
-   * Must not be empty.
-   */
-  const char *stop_key;
-  /**
-   * The signal to trip on stop or loss. The hold shares the signal (the
-   * caller keeps its handle). NULL: the hold makes a fresh one
-   * (`mistri_hold_signal` gives a handle to it).
-   */
-  const struct mistri_signal *signal;
-} mistri_hold_options;
-
-/**
  * A callback run once when a signal is aborted.
  *
  * `userdata` is the pointer given to `mistri_signal_on_abort`; `reason` is
@@ -811,45 +772,6 @@ enum mistri_status mistri_hold_start_with(const struct mistri_locks *locks, cons
  * As `mistri_hold_start_with`, without `locks`.
  */
 enum mistri_status mistri_hold_start_configured_with(const char *key, const struct mistri_hold_options_builder *options, struct mistri_hold **out);
-
-/**
- * Deprecated: use `mistri_hold_start_with` (a builder, which can also set
- * the safety margin). Kept unchanged for one release.
- *
- * Acquires `key` through `locks` and keeps it renewed on the handle's
- * heartbeat thread until released; watches `opts->stop_key` every tick.
- * `opts` NULL means `mistri_hold_options_default()`.
- *
- * On `MISTRI_OK`, `*out` receives the new hold (free it with
- * `mistri_hold_free`), or NULL if a live lease on `key` exists: a
- * refusal, not an error (a refused caller holds nothing and never touches
- * the holder's lease).
- *
- * Errors: `MISTRI_INVALID_ARGUMENT` (empty key or stop key; ttl or
- * heartbeat NaN, infinite, <= 0 or > 1e9), `MISTRI_INVALID_UTF8`, the
- * backend's errors on acquire, `MISTRI_SYSTEM` (no heartbeat thread).
- *
- * # Safety
- * `locks` is NULL or a live handle; `key` is NULL or a NUL-terminated
- * string; `opts` is NULL or a readable options struct; `out` is NULL or
- * writable.
- */
-enum mistri_status mistri_hold_start(const struct mistri_locks *locks, const char *key, const struct mistri_hold_options *opts, struct mistri_hold **out);
-
-/**
- * Deprecated: use `mistri_hold_start_configured_with`. Kept unchanged for
- * one release.
- *
- * `mistri_hold_start` on the process-wide handle (`mistri_configure`).
- *
- * On `MISTRI_OK`, `*out` receives the new hold, or NULL if no handle is
- * configured or the lease is held elsewhere (both refusals, not errors).
- * Arguments are checked even when no handle is configured.
- *
- * # Safety
- * As `mistri_hold_start`, without `locks`.
- */
-enum mistri_status mistri_hold_start_configured(const char *key, const struct mistri_hold_options *opts, struct mistri_hold **out);
 
 /**
  * Stops renewing and deletes the lease if it is still ours. Idempotent.
@@ -1346,15 +1268,6 @@ enum mistri_status mistri_locks_local_new(const char *path, struct mistri_locks 
 enum mistri_status mistri_locks_new_owner(const struct mistri_locks *locks, struct mistri_locks **out);
 
 /**
- * The old name of `mistri_locks_new_owner` (deprecated; kept until the
- * next SONAME).
- *
- * # Safety
- * As `mistri_locks_new_owner`.
- */
-enum mistri_status mistri_locks_sharing_adapter(const struct mistri_locks *locks, struct mistri_locks **out);
-
-/**
  * Frees a handle. NULL is ignored.
  *
  * Leases acquired with `mistri_locks_acquire` are not released (they expire
@@ -1791,13 +1704,6 @@ enum mistri_status mistri_hold_options_set_max_hold(struct mistri_hold_options_b
  * `options` is NULL or a live builder used by no other thread meanwhile.
  */
 enum mistri_status mistri_hold_options_set_progress_timeout(struct mistri_hold_options_builder *options, double progress_timeout);
-
-/**
- * Deprecated with `mistri_hold_options` (use `mistri_hold_options_new`).
- * The contract's defaults: ttl `MISTRI_LEASE_TTL` (180 s), heartbeat
- * `MISTRI_HEARTBEAT` (60 s), no stop key, no signal (a fresh one).
- */
-struct mistri_hold_options mistri_hold_options_default(void);
 
 /**
  * Makes a new signal, not aborted.

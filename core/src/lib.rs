@@ -96,38 +96,17 @@ pub use waiting::{AcquireOptions, Poll, WaitWaker, Waiting};
 /// slot of a key, the listener's counters and timings.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::backend::local::{user_default_path, PATH_ENV};
+    pub use crate::backend::local::{
+        user_default_path, BELL_BUCKETS, BUSY_TIMEOUT, DEFAULT_BASE, PATH_ENV, PRUNE_EVERY,
+    };
     pub use crate::backend::postgres::{
         DEFAULT_SCHEMA as POSTGRES_SCHEMA, DEFAULT_TIMEOUT as POSTGRES_TIMEOUT,
     };
-    pub use crate::backend::redis::cluster::slot_of;
-    pub use crate::backend::redis::{ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA};
+    pub use crate::backend::redis::cluster::{slot_of, MAX_ROUNDS};
+    pub use crate::backend::redis::{
+        ACQUIRE_LUA, BREAK_LUA, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA,
+    };
     pub use crate::contract::info::{default_label, set_language, unix_millis};
     pub use crate::contract::push::{messages_heard, LINGER};
     pub use crate::waiting::observe::{observe_rung_tries, RungTry};
-}
-
-/// Old module paths, kept for one release as deprecated aliases of where
-/// the modules went: use the names at the crate root.
-macro_rules! old_paths {
-    ($($old:ident => $($new:ident)::+;)*) => {$(
-        #[deprecated(note = "use the names at the crate root")]
-        #[doc(hidden)]
-        pub mod $old {
-            pub use crate::$($new)::+::*;
-        }
-    )*};
-}
-
-old_paths! {
-    adapter => contract::adapter;
-    fence => contract::fence;
-    info => contract::info;
-    push => contract::push;
-    local => backend::local;
-    memory => backend::memory;
-    redis => backend::redis;
-    redis_cluster => backend::redis::cluster;
-    redis_sentinel => backend::redis::sentinel;
-    redis_url => backend::redis::url;
 }

@@ -4,7 +4,7 @@
 use crate::args::{try_out, try_str};
 use crate::handle::{free_box, to_boxed_mut_ptr, try_ref_from_ptr, Castable};
 use crate::locks::mistri_locks;
-use crate::options::{from_struct, mistri_hold_options, mistri_hold_options_builder};
+use crate::options::mistri_hold_options_builder;
 use crate::panic::{ffi_boundary, ffi_boundary_void};
 use crate::signal::mistri_signal;
 use crate::status::{mistri_status, Failure};
@@ -159,70 +159,6 @@ pub unsafe extern "C" fn mistri_hold_start_configured_with(
         let out = try_out!(out);
         let key = try_str!(key);
         out.write(start(None, key, try_ref_from_ptr!(options).clone())?)
-    })
-}
-
-/// Deprecated: use `mistri_hold_start_with` (a builder, which can also set
-/// the safety margin). Kept unchanged for one release.
-///
-/// Acquires `key` through `locks` and keeps it renewed on the handle's
-/// heartbeat thread until released; watches `opts->stop_key` every tick.
-/// `opts` NULL means `mistri_hold_options_default()`.
-///
-/// On `MISTRI_OK`, `*out` receives the new hold (free it with
-/// `mistri_hold_free`), or NULL if a live lease on `key` exists: a
-/// refusal, not an error (a refused caller holds nothing and never touches
-/// the holder's lease).
-///
-/// Errors: `MISTRI_INVALID_ARGUMENT` (empty key or stop key; ttl or
-/// heartbeat NaN, infinite, <= 0 or > 1e9), `MISTRI_INVALID_UTF8`, the
-/// backend's errors on acquire, `MISTRI_SYSTEM` (no heartbeat thread).
-///
-/// # Safety
-/// `locks` is NULL or a live handle; `key` is NULL or a NUL-terminated
-/// string; `opts` is NULL or a readable options struct; `out` is NULL or
-/// writable.
-#[no_mangle]
-pub unsafe extern "C" fn mistri_hold_start(
-    locks: *const mistri_locks,
-    key: *const c_char,
-    opts: *const mistri_hold_options,
-    out: *mut *mut mistri_hold,
-) -> mistri_status {
-    ffi_boundary!("mistri_hold_start", {
-        let out = try_out!(out);
-        let (locks, key) = (try_ref_from_ptr!(locks), try_str!(key));
-        // SAFETY: per this function's contract, `opts` is NULL or a readable
-        // options struct.
-        let opts = unsafe { from_struct(opts) }?;
-        out.write(start(Some(locks), key, opts)?)
-    })
-}
-
-/// Deprecated: use `mistri_hold_start_configured_with`. Kept unchanged for
-/// one release.
-///
-/// `mistri_hold_start` on the process-wide handle (`mistri_configure`).
-///
-/// On `MISTRI_OK`, `*out` receives the new hold, or NULL if no handle is
-/// configured or the lease is held elsewhere (both refusals, not errors).
-/// Arguments are checked even when no handle is configured.
-///
-/// # Safety
-/// As `mistri_hold_start`, without `locks`.
-#[no_mangle]
-pub unsafe extern "C" fn mistri_hold_start_configured(
-    key: *const c_char,
-    opts: *const mistri_hold_options,
-    out: *mut *mut mistri_hold,
-) -> mistri_status {
-    ffi_boundary!("mistri_hold_start_configured", {
-        let out = try_out!(out);
-        let key = try_str!(key);
-        // SAFETY: per this function's contract, `opts` is NULL or a readable
-        // options struct.
-        let opts = unsafe { from_struct(opts) }?;
-        out.write(start(None, key, opts)?)
     })
 }
 

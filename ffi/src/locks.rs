@@ -200,20 +200,6 @@ pub unsafe extern "C" fn mistri_locks_new_owner(
     })
 }
 
-/// The old name of `mistri_locks_new_owner` (deprecated; kept until the
-/// next SONAME).
-///
-/// # Safety
-/// As `mistri_locks_new_owner`.
-#[no_mangle]
-pub unsafe extern "C" fn mistri_locks_sharing_adapter(
-    locks: *const mistri_locks,
-    out: *mut *mut mistri_locks,
-) -> mistri_status {
-    // SAFETY: the same contract, forwarded.
-    unsafe { mistri_locks_new_owner(locks, out) }
-}
-
 /// Frees a handle. NULL is ignored.
 ///
 /// Leases acquired with `mistri_locks_acquire` are not released (they expire

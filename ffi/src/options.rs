@@ -1,21 +1,13 @@
-//! How to hold a lease, in two forms:
-//!
-//! - [`mistri_hold_options_builder`], a handle with one setter per option
-//!   (rustls-ffi's builder pattern). Options can be added in any release
-//!   without breaking a caller: there is no struct layout for C to know.
-//!   This is the form to use (`mistri_hold_start_with`).
-//! - [`mistri_hold_options`], the by-value struct of 0.1. Deprecated: it has
-//!   no room for a new field (such as the safety margin) without breaking
-//!   every caller compiled against it, so it stays exactly as it is for one
-//!   release (`mistri_hold_start`, `mistri_hold_options_default`) and then
-//!   goes, with a SONAME bump.
+//! How to hold a lease: [`mistri_hold_options_builder`], a handle with one
+//! setter per option (rustls-ffi's builder pattern), for
+//! `mistri_hold_start_with`. Options can be added in any release without
+//! breaking a caller: there is no struct layout for C to know.
 
 use crate::args::{secs, try_str};
 use crate::handle::{free_box, to_boxed_mut_ptr, try_mut_from_ptr, Castable};
-use crate::locks::{MISTRI_HEARTBEAT, MISTRI_LEASE_TTL};
-use crate::panic::{ffi_boundary, ffi_boundary_or, ffi_boundary_void};
+use crate::panic::{ffi_boundary, ffi_boundary_void};
 use crate::signal::mistri_signal;
-use crate::status::{mistri_status, Failure};
+use crate::status::mistri_status;
 use mistri_core::HoldOptions;
 use std::ffi::c_char;
 
@@ -267,72 +259,5 @@ pub unsafe extern "C" fn mistri_hold_options_set_progress_timeout(
         let options = try_mut_from_ptr!(options);
         options.progress_timeout = Some(secs("progress_timeout", progress_timeout)?);
         Ok(())
-    })
-}
-
-/// How to hold a lease (deprecated: use `mistri_hold_options_new` and
-/// `mistri_hold_start_with`, which can also set a safety margin). Kept
-/// unchanged for one release so that programs built against 0.1 keep
-/// working; it will be removed together with a SONAME bump.
-///
-/// Start from `mistri_hold_options_default()` and change what you need.
-/// The struct is only read during `mistri_hold_start*`; the strings and the
-/// signal it points at may be freed right after.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct mistri_hold_options {
-    /// Lease TTL in seconds: how long the lease outlives its last renewal
-    /// (how long a crashed holder blocks others). Must be finite and > 0.
-    pub ttl: f64,
-    /// The longest wait between renewals, in seconds (the engine renews at
-    /// least every ttl/3 whatever this says). Capped at 1 s, it is also the
-    /// *tick*: how often the stop flag is read. Must be finite and > 0;
-    /// below 0.001 it counts as 0.001. A hold's ttl must be at least 0.01.
-    /// Holds started from this struct use the default safety margin.
-    pub heartbeat: f64,
-    /// A flag that, once raised by anyone (`mistri_locks_set_flag`, in any
-    /// process or language), trips the signal within a tick. NULL: none.
-    /// Must not be empty.
-    pub stop_key: *const c_char,
-    /// The signal to trip on stop or loss. The hold shares the signal (the
-    /// caller keeps its handle). NULL: the hold makes a fresh one
-    /// (`mistri_hold_signal` gives a handle to it).
-    pub signal: *const mistri_signal,
-}
-
-const DEFAULTS: mistri_hold_options = mistri_hold_options {
-    ttl: MISTRI_LEASE_TTL,
-    heartbeat: MISTRI_HEARTBEAT,
-    stop_key: std::ptr::null(),
-    signal: std::ptr::null(),
-};
-
-/// Deprecated with `mistri_hold_options` (use `mistri_hold_options_new`).
-/// The contract's defaults: ttl `MISTRI_LEASE_TTL` (180 s), heartbeat
-/// `MISTRI_HEARTBEAT` (60 s), no stop key, no signal (a fresh one).
-#[no_mangle]
-pub extern "C" fn mistri_hold_options_default() -> mistri_hold_options {
-    ffi_boundary_or!("mistri_hold_options_default", DEFAULTS, { DEFAULTS })
-}
-
-/// Converts the deprecated struct (NULL: defaults) into the core's options.
-///
-/// # Safety
-/// `opts` is NULL or points to a readable struct whose pointers are NULL
-/// or valid (a C string, a live signal handle).
-pub(crate) unsafe fn from_struct(opts: *const mistri_hold_options) -> Result<HoldOptions, Failure> {
-    // SAFETY: forwarded from this function's contract.
-    let opts = unsafe { opts.as_ref() }.copied().unwrap_or(DEFAULTS);
-    // SAFETY: as above: a C string or NULL.
-    let stop_key = unsafe { crate::args::opt_str(opts.stop_key, "stop_key") }?;
-    // SAFETY: as above: a live signal handle or NULL.
-    let signal = unsafe { crate::handle::try_ref(opts.signal, "signal") }.ok();
-    Ok(HoldOptions {
-        ttl: secs("ttl", opts.ttl)?,
-        heartbeat: secs("heartbeat", opts.heartbeat)?,
-        stop_key: stop_key.map(str::to_owned),
-        signal: signal.cloned(),
-        safety_margin: None,
-        ..HoldOptions::default()
     })
 }

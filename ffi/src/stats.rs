@@ -14,7 +14,7 @@
 //! - `mistri_locks_stat(locks, name, &value)` reads one counter by name, and
 //!   `mistri_stat_name(i)` enumerates the names: for a tool that reads
 //!   counters its header does not know yet (names from a config file, a
-//!   metrics exporter dumping everything). Not deprecated: the two forms
+//!   metrics exporter dumping everything). Both stay: the two forms
 //!   serve different callers.
 
 use crate::args::{try_out, try_str};

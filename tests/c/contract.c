@@ -195,18 +195,64 @@ static bool held(const mistri_locks *l, const char *key)
     return got;
 }
 
-static mistri_hold_options opts(double ttl, double heartbeat)
+/* A hold's options as this test's steps name them, started through the
+ * builder (mistri_hold_options_new, _set_*, mistri_hold_start_with). */
+typedef struct {
+    double ttl;
+    double heartbeat;
+    const char *stop_key;
+    const mistri_signal *signal;
+} hold_opts;
+
+static hold_opts hold_opts_default(void)
 {
-    mistri_hold_options o = mistri_hold_options_default();
+    hold_opts o = {MISTRI_LEASE_TTL, MISTRI_HEARTBEAT, NULL, NULL};
+    return o;
+}
+
+/* mistri_hold_start_with (configured: _configured_with) with *o (NULL:
+ * the defaults); the first failing setter's status, else the start's. */
+static mistri_status hold_begin_on(const mistri_locks *l, bool configured, const char *key,
+                                   const hold_opts *o, mistri_hold **out)
+{
+    hold_opts d = hold_opts_default();
+    if (o == NULL)
+        o = &d;
+    mistri_hold_options_builder *b = NULL;
+    mistri_status s = mistri_hold_options_new(&b);
+    if (s != MISTRI_OK)
+        return s;
+    if ((s = mistri_hold_options_set_ttl(b, o->ttl)) == MISTRI_OK &&
+        (s = mistri_hold_options_set_heartbeat(b, o->heartbeat)) == MISTRI_OK &&
+        (o->stop_key == NULL || (s = mistri_hold_options_set_stop_key(b, o->stop_key)) == MISTRI_OK) &&
+        (o->signal == NULL || (s = mistri_hold_options_set_signal(b, o->signal)) == MISTRI_OK))
+        s = configured ? mistri_hold_start_configured_with(key, b, out) : mistri_hold_start_with(l, key, b, out);
+    mistri_hold_options_free(b);
+    return s;
+}
+
+static mistri_status hold_begin(const mistri_locks *l, const char *key, const hold_opts *o, mistri_hold **out)
+{
+    return hold_begin_on(l, false, key, o, out);
+}
+
+static mistri_status hold_begin_configured(const char *key, const hold_opts *o, mistri_hold **out)
+{
+    return hold_begin_on(NULL, true, key, o, out);
+}
+
+static hold_opts opts(double ttl, double heartbeat)
+{
+    hold_opts o = hold_opts_default();
     o.ttl = ttl;
     o.heartbeat = heartbeat;
     return o;
 }
 
-static mistri_hold *start(const mistri_locks *l, const char *key, mistri_hold_options o)
+static mistri_hold *start(const mistri_locks *l, const char *key, hold_opts o)
 {
     mistri_hold *h = NULL;
-    CHECK_OK(mistri_hold_start(l, key, &o, &h));
+    CHECK_OK(hold_begin(l, key, &o, &h));
     return h;
 }
 
@@ -507,9 +553,9 @@ static void expect_fence(run *r, const char *key, uint64_t got, const char *want
 }
 
 /* Hold options from name=value words; *sig is a handle to free after. */
-static bool hold_options(run *r, char **w, int n, mistri_hold_options *o, mistri_signal **sig)
+static bool hold_options(run *r, char **w, int n, hold_opts *o, mistri_signal **sig)
 {
-    *o = mistri_hold_options_default();
+    *o = hold_opts_default();
     *sig = NULL;
     for (int i = 0; i < n; i++) {
         char *eq = strchr(w[i], '=');
@@ -628,7 +674,7 @@ static mistri_status run_step(run *r, char **w, int n, const char *want, const c
         bool configured = op[4] == '_';
         int first_opt = configured ? 2 : 3;
         ARGS(first_opt);
-        mistri_hold_options o;
+        hold_opts o;
         mistri_signal *sig = NULL;
         mistri_hold *h = NULL;
         if (!hold_options(r, w + first_opt, n - first_opt, &o, &sig)) {
@@ -636,8 +682,8 @@ static mistri_status run_step(run *r, char **w, int n, const char *want, const c
             mistri_signal_free(sig);
             return MISTRI_OK;
         }
-        s = configured ? mistri_hold_start_configured(w[1], &o, &h)
-                       : mistri_hold_start(run_owner(r, w[1]), w[2], &o, &h);
+        s = configured ? hold_begin_configured(w[1], &o, &h)
+                       : hold_begin(run_owner(r, w[1]), w[2], &o, &h);
         mistri_signal_free(sig);
         if (s != MISTRI_OK)
             return s;
@@ -829,8 +875,8 @@ static void freeing_a_hold_releases_it(const void *arg)
     const mistri_locks *b = fixture_owner(&f);
     static char sentinel;
     mistri_hold *refused = (mistri_hold *)(void *)&sentinel;
-    mistri_hold_options o = opts(5, 1);
-    CHECK_OK(mistri_hold_start(b, "one", &o, &refused));
+    hold_opts o = opts(5, 1);
+    CHECK_OK(hold_begin(b, "one", &o, &refused));
     CHECK(refused == NULL);
     active = 99;
     CHECK_OK(mistri_locks_active_holds(b, &active));
@@ -852,7 +898,7 @@ static void c_callbacks_of_a_stopped_hold_run_on_the_notifier_thread(const void 
     probe_init(&p);
     uint64_t handle = 0;
     CHECK_OK(mistri_signal_on_abort(sig, probe_callback, &p, probe_finalizer, &handle));
-    mistri_hold_options o = opts(2, 0.1);
+    hold_opts o = opts(2, 0.1);
     o.stop_key = "stop:worker";
     o.signal = sig;
     mistri_hold *h = start(a, "worker", o);
@@ -896,7 +942,7 @@ static void a_callback_may_release_its_hold_from_the_notifier_thread(const void 
 {
     OPEN_FIXTURE(f, arg);
     const mistri_locks *a = f.first, *b = fixture_owner(&f);
-    mistri_hold_options o = opts(2, 0.05);
+    hold_opts o = opts(2, 0.05);
     o.stop_key = "stop:self";
     mistri_hold *h = start(a, "self", o);
     REQUIRE(h != NULL);
@@ -937,8 +983,8 @@ static void *contend(void *arg)
     double end = now_s() + 20;
     while (c->wins < WINS_EACH && now_s() < end) {
         mistri_hold *h = NULL;
-        mistri_hold_options o = opts(5, 1);
-        if (mistri_hold_start(c->locks, "contended", &o, &h) != MISTRI_OK) {
+        hold_opts o = opts(5, 1);
+        if (hold_begin(c->locks, "contended", &o, &h) != MISTRI_OK) {
             c->errors++;
             continue;
         }
@@ -999,7 +1045,7 @@ static void configure_read_back_and_clear(const void *arg)
     CHECK_OK(mistri_configure(f.first));
     CHECK_OK(mistri_configured(&configured));
     REQUIRE(configured != NULL);
-    CHECK_OK(mistri_hold_start_configured("global", NULL /* defaults */, &h));
+    CHECK_OK(hold_begin_configured("global", NULL /* defaults */, &h));
     REQUIRE(h != NULL);
     CHECK(held(f.first, "global"));
     /* the configured handle is the same owner as f.first */
@@ -1112,13 +1158,13 @@ static void bad_input_is_a_status_never_a_crash(const void *arg)
     /* holds */
     static char sentinel;
     mistri_hold *h = (mistri_hold *)(void *)&sentinel;
-    mistri_hold_options o = opts(1, 1);
-    CHECK_STATUS(mistri_hold_start(NULL, "k", &o, &h), MISTRI_NULL_ARGUMENT);
-    CHECK_STATUS(mistri_hold_start(a, NULL, &o, &h), MISTRI_NULL_ARGUMENT);
-    CHECK_STATUS(mistri_hold_start(a, not_utf8, &o, &h), MISTRI_INVALID_UTF8);
-    CHECK_STATUS(mistri_hold_start(a, "k", &o, NULL), MISTRI_NULL_ARGUMENT);
+    hold_opts o = opts(1, 1);
+    CHECK_STATUS(hold_begin(NULL, "k", &o, &h), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(hold_begin(a, NULL, &o, &h), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(hold_begin(a, not_utf8, &o, &h), MISTRI_INVALID_UTF8);
+    CHECK_STATUS(hold_begin(a, "k", &o, NULL), MISTRI_NULL_ARGUMENT);
     o.stop_key = not_utf8;
-    CHECK_STATUS(mistri_hold_start(a, "k", &o, &h), MISTRI_INVALID_UTF8);
+    CHECK_STATUS(hold_begin(a, "k", &o, &h), MISTRI_INVALID_UTF8);
     CHECK_LAST_ERROR_HAS("stop_key");
     CHECK(h == (mistri_hold *)(void *)&sentinel); /* untouched */
     bool is_held = true;
@@ -1150,7 +1196,6 @@ static void bad_input_is_a_status_never_a_crash(const void *arg)
     size_t n = 0;
     CHECK_STATUS(mistri_locks_new_owner(NULL, &l), MISTRI_NULL_ARGUMENT);
     CHECK_STATUS(mistri_locks_new_owner(a, NULL), MISTRI_NULL_ARGUMENT);
-    CHECK_STATUS(mistri_locks_sharing_adapter(NULL, &l), MISTRI_NULL_ARGUMENT); /* old name */
     CHECK_STATUS(mistri_locks_active_holds(NULL, &n), MISTRI_NULL_ARGUMENT);
     CHECK_STATUS(mistri_locks_active_holds(a, NULL), MISTRI_NULL_ARGUMENT);
     CHECK(l == NULL);
@@ -1185,12 +1230,12 @@ static int holder_main(const char *backend_name, const char *param, const char *
     uint64_t handle = 0;
     if (mistri_signal_on_abort(sig, probe_callback, &p, probe_finalizer, &handle) != MISTRI_OK)
         return 12;
-    mistri_hold_options o = mistri_hold_options_default();
+    hold_opts o = hold_opts_default();
     o.ttl = 5;
     o.heartbeat = 0.2;
     o.stop_key = stop_key;
     o.signal = sig;
-    if (mistri_hold_start(locks, key, &o, &h) != MISTRI_OK || h == NULL) {
+    if (hold_begin(locks, key, &o, &h) != MISTRI_OK || h == NULL) {
         fprintf(stderr, "holder: no hold: %s\n", mistri_last_error());
         return 13;
     }
@@ -1630,12 +1675,12 @@ static void handles_and_process_wide_calls_reject_bad_input(const void *arg)
     CHECK_LAST_ERROR_HAS("mistri_locks_held: connection error");
     CHECK(strstr(mistri_last_error(), "s3cret") == NULL); /* no password in messages */
     mistri_hold *h = NULL;
-    CHECK_STATUS(mistri_hold_start(l, "k", NULL, &h), MISTRI_CONNECTION);
+    CHECK_STATUS(hold_begin(l, "k", NULL, &h), MISTRI_CONNECTION);
     CHECK(b == true && h == NULL);
     mistri_locks_free(l);
     CHECK_STATUS(mistri_configure(NULL), MISTRI_NULL_ARGUMENT);
     CHECK_STATUS(mistri_configured(NULL), MISTRI_NULL_ARGUMENT);
-    CHECK_STATUS(mistri_hold_start_configured(NULL, NULL, NULL), MISTRI_NULL_ARGUMENT);
+    CHECK_STATUS(hold_begin_configured(NULL, NULL, NULL), MISTRI_NULL_ARGUMENT);
     /* every free accepts NULL */
     mistri_locks_free(NULL);
     mistri_hold_free(NULL);
@@ -1707,9 +1752,6 @@ static void last_error_is_per_thread_and_status_names_are_stable(const void *arg
     CHECK(strcmp(mistri_status_name(12345), "MISTRI_UNKNOWN_STATUS") == 0);
     CHECK(MISTRI_OK == 0 && MISTRI_NULL_ARGUMENT == 7000 && MISTRI_OTHER_ERROR == 7008);
     CHECK(strcmp(mistri_version(), MISTRI_LOCKS_VERSION) == 0);
-    mistri_hold_options o = mistri_hold_options_default();
-    CHECK(o.ttl == MISTRI_LEASE_TTL && o.heartbeat == MISTRI_HEARTBEAT);
-    CHECK(o.stop_key == NULL && o.signal == NULL);
     CHECK(MISTRI_LEASE_TTL == 180.0 && MISTRI_HEARTBEAT == 60.0 && MISTRI_FLAG_TTL == 300.0);
 }
 

@@ -1,6 +1,6 @@
 /*
  * C tests of the hold options builder (mistri_hold_options_new, _set_*,
- * mistri_hold_start_with), of the deprecated struct path it replaces, and of
+ * mistri_hold_start_with) and of
  * the wait-timeout rule every face shares.
  *
  *   options REDIS_URL
@@ -234,48 +234,6 @@ static void builder_on_the_configured_handle(const void *arg)
     mistri_locks_free(locks);
 }
 
-/* ----------------------------------------------- the deprecated struct path */
-
-static void deprecated_struct_path_still_works(const void *arg)
-{
-    (void)arg;
-    mistri_locks *locks = NULL;
-    mistri_hold *hold = NULL, *refused = (mistri_hold *)&locks;
-    mistri_signal *sig = NULL;
-    REQUIRE_OK(mistri_locks_memory_new(&locks));
-    mistri_hold_options o = mistri_hold_options_default();
-    CHECK(o.ttl == MISTRI_LEASE_TTL && o.heartbeat == MISTRI_HEARTBEAT);
-    CHECK(o.stop_key == NULL && o.signal == NULL);
-    o.ttl = 0.3;
-    o.heartbeat = 0.02;
-    o.stop_key = "stop:old";
-    REQUIRE_OK(mistri_hold_start(locks, "old", &o, &hold));
-    REQUIRE(hold != NULL);
-    CHECK_OK(mistri_hold_start(locks, "old", NULL, &refused)); /* NULL: defaults */
-    CHECK(refused == NULL);
-    sleep_s(0.5);
-    bool lost = true;
-    CHECK_OK(mistri_hold_lost(hold, &lost));
-    CHECK(!lost);
-    REQUIRE_OK(mistri_hold_signal(hold, &sig));
-    CHECK_OK(mistri_locks_set_flag(locks, "stop:old", 5));
-    bool aborted = false;
-    CHECK_OK(mistri_signal_wait(sig, 5, &aborted));
-    CHECK(aborted);
-    o.ttl = NAN;
-    CHECK_STATUS(mistri_hold_start(locks, "old2", &o, &refused), MISTRI_INVALID_ARGUMENT);
-    CHECK_LAST_ERROR_HAS("mistri_hold_start: invalid argument: ttl");
-    mistri_hold_free(hold);
-    REQUIRE_OK(mistri_configure(locks));
-    o = mistri_hold_options_default();
-    CHECK_OK(mistri_hold_start_configured("old-conf", &o, &hold));
-    CHECK(hold != NULL);
-    mistri_hold_free(hold);
-    CHECK_OK(mistri_configure_clear());
-    mistri_signal_free(sig);
-    mistri_locks_free(locks);
-}
-
 /* ------------------------------------------------------- wait timeout rule */
 
 typedef struct aborter {
@@ -424,7 +382,6 @@ static const test_case CASES[] = {
     CASE(builder_bad_values_are_statuses_with_messages),
     CASE(null_builder_is_a_status_and_free_null_is_fine),
     CASE(builder_on_the_configured_handle),
-    CASE(deprecated_struct_path_still_works),
     CASE(wait_timeouts_follow_the_one_rule),
     CASE(a_larger_safety_margin_tells_the_holder_earlier),
 };

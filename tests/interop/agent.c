@@ -29,13 +29,16 @@ int main(int argc, char **argv)
     int rc = 2;
     bool held = false;
     if (strcmp(cmd, "hold") == 0) {
-        mistri_hold_options o = mistri_hold_options_default();
-        o.ttl = 5;
-        o.heartbeat = 0.2;
-        o.stop_key = stop;
+        mistri_hold_options_builder *o = NULL;
         mistri_hold *hold = NULL;
-        if (mistri_hold_start(locks, key, &o, &hold) != MISTRI_OK)
-            return fail("hold_start");
+        if (mistri_hold_options_new(&o) != MISTRI_OK || mistri_hold_options_set_ttl(o, 5) != MISTRI_OK ||
+            mistri_hold_options_set_heartbeat(o, 0.2) != MISTRI_OK ||
+            mistri_hold_options_set_stop_key(o, stop) != MISTRI_OK)
+            return fail("hold_options");
+        mistri_status started = mistri_hold_start_with(locks, key, o, &hold);
+        mistri_hold_options_free(o);
+        if (started != MISTRI_OK)
+            return fail("hold_start_with");
         if (hold == NULL) {
             printf("REFUSED\n");
             mistri_locks_free(locks);

@@ -8,6 +8,7 @@
 //! object.
 
 use crate::error::IntoPyResult;
+use mistri_locks::OptionValue;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -110,20 +111,6 @@ impl Argument for Ttl {
     const NAME: &'static str = "ttl";
 }
 
-/// The `heartbeat` argument.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Heartbeat;
-impl Argument for Heartbeat {
-    const NAME: &'static str = "heartbeat";
-}
-
-/// The `safety_margin` argument of holds.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SafetyMargin;
-impl Argument for SafetyMargin {
-    const NAME: &'static str = "safety_margin";
-}
-
 /// The `timeout` argument of waits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timeout;
@@ -136,20 +123,6 @@ impl Argument for Timeout {
 pub(crate) struct Wait;
 impl Argument for Wait {
     const NAME: &'static str = "wait";
-}
-
-/// The `max_hold` argument of holds.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MaxHold;
-impl Argument for MaxHold {
-    const NAME: &'static str = "max_hold";
-}
-
-/// The `progress_timeout` argument of holds.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ProgressTimeout;
-impl Argument for ProgressTimeout {
-    const NAME: &'static str = "progress_timeout";
 }
 
 /// Seconds as Python passes them for argument `A`: an `int` or a `float`
@@ -172,12 +145,7 @@ impl<A: Argument> Seconds<A> {
 }
 
 impl Seconds<Ttl> {
-    pub const LEASE_TTL: Self = Self::new(mistri_locks::LEASE_TTL.as_secs() as f64);
     pub const FLAG_TTL: Self = Self::new(mistri_locks::FLAG_TTL.as_secs() as f64);
-}
-
-impl Seconds<Heartbeat> {
-    pub const HEARTBEAT: Self = Self::new(mistri_locks::HEARTBEAT.as_secs() as f64);
 }
 
 impl<'a, 'py, A: Argument> FromPyObject<'a, 'py> for Seconds<A> {
@@ -289,10 +257,26 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Limit {
     }
 }
 
-/// `hold(key, *args, **kwargs)` on `locks` (`None`: the configured slot):
-/// calls `_hold` (`hold.rs`), the one list of `hold`'s arguments, with
-/// `_locks=locks`. Here, not in `hold.rs`, so that `Locks.hold` reaches it
-/// without `locks.rs` and `hold.rs` importing each other.
+/// `hold(key, *args, **kwargs)` on a handle (`None`: the configured
+/// slot): `hold.rs`'s reader by name, registered at the module's init
+/// ([`set_hold`]) so that `Locks.hold` reaches it in Rust (no trip through
+/// Python) without `locks.rs` and `hold.rs` importing each other.
+pub(crate) type HoldByName = for<'py> fn(
+    Python<'py>,
+    Option<&Bound<'py, PyAny>>,
+    Bound<'py, PyAny>,
+    &Bound<'py, PyTuple>,
+    Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>>;
+
+static HOLD_BY_NAME: std::sync::OnceLock<HoldByName> = std::sync::OnceLock::new();
+
+/// Registers `hold.rs`'s reader (once, at the module's init).
+pub(crate) fn set_hold(f: HoldByName) {
+    let _ = HOLD_BY_NAME.set(f);
+}
+
+/// `hold(key, *args, **kwargs)` on `locks` (`None`: the configured slot).
 pub(crate) fn forward_hold<'py>(
     py: Python<'py>,
     locks: Option<&Bound<'py, PyAny>>,
@@ -300,18 +284,60 @@ pub(crate) fn forward_hold<'py>(
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    static HOLD: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-    let hold = HOLD.import(py, "mistri_locks._native", "_hold")?;
-    let all: Vec<_> = std::iter::once(key).chain(args.iter()).collect();
-    let all = PyTuple::new(py, all)?;
-    let kwargs = match kwargs {
-        Some(k) => k.copy()?,
-        None => PyDict::new(py),
+    let Some(hold) = HOLD_BY_NAME.get() else {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "mistri_locks: the native module is not initialised",
+        ));
     };
-    if let Some(locks) = locks {
-        kwargs.set_item("_locks", locks)?;
+    hold(py, locks, key, args, kwargs)
+}
+
+/// A Python value as an option value: None (the default), a bool, an int,
+/// a float or a str. Anything else is a TypeError naming the option.
+pub(crate) fn option_value(name: &str, v: &Bound<'_, PyAny>) -> PyResult<OptionValue> {
+    if v.is_none() {
+        return Ok(OptionValue::None);
     }
-    hold.call(all, Some(&kwargs))
+    if let Ok(b) = v.cast::<PyBool>() {
+        return Ok(OptionValue::Bool(b.is_true()));
+    }
+    if v.is_instance_of::<PyInt>() {
+        return v
+            .extract::<i64>()
+            .map(OptionValue::Int)
+            .map_err(|_| PyValueError::new_err(format!("{name} is out of range: {}", v)));
+    }
+    if let Ok(f) = v.cast::<PyFloat>() {
+        return Ok(OptionValue::Float(f.value()));
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(OptionValue::Text(s.to_cow()?.into_owned()));
+    }
+    // Anything with `__float__` (numpy scalars) is seconds, as elsewhere.
+    if v.hasattr("__float__")? {
+        return Ok(OptionValue::Float(v.extract::<f64>()?));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{name} must be a number, a str or None, not {}",
+        type_name(v)
+    )))
+}
+
+/// A core option error in Python: a value of the wrong kind for its option
+/// (a str for seconds, a float for `limit`, a number for a key) is a
+/// TypeError, as Python's own arguments are; anything else (a value out of
+/// range) a ValueError.
+pub(crate) fn option_error(py: Python<'_>, value: &OptionValue, e: mistri_locks::Error) -> PyErr {
+    let message = e.message();
+    let number = matches!(value, OptionValue::Int(_) | OptionValue::Float(_));
+    let wrong_kind = (!number && message.contains(" must be a number of seconds, got "))
+        || (!matches!(value, OptionValue::Int(_)) && message.contains(" must be an integer, got "))
+        || (!matches!(value, OptionValue::Text(_)) && message.contains(" must be text, got "));
+    if wrong_kind {
+        PyTypeError::new_err(message.to_owned())
+    } else {
+        crate::error::map_error(py, e)
+    }
 }
 
 /// `type(obj).__name__`, for messages.

@@ -23,6 +23,9 @@ pub(crate) struct Exceptions {
     pub connection: Py<PyType>,
     pub backend: Py<PyType>,
     pub system: Py<PyType>,
+    /// `Interrupted`, raised by `Hold.checkpoint()` (and re-exported by the
+    /// package as `mistri_locks.Interrupted`).
+    pub interrupted: Py<PyType>,
 }
 
 static EXCEPTIONS: PyOnceLock<Exceptions> = PyOnceLock::new();
@@ -78,13 +81,60 @@ fn build(py: Python<'_>) -> PyResult<Exceptions> {
         "The operating system refused something mistri_locks needs (a thread, random bytes). Also an OSError.",
         &[&error_any, &builtins.getattr("OSError")?],
     )?;
+    let interrupted = interrupted_class(py, &error_any)?;
     Ok(Exceptions {
         error,
         config,
         connection,
         backend,
         system,
+        interrupted,
     })
+}
+
+/// `Interrupted(reason, key="", detail=None, flag=None, cause=None)`, a
+/// subclass of `Error`: the core's `Interruption` in Python. Its `args` are
+/// the constructor's, so pickling (Celery's result backends) rebuilds it.
+/// Written here, in the native module, so that `Hold.checkpoint` raises it
+/// without importing the pure-Python package.
+fn interrupted_class(py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<Py<PyType>> {
+    let globals = PyDict::new(py);
+    globals.set_item("Error", error)?;
+    py.run(
+        cr#"
+class Interrupted(Error):
+    """Raised by ``Hold.checkpoint()``: the work should stop here.
+
+    ``reason`` is ``"stopped"`` (the stop flag went up, or the hold's signal
+    was aborted) or ``"lost"`` (the lease was lost: another holder may have
+    it now, so no further write may rely on it). ``key`` is the lease's key,
+    ``detail`` the signal's reason text; ``flag`` is the stop flag seen
+    raised (None: the caller's own abort, or lost) and ``cause`` why the
+    lease was lost (``"not_held"``, ``"too_late"``, ``"deadline"``,
+    ``"max_hold"``, ``"stalled"``; None: stopped, or a forked child's copy)."""
+
+    def __init__(self, reason, key="", detail=None, flag=None, cause=None):
+        super().__init__(reason, key, detail, flag, cause)
+        self.reason = reason
+        self.key = key
+        self.detail = detail
+        self.flag = flag
+        self.cause = cause
+
+    def __str__(self):
+        text = f"lease {self.key!r} {'was lost' if self.reason == 'lost' else 'was asked to stop'}"
+        return f"{text} ({self.detail})" if self.detail else text
+
+Interrupted.__module__ = "mistri_locks"
+"#,
+        Some(&globals),
+        None,
+    )?;
+    Ok(globals
+        .get_item("Interrupted")?
+        .ok_or_else(|| PyValueError::new_err("Interrupted was not defined"))?
+        .cast_into::<PyType>()?
+        .unbind())
 }
 
 /// The exception classes (created on first use).

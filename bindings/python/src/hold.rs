@@ -1,16 +1,16 @@
 //! `mistri_locks.Hold`: a lease renewed by the core's heartbeat engine while
 //! the `with` block (or the caller's work) runs.
 
-use crate::args::{Heartbeat, Limit, MaxHold, ProgressTimeout, SafetyMargin, Seconds, Ttl, Wait};
 use crate::dispatcher::ensure_dispatcher;
 use crate::error::IntoPyResult;
 use crate::locks::PyLocks;
 use crate::signal::{forwarder, PyAbortSignal};
-use mistri_locks::{HoldOptions, Locks, ReleaseOutcome};
+use mistri_locks::{HoldOptions, Interruption, Locks, ReleaseOutcome};
+use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::{PyDict, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 /// A held lease, renewed in the background until released or lost.
@@ -28,61 +28,136 @@ pub(crate) struct Hold {
     forwarder: Option<PyAbortSignal>,
 }
 
-/// `mistri_locks._native._hold`: the one list of `hold`'s arguments.
-/// `mistri_locks.hold`, `Locks.hold` and the asyncio forms pass their
-/// arguments through to it, adding `_locks` (the handle; `None`: the
+/// The places of `hold`'s positional arguments after the key (Python
+/// idiom: `hold("k", 5, 1, "stop:k")`); by keyword, any of the core's
+/// `HoldOptions::NAMES` and `signal`.
+const POSITIONAL: [&str; 10] = [
+    "ttl",
+    "heartbeat",
+    "stop_key",
+    "signal",
+    "safety_margin",
+    "label",
+    "wait",
+    "limit",
+    "max_hold",
+    "progress_timeout",
+];
+
+/// `mistri_locks._native._hold(key, *args, **kwargs)`: `hold`'s arguments
+/// read by name into the core's `HoldOptions::set`, which holds their one
+/// list, checks and defaults. `mistri_locks.hold`, `Locks.hold` (through
+/// [`hold_by_name`], without a trip through Python) and the asyncio forms
+/// pass their arguments to it, adding `_locks` (the handle; `None`: the
 /// core's configured slot, which also validates the arguments when nothing
 /// is configured) and `_cancel` (the asyncio layer's signal that ends a
-/// wait when the awaiting task is cancelled). Its Python name is `hold`, so
-/// argument errors read as errors of `hold()`.
+/// wait when the awaiting task is cancelled). Its Python name is `hold`,
+/// so argument errors read as errors of `hold()`.
 #[pyfunction]
-#[pyo3(name = "hold", signature = (
-    key,
-    ttl = Seconds::<Ttl>::LEASE_TTL,
-    heartbeat = Seconds::<Heartbeat>::HEARTBEAT,
-    stop_key = None,
-    signal = None,
-    safety_margin = None,
-    label = None,
-    wait = None,
-    limit = Limit::ONE,
-    max_hold = None,
-    progress_timeout = None,
-    *,
-    _locks = None,
-    _cancel = None,
-))]
-#[allow(clippy::too_many_arguments)] // one per keyword argument of hold()
+#[pyo3(name = "hold", signature = (key, *args, **kwargs))]
 pub(crate) fn hold_args(
     py: Python<'_>,
-    key: String,
-    ttl: Seconds<Ttl>,
-    heartbeat: Seconds<Heartbeat>,
-    stop_key: Option<String>,
-    signal: Option<Bound<'_, PyAny>>,
-    safety_margin: Option<Seconds<SafetyMargin>>,
-    label: Option<String>,
-    wait: Option<Seconds<Wait>>,
-    limit: Limit,
-    max_hold: Option<Seconds<MaxHold>>,
-    progress_timeout: Option<Seconds<ProgressTimeout>>,
-    _locks: Option<PyRef<'_, PyLocks>>,
-    _cancel: Option<PyRef<'_, PyAbortSignal>>,
+    key: Bound<'_, PyAny>,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Option<Hold>> {
-    let opts = HoldOptions {
-        ttl: ttl.duration(py)?,
-        heartbeat: heartbeat.duration(py)?,
-        stop_key,
-        safety_margin: safety_margin.map(|m| m.duration(py)).transpose()?,
-        label,
-        wait: crate::args::wait(py, wait)?,
-        limit: limit.0,
-        max_hold: max_hold.map(|m| m.duration(py)).transpose()?,
-        progress_timeout: progress_timeout.map(|p| p.duration(py)).transpose()?,
-        ..HoldOptions::default()
+    hold_by_name(py, None, key, args, kwargs)
+}
+
+/// `hold(key, *args, **kwargs)` on `locks` as a Python object (for
+/// `args::set_hold`).
+pub(crate) fn forward<'py>(
+    py: Python<'py>,
+    locks: Option<&Bound<'py, PyAny>>,
+    key: Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let hold = hold_by_name(py, locks, key, args, kwargs)?;
+    Ok(hold.into_pyobject(py)?.into_any())
+}
+
+/// `hold(key, *args, **kwargs)` on `locks` (`None`: `_locks` in `kwargs`,
+/// else the configured slot).
+pub(crate) fn hold_by_name(
+    py: Python<'_>,
+    locks: Option<&Bound<'_, PyAny>>,
+    key: Bound<'_, PyAny>,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Option<Hold>> {
+    let Ok(key) = key.extract::<String>() else {
+        return Err(PyTypeError::new_err(format!(
+            "hold() argument 'key' must be str, not {}",
+            crate::args::type_name(&key)
+        )));
     };
-    let source = _locks.map(|l| l.locks());
-    start(py, source, key, opts, signal, _cancel.as_deref())
+    if args.len() > POSITIONAL.len() {
+        return Err(PyTypeError::new_err(format!(
+            "hold() takes at most {} positional arguments ({} given)",
+            POSITIONAL.len() + 1,
+            args.len() + 1
+        )));
+    }
+    let mut opts = HoldOptions::default();
+    let mut signal = None;
+    let mut source: Option<Locks> = locks
+        .map(|l| l.cast::<PyLocks>().map(|l| l.get().locks().clone()))
+        .transpose()?;
+    let mut cancel: Option<Bound<'_, PyAbortSignal>> = None;
+    let mut given: Vec<(String, Bound<'_, PyAny>)> = POSITIONAL
+        .iter()
+        .zip(args.iter())
+        .map(|(name, value)| ((*name).to_owned(), value))
+        .collect();
+    if let Some(kwargs) = kwargs {
+        for (name, value) in kwargs.iter() {
+            let name: String = name.extract()?;
+            if given.iter().any(|(n, _)| *n == name) {
+                return Err(PyTypeError::new_err(format!(
+                    "hold() got multiple values for argument '{name}'"
+                )));
+            }
+            given.push((name, value));
+        }
+    }
+    for (name, value) in given {
+        match name.as_str() {
+            "signal" => signal = (!value.is_none()).then_some(value),
+            "_locks" if locks.is_none() => {
+                if !value.is_none() {
+                    source = Some(value.cast::<PyLocks>()?.get().locks().clone());
+                }
+            }
+            "_cancel" => {
+                if !value.is_none() {
+                    cancel = Some(value.cast_into::<PyAbortSignal>()?);
+                }
+            }
+            _ if !HoldOptions::NAMES.contains(&name.as_str()) => {
+                let hint = mistri_locks::nearest_name(&name, &HoldOptions::NAMES)
+                    .map(|n| format!("; did you mean {n:?}?"))
+                    .unwrap_or_default();
+                return Err(PyTypeError::new_err(format!(
+                    "hold() got an unexpected keyword argument '{name}'{hint}"
+                )));
+            }
+            // No None for these: their default is a value (`ttl=None` is a bug).
+            "ttl" | "heartbeat" | "limit" if value.is_none() => {
+                return Err(PyTypeError::new_err(format!(
+                    "hold() argument '{name}' must be a number, not None"
+                )));
+            }
+            _ => {
+                let value = crate::args::option_value(&name, &value)?;
+                if let Err(e) = opts.set(&name, value.clone()) {
+                    return Err(crate::args::option_error(py, &value, e));
+                }
+            }
+        }
+    }
+    let cancel = cancel.as_ref().map(|c| c.get());
+    start(py, source, key, opts, signal, cancel)
 }
 
 /// Starts a hold with `opts` (all but the signal) on `source` (`None`: the
@@ -204,27 +279,26 @@ impl Hold {
         self.core().touch();
     }
 
-    /// Raises `mistri_locks.Interrupted` if the work should stop here:
-    /// `reason="lost"` when the lease was lost (renewal refused or the safe
-    /// deadline passed), `reason="stopped"` when the signal was tripped
-    /// otherwise (the stop flag, or the caller's own abort). Else returns
-    /// None. Cheap (two atomic loads; keeps the GIL): call it between units
-    /// of work.
+    /// Raises `mistri_locks.Interrupted` if the work should stop here, from
+    /// the core's typed `Hold::interruption` (no reason text read):
+    /// `reason="lost"` (with its `cause`) when the lease was lost (renewal
+    /// refused or the safe deadline passed), `reason="stopped"` (with the
+    /// `flag` seen raised, None for the caller's own abort) when the signal
+    /// was tripped otherwise. Else returns None. Cheap (atomic loads; keeps
+    /// the GIL): call it between units of work.
     fn checkpoint(&self, py: Python<'_>) -> PyResult<()> {
         let hold = self.core();
-        // Lost first: a lost hold's signal is tripped too, and "lost" is
-        // what the caller must know (someone else may hold the lease now).
-        let reason = if hold.is_lost() {
-            "lost"
-        } else if hold.signal().is_aborted() {
-            "stopped"
-        } else {
-            return Ok(());
+        let (reason, flag, cause) = match hold.interruption() {
+            Some(Interruption::Stopped { flag }) => ("stopped", flag, None),
+            Some(Interruption::Lost { cause }) => ("lost", None, cause.map(|c| c.name())),
+            Some(other) => (other.name(), None, None),
+            // Lost is recorded just before the signal trips: lost already.
+            None if hold.is_lost() => ("lost", None, None),
+            None => return Ok(()),
         };
         let detail = hold.signal().reason();
-        static CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-        let class = CLASS.import(py, "mistri_locks._leased", "Interrupted")?;
-        let err = class.call1((reason, hold.key(), detail))?;
+        let class = crate::error::exceptions(py)?.interrupted.bind(py);
+        let err = class.call1((reason, hold.key(), detail, flag, cause))?;
         Err(PyErr::from_value(err))
     }
 

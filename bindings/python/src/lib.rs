@@ -20,10 +20,11 @@ mod operator;
 mod signal;
 mod waiting;
 
+use crate::error::IntoPyResult;
 use crate::hold::Hold;
 use crate::locks::PyLocks;
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyDeprecationWarning, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -33,55 +34,15 @@ use pyo3::types::{PyDict, PyTuple};
 /// both under this lock.
 static CONFIGURED: Mutex<Option<Py<PyLocks>>> = Mutex::new(None);
 
-/// One argument of `configure`: a handle, None, or not given.
-enum Given<'py> {
-    Missing,
-    Handle(Option<Bound<'py, PyLocks>>),
-}
-
-impl<'a, 'py> FromPyObject<'a, 'py> for Given<'py> {
-    type Error = PyErr;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        if obj.is_none() {
-            return Ok(Given::Handle(None));
-        }
-        Ok(Given::Handle(Some(obj.cast::<PyLocks>()?.to_owned())))
-    }
-}
-
 /// Sets (or with None, clears) the process-wide handle used by `hold()`:
-/// `configure(locks)`. `configure(adapter=locks)`, the old spelling, still
-/// works until 0.3 and warns (DeprecationWarning).
+/// `configure(locks)`.
 #[pyfunction]
-#[pyo3(signature = (locks = Given::Missing, *, adapter = Given::Missing))]
-fn configure<'py>(py: Python<'py>, locks: Given<'py>, adapter: Given<'py>) -> PyResult<()> {
-    let locks = match (locks, adapter) {
-        (Given::Handle(locks), Given::Missing) => locks,
-        (Given::Missing, Given::Handle(locks)) => {
-            let category = py.get_type::<PyDeprecationWarning>();
-            let message =
-                c"configure(adapter=...) is deprecated (removed in 0.3): use configure(locks)";
-            PyErr::warn(py, &category, message, 1)?;
-            locks
-        }
-        (Given::Missing, Given::Missing) => {
-            return Err(PyTypeError::new_err(
-                "configure() missing 1 required argument: 'locks' (a Locks, or None to clear)",
-            ))
-        }
-        (Given::Handle(_), Given::Handle(_)) => {
-            return Err(PyTypeError::new_err(
-                "configure() takes the handle once: configure(locks), not also adapter=",
-            ))
-        }
-    };
+fn configure(locks: Option<Bound<'_, PyLocks>>) {
     let mut slot = CONFIGURED.lock();
     let replaced = mistri_locks::configure(locks.as_ref().map(|l| l.get().locks()));
     let previous = std::mem::replace(&mut *slot, locks.map(Bound::unbind));
     drop(slot);
     drop((replaced, previous)); // with the GIL held, outside the mutex
-    Ok(())
 }
 
 /// The configured handle, or None.
@@ -106,12 +67,80 @@ fn hold_configured<'py>(
     args::forward_hold(py, None, key, args, kwargs)
 }
 
+/// The stop flag of job `job_id` (a Celery task, Dramatiq message,
+/// ActiveJob or Sidekiq job): the core's `job::stop_key`, the protocol's
+/// one format (docs/PROTOCOL.md, "Jobs").
+#[pyfunction]
+fn job_stop_key(py: Python<'_>, job_id: &Bound<'_, PyAny>) -> PyResult<String> {
+    let Ok(id) = job_id.extract::<String>() else {
+        return Err(PyTypeError::new_err(format!(
+            "job id must be a str, got {}",
+            args::type_name(job_id)
+        )));
+    };
+    mistri_locks::job::stop_key(&id).py_err(py)
+}
+
+/// `_job_options(**options)` -> the job's lease options checked, with
+/// every default applied, by the core's `JobOptionsBuilder` (read by name:
+/// an unknown name is a TypeError naming the nearest): a dict of `ttl`,
+/// `heartbeat`, `limit`, `wait` (`math.inf`: no limit), `attempts`,
+/// `backoff` (None: exponential) and the policies `on_conflict`,
+/// `on_stopped`, `on_lost` as the core names them. A value of the wrong
+/// kind is a TypeError, one out of range a ValueError, in the core's words.
+#[pyfunction]
+#[pyo3(signature = (**options))]
+fn _job_options<'py>(
+    py: Python<'py>,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    use mistri_locks::job::JobOptions;
+    let mut builder = JobOptions::builder();
+    if let Some(options) = options {
+        for (name, value) in options.iter() {
+            let name: String = name.extract()?;
+            if !JobOptions::NAMES.contains(&name.as_str()) {
+                let hint = mistri_locks::nearest_name(&name, &JobOptions::NAMES)
+                    .map(|n| format!("; did you mean {n:?}?"))
+                    .unwrap_or_default();
+                return Err(PyTypeError::new_err(format!(
+                    "unknown job option '{name}'{hint}"
+                )));
+            }
+            if value.is_none()
+                && matches!(name.as_str(), "ttl" | "heartbeat" | "limit" | "attempts")
+            {
+                return Err(PyTypeError::new_err(format!(
+                    "{name} must be a number, not None"
+                )));
+            }
+            let value = args::option_value(&name, &value)?;
+            if let Err(e) = builder.set(&name, value.clone()) {
+                return Err(args::option_error(py, &value, e));
+            }
+        }
+    }
+    let o = builder.build().py_err(py)?;
+    let out = PyDict::new(py);
+    out.set_item("ttl", o.ttl.as_secs_f64())?;
+    out.set_item("heartbeat", o.heartbeat.as_secs_f64())?;
+    out.set_item("limit", o.limit)?;
+    out.set_item("wait", o.wait.map_or(f64::INFINITY, |w| w.as_secs_f64()))?;
+    out.set_item("attempts", o.attempts)?;
+    out.set_item("backoff", o.backoff.map(|b| b.as_secs_f64()))?;
+    out.set_item("on_conflict", o.on_conflict.name())?;
+    out.set_item("on_stopped", o.on_stopped.name())?;
+    out.set_item("on_lost", o.on_lost.name())?;
+    Ok(out)
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     mistri_locks::internals::set_language("python");
     args::init(py);
+    args::set_hold(hold::forward);
     m.add_class::<PyLocks>()?;
     m.add_class::<locks::Memory>()?;
     m.add_class::<locks::Redis>()?;
@@ -121,6 +150,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<signal::PyAbortSignal>()?;
     m.add_function(wrap_pyfunction!(locks::open, m)?)?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;
+    m.add_function(wrap_pyfunction!(job_stop_key, m)?)?;
+    m.add_function(wrap_pyfunction!(_job_options, m)?)?;
     m.add_function(wrap_pyfunction!(configured, m)?)?;
     m.add_function(wrap_pyfunction!(hold_configured, m)?)?;
     // Named `hold` for its messages, listed as `_hold`.
@@ -136,6 +167,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConnectionError", exc.connection.bind(py))?;
     m.add("BackendError", exc.backend.bind(py))?;
     m.add("SystemResourceError", exc.system.bind(py))?;
+    m.add("Interrupted", exc.interrupted.bind(py))?;
     m.add("LEASE_TTL", mistri_locks::LEASE_TTL.as_secs())?;
     m.add("HEARTBEAT", mistri_locks::HEARTBEAT.as_secs())?;
     m.add("FLAG_TTL", mistri_locks::FLAG_TTL.as_secs())?;

@@ -1,5 +1,4 @@
-//! `mistri_locks.Locks`, the owner handle (`Adapter` is its old name, an
-//! alias until 0.3), and its backends `Memory`, `Redis`, `Local` and
+//! `mistri_locks.Locks`, the owner handle, and its backends `Memory`, `Redis`, `Local` and
 //! `Postgres`: the
 //! seed's seven token-less operations, plus `hold`, `info`, `list`,
 //! `active_holds` and `stats`.
@@ -15,7 +14,7 @@ use crate::aio;
 use crate::args::{Key, Limit, Seconds, Ttl, Wait};
 use crate::error::IntoPyResult;
 use crate::signal::PyAbortSignal;
-use mistri_locks::{AcquireOptions, Family, Locks, OpenOptions};
+use mistri_locks::{AcquireOptions, Family, Locks, OpenOptions, StopOutcome};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::PyClass;
@@ -193,6 +192,33 @@ impl PyLocks {
         self.run(py, |l| l.set_flag(&key, ttl))
     }
 
+    /// Stops whoever holds `key`: raises, for `ttl` seconds, the stop flag
+    /// each holder watches (each once). Returns the stop keys raised, in
+    /// the order of the holders (`[]` when nobody holds `key` or no holder
+    /// watches a stop key: a plain lease can only be broken). The core's
+    /// `Locks::stop_holders`.
+    #[pyo3(signature = (key, ttl = Seconds::<Ttl>::FLAG_TTL))]
+    fn stop_holders(
+        &self,
+        py: Python<'_>,
+        key: Key<'_>,
+        ttl: Seconds<Ttl>,
+    ) -> PyResult<Vec<String>> {
+        let ttl = ttl.duration(py)?;
+        Ok(match self.run(py, |l| l.stop_holders(&key, ttl))? {
+            StopOutcome::Raised(keys) => keys,
+            _ => Vec::new(),
+        })
+    }
+
+    /// Raises the stop flag of job `job_id` (`job_stop_key(job_id)`) for
+    /// `ttl` seconds. Returns the stop key. The core's `Locks::stop_job`.
+    #[pyo3(signature = (job_id, ttl = Seconds::<Ttl>::FLAG_TTL))]
+    fn stop_job(&self, py: Python<'_>, job_id: Key<'_>, ttl: Seconds<Ttl>) -> PyResult<String> {
+        let ttl = ttl.duration(py)?;
+        self.run(py, |l| l.stop_job(&job_id, ttl))
+    }
+
     /// Is the flag `key` up?
     fn flag(&self, py: Python<'_>, key: Key<'_>) -> PyResult<bool> {
         self.run(py, |l| l.flag(&key))
@@ -345,11 +371,6 @@ impl Memory {
         slf.as_super().new_owner_as(slf.py(), Memory)
     }
 
-    /// The old name of `new_owner` (an alias until 0.3).
-    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Memory>> {
-        Self::new_owner(slf)
-    }
-
     fn __repr__(&self) -> &'static str {
         "<mistri_locks.Memory>"
     }
@@ -383,11 +404,6 @@ impl Redis {
     fn new_owner(slf: PyRef<'_, Self>) -> PyResult<Py<Redis>> {
         let namespace = slf.namespace.clone();
         slf.as_super().new_owner_as(slf.py(), Redis { namespace })
-    }
-
-    /// The old name of `new_owner` (an alias until 0.3).
-    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Redis>> {
-        Self::new_owner(slf)
     }
 
     /// The key namespace.
@@ -429,11 +445,6 @@ impl Local {
     fn new_owner(slf: PyRef<'_, Self>) -> PyResult<Py<Local>> {
         let path = slf.path.clone();
         slf.as_super().new_owner_as(slf.py(), Local { path })
-    }
-
-    /// The old name of `new_owner` (an alias until 0.3).
-    fn sharing_adapter(slf: PyRef<'_, Self>) -> PyResult<Py<Local>> {
-        Self::new_owner(slf)
     }
 
     /// The database file.

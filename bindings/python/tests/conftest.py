@@ -115,11 +115,11 @@ class MemoryBackend:
     def __init__(self, request: pytest.FixtureRequest) -> None:
         self.first = mistri_locks.Memory()
 
-    def adapter(self) -> mistri_locks.Adapter:
+    def adapter(self) -> mistri_locks.Locks:
         return self.first
 
-    def owner(self) -> mistri_locks.Adapter:
-        return self.first.sharing_adapter()
+    def owner(self) -> mistri_locks.Locks:
+        return self.first.new_owner()
 
     def delete_lease(self, key: str) -> None:
         assert self.first.break_lease(key)
@@ -135,10 +135,10 @@ class LocalBackend:
         self.path = request.getfixturevalue("tmp_path") / "locks.db"
         self.first = self.owner()
 
-    def adapter(self) -> mistri_locks.Adapter:
+    def adapter(self) -> mistri_locks.Locks:
         return self.first
 
-    def owner(self) -> mistri_locks.Adapter:
+    def owner(self) -> mistri_locks.Locks:
         return mistri_locks.Local(self.path)
 
     def delete_lease(self, key: str) -> None:
@@ -156,10 +156,10 @@ class RedisBackend:
         self.namespace = f"mistri:test:{uuid.uuid4().hex}"
         self.first = self.owner()
 
-    def adapter(self) -> mistri_locks.Adapter:
+    def adapter(self) -> mistri_locks.Locks:
         return self.first
 
-    def owner(self) -> mistri_locks.Adapter:
+    def owner(self) -> mistri_locks.Locks:
         return mistri_locks.Redis(self.server.url, namespace=self.namespace)
 
     def delete_lease(self, key: str) -> None:
@@ -178,10 +178,10 @@ class PostgresBackend:
         self.namespace = f"mistri:test:{uuid.uuid4().hex}"
         self.first = self.owner()
 
-    def adapter(self) -> mistri_locks.Adapter:
+    def adapter(self) -> mistri_locks.Locks:
         return self.first
 
-    def owner(self) -> mistri_locks.Adapter:
+    def owner(self) -> mistri_locks.Locks:
         return mistri_locks.Postgres(self.server.url, namespace=self.namespace)
 
     def delete_lease(self, key: str) -> None:

@@ -49,14 +49,14 @@ def test_configure_refuses_non_adapters() -> None:
     with pytest.raises(TypeError):
         mistri_locks.configure("redis://localhost")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        mistri_locks.Adapter()  # type: ignore[call-arg]
+        mistri_locks.Locks()  # type: ignore[call-arg]
     assert mistri_locks.locks() is None
 
 
 def test_adapters_are_adapters() -> None:
-    assert isinstance(mistri_locks.Memory(), mistri_locks.Adapter)
+    assert isinstance(mistri_locks.Memory(), mistri_locks.Locks)
     r = mistri_locks.Redis()
-    assert isinstance(r, mistri_locks.Adapter)
+    assert isinstance(r, mistri_locks.Locks)
     assert r.namespace == "mistri:locks"
     assert "mistri:locks" in repr(r)
 
@@ -119,11 +119,11 @@ def test_unreachable_redis_is_a_connection_error() -> None:
         pytest.fail("no ConnectionError")
 
 
-def test_one_vocabulary_with_old_names_as_aliases() -> None:
+def test_one_vocabulary_and_the_old_names_are_gone() -> None:
     m = mistri_locks.Memory()
     assert isinstance(m, mistri_locks.Locks)
-    assert mistri_locks.Adapter is mistri_locks.Locks
-    for owner in (m.new_owner(), m.sharing_adapter()):
+    assert not hasattr(mistri_locks, "Adapter") and not hasattr(m, "sharing_adapter")
+    for owner in (m.new_owner(),):
         assert type(owner) is mistri_locks.Memory
         assert owner.acquire("vocab", 5)
         assert not m.acquire("vocab", 5), "another owner, same store"
@@ -146,27 +146,14 @@ def test_configure_takes_the_handle_positionally_or_as_locks() -> None:
     assert mistri_locks.locks() is None
 
 
-def test_configure_adapter_is_a_deprecated_alias() -> None:
-    locks = mistri_locks.Memory()
-    with pytest.warns(DeprecationWarning, match=r"configure\(adapter=\.\.\.\) is deprecated") as caught:
-        mistri_locks.configure(adapter=locks)  # type: ignore[call-overload]
-    assert caught[0].filename == __file__  # points at the caller
-    assert mistri_locks.locks() is locks
-    with mistri_locks.hold("via-alias", ttl=5, heartbeat=1) as h:  # type: ignore[union-attr]
-        assert h is not None and locks.held("via-alias")
-    with pytest.warns(DeprecationWarning):
-        mistri_locks.configure(adapter=None)  # type: ignore[call-overload]
-    assert mistri_locks.locks() is None
-
-
 def test_configure_needs_exactly_one_handle() -> None:
     locks = mistri_locks.Memory()
     with pytest.raises(TypeError, match="missing"):
-        mistri_locks.configure()  # type: ignore[call-overload]
-    with pytest.raises(TypeError, match="once"):
-        mistri_locks.configure(locks, adapter=locks)  # type: ignore[call-overload]
+        mistri_locks.configure()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="adapter"):
+        mistri_locks.configure(locks, adapter=locks)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="adapter"):
+        mistri_locks.configure(adapter=locks)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
-        mistri_locks.configure(adapter="redis://localhost")  # type: ignore[call-overload]
-    with pytest.raises(TypeError):
-        mistri_locks.configure(locks, locks)  # type: ignore[call-overload]
+        mistri_locks.configure(locks, locks)  # type: ignore[call-arg]
     assert mistri_locks.locks() is None

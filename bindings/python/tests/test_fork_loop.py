@@ -16,7 +16,7 @@ import pytest
 import mistri_locks
 
 
-def fork_loop(adapter: mistri_locks.Adapter, holds: int, heartbeat: float) -> None:
+def fork_loop(adapter: mistri_locks.Locks, holds: int, heartbeat: float) -> None:
     delivered: List[object] = []
     kept = []
     for i in range(holds):

@@ -2,9 +2,10 @@
 //! before any work runs without the GVL.
 
 use crate::error;
+use magnus::r_hash::ForEach;
 use magnus::rb_sys::AsRawValue;
-use magnus::{prelude::*, Error, Fixnum, Float, Integer, RString, Ruby, Symbol, Value};
-use mistri_locks::{duration_from_secs, wait_timeout_from_secs, AbortSignal, HoldOptions};
+use magnus::{prelude::*, Error, Fixnum, Float, Integer, RHash, RString, Ruby, Symbol, Value};
+use mistri_locks::{duration_from_secs, wait_timeout_from_secs, HoldOptions, OptionValue};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -182,39 +183,86 @@ pub fn limit(ruby: &Ruby, v: Value) -> Result<u32, Error> {
         })
 }
 
-/// The Ruby values of a hold's options, in `MistriLocks._hold`'s order.
-pub struct HoldArgs {
-    pub ttl: Value,
-    pub heartbeat: Value,
-    pub stop_key: Option<Value>,
-    pub safety_margin: Option<Value>,
-    pub label: Option<Value>,
-    pub wait: Option<Value>,
-    pub limit: Value,
-    pub max_hold: Option<Value>,
-    pub progress_timeout: Option<Value>,
+/// A hold's options from the keyword Hash of `hold` (Symbol or String
+/// keys), read by name into the core's `HoldOptions::set`: the core holds
+/// the one list of names (an unknown one is an ArgumentError naming the
+/// nearest), their checks and their defaults. The signal, a host object,
+/// is the caller's to set.
+pub fn hold_options(ruby: &Ruby, options: RHash) -> Result<HoldOptions, Error> {
+    let mut opts = HoldOptions::default();
+    options.foreach(|name: Value, value: Value| {
+        let name = key(ruby, "an option's name", name)?;
+        // No nil for these: their default is a value (`ttl: nil` is a bug).
+        if value.is_nil() && matches!(name.as_str(), "ttl" | "heartbeat" | "limit") {
+            return Err(Error::new(
+                ruby.exception_type_error(),
+                format!("{name} must be a number, got nil"),
+            ));
+        }
+        let value = option_value(ruby, &name, value)?;
+        if let Err(e) = opts.set(&name, value.clone()) {
+            return Err(option_error(ruby, &value, e));
+        }
+        Ok(ForEach::Continue)
+    })?;
+    Ok(opts)
 }
 
-/// Hold options from Ruby values (the signal is already a core signal).
-pub fn hold_options(
-    ruby: &Ruby,
-    v: HoldArgs,
-    signal: Option<AbortSignal>,
-) -> Result<HoldOptions, Error> {
-    let optional = |what: &str, v: Option<Value>| v.map(|v| duration(ruby, what, v)).transpose();
-    // Fields added to the core later keep their defaults.
-    let mut opts = HoldOptions {
-        ttl: duration(ruby, "ttl", v.ttl)?,
-        heartbeat: duration(ruby, "heartbeat", v.heartbeat)?,
-        stop_key: v.stop_key.map(|k| key(ruby, "stop_key", k)).transpose()?,
-        safety_margin: optional("safety_margin", v.safety_margin)?,
-        label: v.label.map(|l| key(ruby, "label", l)).transpose()?,
-        wait: wait(ruby, v.wait)?,
-        limit: limit(ruby, v.limit)?,
-        max_hold: optional("max_hold", v.max_hold)?,
-        progress_timeout: optional("progress_timeout", v.progress_timeout)?,
-        ..HoldOptions::default()
-    };
-    opts.signal = signal;
-    Ok(opts)
+/// A Ruby value as an option value: nil (the default), true/false, an
+/// Integer, a Float (or another Numeric, such as a Rational), a String or
+/// a Symbol (text). Anything else is a TypeError naming the option.
+pub fn option_value(ruby: &Ruby, name: &str, v: Value) -> Result<OptionValue, Error> {
+    if v.is_nil() {
+        return Ok(OptionValue::None);
+    }
+    if let Some(i) = Fixnum::from_value(v) {
+        return Ok(OptionValue::Int(i.to_i64()));
+    }
+    if let Some(f) = Float::from_value(v) {
+        return Ok(OptionValue::Float(f.to_f64()));
+    }
+    if let Some(i) = Integer::from_value(v) {
+        return i.to_i64().map(OptionValue::Int).map_err(|_| {
+            Error::new(
+                ruby.exception_arg_error(),
+                format!("{name} is out of range: {i}"),
+            )
+        });
+    }
+    if v.is_kind_of(ruby.class_numeric()) {
+        return f64::try_convert(v).map(OptionValue::Float);
+    }
+    if v.is_kind_of(ruby.class_true_class()) {
+        return Ok(OptionValue::Bool(true));
+    }
+    if v.is_kind_of(ruby.class_false_class()) {
+        return Ok(OptionValue::Bool(false));
+    }
+    if RString::from_value(v).is_some() || Symbol::from_value(v).is_some() {
+        return key(ruby, name, v).map(OptionValue::Text);
+    }
+    Err(Error::new(
+        ruby.exception_type_error(),
+        format!(
+            "{name} must be a number, text or nil, got {}",
+            class_name(v)
+        ),
+    ))
+}
+
+/// A core option error in Ruby: a value of the wrong kind for its option
+/// (text for seconds, a Float for `limit`, a number for a key) is a
+/// TypeError, as Ruby's own arguments are; anything else (an unknown name,
+/// a value out of range) an ArgumentError.
+fn option_error(ruby: &Ruby, value: &OptionValue, e: mistri_locks::Error) -> Error {
+    let message = e.message();
+    let number = matches!(value, OptionValue::Int(_) | OptionValue::Float(_));
+    let wrong_kind = (!number && message.contains(" must be a number of seconds, got "))
+        || (!matches!(value, OptionValue::Int(_)) && message.contains(" must be an integer, got "))
+        || (!matches!(value, OptionValue::Text(_)) && message.contains(" must be text, got "));
+    if wrong_kind {
+        Error::new(ruby.exception_type_error(), message.to_owned())
+    } else {
+        error::to_ruby(ruby, e)
+    }
 }

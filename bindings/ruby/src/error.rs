@@ -9,8 +9,7 @@
 //! | `System`                 | `MistriLocks::SystemResourceError` |
 //! | (a future kind)          | `MistriLocks::Error`           |
 //!
-//! `SystemResourceError` is Python's name too; `MistriLocks::SystemError`
-//! is its old name, an alias (in `error.rb`) until 0.3.
+//! `SystemResourceError` is Python's name too.
 //!
 //! The classes are defined by `lib/mistri_locks/error.rb` (with their docs);
 //! `init` looks them up (defining them if that file was skipped, with the

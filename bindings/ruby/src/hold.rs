@@ -1,6 +1,6 @@
 //! `MistriLocks::Hold`: a core [`Hold`] for Ruby.
 //!
-//! Native part: `key`, `fence`, `lost?`, `touch`, and the plumbing
+//! Native part: `key`, `fence`, `lost?`, `touch`, `interruption`, and the plumbing
 //! `_release` (the outcome as a Symbol) and `_signal`.
 //! `lib/mistri_locks/hold.rb` adds `release` (true/false, the seed's),
 //! `release_outcome`, `signal`, the block form and the delivery to a
@@ -15,46 +15,27 @@ use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
 use crate::signal::Signal;
 use crate::{args, error, waiting};
-use magnus::{method, prelude::*, Error, RModule, Ruby, Symbol, Value};
-use mistri_locks::{Hold, ReleaseOutcome};
+use magnus::{method, prelude::*, Error, RArray, RHash, RModule, Ruby, Symbol, Value};
+use mistri_locks::{Hold, Interruption, ReleaseOutcome};
 
-/// `MistriLocks._hold(locks, key, ttl, heartbeat, stop_key, signal,
-/// safety_margin, label, wait, limit, max_hold, progress_timeout)` -> Hold
-/// or nil: a hold on `locks`, or with nil on the core's configured slot
-/// (which still checks the arguments when nothing is configured). `signal`
-/// is nil or a `MistriLocks::AbortSignal` (duck-typed signals are the Ruby
-/// half's business). With a `wait`, waits without the GVL, interruptibly
-/// (`waiting.rs`).
-#[allow(clippy::too_many_arguments)] // one per argument of the Ruby method
+/// `MistriLocks._hold(locks, key, signal, options)` -> Hold or nil: a
+/// hold on `locks`, or with nil on the core's configured slot (which still
+/// checks the arguments when nothing is configured). `options` is the
+/// keyword Hash of `hold`, read by name (`args::hold_options`: the core's
+/// `HoldOptions::set`). `signal` is nil or a `MistriLocks::AbortSignal`
+/// (duck-typed signals are the Ruby half's business). With a `wait`, waits
+/// without the GVL, interruptibly (`waiting.rs`).
 pub fn start(
     ruby: &Ruby,
     locks: Option<&RbLocks>,
     key: Value,
-    ttl: Value,
-    heartbeat: Value,
-    stop_key: Option<Value>,
     signal: Option<&Signal>,
-    safety_margin: Option<Value>,
-    label: Option<Value>,
-    wait: Option<Value>,
-    limit: Value,
-    max_hold: Option<Value>,
-    progress_timeout: Option<Value>,
+    options: RHash,
 ) -> Result<Option<RbHold>, Error> {
     let key = args::key(ruby, "key", key)?;
     let signal = signal.map(|s| s.0.clone());
-    let values = args::HoldArgs {
-        ttl,
-        heartbeat,
-        stop_key,
-        safety_margin,
-        label,
-        wait,
-        limit,
-        max_hold,
-        progress_timeout,
-    };
-    let opts = args::hold_options(ruby, values, signal.clone())?;
+    let mut opts = args::hold_options(ruby, options)?;
+    opts.signal = signal.clone();
     let locks = locks.map(|l| l.locks());
     let started =
         mistri_locks::start_hold(locks, &key, opts).map_err(|e| error::to_ruby(ruby, e))?;
@@ -120,6 +101,27 @@ impl RbHold {
         Ok(ruby.to_symbol(name))
     }
 
+    /// `interruption` -> nil while the work may go on, else why it should
+    /// stop (the core's `Hold::interruption`, typed; no reason text read):
+    /// `[:stopped, flag]` (the stop flag's key, or nil when the caller's own
+    /// signal was aborted) or `[:lost, cause]` (`:not_held`, `:too_late`,
+    /// `:deadline`, `:max_hold`, `:stalled`, or nil for a forked child's
+    /// copy).
+    fn interruption(ruby: &Ruby, rb_self: &Self) -> Result<Option<RArray>, Error> {
+        let Some(why) = rb_self.hold.interruption() else {
+            return Ok(None);
+        };
+        let detail: Option<Value> = match &why {
+            Interruption::Stopped { flag } => flag.as_deref().map(|f| ruby.str_new(f).as_value()),
+            Interruption::Lost { cause } => cause.map(|c| ruby.to_symbol(c.name()).as_value()),
+            _ => None,
+        };
+        let pair = ruby.ary_new_capa(2);
+        pair.push(ruby.to_symbol(why.name()))?;
+        pair.push(detail)?;
+        Ok(Some(pair))
+    }
+
     /// `_signal`: a new Ruby object around the hold's core signal.
     fn signal(&self) -> Signal {
         Signal(self.hold.signal().clone())
@@ -141,6 +143,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("fence", method!(RbHold::fence, 0))?;
     class.define_method("lost?", method!(RbHold::is_lost, 0))?;
     class.define_method("touch", method!(RbHold::touch, 0))?;
+    class.define_method("interruption", method!(RbHold::interruption, 0))?;
     class.define_private_method("_release", method!(RbHold::release, 0))?;
     class.define_private_method("_signal", method!(RbHold::signal, 0))?;
     Ok(())

@@ -41,6 +41,52 @@ fn configure(locks: Option<&locks::RbLocks>) {
     mistri_locks::configure(locks.map(|l| l.locks().clone()));
 }
 
+/// `MistriLocks._job_stop_key(job_id)`: the stop flag of a job, the
+/// core's `job::stop_key` (the protocol's one format, docs/PROTOCOL.md).
+fn job_stop_key(ruby: &Ruby, job_id: magnus::Value) -> Result<String, Error> {
+    let job_id = args::key(ruby, "job id", job_id)?;
+    mistri_locks::job::stop_key(&job_id).map_err(|e| error::to_ruby(ruby, e))
+}
+
+/// `MistriLocks._job_options(hash)` -> the job's lease options checked,
+/// with every default applied, by the core's `JobOptionsBuilder` (read by
+/// name: an unknown name is an ArgumentError naming the nearest): a Hash
+/// of `ttl`, `heartbeat`, `limit`, `wait` (Infinity: no limit),
+/// `attempts`, `backoff` (nil: exponential) and the policies `on_conflict`,
+/// `on_stopped`, `on_lost` as the core names them (`"retry"`, `"skip"`,
+/// `"raise"`). Every refusal is an ArgumentError: these are a class's
+/// declared options, refused when it loads.
+fn job_options(ruby: &Ruby, options: magnus::RHash) -> Result<magnus::RHash, Error> {
+    let mut builder = mistri_locks::job::JobOptions::builder();
+    let refuse = |e: Error| Error::new(ruby.exception_arg_error(), e.to_string());
+    options.foreach(|name: magnus::Value, value: magnus::Value| {
+        let name = args::key(ruby, "an option's name", name).map_err(refuse)?;
+        let value = args::option_value(ruby, &name, value).map_err(refuse)?;
+        builder
+            .set(&name, value)
+            .map_err(|e| error::to_ruby(ruby, e))?;
+        Ok(magnus::r_hash::ForEach::Continue)
+    })?;
+    let o = builder.build().map_err(|e| error::to_ruby(ruby, e))?;
+    let out = ruby.hash_new();
+    out.aset(ruby.to_symbol("ttl"), o.ttl.as_secs_f64())?;
+    out.aset(ruby.to_symbol("heartbeat"), o.heartbeat.as_secs_f64())?;
+    out.aset(ruby.to_symbol("limit"), o.limit)?;
+    out.aset(
+        ruby.to_symbol("wait"),
+        o.wait.map_or(f64::INFINITY, |w| w.as_secs_f64()),
+    )?;
+    out.aset(ruby.to_symbol("attempts"), o.attempts)?;
+    out.aset(
+        ruby.to_symbol("backoff"),
+        o.backoff.map(|b| b.as_secs_f64()),
+    )?;
+    out.aset(ruby.to_symbol("on_conflict"), o.on_conflict.name())?;
+    out.aset(ruby.to_symbol("on_stopped"), o.on_stopped.name())?;
+    out.aset(ruby.to_symbol("on_lost"), o.on_lost.name())?;
+    Ok(out)
+}
+
 #[magnus::init(name = "mistri_locks")]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     mistri_locks::internals::set_language("ruby");
@@ -49,7 +95,9 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.const_set("HEARTBEAT", HEARTBEAT.as_secs())?;
     module.const_set("FLAG_TTL", FLAG_TTL.as_secs())?;
     module.define_singleton_method("_configure", function!(configure, 1))?;
-    module.define_singleton_method("_hold", function!(hold::start, 12))?;
+    module.define_singleton_method("_hold", function!(hold::start, 4))?;
+    module.define_singleton_method("_job_stop_key", function!(job_stop_key, 1))?;
+    module.define_singleton_method("_job_options", function!(job_options, 1))?;
     error::init(ruby, module)?;
     delivery::init(ruby, module)?;
     signal::init(ruby, module)?;

@@ -1,10 +1,9 @@
-//! `MistriLocks::Locks` (the owner handle; `MistriLocks::Adapter` is its
-//! old name, an alias until 0.3): the seed's seven operations over a core
+//! `MistriLocks::Locks` (the owner handle): the seed's seven operations over a core
 //! [`Locks`], the base class of `MistriLocks::Memory`, `MistriLocks::Redis`
 //! and `MistriLocks::Local`.
 //!
 //! Native part: `release`, `held?`, `flag?`, `clear_flag`, `fence`,
-//! `break_lease`, `new_owner` (old name `sharing_adapter`), `active_holds`,
+//! `break_lease`, `new_owner`, `active_holds`, `stop_holders`, `stop_job`,
 //! `info`, and the plumbing `_acquire`, `_renew`, `_set_flag`, `_list`
 //! behind the methods with keywords or defaults of
 //! `lib/mistri_locks/locks.rb` (a Ruby method with keywords is cheaper than
@@ -21,7 +20,7 @@ use crate::signal::Signal;
 use crate::waiting;
 use magnus::rb_sys::AsRawValue;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RModule, Ruby, TypedData, Value};
-use mistri_locks::{AcquireOptions, Locks};
+use mistri_locks::{AcquireOptions, Locks, StopOutcome};
 use rb_sys::StableApiDefinition;
 
 /// The receiver of the hot methods (`_acquire`, `release`, `_renew`,
@@ -173,6 +172,31 @@ impl RbLocks {
         rb_self.run_keyed(ruby, key, |l, key| l.set_flag(key, ttl).map(|()| true))
     }
 
+    /// `_stop_holders(key, ttl)` -> the stop keys raised, in the order of
+    /// the holders (`[]` when nobody holds `key` or no holder watches a
+    /// stop key): the core's `Locks::stop_holders`.
+    fn stop_holders(
+        ruby: &Ruby,
+        rb_self: &Self,
+        key: Value,
+        ttl: Value,
+    ) -> Result<Vec<String>, Error> {
+        let ttl = args::duration(ruby, "ttl", ttl)?;
+        let outcome = rb_self.run_keyed(ruby, key, |l, key| l.stop_holders(key, ttl))?;
+        Ok(match outcome {
+            StopOutcome::Raised(keys) => keys,
+            _ => Vec::new(),
+        })
+    }
+
+    /// `_stop_job(job_id, ttl)` -> the stop key raised: the core's
+    /// `Locks::stop_job` (the key is `job::stop_key`'s).
+    fn stop_job(ruby: &Ruby, rb_self: &Self, job_id: Value, ttl: Value) -> Result<String, Error> {
+        let job_id = args::key(ruby, "job id", job_id)?;
+        let ttl = args::duration(ruby, "ttl", ttl)?;
+        rb_self.run(ruby, |l| l.stop_job(&job_id, ttl))
+    }
+
     fn flag(ruby: &Ruby, rb_self: Value, key: Value) -> Result<bool, Error> {
         let rb_self = this(&rb_self)?;
         rb_self.run_keyed(ruby, key, |l, key| l.flag(key))
@@ -238,7 +262,6 @@ impl RbLocks {
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Locks", ruby.class_object())?;
-    module.const_set("Adapter", class)?; // the old name, until 0.3
     class.undef_default_alloc_func();
     class.define_method("release", method!(RbLocks::release, 1))?;
     class.define_method("held?", method!(RbLocks::held, 1))?;
@@ -247,7 +270,6 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("fence", method!(RbLocks::fence, 1))?;
     class.define_method("break_lease", method!(RbLocks::break_lease, 1))?;
     class.define_method("new_owner", method!(RbLocks::new_owner, 0))?;
-    class.define_method("sharing_adapter", method!(RbLocks::new_owner, 0))?; // old name
     class.define_method("active_holds", method!(RbLocks::active_holds, 0))?;
     class.define_method("label", method!(RbLocks::label, 0))?;
     class.define_method("label=", method!(RbLocks::set_label, 1))?;
@@ -255,6 +277,8 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_private_method("_acquire_with", method!(RbLocks::acquire_with, 5))?;
     class.define_private_method("_renew", method!(RbLocks::renew, 2))?;
     class.define_private_method("_set_flag", method!(RbLocks::set_flag, 2))?;
+    class.define_private_method("_stop_holders", method!(RbLocks::stop_holders, 2))?;
+    class.define_private_method("_stop_job", method!(RbLocks::stop_job, 2))?;
     class.define_method("info", method!(RbLocks::info, 1))?;
     class.define_private_method("_list", method!(RbLocks::list, 1))?;
     Ok(())

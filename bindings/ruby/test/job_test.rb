@@ -397,10 +397,15 @@ class JobInProcessTest < Minitest::Test
   def test_bad_input_is_refused_at_class_load
     e = assert_raises(ArgumentError) { job_class { holds_lease key: "k", tll: 3 } }
     assert_match(/unknown lease option :tll/, e.message)
-    assert_match(/ttl must be > 0/, assert_raises(ArgumentError) { job_class { holds_lease ttl: 0 } }.message)
-    assert_match(/ttl must be > 0/, assert_raises(ArgumentError) { job_class { holds_lease ttl: -1 } }.message)
+    # The numbers and policies are the core's to check (JobOptions): its
+    # words, with the class's name.
+    e = assert_raises(ArgumentError) { job_class { holds_lease attempts: 0, backoff: -1 } }
+    assert_match(/attempts must be an integer >= 1, got 0|backoff must be seconds >= 0/, e.message)
+    assert_match(/heartbeat must be a finite number/, assert_raises(ArgumentError) { job_class { holds_lease heartbeat: Float::NAN } }.message)
+    assert_match(/ttl must be a finite number of seconds > 0/, assert_raises(ArgumentError) { job_class { holds_lease ttl: 0 } }.message)
+    assert_match(/ttl must be a finite number of seconds > 0/, assert_raises(ArgumentError) { job_class { holds_lease ttl: -1 } }.message)
     assert_match(/ttl must be a number/, assert_raises(ArgumentError) { job_class { holds_lease ttl: "60" } }.message)
-    assert_match(/limit must be an Integer >= 1/, assert_raises(ArgumentError) { job_class { holds_lease limit: 0 } }.message)
+    assert_match(/limit must be an integer >= 1/, assert_raises(ArgumentError) { job_class { holds_lease limit: 0 } }.message)
     assert_match(/on_conflict must be one of/, assert_raises(ArgumentError) { job_class { holds_lease on_conflict: :wait } }.message)
     # The key lambda against perform, whichever comes first.
     e = assert_raises(ArgumentError) do

@@ -88,7 +88,7 @@ class SidekiqMiddlewareTest < Minitest::Test
     e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: ->(a, b) { "#{a}#{b}" } }) }
     assert_match(/one argument \(the job's args Array\)/, e.message)
     e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: "k", ttl: 0 }) }
-    assert_match(/ttl must be > 0/, e.message)
+    assert_match(/ttl must be a finite number of seconds > 0/, e.message) # the core's words
     e = assert_raises(ArgumentError) { job.sidekiq_options(mistri_lease: { key: "k", on_conflict: :skip }) }
     assert_match(/on_conflict must be one of :retry, :discard, :raise/, e.message)
     job.sidekiq_options(mistri_lease: { key: ->(args) { "ok:#{args[0]}" } }, queue: "q")

@@ -161,14 +161,14 @@ class SurfaceTest < Minitest::Test
 
   def test_exception_classes
     assert_operator MistriLocks::Error, :<, StandardError
-    %i[ConfigError ConnectionError BackendError SystemError].each do |name|
+    %i[ConfigError ConnectionError BackendError SystemResourceError].each do |name|
       assert_operator MistriLocks.const_get(name), :<, MistriLocks::Error
     end
   end
 
   def test_adapters_are_adapters_and_not_allocatable
-    assert_kind_of MistriLocks::Adapter, MistriLocks::Memory.new
-    assert_instance_of MistriLocks::Memory, MistriLocks::Memory.new.sharing_adapter
+    assert_kind_of MistriLocks::Locks, MistriLocks::Memory.new
+    assert_instance_of MistriLocks::Memory, MistriLocks::Memory.new.new_owner
     assert_raises(TypeError) { MistriLocks::Memory.allocate }
     assert_raises(TypeError) { MistriLocks::Hold.allocate }
     assert_raises(TypeError) { MistriLocks::Hold.new }
@@ -332,12 +332,13 @@ class TimeoutRuleTest < Minitest::Test
 end
 
 class VocabularyTest < Minitest::Test
-  def test_one_vocabulary_with_old_names_as_aliases
+  def test_one_vocabulary_and_the_old_names_are_gone
     m = MistriLocks::Memory.new
     assert_kind_of MistriLocks::Locks, m
-    assert_same MistriLocks::Locks, MistriLocks::Adapter
-    assert_same MistriLocks::SystemResourceError, MistriLocks::SystemError
-    [m.new_owner, m.sharing_adapter].each do |owner|
+    refute MistriLocks.const_defined?(:Adapter, false)
+    refute MistriLocks.const_defined?(:SystemError, false)
+    refute_respond_to m, :sharing_adapter
+    [m.new_owner].each do |owner|
       assert_instance_of MistriLocks::Memory, owner
       assert owner.acquire("vocab", ttl: 5)
       refute m.acquire("vocab", ttl: 5), "another owner, same store"

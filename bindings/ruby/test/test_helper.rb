@@ -150,7 +150,7 @@ module Backends
   class Memory
     def initialize = (@first = MistriLocks::Memory.new)
     def locks = @first
-    def owner = @first.sharing_adapter
+    def owner = @first.new_owner
     def delete_lease(key) = @first.break_lease(key) || raise("no lease on #{key}")
   end
 

@@ -9,8 +9,8 @@
 //!
 //! Vocabulary: an *adapter* here is a backend (this trait). What the host
 //! languages hand to `configure` / `MistriLocks.locks=` is an owner handle,
-//! a [`crate::Locks`] (the faces' `Locks` class; `Adapter` is its
-//! deprecated alias there); a Locks wraps one adapter and owns its leases.
+//! a [`crate::Locks`] (the faces' `Locks` class); a Locks wraps one
+//! adapter and owns its leases.
 //!
 //! Implementations may assume the faces validated their arguments: keys are
 //! non-empty and durations non-zero and at most [`crate::args::MAX_SECS`].

@@ -224,12 +224,6 @@ impl Locks {
         Self::build(self.adapter().clone(), memory)
     }
 
-    /// The old name of [`Locks::new_owner`], kept until 0.3.
-    #[deprecated(since = "0.2.0", note = "use new_owner")]
-    pub fn sharing_adapter(&self) -> Self {
-        self.new_owner()
-    }
-
     /// The backend.
     pub fn adapter(&self) -> &Arc<dyn Adapter> {
         self.inner.engine.adapter()

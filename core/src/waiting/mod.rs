@@ -188,15 +188,6 @@ impl Default for AcquireOptions {
     }
 }
 
-/// Every `Duration` is a valid wait (zero: try once; `Duration::MAX`:
-/// forever): this checked nothing and is kept for one release.
-#[deprecated(note = "every Duration is a valid wait: nothing to check")]
-#[doc(hidden)]
-pub fn check_wait(wait: Duration) -> Result<()> {
-    let _ = wait;
-    Ok(())
-}
-
 /// One step of a [`Waiting`].
 #[derive(Debug)]
 pub enum Poll<T> {

@@ -29,9 +29,7 @@ holders; ``max_hold=`` and ``progress_timeout=`` (with ``Hold.touch()``)
 guard against hung holders.
 
 Names: ``Memory``, ``Redis``, ``Local`` and ``Postgres`` are ``Locks``:
-owner handles on one backend (``Adapter`` and ``sharing_adapter()`` are the old names of
-``Locks`` and ``new_owner()``, and ``configure(adapter=...)`` that of
-``configure(locks)``, kept until 0.3).
+owner handles on one backend.
 
 Looking: ``locks.info(key)`` (a ``LeaseInfo`` dict, or None),
 ``locks.list(prefix="")`` (a ``Listing``: the live leases and raised flags,
@@ -80,6 +78,7 @@ from ._native import (
     SystemResourceError,
     configure,
     hold,
+    job_stop_key,
     locks,
     open,
 )
@@ -88,9 +87,6 @@ from ._aio import HoldContext, hold_async
 from ._info import FlagInfo, HolderInfo, LeaseInfo, Listing, WaitingInfo
 from ._leased import Conflict, Interrupted, current_lease, leased
 from ._release import ReleaseOutcome
-
-#: The old name of ``Locks`` (the owner handle), kept until 0.3.
-Adapter = Locks
 
 from importlib.metadata import PackageNotFoundError as _NotInstalled  # noqa: E402
 from importlib.metadata import version as _dist_version  # noqa: E402
@@ -106,7 +102,6 @@ __all__ = [
     "HEARTBEAT",
     "LEASE_TTL",
     "AbortSignal",
-    "Adapter",
     "BackendError",
     "ConfigError",
     "Conflict",
@@ -130,6 +125,7 @@ __all__ = [
     "current_lease",
     "hold",
     "hold_async",
+    "job_stop_key",
     "HoldContext",
     "leased",
     "locks",

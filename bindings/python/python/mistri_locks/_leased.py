@@ -32,7 +32,6 @@ import contextvars
 import functools
 import inspect
 import logging
-import math
 import string
 from typing import (
     TYPE_CHECKING,
@@ -46,7 +45,19 @@ from typing import (
     cast,
 )
 
-from ._native import FLAG_TTL, HEARTBEAT, LEASE_TTL, ConfigError, ConnectionError, Error, Hold, Locks
+from ._native import (
+    FLAG_TTL,
+    HEARTBEAT,
+    LEASE_TTL,
+    ConfigError,
+    ConnectionError,
+    Error,
+    Hold,
+    Interrupted,
+    Locks,
+    _job_options,
+    job_stop_key,
+)
 from ._native import locks as _configured_locks
 
 if TYPE_CHECKING:
@@ -80,26 +91,6 @@ class Conflict(Error):
         return f"lease {self.key!r} is held elsewhere"
 
 
-class Interrupted(Error):
-    """Raised by ``Hold.checkpoint()``: the work should stop here.
-
-    ``reason`` is ``"stopped"`` (the stop flag went up, or the hold's signal
-    was aborted) or ``"lost"`` (the lease was lost: another holder may have
-    it now, so no further write may rely on it). ``key`` is the lease's key,
-    ``detail`` the signal's reason text."""
-
-    def __init__(self, reason: str, key: str = "", detail: Optional[str] = None) -> None:
-        # args are the constructor's (see Conflict).
-        super().__init__(reason, key, detail)
-        self.reason = reason
-        self.key = key
-        self.detail = detail
-
-    def __str__(self) -> str:
-        text = f"lease {self.key!r} {'was lost' if self.reason == 'lost' else 'was asked to stop'}"
-        return f"{text} ({self.detail})" if self.detail else text
-
-
 _current: contextvars.ContextVar[Optional[Hold]] = contextvars.ContextVar(
     "mistri_locks.current_lease", default=None
 )
@@ -111,29 +102,13 @@ def current_lease() -> Optional[Hold]:
     return _current.get()
 
 
-def job_stop_key(job_id: str) -> str:
-    """The stop flag of a job (Celery task, Dramatiq message, ActiveJob or
-    Sidekiq job): ``job:<id>:stop``, the same in every face and language."""
-    if not isinstance(job_id, str) or not job_id:
-        raise ValueError(f"stop_key: the job id must be a non-empty string, got {job_id!r}")
-    return f"job:{job_id}:stop"
-
-
 def stop_job(job_id: str, *, locks: Optional[Locks] = None, ttl: float = FLAG_TTL) -> None:
-    """Raises the stop flag of job ``job_id`` for ``ttl`` seconds on
-    ``locks`` (default: the configured handle)."""
+    """Raises the stop flag of job ``job_id`` (``job_stop_key(job_id)``) for
+    ``ttl`` seconds on ``locks`` (default: the configured handle)."""
     handle = locks if locks is not None else _configured_locks()
     if handle is None:
         raise ConfigError("stop: no backend: call mistri_locks.configure(...) or pass locks=")
-    handle.set_flag(job_stop_key(job_id), ttl)
-
-
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"leased: {name} must be a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"leased: {name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
+    handle.stop_job(job_id, ttl)
 
 
 def _template_fields(template: str, what: str) -> list[str]:
@@ -186,18 +161,19 @@ class LeaseSpec:
         if not isinstance(key, str) or not key:
             raise ValueError(f"leased: key must be a non-empty string template, got {key!r}")
         self.key = key
-        self.ttl = _positive("ttl", options.get("ttl", LEASE_TTL))
-        self.heartbeat = _positive("heartbeat", options.get("heartbeat", min(HEARTBEAT, self.ttl / 3)))
-        limit = options.get("limit", 1)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"leased: limit must be an int >= 1, got {limit!r}")
-        self.limit = limit
-        wait = options.get("wait", 0)
-        if wait is None:
-            wait = 0
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or math.isnan(wait) or wait < 0:
-            raise ValueError(f"leased: wait must be seconds >= 0 (math.inf: no limit), got {wait!r}")
-        self.wait = float(wait)
+        # The numbers: checked, with their defaults (the heartbeat
+        # min(HEARTBEAT, ttl / 3)), by the core's JobOptions, in its words.
+        given = {n: options[n] for n in ("ttl", "heartbeat", "limit", "wait") if n in options}
+        if given.get("wait", 0) is None:
+            del given["wait"]  # None: do not wait
+        try:
+            checked = _job_options(**given)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"leased: {e}") from None
+        self.ttl: float = checked["ttl"]
+        self.heartbeat: float = checked["heartbeat"]
+        self.limit: int = checked["limit"]
+        self.wait: float = checked["wait"]
         on_conflict = options.get("on_conflict", "skip")
         if not callable(on_conflict) and on_conflict not in modes:
             raise ValueError(

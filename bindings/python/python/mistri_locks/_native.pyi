@@ -1,13 +1,13 @@
 """Type stubs of the native module; checked against it by mypy stubtest."""
 
-import builtins
 import os
 import pathlib
 from types import TracebackType
 import asyncio
-from typing import Any, Callable, Coroutine, Final, Optional, Protocol, Union, final, overload
+import builtins
+from typing import Any, Callable, Coroutine, Final, Optional, Protocol, Union, final
 
-from typing_extensions import Self, deprecated, disjoint_base
+from typing_extensions import Self, disjoint_base
 
 from ._aio import HoldContext
 from ._info import LeaseInfo, Listing
@@ -22,6 +22,8 @@ __all__ = [
     "Hold",
     "AbortSignal",
     "open",
+    "job_stop_key",
+    "_job_options",
     "configure",
     "locks",
     "hold",
@@ -36,6 +38,8 @@ __all__ = [
     "ConnectionError",
     "BackendError",
     "SystemResourceError",
+    "Interrupted",
+    "job_stop_key",
     "LEASE_TTL",
     "HEARTBEAT",
     "FLAG_TTL",
@@ -64,6 +68,23 @@ class BackendError(Error):
 
 class SystemResourceError(Error, OSError):
     """The operating system refused something mistri_locks needs."""
+
+class Interrupted(Error):
+    """Raised by ``Hold.checkpoint()``: the work should stop here."""
+
+    reason: str
+    key: str
+    detail: Optional[str]
+    flag: Optional[str]
+    cause: Optional[str]
+    def __init__(
+        self,
+        reason: str,
+        key: str = "",
+        detail: Optional[str] = None,
+        flag: Optional[str] = None,
+        cause: Optional[str] = None,
+    ) -> None: ...
 
 @final
 class AbortSignal:
@@ -120,6 +141,8 @@ class Locks:
     def list(self, prefix: str = "") -> Listing: ...
     def active_holds(self) -> int: ...
     def set_flag(self, key: str, ttl: _Seconds = ...) -> None: ...
+    def stop_holders(self, key: str, ttl: _Seconds = ...) -> builtins.list[str]: ...
+    def stop_job(self, job_id: str, ttl: _Seconds = ...) -> str: ...
     def flag(self, key: str) -> bool: ...
     def clear_flag(self, key: str) -> None: ...
     def fence(self, key: str) -> Optional[int]: ...
@@ -178,13 +201,11 @@ class Locks:
 class Memory(Locks):
     def __new__(cls, label: Optional[str] = None) -> Self: ...
     def new_owner(self) -> Memory: ...
-    def sharing_adapter(self) -> Memory: ...
 
 @final
 class Redis(Locks):
     def __new__(cls, url: str = ..., namespace: str = ..., label: Optional[str] = None) -> Self: ...
     def new_owner(self) -> Redis: ...
-    def sharing_adapter(self) -> Redis: ...
     @property
     def namespace(self) -> str: ...
 
@@ -194,7 +215,6 @@ class Local(Locks):
         cls, path: Union[str, os.PathLike[str], None] = None, label: Optional[str] = None
     ) -> Self: ...
     def new_owner(self) -> Local: ...
-    def sharing_adapter(self) -> Local: ...
     @property
     def path(self) -> pathlib.Path: ...
 
@@ -221,12 +241,10 @@ def open(
     label: Optional[str] = None,
     schema: Optional[str] = None,
 ) -> Locks: ...
-@overload
 def configure(locks: Optional[Locks]) -> None: ...
-@overload
-@deprecated("configure(adapter=...) is deprecated (removed in 0.3): use configure(locks)")
-def configure(*, adapter: Optional[Locks]) -> None: ...
 def locks() -> Optional[Locks]: ...
+def job_stop_key(job_id: str) -> str: ...
+def _job_options(**options: object) -> dict[str, Any]: ...
 def hold(
     key: str,
     ttl: _Seconds = ...,

@@ -19,8 +19,8 @@ formatted from the task's arguments) plus, for ``on_conflict="retry"``,
 dead holder can block the key) and ``max_retries`` (default: no limit, as
 the lease always frees within its ttl; Celery counts these retries in
 ``request.retries`` with any others). Bad options raise when Celery
-creates the task class, and so does ``stop_key``: a task watches
-``job:<task id>:stop``, never a template of its own.
+creates the task class, and so does ``stop_key``: a task watches its
+job stop key ``stop_key(task id)``, never a template of its own.
 
 A backend that can't be reached when the task starts
 (``mistri_locks.ConnectionError``) does not lose the job, whatever
@@ -34,10 +34,10 @@ a retry at once, inside the call, ignoring the countdown. Instead a busy
 key under ``"retry"`` raises ``Conflict`` and an unreachable backend its
 ``ConnectionError``, to the caller, on the first attempt.
 
-Each task call watches the stop key ``job:<task id>:stop``
-(``stop_key(task_id)``), the format the Ruby face uses for ActiveJob and
-Sidekiq job ids, so ``stop(task_id)`` here, ``MistriLocks::Job.stop(id)``
-in Ruby and ``mistri-locks stop job:<id>:stop`` are the same act.
+Each task call watches the job stop key ``stop_key(task_id)``, built by
+the core (docs/PROTOCOL.md, "Jobs") as for ActiveJob and Sidekiq job ids
+in Ruby, so ``stop(task_id)`` here, ``MistriLocks::Job.stop(id)`` in Ruby
+and ``mistri-locks stop`` on that key are the same act.
 
 Prefork: the hold is started inside the task call, in the pool child that
 runs it; nothing of it exists before the fork. A child killed by
@@ -56,7 +56,8 @@ from celery import Task  # type: ignore[import-untyped, import-not-found, unused
 
 from celery.utils.log import get_task_logger  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from ._leased import Conflict, LeaseSpec, job_stop_key, run_held, stop_job
+from ._leased import Conflict, LeaseSpec, run_held, stop_job
+from ._native import job_stop_key
 from ._native import FLAG_TTL, ConnectionError, Locks
 
 logger = get_task_logger(__name__)
@@ -69,7 +70,8 @@ _NO_LIMIT = 2**31 - 1
 
 
 def stop_key(task_id: str) -> str:
-    """The stop flag a leased task with this id watches: ``job:<id>:stop``."""
+    """The stop flag a leased task with this id watches (the core's job stop
+    key, ``mistri_locks.job_stop_key``)."""
     return job_stop_key(task_id)
 
 
@@ -118,7 +120,7 @@ class LeasedTask(Task):  # type: ignore[misc]
         if "stop_key" in options:
             raise TypeError(
                 "LeasedTask: lease option 'stop_key' is not honoured: each task call watches "
-                "job:<task id>:stop (mistri_locks.celery.stop_key(task_id))"
+                "the job stop key mistri_locks.celery.stop_key(task_id)"
             )
         fn, signature = _run_signature(cls)
         spec = LeaseSpec(

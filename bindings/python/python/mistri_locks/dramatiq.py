@@ -29,8 +29,8 @@ and a warning in the worker's log, whatever ``on_conflict`` says, so that
 Dramatiq's ``Retries`` middleware retries it with its backoff (bounded by
 the actor's ``max_retries``): the message is not lost.
 
-Each message watches the stop key ``job:<message id>:stop`` (the format of
-every face, see ``mistri_locks.celery``); a ``stop_key`` option is refused
+Each message watches the job stop key ``stop_key(message_id)`` (the
+core's, the same in every face, see ``mistri_locks.celery``); a ``stop_key`` option is refused
 at declaration. Unlike Dramatiq's
 ``ConcurrentRateLimiter`` (no owner, a fixed TTL), the lease is renewed
 while the actor runs and is owned: a stale worker can't release a new
@@ -47,10 +47,11 @@ import dramatiq
 from dramatiq.logging import get_logger
 from dramatiq.middleware import MiddlewareError, SkipMessage
 
-from ._leased import Conflict, LeaseSpec, _current, job_stop_key, stop_job
+from ._leased import Conflict, LeaseSpec, _current, stop_job
+from ._native import job_stop_key
 from ._native import FLAG_TTL, ConnectionError, Error, Hold, Locks
 
-#: The stop flag a leased message watches: ``job:<message id>:stop``.
+#: The stop flag a leased message watches (the core's job stop key).
 stop_key = job_stop_key
 
 
@@ -107,7 +108,7 @@ class Leased(dramatiq.Middleware):  # type: ignore[misc, unused-ignore]
         if "stop_key" in options:
             raise LeaseOptionsTypeError(
                 f"Leased: {actor.actor_name}: lease option 'stop_key' is not honoured: each message "
-                "watches job:<message id>:stop (mistri_locks.dramatiq.stop_key(message_id))"
+                "watches the job stop key mistri_locks.dramatiq.stop_key(message_id)"
             )
         if self.locks is not None and "locks" not in options:
             options = {**options, "locks": self.locks}

@@ -21,7 +21,4 @@ module MistriLocks
   # The operating system refused something needed (a thread, randomness).
   # The same name as in Python (Ruby's own ::SystemError is about errno).
   class SystemResourceError < Error; end
-
-  # The old name of SystemResourceError, kept until 0.3.
-  SystemError = SystemResourceError
 end

@@ -79,14 +79,15 @@ module MistriLocks
       end
 
       # Acquires through +locks+ (nil: the configured one) and wires the
-      # signal: MistriLocks.hold and Locks#hold, whose keywords (the one
-      # list of them) and defaults are these. (Internal.)
-      def start(locks, key, ttl: LEASE_TTL, heartbeat: HEARTBEAT, stop_key: nil, signal: nil, # rubocop:disable Metrics/ParameterLists
-                safety_margin: nil, label: nil, wait: nil, limit: 1, max_hold: nil, progress_timeout: nil)
+      # signal: MistriLocks.hold and Locks#hold. Their other keywords (ttl:,
+      # heartbeat:, stop_key:, safety_margin:, label:, wait:, limit:,
+      # max_hold:, progress_timeout:) go to the core by name, which holds
+      # their one list, checks and defaults: an unknown one is an
+      # ArgumentError naming the nearest. (Internal.)
+      def start(locks, key, signal: nil, **options)
         check_signal(signal)
         native = signal if signal.is_a?(AbortSignal)
-        hold = MistriLocks.__send__(:_hold, locks, key, ttl, heartbeat, stop_key, native, safety_margin, label,
-                                    wait, limit, max_hold, progress_timeout)
+        hold = MistriLocks.__send__(:_hold, locks, key, native, options)
         return nil unless hold
 
         Delivery.ensure_running if native

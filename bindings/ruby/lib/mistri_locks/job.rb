@@ -33,9 +33,11 @@ module MistriLocks
   # its retry set (ActiveJob: retry_on, or the adapter's retry), so it runs
   # again once the backend is back. It is not acked as done.
   #
-  # The hold watches the job's stop key, "job:<job id>:stop" (ActiveJob's
-  # job_id, Sidekiq's jid): Job.stop(id) raises it, and so do Python's
-  # mistri_locks.celery.stop(id), C's set_flag and `mistri-locks stop`. The
+  # The hold watches the job's stop key, Job.stop_key(id) (the core's
+  # format, docs/PROTOCOL.md "Jobs"; id: ActiveJob's job_id, Sidekiq's
+  # jid): Job.stop(id) raises it, and so do Python's
+  # mistri_locks.celery.stop(id), C's mistri_locks_stop_job and
+  # `mistri-locks stop`. The
   # lease's holder description carries that stop key (`stop_key` in
   # `info`/`list`, stored with the lease), so Job.stop_holder(key) and
   # `mistri-locks stop --holder-of KEY` stop whatever job holds a key.
@@ -76,16 +78,18 @@ module MistriLocks
 
     # What a job does when its lease is held elsewhere, stopped or lost.
     POLICIES = %i[retry discard raise].freeze
+    # The core's policy names (JobOptions, docs/JOBS.md) in Ruby's spelling.
+    POLICY = { "retry" => :retry, "skip" => :discard, "raise" => :raise }.freeze
 
     class << self
-      # The flag that stops the job +job_id+: "job:<job_id>:stop". The same
-      # string in every language (Python's celery.stop_key, the CLI).
+      # The flag that stops the job +job_id+ (a String or Symbol): the core's
+      # job stop key, the same string in every language (Python's
+      # celery.stop_key, the CLI, docs/PROTOCOL.md "Jobs").
       def stop_key(job_id)
         id = job_id.is_a?(Symbol) ? job_id.to_s : job_id
         raise TypeError, "job id must be a String, got #{job_id.class}" unless id.is_a?(String)
-        raise ArgumentError, "job id must not be empty" if id.empty?
 
-        "job:#{id}:stop"
+        MistriLocks._job_stop_key(id)
       end
 
       # Raises the job's stop flag (for +ttl+ seconds, default the flag TTL)
@@ -93,21 +97,16 @@ module MistriLocks
       # checkpoint!, or its lease.signal trips, within a tick. A job still
       # queued stops as soon as it starts. Returns true.
       def stop(job_id, locks: nil, ttl: FLAG_TTL)
-        configured(locks).set_flag(stop_key(job_id), ttl: ttl)
+        configured(locks).stop_job(job_id, ttl: ttl)
+        true
       end
 
       # Stops whatever job holds +key+ (every holder of an N-holder lease):
-      # raises the stop key each holder's description carries. Returns the
-      # stop keys raised ([] when the key is not held or its holders carry
-      # none, e.g. a hold that is not a job's).
+      # raises the stop key each holder's description carries
+      # (Locks#stop_holders). Returns the stop keys raised ([] when the key is
+      # not held or its holders carry none, e.g. a hold that is not a job's).
       def stop_holder(key, locks: nil, ttl: FLAG_TTL)
-        locks = configured(locks)
-        info = locks.info(key)
-        return [] unless info
-
-        keys = (info[:holders] || [info]).filter_map { |h| h[:stop_key] }.uniq
-        keys.each { |k| locks.set_flag(k, ttl: ttl) }
-        keys
+        configured(locks).stop_holders(key, ttl: ttl)
       end
 
       # Runs +block+ with the lease described by +options+ (a LeaseOptions)
@@ -221,11 +220,17 @@ module MistriLocks
         raise Interrupted.new(reason, signal.reason) if reason
       end
 
-      # :lost, :stopped or nil: why the hold's signal tripped, if it did.
+      # :lost, :stopped or nil: why the work should stop, if it should (the
+      # core's typed Hold#interruption; a duck-typed signal: also when the
+      # caller aborted it itself).
       def stopping?
-        return nil unless signal.aborted?
+        why = interruption
+        return why.first if why
 
-        lost? || signal.reason.to_s.start_with?("lease lost:") ? :lost : :stopped
+        duck = signal
+        return nil if duck.nil? || duck.is_a?(AbortSignal) || !duck.respond_to?(:aborted?)
+
+        duck.aborted? ? :stopped : nil
       end
     end
 
@@ -253,22 +258,21 @@ module MistriLocks
         @args_style = args_style
         @given = options
         @key = check_key(options.fetch(:key, owner.name))
-        @ttl = positive(:ttl, options.fetch(:ttl, LEASE_TTL))
-        @heartbeat = positive(:heartbeat, options.fetch(:heartbeat, [HEARTBEAT, @ttl / 3.0].min))
-        @limit = options.fetch(:limit, 1)
-        raise ArgumentError, "#{owner}: limit must be an Integer >= 1, got #{@limit.inspect}" unless @limit.is_a?(Integer) && @limit >= 1
-
-        @wait = options.fetch(:wait, 0)
-        raise ArgumentError, "#{owner}: wait must be seconds >= 0, got #{@wait.inspect}" unless @wait.is_a?(Numeric) && @wait >= 0
-
-        @on_conflict = policy(:on_conflict, options.fetch(:on_conflict, :retry))
-        @on_stopped = policy(:on_stopped, options.fetch(:on_stopped, :discard))
-        @on_lost = policy(:on_lost, options.fetch(:on_lost, :retry))
-        @attempts = options.fetch(:attempts, 20)
-        raise ArgumentError, "#{owner}: attempts must be an Integer >= 1, got #{@attempts.inspect}" unless @attempts.is_a?(Integer) && @attempts >= 1
-
+        # The numbers and policies: checked, with their defaults, by the
+        # core (JobOptions), so every face refuses the same things in the
+        # same words. A backoff lambda is Ruby's own.
         @backoff = options.fetch(:backoff, nil)
         check_backoff
+        core = options.slice(:ttl, :heartbeat, :limit, :wait, :attempts, :on_conflict, :on_stopped, :on_lost)
+        %i[on_conflict on_stopped on_lost].each { |name| spelling(name, core[name]) if core.key?(name) }
+        core[:backoff] = @backoff if @backoff.is_a?(Numeric)
+        checked = begin
+          MistriLocks._job_options(core)
+        rescue ArgumentError => e
+          raise ArgumentError, "#{owner}: #{e.message}"
+        end
+        @ttl, @heartbeat, @limit, @wait, @attempts = checked.values_at(:ttl, :heartbeat, :limit, :wait, :attempts)
+        @on_conflict, @on_stopped, @on_lost = checked.values_at(:on_conflict, :on_stopped, :on_lost).map { |p| POLICY[p] }
         @locks = options.fetch(:locks, nil)
         return if @locks.nil? || @locks.is_a?(Locks) || (@locks.respond_to?(:call) && arity_ok?(@locks, 0, 0))
 
@@ -344,21 +348,16 @@ module MistriLocks
       end
 
       def check_backoff
-        return if @backoff.nil? || (@backoff.is_a?(Numeric) && @backoff >= 0)
+        return if @backoff.nil? || @backoff.is_a?(Numeric) # the core checks the number
         return if @backoff.respond_to?(:call) && arity_ok?(@backoff, 1, 1)
 
         raise ArgumentError, "#{@owner}: backoff must be seconds >= 0 or a lambda of the attempt number"
       end
 
-      def positive(name, value)
-        raise ArgumentError, "#{@owner}: #{name} must be a number of seconds, got #{value.inspect}" unless value.is_a?(Numeric)
-        raise ArgumentError, "#{@owner}: #{name} must be > 0 seconds, got #{value}" unless value.to_f.finite? && value.positive?
-
-        value
-      end
-
-      def policy(name, value)
-        return value if POLICIES.include?(value)
+      # Ruby spells the policies :retry, :discard, :raise (docs/JOBS.md);
+      # the core maps them onto its vocabulary.
+      def spelling(name, value)
+        return if POLICIES.include?(value)
 
         raise ArgumentError, "#{@owner}: #{name} must be one of #{POLICIES.map(&:inspect).join(", ")}, got #{value.inspect}"
       end

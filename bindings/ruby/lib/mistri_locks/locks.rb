@@ -4,7 +4,6 @@ module MistriLocks
   # An owner of leases on one backend: the seven operations of the mistri
   # gem's adapter contract (and holds). MistriLocks::Memory, Redis and Local
   # are its subclasses; each is a drop-in for `Mistri.locks = ...`.
-  # (MistriLocks::Adapter is its old name, an alias until 0.3.)
   #
   # Keys are Strings (or Symbols, meaning their name); an empty key is an
   # ArgumentError, anything else a TypeError. TTLs are seconds, Integer or
@@ -21,8 +20,7 @@ module MistriLocks
   #   clear_flag(key) -> true (lowers the flag)
   #   fence(key)      -> this object's fencing number for key, or nil
   #   break_lease(key)-> operator override: delete anyone's lease on key
-  #   new_owner       -> another owner on the same backend (like another process);
-  #                      sharing_adapter is its old name, until 0.3
+  #   new_owner       -> another owner on the same backend (like another process)
   #   active_holds    -> how many holds this object's heartbeat renews
   #   info(key)       -> who holds key (a Hash: holder, fence, times, ttl,
   #                      heartbeat, time_left, limit, holders), or nil
@@ -56,6 +54,16 @@ module MistriLocks
 
     # Raises the flag +key+ for +ttl+ seconds (it needs no owner). Returns true.
     def set_flag(key, ttl: FLAG_TTL) = _set_flag(key, ttl)
+
+    # Stops whoever holds +key+: raises, for +ttl+ seconds, the stop flag each
+    # holder watches (each once). Returns the stop keys raised, in the order
+    # of the holders ([] when nobody holds +key+ or no holder watches a stop
+    # key: a plain lease can only be broken).
+    def stop_holders(key, ttl: FLAG_TTL) = _stop_holders(key, ttl)
+
+    # Raises the stop flag of job +job_id+ (MistriLocks::Job.stop_key) for
+    # +ttl+ seconds. Returns the stop key.
+    def stop_job(job_id, ttl: FLAG_TTL) = _stop_job(job_id.is_a?(Symbol) ? job_id.to_s : job_id, ttl)
 
     # The live leases and raised flags whose keys start with +prefix+ (a
     # String or Symbol; "" lists all of this namespace, or this Local file),

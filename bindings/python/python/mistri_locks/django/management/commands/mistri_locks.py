@@ -15,7 +15,7 @@ from django.core.management.base import (  # type: ignore[import-untyped, import
 )
 
 from mistri_locks import FLAG_TTL, Error
-from mistri_locks._leased import job_stop_key
+from mistri_locks import job_stop_key
 from mistri_locks.django import locks
 
 
@@ -42,7 +42,7 @@ class Command(BaseCommand):  # type: ignore[misc]
         stop.add_argument("--ttl", type=float, default=float(FLAG_TTL))
         clear = sub.add_parser("clear", help="lower the flag FLAG")
         clear.add_argument("flag")
-        task = sub.add_parser("stop-task", help="stop the leased task TASK_ID (its flag job:ID:stop)")
+        task = sub.add_parser("stop-task", help="stop the leased task TASK_ID (its job stop key)")
         task.add_argument("task_id")
         task.add_argument("--ttl", type=float, default=float(FLAG_TTL))
 
