@@ -535,6 +535,11 @@ typedef struct mistri_stats {
    * a confirmed renewal then.
    */
   double safe_margin_min;
+  /**
+   * Run-time settings checks (Redis's memory policy) that failed or
+   * could not be read: each told the holds `at_risk`.
+   */
+  uint64_t settings_checks_failed;
 } mistri_stats;
 
 #ifdef __cplusplus
@@ -1915,7 +1920,7 @@ enum mistri_status mistri_locks_stats(const struct mistri_locks *locks, struct m
  * `beat_rtt_p50`, `beat_rtt_p99` (seconds, over the last 128 beats; NaN
  * before the first), `safe_margin_min` (seconds: the smallest margin a
  * confirmed renewal had left to its safe deadline over the last minute;
- * NaN without one). More may be added.
+ * NaN without one), `settings_checks_failed` (a count). More may be added.
  *
  * On `MISTRI_OK`, `*value` receives it.
  *

@@ -161,6 +161,7 @@ impl StatsSnapshot {
             ("stop_flags_seen", Count(self.stop_flags_seen)),
             ("pushes_received", Count(self.pushes_received)),
             ("safe_margin_min", secs(self.safe_margin_min)),
+            ("settings_checks_failed", Count(self.settings_checks_failed)),
         ]
     }
 

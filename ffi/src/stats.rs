@@ -94,6 +94,9 @@ pub struct mistri_stats {
     /// deadline over the last minute (30 to 60 s), in seconds; NaN without
     /// a confirmed renewal then.
     pub safe_margin_min: f64,
+    /// Run-time settings checks (Redis's memory policy) that failed or
+    /// could not be read: each told the holds `at_risk`.
+    pub settings_checks_failed: u64,
     // New counters go here, at the end, and nowhere else.
 }
 
@@ -129,6 +132,7 @@ fn set_field(stats: &mut mistri_stats, name: &str, value: StatValue) -> bool {
         "lost_stalled" => &mut stats.lost_stalled,
         "stop_flags_seen" => &mut stats.stop_flags_seen,
         "pushes_received" => &mut stats.pushes_received,
+        "settings_checks_failed" => &mut stats.settings_checks_failed,
         "beat_rtt_p50" | "beat_rtt_p99" | "safe_margin_min" => {
             let slot = match name {
                 "beat_rtt_p50" => &mut stats.beat_rtt_p50,
@@ -235,7 +239,7 @@ pub unsafe extern "C" fn mistri_locks_stats(
 /// `beat_rtt_p50`, `beat_rtt_p99` (seconds, over the last 128 beats; NaN
 /// before the first), `safe_margin_min` (seconds: the smallest margin a
 /// confirmed renewal had left to its safe deadline over the last minute;
-/// NaN without one). More may be added.
+/// NaN without one), `settings_checks_failed` (a count). More may be added.
 ///
 /// On `MISTRI_OK`, `*value` receives it.
 ///

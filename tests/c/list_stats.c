@@ -372,6 +372,7 @@ static void stat_names_cover_the_struct(const void *arg)
         "beats",           "beats_failed",   "beat_rtt_p50",       "beat_rtt_p99",
         "lost_not_held",   "lost_too_late",  "lost_deadline",      "lost_max_hold",
         "lost_stalled",    "stop_flags_seen", "pushes_received",    "safe_margin_min",
+        "settings_checks_failed",
     };
     size_t n = 0;
     const char *name;
