@@ -187,18 +187,18 @@ pub fn handle(
             } else {
                 format!("{}{asked}", opts.prefix)
             };
-            match locks.list(&prefix) {
+            match super::shared::list(locks, &prefix) {
                 Ok(listing) => {
                     OperatorResponse::json(200, state_json(&listing, &prefix, SystemTime::now()))
                 }
-                Err(e) => OperatorResponse::reply(502, false, &e.to_string()),
+                Err(e) => OperatorResponse::reply(502, false, &e),
             }
         }
         "/metrics" if read => {
             let mut text = stats_prometheus(&locks.stats());
-            match locks.list(&opts.prefix) {
+            match super::shared::list(locks, &opts.prefix) {
                 Ok(listing) => text.push_str(&fleet_prometheus(&listing, SystemTime::now())),
-                Err(e) => return OperatorResponse::reply(502, false, &e.to_string()),
+                Err(e) => return OperatorResponse::reply(502, false, &e),
             }
             OperatorResponse::new(200, PROMETHEUS_CONTENT_TYPE, text)
         }
@@ -253,6 +253,9 @@ fn act(locks: &Locks, action: &str, key: &str, prefix: &str) -> OperatorResponse
             }
         }),
     };
+    // The next refresh lists anew and shows what this did (a listing read
+    // meanwhile is dropped too, and one in flight is not kept).
+    super::shared::forget(locks);
     match result {
         Ok(Ok(message)) => OperatorResponse::reply(200, true, &message),
         Ok(Err((status, message))) => OperatorResponse::reply(status, false, &message),
