@@ -20,8 +20,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-/// How old (from the start of its read) a shared listing may be.
-pub const FRESH: Duration = Duration::from_secs(1);
+/// How old (from the start of its read) a shared listing may be: just
+/// under the page's one-second refresh, so one tab lists at every refresh
+/// (what it shows is as fresh as without sharing) while other tabs, a
+/// scrape and a burst of requests within that time share its read.
+pub const FRESH: Duration = Duration::from_millis(900);
 
 type Outcome = Result<Arc<Listing>, String>;
 
