@@ -66,7 +66,8 @@ pub const AFTER_HELP: &str = "\
 Routes: GET / (the page), GET /api/state?prefix=P (JSON), GET /metrics (Prometheus text),
 POST /api/stop, /api/clear, /api/break with {\"key\": \"...\"} (only with --allow-actions,
 `Authorization: Bearer <token>`, and from this origin). Listens on loopback unless told
-otherwise. Prints the address it serves, then serves until killed. See docs/OPERATING.md.";
+otherwise, and answers only to the Host names it is told (--allow-host; 421 otherwise).
+Prints the address it serves, then serves until killed. See docs/OPERATING.md.";
 
 pub fn serve(locks: Locks, args: ServeArgs) -> Result<i32, Failure> {
     if args.token_file.is_some() && !args.allow_actions {

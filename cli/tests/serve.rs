@@ -280,13 +280,31 @@ fn token_file(dir: &std::path::Path, name: &str, text: &str, mode: u32) -> Strin
     path.display().to_string()
 }
 
+/// Runs `serve` with `args`, which must refuse to start: exit 2 with a
+/// message, within the time a process takes to start (a serve that starts
+/// instead is killed and the test fails).
 fn serve_fails(args: &[&str]) -> String {
-    let out = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .env_remove("MISTRI_LOCKS_URL")
         .args(["--url", "memory://", "serve", "--listen", "127.0.0.1:0"])
         .args(args)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let end = Instant::now() + START;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "it served anyway: {args:?}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     assert!(out.stdout.is_empty(), "it served anyway: {args:?}");

@@ -1053,3 +1053,94 @@ fn generated_json_bodies_are_each_answered_with_a_status() {
     eprintln!("4000 generated bodies: {lowered} answered 200, {refused} 400");
     assert!(lowered > 0 && refused > 0);
 }
+
+// ------------------------------------------ one listing among the requests
+
+/// The `SCAN` calls the server has answered (INFO commandstats).
+fn scans(client: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(client)
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_scan:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// 8 concurrent `GET /api/state` and a `GET /metrics` for the same prefix
+/// on one Redis handle cause one listing (counted by the server's `SCAN`
+/// calls against one plain `Locks::list`); a request after the shared
+/// listing's 0.9 s have passed lists anew; an action drops the kept
+/// listing, so the next refresh shows its effect at once.
+#[test]
+fn concurrent_refreshes_share_one_listing() {
+    let server = RedisServer::start();
+    let locks = Locks::open_with(
+        &server.url(),
+        &OpenOptions::new().namespace(unique("mistri:shared")),
+    )
+    .unwrap();
+    let mut client = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for i in 0..20 {
+        assert!(locks.acquire(&format!("job:{i}"), secs(60.0)).unwrap());
+    }
+    locks.set_flag("job:stop", secs(60.0)).unwrap();
+    let before = scans(&mut client);
+    locks.list("").unwrap();
+    let one = scans(&mut client) - before;
+    assert!(one >= 1, "a listing sends SCAN");
+    let on = OperatorOptions {
+        allow_actions: true,
+        token: Some(TOKEN.into()),
+        ..OperatorOptions::default()
+    };
+    let before = scans(&mut client);
+    let started = Instant::now();
+    let gate = std::sync::Barrier::new(9);
+    let bodies: Vec<String> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..9)
+            .map(|i| {
+                let (locks, on, gate) = (&locks, &on, &gate);
+                s.spawn(move || {
+                    gate.wait();
+                    let path = if i == 8 { "/metrics" } else { "/api/state" };
+                    let r = handle(locks, on, &get(path, ""));
+                    assert_eq!(r.status, 200);
+                    body(&r)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let shared = scans(&mut client) - before;
+    // All nine asked within the time a listing is shared (0.9 s from the
+    // start of its read): one read.
+    assert!(started.elapsed() < secs(0.9), "the machine stalled");
+    assert_eq!(
+        shared, one,
+        "9 requests sent {shared} SCANs; one listing sends {one}"
+    );
+    for b in &bodies[..8] {
+        assert!(
+            b.contains("\"job:19\"") && b.contains("\"job:stop\""),
+            "{b}"
+        );
+    }
+    assert_eq!(value(&bodies[8], "mistri_locks_fleet_leases_held"), 20.0);
+    // An action drops it: the flag is gone from the very next refresh.
+    let bearer = format!("Bearer {TOKEN}");
+    let mut req = post("/api/clear", br#"{"key": "job:stop"}"#);
+    req.authorization = Some(&bearer);
+    assert_eq!(handle(&locks, &on, &req).status, 200);
+    let state = body(&handle(&locks, &on, &get("/api/state", "")));
+    assert!(!state.contains("job:stop"), "{state}");
+    // Past its 0.9 s a listing is read anew.
+    let before = scans(&mut client);
+    std::thread::sleep(secs(1.0));
+    handle(&locks, &on, &get("/api/state", ""));
+    assert_eq!(scans(&mut client) - before, one);
+}

@@ -17,6 +17,11 @@
 //!   raise the stop keys of the lease's holders, lower a flag, delete a
 //!   lease.
 //!
+//! Before any route, the Host check: a request whose `Host` (or, with
+//! [`OperatorOptions::trust_forwarded`], `X-Forwarded-Host`) is not one of
+//! [`OperatorOptions::allowed_hosts`] gets 421 (400 without a `Host`) and
+//! nothing is read from the backend (DNS rebinding).
+//!
 //! Safe by default. An action is refused with 403 unless all of these hold:
 //! actions are enabled ([`OperatorOptions::allow_actions`]); the caller is
 //! authorised, by `Authorization: Bearer <token>` equal to
@@ -24,9 +29,15 @@
 //! ([`OperatorRequest::host_authorized`]); the request is same-origin
 //! (an `Origin` header, when present, must be this server's
 //! `scheme://host`; a request without one must carry the bearer token,
-//! which a browser never attaches by itself); and, unless the bearer token
-//! authorised it, the `X-CSRF-Token` header equals the page's CSRF cookie.
-//! Keys outside the served prefix are refused too.
+//! which a browser never attaches by itself; the scheme and host are the
+//! forwarded ones when trusted); and, unless the bearer token authorised
+//! it, the `X-CSRF-Token` header equals the page's CSRF cookie. Keys
+//! outside the served prefix are refused too, and a Stop whose holder
+//! watches a stop key outside it is 409.
+//!
+//! `GET /api/state` and `/metrics` read the backend through
+//! `super::shared`: one listing per prefix and backend shared among the
+//! requests of a second.
 
 use super::{fleet_prometheus, json, state_json, stats_prometheus, PROMETHEUS_CONTENT_TYPE};
 use crate::hold::FLAG_TTL;
@@ -148,13 +159,13 @@ impl OperatorResponse {
             403 => "Forbidden",
             404 => "Not Found",
             405 => "Method Not Allowed",
-            409 => "Conflict",
             408 => "Request Timeout",
+            409 => "Conflict",
             413 => "Content Too Large",
             421 => "Misdirected Request",
             431 => "Request Header Fields Too Large",
-            503 => "Service Unavailable",
             502 => "Bad Gateway",
+            503 => "Service Unavailable",
             _ => "Error",
         }
     }
@@ -187,18 +198,18 @@ pub fn handle(
             } else {
                 format!("{}{asked}", opts.prefix)
             };
-            match locks.list(&prefix) {
+            match super::shared::list(locks, &prefix) {
                 Ok(listing) => {
                     OperatorResponse::json(200, state_json(&listing, &prefix, SystemTime::now()))
                 }
-                Err(e) => OperatorResponse::reply(502, false, &e.to_string()),
+                Err(e) => OperatorResponse::reply(502, false, &e),
             }
         }
         "/metrics" if read => {
             let mut text = stats_prometheus(&locks.stats());
-            match locks.list(&opts.prefix) {
+            match super::shared::list(locks, &opts.prefix) {
                 Ok(listing) => text.push_str(&fleet_prometheus(&listing, SystemTime::now())),
-                Err(e) => return OperatorResponse::reply(502, false, &e.to_string()),
+                Err(e) => return OperatorResponse::reply(502, false, &e),
             }
             OperatorResponse::new(200, PROMETHEUS_CONTENT_TYPE, text)
         }
@@ -253,6 +264,9 @@ fn act(locks: &Locks, action: &str, key: &str, prefix: &str) -> OperatorResponse
             }
         }),
     };
+    // The next refresh lists anew and shows what this did (a listing read
+    // meanwhile is dropped too, and one in flight is not kept).
+    super::shared::forget(locks);
     match result {
         Ok(Ok(message)) => OperatorResponse::reply(200, true, &message),
         Ok(Err((status, message))) => OperatorResponse::reply(status, false, &message),

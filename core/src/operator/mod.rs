@@ -21,6 +21,7 @@ mod hosts;
 mod http;
 mod json;
 mod metrics;
+mod shared;
 mod state;
 pub mod wire;
 
