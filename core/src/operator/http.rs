@@ -41,6 +41,7 @@
 
 use super::{fleet_prometheus, json, state_json, stats_prometheus, PROMETHEUS_CONTENT_TYPE};
 use crate::hold::FLAG_TTL;
+use crate::locks::stop::StopOutcome;
 use crate::locks::Locks;
 use std::fmt::Write as _;
 use std::time::SystemTime;
@@ -277,39 +278,26 @@ fn act(locks: &Locks, action: &str, key: &str, prefix: &str) -> OperatorResponse
 
 type Outcome = std::result::Result<String, (u16, String)>;
 
-/// Raises the stop key of every holder of `key` that watches one, when
-/// every such stop key lies under `prefix` (the served prefix: a Stop
-/// through the page raises nothing outside it; 409 names the one outside).
+/// The page's Stop: the core's [`Locks::stop_holders_within`] (every
+/// holder's stop key raised once, nothing when one lies outside the served
+/// `prefix`), its outcome mapped to a status: 404 not held, 409 no stop
+/// key or one outside the prefix (named).
 pub(crate) fn stop_holders(locks: &Locks, key: &str, prefix: &str) -> crate::Result<Outcome> {
-    let Some(info) = locks.info(key)? else {
-        return Ok(Err((404, format!("no live lease on {key}"))));
-    };
-    let mut stops: Vec<&str> = Vec::new();
-    for h in &info.holders {
-        if let Some(stop) = super::state::stop_key(h) {
-            if !stop.starts_with(prefix) {
-                return Ok(Err((
-                    409,
-                    format!(
-                        "the holder of {key} watches the stop key {stop}, outside the served prefix {prefix}; nothing was raised (raise it where that prefix is served, or Break)"
-                    ),
-                )));
-            }
-            if !stops.contains(&stop) {
-                stops.push(stop);
-            }
-        }
-    }
-    if stops.is_empty() {
-        return Ok(Err((
+    Ok(match locks.stop_holders_within(key, prefix, FLAG_TTL)? {
+        StopOutcome::Raised(stops) => Ok(format!("raised {}", stops.join(", "))),
+        StopOutcome::NotHeld => Err((404, format!("no live lease on {key}"))),
+        StopOutcome::Outside { stop_key } => Err((
+            409,
+            format!(
+                "the holder of {key} watches the stop key {stop_key}, outside the served prefix {prefix}; nothing was raised (raise it where that prefix is served, or Break)"
+            ),
+        )),
+        // NoStopKey, and any outcome added later: nothing was raised.
+        _ => Err((
             409,
             format!("the holder of {key} watches no stop key (Break deletes the lease instead)"),
-        )));
-    }
-    for stop in &stops {
-        locks.set_flag(stop, FLAG_TTL)?;
-    }
-    Ok(Ok(format!("raised {}", stops.join(", "))))
+        )),
+    })
 }
 
 /// The last value of a comma-separated forwarded header (the one the
