@@ -3,8 +3,7 @@
 
 use crate::{Failure, EXIT_NOT_HELD};
 use mistri_locks::HolderInfo;
-use mistri_locks::{FlagInfo, LeaseInfo, Locks};
-use serde_json::{json, Value};
+use mistri_locks::{operator, LeaseInfo, Listing, Locks};
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
@@ -48,11 +47,42 @@ pub struct View {
     watch: Option<Duration>,
 }
 
-/// What one look found: each asked-for key's lease (or `None`: free), and
-/// the raised flags.
+/// What one look found: every lease under `prefix` (`listing.leases`), or
+/// each asked-for key's lease (`keys`; `None`: free); the raised flags and
+/// waiting lines to show are `listing`'s.
 struct Look {
-    leases: Vec<(String, Option<LeaseInfo>)>,
-    flags: Vec<FlagInfo>,
+    prefix: Option<String>,
+    keys: Vec<(String, Option<LeaseInfo>)>,
+    listing: Listing,
+}
+
+impl Look {
+    /// Each shown key and its lease (`None`: free).
+    fn leases(&self) -> Vec<(&str, Option<&LeaseInfo>)> {
+        match self.prefix {
+            Some(_) => self
+                .listing
+                .leases
+                .iter()
+                .map(|l| (l.key.as_str(), Some(l)))
+                .collect(),
+            None => self
+                .keys
+                .iter()
+                .map(|(k, l)| (k.as_str(), l.as_ref()))
+                .collect(),
+        }
+    }
+
+    /// The document `--json` prints: the operator's state document
+    /// (`GET /api/state`), or its form for named keys.
+    fn json(&self) -> String {
+        let now = SystemTime::now();
+        match &self.prefix {
+            Some(prefix) => operator::state_json(&self.listing, prefix, now),
+            None => operator::keys_json(&self.keys, &self.listing, now),
+        }
+    }
 }
 
 pub fn status(locks: &Locks, keys: &[String], view: &View) -> Result<i32, Failure> {
@@ -60,20 +90,24 @@ pub fn status(locks: &Locks, keys: &[String], view: &View) -> Result<i32, Failur
         if keys.is_empty() {
             return look_prefix(locks, "");
         }
-        let leases = keys
+        let found = keys
             .iter()
             .map(|k| Ok((k.clone(), locks.info(k)?)))
             .collect::<Result<Vec<_>, Failure>>()?;
-        let flags = locks
-            .list("")?
+        let mut listing = locks.list("")?;
+        listing.leases.clear();
+        listing
             .flags
-            .into_iter()
-            .filter(|f| keys.iter().any(|k| f.key.contains(k.as_str())))
-            .collect();
-        Ok(Look { leases, flags })
+            .retain(|f| keys.iter().any(|k| f.key.contains(k.as_str())));
+        listing.waiting.retain(|w| keys.contains(&w.key));
+        Ok(Look {
+            prefix: None,
+            keys: found,
+            listing,
+        })
     })
     .map(|look| {
-        if look.leases.iter().all(|(_, l)| l.is_some()) {
+        if look.keys.iter().all(|(_, l)| l.is_some()) {
             0
         } else {
             EXIT_NOT_HELD
@@ -86,14 +120,10 @@ pub fn list(locks: &Locks, prefix: &str, view: &View) -> Result<i32, Failure> {
 }
 
 fn look_prefix(locks: &Locks, prefix: &str) -> Result<Look, Failure> {
-    let listing = locks.list(prefix)?;
     Ok(Look {
-        leases: listing
-            .leases
-            .into_iter()
-            .map(|l| (l.key.clone(), Some(l)))
-            .collect(),
-        flags: listing.flags,
+        prefix: Some(prefix.to_string()),
+        keys: Vec::new(),
+        listing: locks.list(prefix)?,
     })
 }
 
@@ -102,13 +132,7 @@ fn repeat(view: &View, mut look: impl FnMut() -> Result<Look, Failure>) -> Resul
     loop {
         let found = look()?;
         if view.json {
-            let doc = to_json(&found);
-            if view.watch.is_some() {
-                crate::emit(&format!("{doc}\n"));
-            } else {
-                let pretty = serde_json::to_string_pretty(&doc).unwrap_or_default();
-                crate::emit(&format!("{pretty}\n"));
-            }
+            crate::emit(&format!("{}\n", found.json()));
         } else {
             let mut text = String::new();
             if view.watch.is_some() {
@@ -125,65 +149,8 @@ fn repeat(view: &View, mut look: impl FnMut() -> Result<Look, Failure>) -> Resul
     }
 }
 
-fn secs(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1000.0).round() / 1000.0
-}
-
 fn ago(t: SystemTime) -> Duration {
     SystemTime::now().duration_since(t).unwrap_or_default()
-}
-
-/// One holder's fields, for `--json`.
-fn holder_json(v: &mut Value, h: &HolderInfo) {
-    v["holder"] = json!(h.label);
-    v["fence"] = json!(h.fence);
-    v["acquired_at_ms"] = json!(mistri_locks::internals::unix_millis(h.acquired_at));
-    v["renewed_at_ms"] = json!(mistri_locks::internals::unix_millis(h.renewed_at));
-    v["held_for_s"] = json!(secs(ago(h.acquired_at)));
-    v["renewed_ago_s"] = json!(secs(ago(h.renewed_at)));
-    v["ttl_s"] = json!(secs(h.ttl));
-    v["heartbeat_s"] = json!(secs(h.heartbeat));
-}
-
-fn to_json(look: &Look) -> Value {
-    let leases: Vec<Value> = look
-        .leases
-        .iter()
-        .map(|(key, info)| match info {
-            None => json!({ "key": key, "held": false }),
-            Some(info) => {
-                let mut v = json!({
-                    "key": key,
-                    "held": true,
-                    "time_left_s": info.time_left.map(secs),
-                    "holder": Value::Null,
-                    "fence": Value::Null,
-                    "limit": info.limit,
-                });
-                if let Some(h) = &info.holder {
-                    holder_json(&mut v, h);
-                }
-                // Every holder (one for an exclusive lease; each slot's of
-                // an N-holder lease, whose single-holder fields are null).
-                v["holders"] = info
-                    .holders
-                    .iter()
-                    .map(|h| {
-                        let mut one = json!({});
-                        holder_json(&mut one, h);
-                        one
-                    })
-                    .collect();
-                v
-            }
-        })
-        .collect();
-    let flags: Vec<Value> = look
-        .flags
-        .iter()
-        .map(|f| json!({ "key": f.key, "time_left_s": f.time_left.map(secs) }))
-        .collect();
-    json!({ "leases": leases, "flags": flags })
 }
 
 /// `0.35s`, `12.3s`, `4m05s`, `2h03m`.
@@ -212,7 +179,8 @@ fn table(look: &Look) -> String {
         "HEARTBEAT",
     ]
     .map(String::from)];
-    for (key, info) in &look.leases {
+    let leases = look.leases();
+    for &(key, info) in &leases {
         let row = match info {
             None => [
                 term(key).into_owned(),
@@ -253,16 +221,16 @@ fn table(look: &Look) -> String {
         rows.push(row);
     }
     let mut out = String::new();
-    if look.leases.is_empty() {
+    if leases.is_empty() {
         out.push_str("no live leases\n");
     } else {
         out.push_str(&columns(&rows));
     }
-    if look.flags.is_empty() {
+    if look.listing.flags.is_empty() {
         out.push_str("no flags up\n");
     } else {
         let mut flag_rows = vec![["FLAG UP".to_string(), "LEFT".to_string()]];
-        for f in &look.flags {
+        for f in &look.listing.flags {
             flag_rows.push([
                 term(&f.key).into_owned(),
                 f.time_left.map(human).unwrap_or_else(|| "never".into()),

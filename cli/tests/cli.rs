@@ -177,7 +177,12 @@ fn exits_with_the_child_status_and_exports_the_fence(b: &Backend) {
     // Released on the way out.
     let out = b.output(&["status", "--json", &key]);
     assert_eq!(out.status.code(), Some(3));
-    assert_eq!(json(&out)["leases"][0]["held"], false);
+    let doc = json(&out);
+    assert_eq!(doc["leases"][0]["held"], false);
+    // The operator's document for named keys: no prefix, a free key's
+    // waiting lines too.
+    assert_eq!(doc["leases"][0]["waiting"], 0);
+    assert!(doc["now_ms"].is_u64() && doc["prefix"].is_null(), "{doc}");
 }
 
 fn stop_ends_a_run_whose_child_ignores_sigterm(b: &Backend) {
@@ -475,6 +480,13 @@ fn list_shows_leases_and_flags(b: &Backend) {
     let doc = json(&out);
     assert_eq!(doc["leases"].as_array().unwrap().len(), 1);
     assert_eq!(doc["flags"][0]["key"], format!("{prefix}:stop").as_str());
+    // It is the operator's state document (`GET /api/state`), rendered by
+    // the core: its prefix, the waiting lines, each holder's `stuck`.
+    assert_eq!(doc["prefix"], prefix.as_str());
+    assert!(doc["now_ms"].is_u64(), "{doc}");
+    assert_eq!(doc["waiting"], serde_json::json!([]));
+    assert_eq!(doc["leases"][0]["waiting"], 0);
+    assert_eq!(doc["leases"][0]["stuck"], false);
     let out = b.output(&["list", &prefix]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("FLAG UP") && text.contains(":a"), "{text}");

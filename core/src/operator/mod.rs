@@ -31,7 +31,7 @@ pub use http::{
     CSRF_COOKIE, MAX_BODY, PAGE,
 };
 pub use metrics::{fleet_prometheus, stats_prometheus, PROMETHEUS_CONTENT_TYPE};
-pub use state::{holder_is_stuck, state_json};
+pub use state::{holder_is_stuck, keys_json, state_json};
 
 /// Raises the stop key of every holder of `key` that watches one
 /// (`mistri-locks stop --holder-of KEY`, the page's Stop). `Ok(Ok(message))`

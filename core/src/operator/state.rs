@@ -1,7 +1,7 @@
 //! The state document: one JSON rendering of [`Locks::list`] that the
 //! page, `mistri-locks serve`, the Rack and WSGI apps and scripts all read
-//! (`GET /api/state`). Its fields are a superset of `mistri-locks list
-//! --json`'s, so a script can switch between the two.
+//! (`GET /api/state`) and `mistri-locks list --json` prints; [`keys_json`]
+//! is its form for named keys (`mistri-locks status KEY… --json`).
 //!
 //! ```text
 //! { "now_ms": 1764660000123, "prefix": "report:",
@@ -27,7 +27,7 @@
 //! such a row so it stands out without reading numbers.
 
 use super::json;
-use crate::contract::info::{unix_millis, HolderInfo, Listing, WaitingInfo};
+use crate::contract::info::{unix_millis, HolderInfo, LeaseInfo, Listing, WaitingInfo};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
@@ -84,21 +84,67 @@ pub(crate) fn stop_key(h: &HolderInfo) -> Option<&str> {
 /// # Ok::<(), mistri_locks::Error>(())
 /// ```
 pub fn state_json(listing: &Listing, prefix: &str, now: SystemTime) -> String {
+    let leases = listing.leases.iter().map(|l| (l.key.as_str(), Some(l)));
+    document(Some(prefix), leases, listing, now)
+}
+
+/// The state document for named keys (`mistri-locks status KEY… --json`):
+/// [`state_json`]'s fields without `prefix`, one entry of `leases` per key
+/// of `keys` in their order, a free key as `{"key":…,"held":false,
+/// "waiting":…,"oldest_wait_s":…}`. `listing` gives the flags and the
+/// waiting lines to show (its `leases` are not read; `waiting` sorted).
+///
+/// # Examples
+/// ```
+/// use mistri_locks::{operator, Listing, Locks};
+///
+/// let locks = Locks::memory();
+/// let keys = vec![("report:42".to_string(), locks.info("report:42")?)];
+/// let doc = operator::keys_json(&keys, &Listing::default(), std::time::SystemTime::now());
+/// assert!(doc.contains(r#"{"key":"report:42","held":false,"waiting":0"#));
+/// # Ok::<(), mistri_locks::Error>(())
+/// ```
+pub fn keys_json(
+    keys: &[(String, Option<LeaseInfo>)],
+    listing: &Listing,
+    now: SystemTime,
+) -> String {
+    let leases = keys.iter().map(|(k, l)| (k.as_str(), l.as_ref()));
+    document(None, leases, listing, now)
+}
+
+/// The document: `now_ms`, `prefix` (when given), `leases` (a `None`
+/// lease is a free key), then `listing`'s `flags` and `waiting`.
+fn document<'a>(
+    prefix: Option<&str>,
+    leases: impl ExactSizeIterator<Item = (&'a str, Option<&'a LeaseInfo>)>,
+    listing: &Listing,
+    now: SystemTime,
+) -> String {
     // ~400 bytes a lease: one allocation for the usual page.
-    let mut out = String::with_capacity(64 + listing.leases.len() * 400 + listing.flags.len() * 64);
-    let _ = write!(out, "{{\"now_ms\":{},\"prefix\":", unix_millis(now));
-    json::string(&mut out, prefix);
+    let mut out = String::with_capacity(64 + leases.len() * 400 + listing.flags.len() * 64);
+    let _ = write!(out, "{{\"now_ms\":{}", unix_millis(now));
+    if let Some(prefix) = prefix {
+        out.push_str(",\"prefix\":");
+        json::string(&mut out, prefix);
+    }
     out.push_str(",\"leases\":[");
-    for (i, lease) in listing.leases.iter().enumerate() {
+    for (i, (key, lease)) in leases.enumerate() {
         if i > 0 {
             out.push(',');
         }
         out.push_str("{\"key\":");
-        json::string(&mut out, &lease.key);
+        json::string(&mut out, key);
+        let Some(lease) = lease else {
+            out.push_str(",\"held\":false");
+            waiting(&mut out, listing.waiting_for(key));
+            out.push('}');
+            continue;
+        };
         out.push_str(",\"held\":true,\"time_left_s\":");
         json::seconds(&mut out, lease.time_left.map(|d| d.as_secs_f64()));
         let _ = write!(out, ",\"limit\":{}", lease.limit);
-        waiting(&mut out, listing.waiting_for(&lease.key));
+        waiting(&mut out, listing.waiting_for(key));
         match &lease.holder {
             Some(h) => {
                 out.push(',');
