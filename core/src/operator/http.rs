@@ -189,6 +189,9 @@ pub fn handle(
     if let Err(refusal) = check_host(opts, req) {
         return refusal;
     }
+    if let Some(action) = Action::route(req.path) {
+        return action_request(locks, opts, req, action);
+    }
     let read = matches!(req.method, "GET" | "HEAD");
     match req.path {
         "" | "/" | "/index.html" if read => page(opts, req),
@@ -214,34 +217,6 @@ pub fn handle(
             }
             OperatorResponse::new(200, PROMETHEUS_CONTENT_TYPE, text)
         }
-        "/api/stop" | "/api/clear" | "/api/break" => {
-            if req.method != "POST" {
-                let mut r = OperatorResponse::reply(405, false, "actions are POST only");
-                r.headers.push(("Allow".into(), "POST".into()));
-                return r;
-            }
-            if let Err(why) = may_act(opts, req) {
-                return OperatorResponse::reply(403, false, why);
-            }
-            let key = match std::str::from_utf8(req.body)
-                .map_err(|_| "the body is not UTF-8".to_string())
-                .and_then(|b| json::field(b, "key"))
-            {
-                Ok(Some(k)) if !k.is_empty() => k,
-                Ok(_) => {
-                    return OperatorResponse::reply(
-                        400,
-                        false,
-                        "the body needs {\"key\": \"…\"} with a non-empty key",
-                    )
-                }
-                Err(e) => return OperatorResponse::reply(400, false, &e),
-            };
-            if !key.starts_with(&opts.prefix) {
-                return OperatorResponse::reply(403, false, "the key is outside the served prefix");
-            }
-            act(locks, &req.path[5..], &key, &opts.prefix)
-        }
         "" | "/" | "/index.html" | "/api/state" | "/metrics" => {
             let mut r = OperatorResponse::reply(405, false, "use GET");
             r.headers.push(("Allow".into(), "GET, HEAD".into()));
@@ -251,13 +226,73 @@ pub fn handle(
     }
 }
 
-fn act(locks: &Locks, action: &str, key: &str, prefix: &str) -> OperatorResponse {
+/// What an action route asks: `POST /api/stop`, `/api/clear`,
+/// `/api/break`. Parsed from the whole path, so no other path is an action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    /// Raise the stop key of every holder of the key.
+    Stop,
+    /// Lower the flag.
+    Clear,
+    /// Break the lease.
+    Break,
+}
+
+impl Action {
+    /// The action `path` routes to, if it is an action route.
+    fn route(path: &str) -> Option<Action> {
+        match path {
+            "/api/stop" => Some(Action::Stop),
+            "/api/clear" => Some(Action::Clear),
+            "/api/break" => Some(Action::Break),
+            _ => None,
+        }
+    }
+}
+
+/// An action route's request: POST only, allowed ([`may_act`]), a body
+/// `{"key": …}` naming a key under the served prefix.
+fn action_request(
+    locks: &Locks,
+    opts: &OperatorOptions,
+    req: &OperatorRequest<'_>,
+    action: Action,
+) -> OperatorResponse {
+    if req.method != "POST" {
+        let mut r = OperatorResponse::reply(405, false, "actions are POST only");
+        r.headers.push(("Allow".into(), "POST".into()));
+        return r;
+    }
+    if let Err(why) = may_act(opts, req) {
+        return OperatorResponse::reply(403, false, why);
+    }
+    let key = match std::str::from_utf8(req.body)
+        .map_err(|_| "the body is not UTF-8".to_string())
+        .and_then(|b| json::field(b, "key"))
+    {
+        Ok(Some(k)) if !k.is_empty() => k,
+        Ok(_) => {
+            return OperatorResponse::reply(
+                400,
+                false,
+                "the body needs {\"key\": \"…\"} with a non-empty key",
+            )
+        }
+        Err(e) => return OperatorResponse::reply(400, false, &e),
+    };
+    if !key.starts_with(&opts.prefix) {
+        return OperatorResponse::reply(403, false, "the key is outside the served prefix");
+    }
+    act(locks, action, &key, &opts.prefix)
+}
+
+fn act(locks: &Locks, action: Action, key: &str, prefix: &str) -> OperatorResponse {
     let result = match action {
-        "stop" => stop_holders(locks, key, prefix),
-        "clear" => locks
+        Action::Stop => stop_holders(locks, key, prefix),
+        Action::Clear => locks
             .clear_flag(key)
             .map(|()| Ok(format!("lowered flag {key}"))),
-        _ => locks.break_lease(key).map(|broke| {
+        Action::Break => locks.break_lease(key).map(|broke| {
             if broke {
                 Ok(format!("broke the lease on {key}"))
             } else {
@@ -495,6 +530,23 @@ fn page(opts: &OperatorOptions, req: &OperatorRequest<'_>) -> OperatorResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_three_action_routes_are_actions() {
+        assert_eq!(Action::route("/api/stop"), Some(Action::Stop));
+        assert_eq!(Action::route("/api/clear"), Some(Action::Clear));
+        assert_eq!(Action::route("/api/break"), Some(Action::Break));
+        for path in [
+            "/api/brea",
+            "/api/breakx",
+            "/api/Break",
+            "/api/",
+            "/api/state",
+            "/x/break",
+        ] {
+            assert_eq!(Action::route(path), None, "{path}");
+        }
+    }
 
     #[test]
     fn query_and_cookies() {
