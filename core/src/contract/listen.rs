@@ -1,4 +1,10 @@
-//! The one listener lifecycle of a network backend ([`super::push`]):
+//! The listener side of push ([`super::push`] is the process side, the
+//! registry it follows): a listener's own view of its subscriptions
+//! ([`Subscriptions`]: what is live, what waits out its
+//! [`LINGER`]), its read slices ([`HOT_SLICE`],
+//! [`COLD_SLICE`]), its thread ([`spawn`]) — used by every listener,
+//! Local's doorbells and a Cluster's shards too — and the one listener
+//! lifecycle of a network backend:
 //! connect, subscribe the process's whole set of interests, then follow
 //! the registry's changes, read messages in short slices, check a silent
 //! connection, and on any failure drop the connection and start again —
@@ -29,12 +35,31 @@
 //!
 //! Errors are never reported: push is an accelerator and the tick poll is
 //! the floor. Threads: only the listener's own (started by
-//! [`super::push::spawn`], deaf to host signals).
+//! [`spawn`], deaf to host signals).
 
-use super::push::{Interest, Plan, Registry, Subscriptions, HOT_FOR, LISTENER_IDLE};
+use super::push::{Interest, Registry, LINGER};
 use crate::error::Result;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// How long an idle listener (no watcher registered) lingers, and the
+/// longest it waits between liveness checks of its channel.
+pub(crate) const LISTENER_IDLE: Duration = Duration::from_secs(1);
+
+/// How often a listener that cannot be woken (a redis-rs socket read) looks
+/// for new interests while they keep coming (within [`HOT_FOR`] of the
+/// last change: a stop raised right after a hold starts still arrives in
+/// a few ms), and when they don't (the first new key after a quiet spell
+/// waits up to [`COLD_SLICE`] for its subscription). Neither decides when a
+/// flag is seen: a new hold reads its flag itself and again once its
+/// subscription is live, and the tick poll is the floor. Local's listener
+/// is woken at once instead (an eventfd).
+pub(crate) const HOT_SLICE: Duration = Duration::from_millis(2);
+/// See [`HOT_SLICE`].
+pub(crate) const COLD_SLICE: Duration = Duration::from_millis(500);
+/// See [`HOT_SLICE`].
+pub(crate) const HOT_FOR: Duration = Duration::from_secs(1);
 
 /// How often a silent listener checks its connection (a per-process cost
 /// while idle, so not every second: a broken connection fails a read at
@@ -253,5 +278,155 @@ impl<S: PushSource> Listener<S> {
                 return Ok(Listened::Lost);
             }
         }
+    }
+}
+
+/// A listener's own view of its subscriptions: what is live on its
+/// channel, and what waits out its [`LINGER`] before it is dropped.
+#[derive(Default)]
+pub(crate) struct Subscriptions {
+    pub(crate) live: FxHashSet<Interest>,
+    leaving: FxHashMap<Interest, Instant>,
+}
+
+/// What a listener must do to follow the registry.
+#[derive(Default, Debug)]
+pub(crate) struct Plan {
+    pub(crate) subscribe: Vec<Interest>,
+    pub(crate) unsubscribe: Vec<Interest>,
+}
+
+impl Plan {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.subscribe.is_empty() && self.unsubscribe.is_empty()
+    }
+}
+
+impl Subscriptions {
+    /// Forgets everything (the channel was lost).
+    pub(crate) fn clear(&mut self) {
+        self.live.clear();
+        self.leaving.clear();
+    }
+
+    /// Folds the registry's pending changes in and says what to send now:
+    /// new interests to subscribe, and interests unwanted for [`LINGER`]
+    /// to drop. The caller sends them, then calls [`Subscriptions::done`].
+    pub(crate) fn plan(&mut self, registry: &Registry, now: Instant) -> Plan {
+        let mut plan = Plan::default();
+        for (interest, wanted) in registry.take_changes() {
+            if wanted {
+                self.leaving.remove(&interest);
+                if !self.live.contains(&interest) {
+                    plan.subscribe.push(interest);
+                }
+            } else if self.live.contains(&interest) {
+                self.leaving.entry(interest).or_insert(now + LINGER);
+            }
+        }
+        if !self.leaving.is_empty() {
+            let due: Vec<Interest> = self
+                .leaving
+                .iter()
+                .filter(|(_, at)| now >= **at)
+                .map(|(i, _)| i.clone())
+                .collect();
+            for interest in due {
+                self.leaving.remove(&interest);
+                // Wanted again meanwhile is caught by take_changes above;
+                // check once more in case the change is still to come.
+                if !registry.is_wanted(&interest) {
+                    plan.unsubscribe.push(interest);
+                }
+            }
+        }
+        plan.subscribe.sort();
+        plan.unsubscribe.sort();
+        plan
+    }
+
+    /// `plan` was carried out.
+    pub(crate) fn done(&mut self, plan: &Plan) {
+        for i in &plan.unsubscribe {
+            self.live.remove(i);
+        }
+        for i in &plan.subscribe {
+            self.live.insert(i.clone());
+        }
+    }
+
+    /// When the next lingering subscription is due to go.
+    pub(crate) fn next_leave(&self) -> Option<Instant> {
+        self.leaving.values().min().copied()
+    }
+
+    /// How long a listener may sleep now: [`HOT_SLICE`] until `hot_until`,
+    /// else [`COLD_SLICE`], and no later than the next lingering
+    /// subscription is due to go.
+    pub(crate) fn slice(&self, now: Instant, hot_until: Instant) -> Duration {
+        let slice = if now < hot_until {
+            HOT_SLICE
+        } else {
+            COLD_SLICE
+        };
+        match self.next_leave() {
+            Some(at) => slice.min(
+                at.saturating_duration_since(now)
+                    .max(Duration::from_millis(1)),
+            ),
+            None => slice,
+        }
+    }
+}
+
+/// Starts a named listener thread, deaf to host signals; false if the OS
+/// refuses.
+pub(crate) fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> bool {
+    crate::runtime::thread::spawn(name, body).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::push::{FlagWatch, FlagWatcher};
+    use std::sync::Arc;
+
+    struct Nobody;
+    impl FlagWatcher for Nobody {
+        fn raised(&self, _: &str) {}
+        fn poll_now(&self) {}
+    }
+
+    fn registry_with(watcher: &Arc<dyn FlagWatcher>) -> (Arc<Registry>, FlagWatch) {
+        let registry = Arc::new(Registry::default());
+        let watch = registry
+            .watch(Arc::downgrade(watcher), |_| true)
+            .expect("started");
+        (registry, watch)
+    }
+
+    #[test]
+    fn a_subscription_lingers_before_it_goes() {
+        let w: Arc<dyn FlagWatcher> = Arc::new(Nobody);
+        let (registry, watch) = registry_with(&w);
+        let mut subs = Subscriptions::default();
+        let t0 = Instant::now();
+        watch.watch_flag("a");
+        let plan = subs.plan(&registry, t0);
+        assert_eq!(plan.subscribe, vec![Interest::Flag("a".into())]);
+        subs.done(&plan);
+        watch.unwatch_flag("a");
+        let plan = subs.plan(&registry, t0);
+        assert!(plan.is_empty(), "lingers: {plan:?}");
+        // Back within the linger: nothing to send, still live.
+        watch.watch_flag("a");
+        assert!(subs.plan(&registry, t0 + LINGER / 2).is_empty());
+        watch.unwatch_flag("a");
+        let _ = subs.plan(&registry, t0 + LINGER / 2);
+        assert!(subs.plan(&registry, t0 + LINGER).is_empty());
+        let plan = subs.plan(&registry, t0 + LINGER * 2);
+        assert_eq!(plan.unsubscribe, vec![Interest::Flag("a".into())]);
+        subs.done(&plan);
+        assert!(subs.live.is_empty());
     }
 }

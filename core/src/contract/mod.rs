@@ -1,7 +1,8 @@
 //! What a backend is: the [`adapter::Adapter`] trait and the values it
 //! trades in (leases, renewals, beats), the descriptions `info` and `list`
 //! return, the fence rule, the push registry a backend's listener feeds
-//! and the one listener lifecycle that feeds it,
+//! (`push`) and the listener side that feeds it (`listen`: its
+//! subscriptions, its thread, the one lifecycle),
 //! and the constants of the waiting queue every backend keeps.
 
 pub(crate) mod adapter;

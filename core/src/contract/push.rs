@@ -70,6 +70,11 @@
 //! use) and opens its own on its first watch. The parent's channel is
 //! never read or written there.
 //!
+//! This module is the process side (who watches and waits on what: the
+//! [`Registry`], [`FlagWatch`], [`FlagWatcher`], [`Interest`]);
+//! [`super::listen`] is the listener side (its own view of what is live
+//! and what lingers, its read slices, its thread, the lifecycle).
+//!
 //! Lock order: the listener's registry lock is a leaf: never held while a
 //! watcher runs, a wake-up is called or a thread starts. Callers may hold
 //! their own locks (the engine's state, the lines) while calling
@@ -79,25 +84,7 @@ use crate::runtime::fork::ForkLocal;
 use parking_lot::Mutex;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
-
-/// How long an idle listener (no watcher registered) lingers, and the
-/// longest it waits between liveness checks of its channel.
-pub(crate) const LISTENER_IDLE: Duration = Duration::from_secs(1);
-
-/// How often a listener that cannot be woken (a redis-rs socket read) looks
-/// for new interests while they keep coming (within [`HOT_FOR`] of the
-/// last change: a stop raised right after a hold starts still arrives in
-/// a few ms), and when they don't (the first new key after a quiet spell
-/// waits up to [`COLD_SLICE`] for its subscription). Neither decides when a
-/// flag is seen: a new hold reads its flag itself and again once its
-/// subscription is live, and the tick poll is the floor. Local's listener
-/// is woken at once instead (an eventfd).
-pub(crate) const HOT_SLICE: Duration = Duration::from_millis(2);
-/// See [`HOT_SLICE`].
-pub(crate) const COLD_SLICE: Duration = Duration::from_millis(500);
-/// See [`HOT_SLICE`].
-pub(crate) const HOT_FOR: Duration = Duration::from_secs(1);
+use std::time::Duration;
 
 /// How long a subscription stays after its last interest went away: a
 /// hold or a line that comes back within this finds it still live.
@@ -404,7 +391,7 @@ impl Registry {
 
     /// Is `interest` confirmed live on the listener's channel? Until it
     /// is, an announcement of it may be lost: a new interest waits for the
-    /// listener's next wake-up (up to [`COLD_SLICE`] on Redis, whose socket
+    /// listener's next wake-up (up to [`COLD_SLICE`](super::listen::COLD_SLICE) on Redis, whose socket
     /// read cannot be woken), so a waiting line whose subscription is not
     /// confirmed does not rely on being told (`crate::waiting`).
     pub(crate) fn is_confirmed(&self, interest: &Interest) -> bool {
@@ -584,113 +571,9 @@ fn count(wanted: &mut HashMap<Interest, u32>, interest: Interest, add: bool) -> 
     }
 }
 
-/// A listener's own view of its subscriptions: what is live on its
-/// channel, and what waits out its [`LINGER`] before it is dropped.
-#[derive(Default)]
-pub(crate) struct Subscriptions {
-    pub(crate) live: HashSet<Interest>,
-    leaving: HashMap<Interest, Instant>,
-}
-
-/// What a listener must do to follow the registry.
-#[derive(Default, Debug)]
-pub(crate) struct Plan {
-    pub(crate) subscribe: Vec<Interest>,
-    pub(crate) unsubscribe: Vec<Interest>,
-}
-
-impl Plan {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.subscribe.is_empty() && self.unsubscribe.is_empty()
-    }
-}
-
-impl Subscriptions {
-    /// Forgets everything (the channel was lost).
-    pub(crate) fn clear(&mut self) {
-        self.live.clear();
-        self.leaving.clear();
-    }
-
-    /// Folds the registry's pending changes in and says what to send now:
-    /// new interests to subscribe, and interests unwanted for [`LINGER`]
-    /// to drop. The caller sends them, then calls [`Subscriptions::done`].
-    pub(crate) fn plan(&mut self, registry: &Registry, now: Instant) -> Plan {
-        let mut plan = Plan::default();
-        for (interest, wanted) in registry.take_changes() {
-            if wanted {
-                self.leaving.remove(&interest);
-                if !self.live.contains(&interest) {
-                    plan.subscribe.push(interest);
-                }
-            } else if self.live.contains(&interest) {
-                self.leaving.entry(interest).or_insert(now + LINGER);
-            }
-        }
-        if !self.leaving.is_empty() {
-            let due: Vec<Interest> = self
-                .leaving
-                .iter()
-                .filter(|(_, at)| now >= **at)
-                .map(|(i, _)| i.clone())
-                .collect();
-            for interest in due {
-                self.leaving.remove(&interest);
-                // Wanted again meanwhile is caught by take_changes above;
-                // check once more in case the change is still to come.
-                if !registry.is_wanted(&interest) {
-                    plan.unsubscribe.push(interest);
-                }
-            }
-        }
-        plan.subscribe.sort();
-        plan.unsubscribe.sort();
-        plan
-    }
-
-    /// `plan` was carried out.
-    pub(crate) fn done(&mut self, plan: &Plan) {
-        for i in &plan.unsubscribe {
-            self.live.remove(i);
-        }
-        for i in &plan.subscribe {
-            self.live.insert(i.clone());
-        }
-    }
-
-    /// When the next lingering subscription is due to go.
-    pub(crate) fn next_leave(&self) -> Option<Instant> {
-        self.leaving.values().min().copied()
-    }
-
-    /// How long a listener may sleep now: [`HOT_SLICE`] until `hot_until`,
-    /// else [`COLD_SLICE`], and no later than the next lingering
-    /// subscription is due to go.
-    pub(crate) fn slice(&self, now: Instant, hot_until: Instant) -> Duration {
-        let slice = if now < hot_until {
-            HOT_SLICE
-        } else {
-            COLD_SLICE
-        };
-        match self.next_leave() {
-            Some(at) => slice.min(
-                at.saturating_duration_since(now)
-                    .max(Duration::from_millis(1)),
-            ),
-            None => slice,
-        }
-    }
-}
-
 /// A registry per process generation (see the module header on fork).
 pub(crate) fn fork_local_registry() -> ForkLocal<Arc<Registry>> {
     ForkLocal::new(Arc::default(), |_| Arc::default())
-}
-
-/// Starts a named listener thread, deaf to host signals; false if the OS
-/// refuses.
-pub(crate) fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> bool {
-    crate::runtime::thread::spawn(name, body).is_ok()
 }
 
 #[cfg(test)]
@@ -761,30 +644,5 @@ mod tests {
             Vec::new(),
             "a dropped watch gives up all"
         );
-    }
-
-    #[test]
-    fn a_subscription_lingers_before_it_goes() {
-        let w: Arc<dyn FlagWatcher> = Arc::new(Nobody);
-        let (registry, watch) = registry_with(&w);
-        let mut subs = Subscriptions::default();
-        let t0 = Instant::now();
-        watch.watch_flag("a");
-        let plan = subs.plan(&registry, t0);
-        assert_eq!(plan.subscribe, vec![Interest::Flag("a".into())]);
-        subs.done(&plan);
-        watch.unwatch_flag("a");
-        let plan = subs.plan(&registry, t0);
-        assert!(plan.is_empty(), "lingers: {plan:?}");
-        // Back within the linger: nothing to send, still live.
-        watch.watch_flag("a");
-        assert!(subs.plan(&registry, t0 + LINGER / 2).is_empty());
-        watch.unwatch_flag("a");
-        let _ = subs.plan(&registry, t0 + LINGER / 2);
-        assert!(subs.plan(&registry, t0 + LINGER).is_empty());
-        let plan = subs.plan(&registry, t0 + LINGER * 2);
-        assert_eq!(plan.unsubscribe, vec![Interest::Flag("a".into())]);
-        subs.done(&plan);
-        assert!(subs.live.is_empty());
     }
 }

@@ -38,7 +38,7 @@
 //!   after a reconnect, the head tries once (an announcement may have been
 //!   missed). Until the listener has confirmed the line's subscription (a
 //!   new one waits for the listener's next wake-up: up to
-//!   [`crate::contract::push::COLD_SLICE`] on Redis, whose socket read
+//!   [`crate::contract::listen::COLD_SLICE`] on Redis, whose socket read
 //!   can't be woken), a refused head does not count on being told: it
 //!   tries again after [`QUICK_RETRY`], doubling to 40 ms, for at most a
 //!   second;
@@ -144,7 +144,7 @@ const UNHEARD_RETRY_MAX: Duration = Duration::from_millis(40);
 
 /// How long a head keeps trying every [`UNHEARD_RETRY_MAX`] at most while
 /// its line's subscription is not confirmed: beyond the listener's
-/// slowest wake-up ([`crate::contract::push::COLD_SLICE`]) plus a round
+/// slowest wake-up ([`crate::contract::listen::COLD_SLICE`]) plus a round
 /// trip the listener is evidently cut off (it rings every line once it
 /// is back), and the head's own timers serve.
 const UNHEARD_FOR: Duration = Duration::from_secs(1);
@@ -475,7 +475,7 @@ impl<T> Waiting<T> {
     /// While the listener has not confirmed this line's subscription, a
     /// release announced to the line is not heard (a new line's
     /// subscription waits for the listener's next wake-up: up to
-    /// [`crate::contract::push::COLD_SLICE`] on Redis): the head then
+    /// [`crate::contract::listen::COLD_SLICE`] on Redis): the head then
     /// tries again soon, [`QUICK_RETRY`] doubling to [`UNHEARD_RETRY_MAX`],
     /// for at most [`UNHEARD_FOR`]; the listener rings it once the
     /// subscription is live. `None` when announcements are heard (or

@@ -1,5 +1,6 @@
 use super::bells::{bells_folder, create_bell, Bell};
-use crate::contract::push::{Interest, Plan, Registry, Subscriptions, LISTENER_IDLE};
+use crate::contract::listen::{Plan, Subscriptions, LISTENER_IDLE};
+use crate::contract::push::{Interest, Registry};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;

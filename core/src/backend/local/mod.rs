@@ -66,7 +66,7 @@
 //!
 //! The listener (`mistri-flags` thread, one per process and adapter): one
 //! inotify descriptor and one eventfd in a `poll`. It follows the
-//! registry's interests (`push::Subscriptions`): one watch per
+//! registry's interests (`listen::Subscriptions`): one watch per
 //! bucket file that some live interest maps to, added (file created
 //! first) when the first interest of the bucket arrives and removed
 //! (`inotify_rm_watch`) when the last one has been unwanted for

@@ -110,7 +110,7 @@ impl Adapter for Local {
     fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
         let db = self.path.clone();
         self.push.get().watch(watcher, move |registry| {
-            crate::contract::push::spawn("mistri-flags", move || {
+            crate::contract::listen::spawn("mistri-flags", move || {
                 super::doorbell::run(&db, &registry)
             })
         })

@@ -300,7 +300,7 @@ impl Adapter for Postgres {
         };
         let listener = Listener::new(self.cfg.clone(), target, &self.namespace, self.timeout);
         self.push.get().watch(watcher, move |registry| {
-            crate::contract::push::spawn("mistri-flags", move || listener.run(&registry))
+            crate::contract::listen::spawn("mistri-flags", move || listener.run(&registry))
         })
     }
 

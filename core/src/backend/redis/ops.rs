@@ -251,7 +251,7 @@ impl Adapter for Redis {
         };
         let listener = Listener::new(at, &self.namespace, self.timeout, self.dropped.clone());
         self.push.get().watch(watcher, move |registry| {
-            crate::contract::push::spawn("mistri-flags", move || listener.run(&registry))
+            crate::contract::listen::spawn("mistri-flags", move || listener.run(&registry))
         })
     }
 

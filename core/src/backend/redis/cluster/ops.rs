@@ -264,7 +264,7 @@ impl Adapter for RedisCluster {
             timeout: self.timeout,
         };
         self.push.get().watch(watcher, move |registry| {
-            crate::contract::push::spawn("mistri-flags", move || listener.run(&registry))
+            crate::contract::listen::spawn("mistri-flags", move || listener.run(&registry))
         })
     }
 

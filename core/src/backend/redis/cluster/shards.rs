@@ -50,10 +50,10 @@
 use super::map::{slot_map_from, slot_of, SlotMap};
 use crate::backend::redis::listener::channel_of;
 use crate::backend::redis::url::UrlParts;
-use crate::contract::listen::{deliver, PING_EVERY};
-use crate::contract::push::{
-    Interest, Registry, Subscriptions, COLD_SLICE, HOT_FOR, HOT_SLICE, LISTENER_IDLE,
+use crate::contract::listen::{
+    deliver, Subscriptions, COLD_SLICE, HOT_FOR, HOT_SLICE, LISTENER_IDLE, PING_EVERY,
 };
+use crate::contract::push::{Interest, Registry};
 use ::redis::{Client, Connection, ProtocolVersion, PushInfo, PushKind, Value};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -326,7 +326,7 @@ impl ShardListener {
         let mailbox = Arc::new(Mutex::new(Mailbox::default()));
         let mine = mailbox.clone();
         let addr = addr.to_owned();
-        let started = crate::contract::push::spawn("mistri-shard", move || {
+        let started = crate::contract::listen::spawn("mistri-shard", move || {
             let mut channels = HashMap::new();
             let end = self.read(&addr, &mine, &registry, &bell, &mut channels);
             // This node's subscriptions are gone with its reader (not
