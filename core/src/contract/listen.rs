@@ -388,22 +388,9 @@ pub(crate) fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::push::{FlagWatch, FlagWatcher};
+    use crate::contract::push::tests::{registry_with, Nobody};
+    use crate::contract::push::FlagWatcher;
     use std::sync::Arc;
-
-    struct Nobody;
-    impl FlagWatcher for Nobody {
-        fn raised(&self, _: &str) {}
-        fn poll_now(&self) {}
-    }
-
-    fn registry_with(watcher: &Arc<dyn FlagWatcher>) -> (Arc<Registry>, FlagWatch) {
-        let registry = Arc::new(Registry::default());
-        let watch = registry
-            .watch(Arc::downgrade(watcher), |_| true)
-            .expect("started");
-        (registry, watch)
-    }
 
     #[test]
     fn a_subscription_lingers_before_it_goes() {

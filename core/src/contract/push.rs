@@ -577,16 +577,18 @@ pub(crate) fn fork_local_registry() -> ForkLocal<Arc<Registry>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    struct Nobody;
+    /// A watcher that does nothing.
+    pub(crate) struct Nobody;
     impl FlagWatcher for Nobody {
         fn raised(&self, _: &str) {}
         fn poll_now(&self) {}
     }
 
-    fn registry_with(watcher: &Arc<dyn FlagWatcher>) -> (Arc<Registry>, FlagWatch) {
+    /// A registry with `watcher` registered (no listener thread).
+    pub(crate) fn registry_with(watcher: &Arc<dyn FlagWatcher>) -> (Arc<Registry>, FlagWatch) {
         let registry = Arc::new(Registry::default());
         let watch = registry
             .watch(Arc::downgrade(watcher), |_| true)
