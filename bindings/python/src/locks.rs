@@ -548,13 +548,14 @@ pub(crate) fn open(
     label: Option<String>,
     schema: Option<String>,
 ) -> PyResult<Py<PyAny>> {
-    let family = mistri_locks::family_of(&url).py_err(py)?;
     let options = open_options(&namespace, label, schema);
-    let locks = py.detach(|| Locks::open_with(&url, &options)).py_err(py)?;
+    let (family, locks) = py.detach(|| Locks::open_as(&url, &options)).py_err(py)?;
     let base = PyClassInitializer::from(PyLocks::new(locks));
-    Ok(match family {
-        Family::Memory => Py::new(py, base.add_subclass(Memory))?.into_any(),
-        Family::Local => {
+    // A family's class by its name; a family this face does not know yet
+    // opens as the generic `Locks` (every operation works on it).
+    Ok(match family.name() {
+        "memory" => Py::new(py, base.add_subclass(Memory))?.into_any(),
+        "local" => {
             let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
             let path = if rest.is_empty() {
                 mistri_locks::local_default_path()
@@ -563,7 +564,8 @@ pub(crate) fn open(
             };
             Py::new(py, base.add_subclass(Local { path }))?.into_any()
         }
-        Family::Redis => Py::new(py, base.add_subclass(Redis { namespace }))?.into_any(),
-        Family::Postgres => Py::new(py, base.add_subclass(Postgres { namespace }))?.into_any(),
+        "redis" => Py::new(py, base.add_subclass(Redis { namespace }))?.into_any(),
+        "postgres" => Py::new(py, base.add_subclass(Postgres { namespace }))?.into_any(),
+        _ => Py::new(py, base)?.into_any(),
     })
 }

@@ -13,6 +13,7 @@ pub(crate) mod redis;
 
 use crate::contract::adapter::Adapter;
 use crate::error::{Error, Result};
+use crate::options::OptionValue;
 use redis::cluster::RedisCluster;
 use redis::sentinel::Sentinel;
 use redis::url::{parse_host_list, take_own_params};
@@ -21,7 +22,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Which backend a URL names: one row of [`SCHEMES`] each.
+///
+/// Non-exhaustive: a new backend adds a variant, and a face maps a family
+/// to its class by [`Family::name`] through a table with a fallback, never
+/// by an exhaustive match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Family {
     /// `memory://`: one process.
     Memory,
@@ -31,16 +37,35 @@ pub enum Family {
     Redis,
     /// A PostgreSQL database.
     Postgres,
+    /// A throwaway family for the core's own tests (`probe://`, opened as a
+    /// Memory): it proves a new family needs no change in any face.
+    #[cfg(test)]
+    Probe,
 }
 
 impl Family {
-    /// The name a face's constructor for this family goes by.
+    /// The stable lowercase name of this family (`"memory"`, `"local"`,
+    /// `"redis"`, `"postgres"`): what a face looks its class up by.
     pub fn name(self) -> &'static str {
+        match self {
+            Family::Memory => "memory",
+            Family::Local => "local",
+            Family::Redis => "redis",
+            Family::Postgres => "postgres",
+            #[cfg(test)]
+            Family::Probe => "probe",
+        }
+    }
+
+    /// The name a face's constructor for this family goes by, for messages.
+    fn title(self) -> &'static str {
         match self {
             Family::Memory => "Memory",
             Family::Local => "Local",
             Family::Redis => "Redis",
             Family::Postgres => "Postgres",
+            #[cfg(test)]
+            Family::Probe => "Probe",
         }
     }
 }
@@ -109,6 +134,8 @@ const SCHEMES: &[(&str, Family, Via, &[&str])] = &[
         Via::Postgres,
         postgres::url::OPTIONS,
     ),
+    #[cfg(test)]
+    ("probe", Family::Probe, Via::Memory, NO_OPTIONS),
 ];
 
 /// The options of a scheme that takes none (`memory://`, `file://`).
@@ -209,9 +236,9 @@ pub fn check_family(url: &str, family: Family) -> Result<()> {
     };
     Err(Error::Config(format!(
         "the {} constructor takes {}; this is {shown}, a {} URL: use open(url), which opens every backend",
-        family.name(),
+        family.title(),
         schemes_of(family),
-        found.name()
+        found.title()
     )))
 }
 
@@ -223,7 +250,10 @@ fn describe_plain(found: Family) -> &'static str {
 }
 
 /// Typed options for [`open_with`]: no face writes them into the URL.
+/// Non-exhaustive: build it with [`OpenOptions::new`] and the setters, or
+/// by name with [`OpenOptions::set`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OpenOptions {
     /// Every key under this namespace (None: [`DEFAULT_NAMESPACE`]).
     /// Memory and Local have none: their file or process is the scope.
@@ -272,6 +302,46 @@ impl OpenOptions {
         self
     }
 
+    /// The names [`OpenOptions::set`] takes.
+    pub const NAMES: [&'static str; 4] = ["namespace", "label", "schema", "io_timeout"];
+
+    /// Sets the option `name` (one of [`OpenOptions::NAMES`]) from a face's
+    /// value: text for `namespace`, `label` and `schema`, seconds for
+    /// `io_timeout`; [`OptionValue::None`] leaves the default.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown name (with the nearest
+    /// known one) or a value of the wrong type.
+    pub fn set(&mut self, name: &str, value: OptionValue) -> Result<&mut Self> {
+        if !Self::NAMES.contains(&name) {
+            let hint = crate::options::nearest(name, &Self::NAMES)
+                .map(|n| format!("; did you mean {n:?}?"))
+                .unwrap_or_default();
+            return Err(Error::InvalidArgument(format!(
+                "unknown open option {name:?}{hint} (known: {})",
+                Self::NAMES.join(", ")
+            )));
+        }
+        if value == OptionValue::None {
+            return Ok(self);
+        }
+        if name == "io_timeout" {
+            self.io_timeout = Some(crate::args::duration_from_secs(name, value.seconds(name)?)?);
+            return Ok(self);
+        }
+        let OptionValue::Text(text) = value else {
+            return Err(Error::InvalidArgument(format!(
+                "{name} must be text, got {value}"
+            )));
+        };
+        match name {
+            "namespace" => self.namespace = Some(text),
+            "label" => self.label = Some(text),
+            _ => self.schema = Some(text),
+        }
+        Ok(self)
+    }
+
     fn namespace_or_default(&self) -> &str {
         self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)
     }
@@ -296,14 +366,35 @@ pub fn open(url: &str, namespace: &str) -> Result<Arc<dyn Adapter>> {
 /// Postgres; [`Error::InvalidArgument`] for a bad namespace, timeout or
 /// `min_replicas` / `replica_timeout`.
 pub fn open_with(url: &str, options: &OpenOptions) -> Result<Arc<dyn Adapter>> {
+    Ok(match dispatch(url, options)?.1 {
+        Adapted::Memory(memory) => Arc::new(memory),
+        Adapted::Shared(adapter) => adapter,
+    })
+}
+
+/// What [`dispatch`] opened: a Memory stays typed (a [`crate::Locks`]
+/// keeps its owner ids beside it), every other backend is shared.
+pub(crate) enum Adapted {
+    Memory(memory::Memory),
+    Shared(Arc<dyn Adapter>),
+}
+
+/// The one dispatcher: classifies `url` once (the scheme table), checks
+/// `options` once, and opens its backend, whichever family it is.
+pub(crate) fn dispatch(url: &str, options: &OpenOptions) -> Result<(Family, Adapted)> {
     let (family, via) = classify(url)?;
     check_options(url, family, options)?;
+    Ok((family, open_via(url, via, options)?))
+}
+
+fn open_via(url: &str, via: Via, options: &OpenOptions) -> Result<Adapted> {
     let namespace = options.namespace_or_default();
     let timeout = options.io_timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let shared = |adapter: Arc<dyn Adapter>| Ok(Adapted::Shared(adapter));
     match via {
-        Via::Memory => Ok(Arc::new(memory::Memory::new())),
-        Via::Local => Ok(Arc::new(local::Local::open(local_path(url).as_deref())?)),
-        Via::Postgres => Ok(Arc::new(postgres::Postgres::with_schema(
+        Via::Memory => Ok(Adapted::Memory(memory::Memory::new())),
+        Via::Local => shared(Arc::new(local::Local::open(local_path(url).as_deref())?)),
+        Via::Postgres => shared(Arc::new(postgres::Postgres::with_schema(
             url,
             namespace,
             options.io_timeout.unwrap_or(postgres::DEFAULT_TIMEOUT),
@@ -320,14 +411,14 @@ pub fn open_with(url: &str, options: &OpenOptions) -> Result<Arc<dyn Adapter>> {
             match via {
                 Via::Cluster => {
                     let parts = parse_host_list(&rest, base)?;
-                    Ok(Arc::new(RedisCluster::open(parts, namespace, ack)?))
+                    shared(Arc::new(RedisCluster::open(parts, namespace, ack)?))
                 }
                 Via::Sentinel => {
                     let parts = parse_host_list(&rest, base)?;
                     let sentinel = Sentinel::new(parts, &sentinel_params)?;
-                    Ok(Arc::new(Redis::open_sentinel(sentinel, namespace, ack)?))
+                    shared(Arc::new(Redis::open_sentinel(sentinel, namespace, ack)?))
                 }
-                _ => Ok(Arc::new(
+                _ => shared(Arc::new(
                     Redis::with_timeout(&rest, namespace, timeout)?
                         .replicated(ack)
                         .accepting_eviction(ack.accept_eviction),
@@ -348,7 +439,7 @@ pub(crate) fn check_options(url: &str, family: Family, options: &OpenOptions) ->
         };
         return Err(Error::Config(format!(
             "schema is a Postgres option; {shown} opens {}",
-            family.name()
+            family.title()
         )));
     }
     Ok(())
@@ -490,6 +581,68 @@ pub(crate) fn local_path(url: &str) -> Option<std::path::PathBuf> {
 mod tests {
     use super::*;
     use crate::error::Error;
+
+    /// A family added to the table opens through `open_as` with no other
+    /// change: `probe://` exists only in this test build.
+    #[test]
+    fn a_new_family_opens_through_the_one_path() {
+        let (family, locks) = crate::Locks::open_as("probe://", &OpenOptions::new()).unwrap();
+        assert_eq!(family, Family::Probe);
+        assert_eq!(family.name(), "probe");
+        assert!(locks.acquire("k", Duration::from_secs(5)).unwrap());
+        assert!(locks.held("k").unwrap());
+        // Its options are checked by the same table as every other row.
+        let err = crate::Locks::open_as("probe://?x=1", &OpenOptions::new()).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        let err = crate::Locks::open_as("probe://", &OpenOptions::new().schema("s")).unwrap_err();
+        assert!(err.to_string().contains("opens Probe"), "{err}");
+    }
+
+    #[test]
+    fn families_have_stable_lowercase_names() {
+        let names: Vec<_> = [
+            "memory://",
+            "/tmp/x",
+            "redis://h",
+            "postgres://h/d",
+            "host=h",
+        ]
+        .iter()
+        .map(|u| family_of(u).unwrap().name())
+        .collect();
+        assert_eq!(names, ["memory", "local", "redis", "postgres", "postgres"]);
+    }
+
+    #[test]
+    fn open_options_are_set_by_name() {
+        let mut options = OpenOptions::new();
+        options
+            .set("namespace", OptionValue::Text("ns".into()))
+            .unwrap()
+            .set("label", OptionValue::Text("me".into()))
+            .unwrap()
+            .set("io_timeout", OptionValue::Float(1.5))
+            .unwrap()
+            .set("schema", OptionValue::None)
+            .unwrap();
+        assert_eq!(
+            options,
+            OpenOptions::new()
+                .namespace("ns")
+                .label("me")
+                .io_timeout(Duration::from_millis(1500))
+        );
+        let err = options
+            .set("namespce", OptionValue::Text("x".into()))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean \"namespace\""),
+            "{err}"
+        );
+        let err = options.set("label", OptionValue::Int(3)).unwrap_err();
+        assert!(err.to_string().contains("label must be text"), "{err}");
+        assert!(options.set("io_timeout", OptionValue::Float(-1.0)).is_err());
+    }
 
     #[test]
     fn near_options_are_named() {
