@@ -524,6 +524,24 @@ impl Postgres {
     }
 }
 
+/// `postgres_url(**parts)`: the `postgres://` URL of a database's typed
+/// connection parts (`host`, `port`, `database`, `user`, `password`,
+/// `sslmode`, `application_name`; see the core's `ConnectionParts`), every
+/// part percent-encoded and an IPv6 host bracketed. None or `""` leaves a
+/// part unset. An unknown part or a bad port is a ValueError.
+#[pyfunction]
+#[pyo3(signature = (**parts))]
+pub(crate) fn postgres_url(py: Python<'_>, parts: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
+    let mut out = mistri_locks::ConnectionParts::new();
+    for (name, value) in parts.into_iter().flatten() {
+        let name: String = name.extract()?;
+        let value = crate::args::option_value(&name, &value)?;
+        out.set(&name, value.clone())
+            .map_err(|e| crate::args::option_error(py, &value, e))?;
+    }
+    Ok(out.postgres_url())
+}
+
 /// The core's options from a face's keyword arguments.
 fn open_options(namespace: &str, label: Option<String>, schema: Option<String>) -> OpenOptions {
     let mut options = OpenOptions::new().namespace(namespace);

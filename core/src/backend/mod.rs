@@ -347,6 +347,163 @@ impl OpenOptions {
     }
 }
 
+/// A database's typed connection parts (an ActiveRecord or Django config),
+/// made into the one URL the core opens by [`ConnectionParts::postgres_url`]:
+/// every part percent-encoded, an IPv6 host bracketed, a host starting with
+/// `/` a unix socket folder. The faces' config readers call it, so no face
+/// builds a URL by hand.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionParts {
+    /// A host name, an IPv4 or IPv6 address (bare or `[bracketed]`), or a
+    /// unix socket folder (starts with `/`); None: libpq's default socket.
+    pub host: Option<String>,
+    /// The port (None: 5432).
+    pub port: Option<u16>,
+    /// The database name.
+    pub database: Option<String>,
+    /// The user name.
+    pub user: Option<String>,
+    /// The password.
+    pub password: Option<String>,
+    /// libpq's `sslmode` (`disable`, `allow`, `prefer`, `require`).
+    pub tls_mode: Option<String>,
+    /// libpq's `application_name`.
+    pub application_name: Option<String>,
+}
+
+impl ConnectionParts {
+    /// The names [`ConnectionParts::set`] takes (`sslmode` is `tls_mode`'s
+    /// libpq spelling, `username` ActiveRecord's of `user`, `name`
+    /// Django's of `database`).
+    pub const NAMES: [&'static str; 10] = [
+        "host",
+        "port",
+        "database",
+        "name",
+        "user",
+        "username",
+        "password",
+        "tls_mode",
+        "sslmode",
+        "application_name",
+    ];
+
+    /// No parts: libpq's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the part `name` (one of [`ConnectionParts::NAMES`]) from a
+    /// face's value: text, or for `port` an integer or digits. Empty text
+    /// and [`OptionValue::None`] leave the part unset (Django writes `""`
+    /// for a part not given).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown name (with the nearest
+    /// known one), a port outside 1..=65535 or a value of the wrong type.
+    pub fn set(&mut self, name: &str, value: OptionValue) -> Result<&mut Self> {
+        if !Self::NAMES.contains(&name) {
+            let hint = crate::options::nearest(name, &Self::NAMES)
+                .map(|n| format!("; did you mean {n:?}?"))
+                .unwrap_or_default();
+            return Err(Error::InvalidArgument(format!(
+                "unknown connection part {name:?}{hint} (known: {})",
+                Self::NAMES.join(", ")
+            )));
+        }
+        let value = match value {
+            OptionValue::None => return Ok(self),
+            OptionValue::Text(t) if t.is_empty() => return Ok(self),
+            other => other,
+        };
+        if name == "port" {
+            let port = match &value {
+                OptionValue::Int(n) => u16::try_from(*n).ok(),
+                OptionValue::Text(t) => t.trim().parse::<u16>().ok(),
+                _ => None,
+            }
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("port must be a number in 1..=65535, got {value}"))
+            })?;
+            self.port = Some(port);
+            return Ok(self);
+        }
+        let text = match value {
+            OptionValue::Text(t) => t,
+            OptionValue::Int(n) => n.to_string(),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "{name} must be text, got {other}"
+                )))
+            }
+        };
+        let slot = match name {
+            "host" => &mut self.host,
+            "database" | "name" => &mut self.database,
+            "user" | "username" => &mut self.user,
+            "password" => &mut self.password,
+            "tls_mode" | "sslmode" => &mut self.tls_mode,
+            _ => &mut self.application_name,
+        };
+        *slot = Some(text);
+        Ok(self)
+    }
+
+    /// The `postgres://` URL of these parts.
+    pub fn postgres_url(&self) -> String {
+        let part = |p: &Option<String>| p.as_deref().map(percent_encode).unwrap_or_default();
+        let mut out = String::from("postgres://");
+        let (user, password) = (part(&self.user), part(&self.password));
+        if !password.is_empty() {
+            out.push_str(&format!("{user}:{password}@"));
+        } else if !user.is_empty() {
+            out.push_str(&format!("{user}@"));
+        }
+        let mut query: Vec<(&str, String)> = Vec::new();
+        match self.host.as_deref().unwrap_or("") {
+            "" => {}
+            dir if dir.starts_with('/') => query.push(("host", percent_encode(dir))),
+            bracketed if bracketed.starts_with('[') => out.push_str(bracketed),
+            // IPv6: the brackets keep its colons apart from the port's.
+            v6 if v6.contains(':') => out.push_str(&format!("[{v6}]")),
+            name => out.push_str(&percent_encode(name)),
+        }
+        if let Some(port) = self.port {
+            out.push_str(&format!(":{port}"));
+        }
+        out.push('/');
+        out.push_str(&part(&self.database));
+        for (key, value) in [
+            ("sslmode", &self.tls_mode),
+            ("application_name", &self.application_name),
+        ] {
+            if let Some(value) = value {
+                query.push((key, percent_encode(value)));
+            }
+        }
+        for (i, (key, value)) in query.iter().enumerate() {
+            out.push(if i == 0 { '?' } else { '&' });
+            out.push_str(&format!("{key}={value}"));
+        }
+        out
+    }
+}
+
+/// `s` with every byte outside RFC 3986's unreserved set percent-encoded.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The adapter for `url` with keys under `namespace`: [`open_with`] with
 /// only a namespace.
 ///
@@ -596,6 +753,72 @@ mod tests {
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
         let err = crate::Locks::open_as("probe://", &OpenOptions::new().schema("s")).unwrap_err();
         assert!(err.to_string().contains("opens Probe"), "{err}");
+    }
+
+    /// Parts → URL → the Postgres parser gives the parts back: an IPv6
+    /// host bracketed, a password with `@`, `:`, `/` and more intact.
+    #[test]
+    fn connection_parts_round_trip() {
+        use postgres::url::{parse, Target};
+        let mut parts = ConnectionParts::new();
+        for (name, value) in [
+            ("host", OptionValue::Text("::1".into())),
+            ("port", OptionValue::Text("6543".into())),
+            ("name", OptionValue::Text("app db/1".into())),
+            ("username", OptionValue::Text("me@corp".into())),
+            ("password", OptionValue::Text("p@ss:w/rd?#%&= +".into())),
+            ("sslmode", OptionValue::Text("require".into())),
+            ("application_name", OptionValue::Text("web & worker".into())),
+        ] {
+            parts.set(name, value).unwrap();
+        }
+        let url = parts.postgres_url();
+        assert!(url.contains("@[::1]:6543/"), "{url}");
+        let config = parse(&url).unwrap();
+        assert_eq!(
+            config.target,
+            Target::Tcp {
+                host: "::1".into(),
+                port: 6543
+            }
+        );
+        assert_eq!(config.user, "me@corp");
+        assert_eq!(config.password.as_deref(), Some("p@ss:w/rd?#%&= +"));
+        assert_eq!(config.dbname, "app db/1");
+        assert_eq!(config.ssl, postgres::url::SslMode::Require);
+        assert_eq!(config.application_name.as_deref(), Some("web & worker"));
+        // The URL opens as Postgres, its options allowed by the table.
+        assert_eq!(family_of(&url).unwrap(), Family::Postgres);
+        check_query(&url).unwrap();
+
+        let socket = ConnectionParts {
+            host: Some("/var/run/postgresql".into()),
+            database: Some("d".into()),
+            ..ConnectionParts::new()
+        };
+        let config = parse(&socket.postgres_url()).unwrap();
+        assert!(
+            matches!(config.target, Target::Unix { ref dir, port: 5432 } if dir.as_os_str() == "/var/run/postgresql")
+        );
+        assert_eq!(
+            ConnectionParts::new()
+                .set("host", OptionValue::Text("[::1]".into()))
+                .unwrap()
+                .set("port", OptionValue::Text(String::new()))
+                .unwrap()
+                .postgres_url(),
+            "postgres://[::1]/"
+        );
+        let mut bad = ConnectionParts::new();
+        assert!(bad.set("port", OptionValue::Int(70000)).is_err());
+        assert!(bad.set("port", OptionValue::Text("x".into())).is_err());
+        let err = bad
+            .set("pasword", OptionValue::Text("h".into()))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean \"password\""),
+            "{err}"
+        );
     }
 
     #[test]
