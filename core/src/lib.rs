@@ -72,7 +72,9 @@ pub use backend::postgres::Postgres;
 pub use backend::redis::cluster::RedisCluster;
 pub use backend::redis::url::ReplicaAck;
 pub use backend::redis::{Redis, DEFAULT_NAMESPACE, DEFAULT_URL, SETTINGS_CHECK_EVERY};
-pub use backend::{check_family, family_of, open, open_with, schemes_of, Family, OpenOptions};
+pub use backend::{
+    check_family, family_of, open, open_with, schemes_of, ConnectionParts, Family, OpenOptions,
+};
 pub use contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 pub use contract::info::{FlagInfo, HolderInfo, Identity, LeaseInfo, Listing, WaitingInfo};
 pub use contract::push::{FlagWatch, FlagWatcher};

@@ -524,6 +524,24 @@ impl Postgres {
     }
 }
 
+/// `postgres_url(**parts)`: the `postgres://` URL of a database's typed
+/// connection parts (`host`, `port`, `database`, `user`, `password`,
+/// `sslmode`, `application_name`; see the core's `ConnectionParts`), every
+/// part percent-encoded and an IPv6 host bracketed. None or `""` leaves a
+/// part unset. An unknown part or a bad port is a ValueError.
+#[pyfunction]
+#[pyo3(signature = (**parts))]
+pub(crate) fn postgres_url(py: Python<'_>, parts: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
+    let mut out = mistri_locks::ConnectionParts::new();
+    for (name, value) in parts.into_iter().flatten() {
+        let name: String = name.extract()?;
+        let value = crate::args::option_value(&name, &value)?;
+        out.set(&name, value.clone())
+            .map_err(|e| crate::args::option_error(py, &value, e))?;
+    }
+    Ok(out.postgres_url())
+}
+
 /// The core's options from a face's keyword arguments.
 fn open_options(namespace: &str, label: Option<String>, schema: Option<String>) -> OpenOptions {
     let mut options = OpenOptions::new().namespace(namespace);
@@ -548,13 +566,14 @@ pub(crate) fn open(
     label: Option<String>,
     schema: Option<String>,
 ) -> PyResult<Py<PyAny>> {
-    let family = mistri_locks::family_of(&url).py_err(py)?;
     let options = open_options(&namespace, label, schema);
-    let locks = py.detach(|| Locks::open_with(&url, &options)).py_err(py)?;
+    let (family, locks) = py.detach(|| Locks::open_as(&url, &options)).py_err(py)?;
     let base = PyClassInitializer::from(PyLocks::new(locks));
-    Ok(match family {
-        Family::Memory => Py::new(py, base.add_subclass(Memory))?.into_any(),
-        Family::Local => {
+    // A family's class by its name; a family this face does not know yet
+    // opens as the generic `Locks` (every operation works on it).
+    Ok(match family.name() {
+        "memory" => Py::new(py, base.add_subclass(Memory))?.into_any(),
+        "local" => {
             let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
             let path = if rest.is_empty() {
                 mistri_locks::local_default_path()
@@ -563,7 +582,8 @@ pub(crate) fn open(
             };
             Py::new(py, base.add_subclass(Local { path }))?.into_any()
         }
-        Family::Redis => Py::new(py, base.add_subclass(Redis { namespace }))?.into_any(),
-        Family::Postgres => Py::new(py, base.add_subclass(Postgres { namespace }))?.into_any(),
+        "redis" => Py::new(py, base.add_subclass(Redis { namespace }))?.into_any(),
+        "postgres" => Py::new(py, base.add_subclass(Postgres { namespace }))?.into_any(),
+        _ => Py::new(py, base)?.into_any(),
     })
 }

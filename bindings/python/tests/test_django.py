@@ -99,6 +99,45 @@ def test_other_settings_choose_other_backends(django_pg: throwaway_postgres.Serv
     assert settings.MISTRI_LOCKS == {"NAMESPACE": NAMESPACE}
 
 
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_the_database_url_comes_from_the_core(django_pg: throwaway_postgres.Server) -> None:
+    """An IPv6 HOST is bracketed (the old builder wrote ``@::1:5432``,
+    which no parser reads as host ::1), and a password with ``@``, ``:``,
+    ``/`` comes back whole; the same URL opens the real database."""
+    from urllib.parse import unquote, urlsplit
+
+    from django.test import override_settings
+
+    import mistri_locks.django as mld
+
+    password = "p@ss:w/rd?#% &="
+    v6 = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "app", "USER": "me",
+                      "PASSWORD": password, "HOST": "::1", "PORT": 5433,
+                      "OPTIONS": {"sslmode": "disable", "application_name": "web 1"}}}
+    try:
+        with override_settings(DATABASES=v6):
+            url = mld.backend_url()
+        assert url.startswith("postgres://me:") and "@[::1]:5433/app?" in url, url
+        parts = urlsplit(url)
+        assert (parts.hostname, parts.port, parts.username) == ("::1", 5433, "me")
+        assert unquote(parts.password or "") == password
+        assert "sslmode=disable" in url and "application_name=web%201" in url
+        # Built by the core: the native function is the one builder.
+        assert mistri_locks._native.postgres_url(host="::1", port="5433") == "postgres://[::1]:5433/"
+        with pytest.raises(ValueError, match="did you mean \"host\""):
+            mistri_locks._native.postgres_url(hostt="h")
+        real = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": throwaway_postgres.DB,
+                            "USER": "postgres", "PASSWORD": password, "HOST": "127.0.0.1",
+                            "PORT": str(django_pg.port)}}
+        with override_settings(DATABASES=real, MISTRI_LOCKS={"NAMESPACE": NAMESPACE}):
+            mld.reset()
+            handle = mld.locks()
+            assert isinstance(handle, mistri_locks.Postgres)
+            assert handle.acquire("url:1", 5) and handle.held("url:1") and handle.release("url:1")
+    finally:
+        mld.reset()
+
+
 def call(*args: str) -> str:
     from django.core.management import call_command
 

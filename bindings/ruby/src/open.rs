@@ -22,12 +22,27 @@ fn open(
     let mut options = OpenOptions::new().namespace(namespace.to_string()?);
     options.label = label.map(|l| l.to_string()).transpose()?;
     options.schema = schema.map(|s| s.to_string()).transpose()?;
-    let family = mistri_locks::family_of(&url).map_err(|e| error::to_ruby(ruby, e))?;
-    let locks =
-        nogvl(ruby, || Locks::open_with(&url, &options))?.map_err(|e| error::to_ruby(ruby, e))?;
+    let (family, locks) =
+        nogvl(ruby, || Locks::open_as(&url, &options))?.map_err(|e| error::to_ruby(ruby, e))?;
     let module: RModule = ruby.class_object().const_get("MistriLocks")?;
-    let class: RClass = module.const_get(family.name())?;
+    let class: RClass = module.const_get(class_of(family.name()))?;
     Ok(ruby.obj_wrap_as(RbLocks::new(locks), class))
+}
+
+/// Each family's class by the family's name. A family this face does not
+/// know yet opens as the generic `MistriLocks::Locks`.
+const CLASSES: &[(&str, &str)] = &[
+    ("memory", "Memory"),
+    ("local", "Local"),
+    ("redis", "Redis"),
+    ("postgres", "Postgres"),
+];
+
+fn class_of(family: &str) -> &'static str {
+    CLASSES
+        .iter()
+        .find(|(name, _)| *name == family)
+        .map_or("Locks", |(_, class)| class)
 }
 
 pub fn init(_ruby: &Ruby, module: RModule) -> Result<(), Error> {

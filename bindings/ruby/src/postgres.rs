@@ -11,7 +11,10 @@
 use crate::error;
 use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
-use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, RString, Ruby};
+use magnus::r_hash::ForEach;
+use magnus::{
+    method, prelude::*, typed_data::Obj, Error, RClass, RHash, RModule, RString, Ruby, Value,
+};
 use mistri_locks::{Family, Locks, OpenOptions};
 
 /// `MistriLocks::Postgres._open(url, namespace, schema)`: refuses another
@@ -33,6 +36,29 @@ fn open(
     Ok(ruby.obj_wrap_as(RbLocks::new(locks), class))
 }
 
+/// `MistriLocks::Postgres._url_of(parts)`: the core's `postgres://` URL of
+/// a Hash of typed connection parts (`host`, `port`, `database`, `user`,
+/// `password`, `sslmode`, `application_name`): every part percent-encoded,
+/// an IPv6 host bracketed. nil or "" leaves a part unset; an unknown part
+/// or a bad port is an ArgumentError.
+fn url_of(ruby: &Ruby, _class: RClass, parts: RHash) -> Result<String, Error> {
+    let mut out = mistri_locks::ConnectionParts::new();
+    let mut failed = None;
+    parts.foreach(|name: Value, value: Value| {
+        let name = crate::args::key(ruby, "a connection part's name", name)?;
+        let value = crate::args::option_value(ruby, &name, value)?;
+        if let Err(e) = out.set(&name, value) {
+            failed = Some(e);
+            return Ok(ForEach::Stop);
+        }
+        Ok(ForEach::Continue)
+    })?;
+    match failed {
+        Some(e) => Err(error::to_ruby(ruby, e)),
+        None => Ok(out.postgres_url()),
+    }
+}
+
 /// `MistriLocks::Postgres._schema_sql(schema)`: the core's DDL.
 fn schema_sql(ruby: &Ruby, _class: RClass, schema: RString) -> Result<String, Error> {
     mistri_locks::Postgres::schema_sql(&schema.to_string()?).map_err(|e| error::to_ruby(ruby, e))
@@ -43,5 +69,6 @@ pub fn init(_ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Postgres", base)?;
     class.define_singleton_method("_open", method!(open, 3))?;
     class.define_singleton_method("_schema_sql", method!(schema_sql, 1))?;
+    class.define_singleton_method("_url_of", method!(url_of, 1))?;
     Ok(())
 }

@@ -18,6 +18,7 @@
 
 require_relative "test_helper"
 require "minitest/mock"
+require "uri"
 begin
   require "active_record"
   require "active_support/cache"
@@ -169,6 +170,28 @@ class ActiveRecordTest < Minitest::Test
                  pg.url_from_config(host: "/var/run/postgresql", database: "app", username: "app")
     assert_equal "postgres://[::1]:5432/app", pg.url_from_config(host: "::1", port: 5432, database: "app")
     assert_equal "postgres:///app", pg.url_from_config(database: "app"), "no host: libpq's default socket"
+  end
+
+  # The core builds the URL (Django's builder calls the same function): an
+  # IPv6 host bracketed, a password with @ : / ? # % comes back whole, a
+  # bad port refused; the URL of a real config opens the real database.
+  def test_the_core_builds_the_url_from_the_parts
+    pg = MistriLocks::Postgres
+    password = "p@ss:w/rd?#% &="
+    url = pg.url_from_config(host: "::1", port: 5433, database: "app", username: "me", password: password)
+    parsed = URI.parse(url)
+    assert_equal ["[::1]", 5433, "me"], [parsed.host, parsed.port, parsed.user]
+    assert_equal password, URI.decode_www_form_component(parsed.password)
+    assert_equal "postgres://[fe80::1]/", pg.url_from_config(host: "[fe80::1]", port: "")
+    assert_raises(ArgumentError) { pg.url_from_config(host: "h", port: "x") }
+    assert_raises(ArgumentError) { pg.url_from_config(host: "h", port: 70_000) }
+    real = URI.parse(TestPostgres.url)
+    config = { adapter: "postgresql", host: real.host, port: real.port, database: real.path.delete_prefix("/"),
+               username: real.user || "postgres", password: password }
+    locks = pg.from_active_record(config, namespace: "url:#{Process.pid}")
+    assert locks.acquire("url:1", ttl: 5)
+    assert locks.held?("url:1")
+    assert locks.release("url:1")
   end
 
   def test_schema_given_twice_is_an_argument_error_and_bad_urls_config_errors

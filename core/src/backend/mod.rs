@@ -13,6 +13,7 @@ pub(crate) mod redis;
 
 use crate::contract::adapter::Adapter;
 use crate::error::{Error, Result};
+use crate::options::OptionValue;
 use redis::cluster::RedisCluster;
 use redis::sentinel::Sentinel;
 use redis::url::{parse_host_list, take_own_params};
@@ -21,7 +22,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Which backend a URL names: one row of [`SCHEMES`] each.
+///
+/// Non-exhaustive: a new backend adds a variant, and a face maps a family
+/// to its class by [`Family::name`] through a table with a fallback, never
+/// by an exhaustive match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Family {
     /// `memory://`: one process.
     Memory,
@@ -31,16 +37,35 @@ pub enum Family {
     Redis,
     /// A PostgreSQL database.
     Postgres,
+    /// A throwaway family for the core's own tests (`probe://`, opened as a
+    /// Memory): it proves a new family needs no change in any face.
+    #[cfg(test)]
+    Probe,
 }
 
 impl Family {
-    /// The name a face's constructor for this family goes by.
+    /// The stable lowercase name of this family (`"memory"`, `"local"`,
+    /// `"redis"`, `"postgres"`): what a face looks its class up by.
     pub fn name(self) -> &'static str {
+        match self {
+            Family::Memory => "memory",
+            Family::Local => "local",
+            Family::Redis => "redis",
+            Family::Postgres => "postgres",
+            #[cfg(test)]
+            Family::Probe => "probe",
+        }
+    }
+
+    /// The name a face's constructor for this family goes by, for messages.
+    fn title(self) -> &'static str {
         match self {
             Family::Memory => "Memory",
             Family::Local => "Local",
             Family::Redis => "Redis",
             Family::Postgres => "Postgres",
+            #[cfg(test)]
+            Family::Probe => "Probe",
         }
     }
 }
@@ -109,6 +134,8 @@ const SCHEMES: &[(&str, Family, Via, &[&str])] = &[
         Via::Postgres,
         postgres::url::OPTIONS,
     ),
+    #[cfg(test)]
+    ("probe", Family::Probe, Via::Memory, NO_OPTIONS),
 ];
 
 /// The options of a scheme that takes none (`memory://`, `file://`).
@@ -209,9 +236,9 @@ pub fn check_family(url: &str, family: Family) -> Result<()> {
     };
     Err(Error::Config(format!(
         "the {} constructor takes {}; this is {shown}, a {} URL: use open(url), which opens every backend",
-        family.name(),
+        family.title(),
         schemes_of(family),
-        found.name()
+        found.title()
     )))
 }
 
@@ -223,7 +250,10 @@ fn describe_plain(found: Family) -> &'static str {
 }
 
 /// Typed options for [`open_with`]: no face writes them into the URL.
+/// Non-exhaustive: build it with [`OpenOptions::new`] and the setters, or
+/// by name with [`OpenOptions::set`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OpenOptions {
     /// Every key under this namespace (None: [`DEFAULT_NAMESPACE`]).
     /// Memory and Local have none: their file or process is the scope.
@@ -272,9 +302,206 @@ impl OpenOptions {
         self
     }
 
+    /// The names [`OpenOptions::set`] takes.
+    pub const NAMES: [&'static str; 4] = ["namespace", "label", "schema", "io_timeout"];
+
+    /// Sets the option `name` (one of [`OpenOptions::NAMES`]) from a face's
+    /// value: text for `namespace`, `label` and `schema`, seconds for
+    /// `io_timeout`; [`OptionValue::None`] leaves the default.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown name (with the nearest
+    /// known one) or a value of the wrong type.
+    pub fn set(&mut self, name: &str, value: OptionValue) -> Result<&mut Self> {
+        if !Self::NAMES.contains(&name) {
+            let hint = crate::options::nearest(name, &Self::NAMES)
+                .map(|n| format!("; did you mean {n:?}?"))
+                .unwrap_or_default();
+            return Err(Error::InvalidArgument(format!(
+                "unknown open option {name:?}{hint} (known: {})",
+                Self::NAMES.join(", ")
+            )));
+        }
+        if value == OptionValue::None {
+            return Ok(self);
+        }
+        if name == "io_timeout" {
+            self.io_timeout = Some(crate::args::duration_from_secs(name, value.seconds(name)?)?);
+            return Ok(self);
+        }
+        let OptionValue::Text(text) = value else {
+            return Err(Error::InvalidArgument(format!(
+                "{name} must be text, got {value}"
+            )));
+        };
+        match name {
+            "namespace" => self.namespace = Some(text),
+            "label" => self.label = Some(text),
+            _ => self.schema = Some(text),
+        }
+        Ok(self)
+    }
+
     fn namespace_or_default(&self) -> &str {
         self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)
     }
+}
+
+/// A database's typed connection parts (an ActiveRecord or Django config),
+/// made into the one URL the core opens by [`ConnectionParts::postgres_url`]:
+/// every part percent-encoded, an IPv6 host bracketed, a host starting with
+/// `/` a unix socket folder. The faces' config readers call it, so no face
+/// builds a URL by hand.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionParts {
+    /// A host name, an IPv4 or IPv6 address (bare or `[bracketed]`), or a
+    /// unix socket folder (starts with `/`); None: libpq's default socket.
+    pub host: Option<String>,
+    /// The port (None: 5432).
+    pub port: Option<u16>,
+    /// The database name.
+    pub database: Option<String>,
+    /// The user name.
+    pub user: Option<String>,
+    /// The password.
+    pub password: Option<String>,
+    /// libpq's `sslmode` (`disable`, `allow`, `prefer`, `require`).
+    pub tls_mode: Option<String>,
+    /// libpq's `application_name`.
+    pub application_name: Option<String>,
+}
+
+impl ConnectionParts {
+    /// The names [`ConnectionParts::set`] takes (`sslmode` is `tls_mode`'s
+    /// libpq spelling, `username` ActiveRecord's of `user`, `name`
+    /// Django's of `database`).
+    pub const NAMES: [&'static str; 10] = [
+        "host",
+        "port",
+        "database",
+        "name",
+        "user",
+        "username",
+        "password",
+        "tls_mode",
+        "sslmode",
+        "application_name",
+    ];
+
+    /// No parts: libpq's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the part `name` (one of [`ConnectionParts::NAMES`]) from a
+    /// face's value: text, or for `port` an integer or digits. Empty text
+    /// and [`OptionValue::None`] leave the part unset (Django writes `""`
+    /// for a part not given).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown name (with the nearest
+    /// known one), a port outside 1..=65535 or a value of the wrong type.
+    pub fn set(&mut self, name: &str, value: OptionValue) -> Result<&mut Self> {
+        if !Self::NAMES.contains(&name) {
+            let hint = crate::options::nearest(name, &Self::NAMES)
+                .map(|n| format!("; did you mean {n:?}?"))
+                .unwrap_or_default();
+            return Err(Error::InvalidArgument(format!(
+                "unknown connection part {name:?}{hint} (known: {})",
+                Self::NAMES.join(", ")
+            )));
+        }
+        let value = match value {
+            OptionValue::None => return Ok(self),
+            OptionValue::Text(t) if t.is_empty() => return Ok(self),
+            other => other,
+        };
+        if name == "port" {
+            let port = match &value {
+                OptionValue::Int(n) => u16::try_from(*n).ok(),
+                OptionValue::Text(t) => t.trim().parse::<u16>().ok(),
+                _ => None,
+            }
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("port must be a number in 1..=65535, got {value}"))
+            })?;
+            self.port = Some(port);
+            return Ok(self);
+        }
+        let text = match value {
+            OptionValue::Text(t) => t,
+            OptionValue::Int(n) => n.to_string(),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "{name} must be text, got {other}"
+                )))
+            }
+        };
+        let slot = match name {
+            "host" => &mut self.host,
+            "database" | "name" => &mut self.database,
+            "user" | "username" => &mut self.user,
+            "password" => &mut self.password,
+            "tls_mode" | "sslmode" => &mut self.tls_mode,
+            _ => &mut self.application_name,
+        };
+        *slot = Some(text);
+        Ok(self)
+    }
+
+    /// The `postgres://` URL of these parts.
+    pub fn postgres_url(&self) -> String {
+        let part = |p: &Option<String>| p.as_deref().map(percent_encode).unwrap_or_default();
+        let mut out = String::from("postgres://");
+        let (user, password) = (part(&self.user), part(&self.password));
+        if !password.is_empty() {
+            out.push_str(&format!("{user}:{password}@"));
+        } else if !user.is_empty() {
+            out.push_str(&format!("{user}@"));
+        }
+        let mut query: Vec<(&str, String)> = Vec::new();
+        match self.host.as_deref().unwrap_or("") {
+            "" => {}
+            dir if dir.starts_with('/') => query.push(("host", percent_encode(dir))),
+            bracketed if bracketed.starts_with('[') => out.push_str(bracketed),
+            // IPv6: the brackets keep its colons apart from the port's.
+            v6 if v6.contains(':') => out.push_str(&format!("[{v6}]")),
+            name => out.push_str(&percent_encode(name)),
+        }
+        if let Some(port) = self.port {
+            out.push_str(&format!(":{port}"));
+        }
+        out.push('/');
+        out.push_str(&part(&self.database));
+        for (key, value) in [
+            ("sslmode", &self.tls_mode),
+            ("application_name", &self.application_name),
+        ] {
+            if let Some(value) = value {
+                query.push((key, percent_encode(value)));
+            }
+        }
+        for (i, (key, value)) in query.iter().enumerate() {
+            out.push(if i == 0 { '?' } else { '&' });
+            out.push_str(&format!("{key}={value}"));
+        }
+        out
+    }
+}
+
+/// `s` with every byte outside RFC 3986's unreserved set percent-encoded.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The adapter for `url` with keys under `namespace`: [`open_with`] with
@@ -296,14 +523,35 @@ pub fn open(url: &str, namespace: &str) -> Result<Arc<dyn Adapter>> {
 /// Postgres; [`Error::InvalidArgument`] for a bad namespace, timeout or
 /// `min_replicas` / `replica_timeout`.
 pub fn open_with(url: &str, options: &OpenOptions) -> Result<Arc<dyn Adapter>> {
+    Ok(match dispatch(url, options)?.1 {
+        Adapted::Memory(memory) => Arc::new(memory),
+        Adapted::Shared(adapter) => adapter,
+    })
+}
+
+/// What [`dispatch`] opened: a Memory stays typed (a [`crate::Locks`]
+/// keeps its owner ids beside it), every other backend is shared.
+pub(crate) enum Adapted {
+    Memory(memory::Memory),
+    Shared(Arc<dyn Adapter>),
+}
+
+/// The one dispatcher: classifies `url` once (the scheme table), checks
+/// `options` once, and opens its backend, whichever family it is.
+pub(crate) fn dispatch(url: &str, options: &OpenOptions) -> Result<(Family, Adapted)> {
     let (family, via) = classify(url)?;
     check_options(url, family, options)?;
+    Ok((family, open_via(url, via, options)?))
+}
+
+fn open_via(url: &str, via: Via, options: &OpenOptions) -> Result<Adapted> {
     let namespace = options.namespace_or_default();
     let timeout = options.io_timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let shared = |adapter: Arc<dyn Adapter>| Ok(Adapted::Shared(adapter));
     match via {
-        Via::Memory => Ok(Arc::new(memory::Memory::new())),
-        Via::Local => Ok(Arc::new(local::Local::open(local_path(url).as_deref())?)),
-        Via::Postgres => Ok(Arc::new(postgres::Postgres::with_schema(
+        Via::Memory => Ok(Adapted::Memory(memory::Memory::new())),
+        Via::Local => shared(Arc::new(local::Local::open(local_path(url).as_deref())?)),
+        Via::Postgres => shared(Arc::new(postgres::Postgres::with_schema(
             url,
             namespace,
             options.io_timeout.unwrap_or(postgres::DEFAULT_TIMEOUT),
@@ -320,14 +568,14 @@ pub fn open_with(url: &str, options: &OpenOptions) -> Result<Arc<dyn Adapter>> {
             match via {
                 Via::Cluster => {
                     let parts = parse_host_list(&rest, base)?;
-                    Ok(Arc::new(RedisCluster::open(parts, namespace, ack)?))
+                    shared(Arc::new(RedisCluster::open(parts, namespace, ack)?))
                 }
                 Via::Sentinel => {
                     let parts = parse_host_list(&rest, base)?;
                     let sentinel = Sentinel::new(parts, &sentinel_params)?;
-                    Ok(Arc::new(Redis::open_sentinel(sentinel, namespace, ack)?))
+                    shared(Arc::new(Redis::open_sentinel(sentinel, namespace, ack)?))
                 }
-                _ => Ok(Arc::new(
+                _ => shared(Arc::new(
                     Redis::with_timeout(&rest, namespace, timeout)?
                         .replicated(ack)
                         .accepting_eviction(ack.accept_eviction),
@@ -348,7 +596,7 @@ pub(crate) fn check_options(url: &str, family: Family, options: &OpenOptions) ->
         };
         return Err(Error::Config(format!(
             "schema is a Postgres option; {shown} opens {}",
-            family.name()
+            family.title()
         )));
     }
     Ok(())
@@ -490,6 +738,134 @@ pub(crate) fn local_path(url: &str) -> Option<std::path::PathBuf> {
 mod tests {
     use super::*;
     use crate::error::Error;
+
+    /// A family added to the table opens through `open_as` with no other
+    /// change: `probe://` exists only in this test build.
+    #[test]
+    fn a_new_family_opens_through_the_one_path() {
+        let (family, locks) = crate::Locks::open_as("probe://", &OpenOptions::new()).unwrap();
+        assert_eq!(family, Family::Probe);
+        assert_eq!(family.name(), "probe");
+        assert!(locks.acquire("k", Duration::from_secs(5)).unwrap());
+        assert!(locks.held("k").unwrap());
+        // Its options are checked by the same table as every other row.
+        let err = crate::Locks::open_as("probe://?x=1", &OpenOptions::new()).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        let err = crate::Locks::open_as("probe://", &OpenOptions::new().schema("s")).unwrap_err();
+        assert!(err.to_string().contains("opens Probe"), "{err}");
+    }
+
+    /// Parts → URL → the Postgres parser gives the parts back: an IPv6
+    /// host bracketed, a password with `@`, `:`, `/` and more intact.
+    #[test]
+    fn connection_parts_round_trip() {
+        use postgres::url::{parse, Target};
+        let mut parts = ConnectionParts::new();
+        for (name, value) in [
+            ("host", OptionValue::Text("::1".into())),
+            ("port", OptionValue::Text("6543".into())),
+            ("name", OptionValue::Text("app db/1".into())),
+            ("username", OptionValue::Text("me@corp".into())),
+            ("password", OptionValue::Text("p@ss:w/rd?#%&= +".into())),
+            ("sslmode", OptionValue::Text("require".into())),
+            ("application_name", OptionValue::Text("web & worker".into())),
+        ] {
+            parts.set(name, value).unwrap();
+        }
+        let url = parts.postgres_url();
+        assert!(url.contains("@[::1]:6543/"), "{url}");
+        let config = parse(&url).unwrap();
+        assert_eq!(
+            config.target,
+            Target::Tcp {
+                host: "::1".into(),
+                port: 6543
+            }
+        );
+        assert_eq!(config.user, "me@corp");
+        assert_eq!(config.password.as_deref(), Some("p@ss:w/rd?#%&= +"));
+        assert_eq!(config.dbname, "app db/1");
+        assert_eq!(config.ssl, postgres::url::SslMode::Require);
+        assert_eq!(config.application_name.as_deref(), Some("web & worker"));
+        // The URL opens as Postgres, its options allowed by the table.
+        assert_eq!(family_of(&url).unwrap(), Family::Postgres);
+        check_query(&url).unwrap();
+
+        let socket = ConnectionParts {
+            host: Some("/var/run/postgresql".into()),
+            database: Some("d".into()),
+            ..ConnectionParts::new()
+        };
+        let config = parse(&socket.postgres_url()).unwrap();
+        assert!(
+            matches!(config.target, Target::Unix { ref dir, port: 5432 } if dir.as_os_str() == "/var/run/postgresql")
+        );
+        assert_eq!(
+            ConnectionParts::new()
+                .set("host", OptionValue::Text("[::1]".into()))
+                .unwrap()
+                .set("port", OptionValue::Text(String::new()))
+                .unwrap()
+                .postgres_url(),
+            "postgres://[::1]/"
+        );
+        let mut bad = ConnectionParts::new();
+        assert!(bad.set("port", OptionValue::Int(70000)).is_err());
+        assert!(bad.set("port", OptionValue::Text("x".into())).is_err());
+        let err = bad
+            .set("pasword", OptionValue::Text("h".into()))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean \"password\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn families_have_stable_lowercase_names() {
+        let names: Vec<_> = [
+            "memory://",
+            "/tmp/x",
+            "redis://h",
+            "postgres://h/d",
+            "host=h",
+        ]
+        .iter()
+        .map(|u| family_of(u).unwrap().name())
+        .collect();
+        assert_eq!(names, ["memory", "local", "redis", "postgres", "postgres"]);
+    }
+
+    #[test]
+    fn open_options_are_set_by_name() {
+        let mut options = OpenOptions::new();
+        options
+            .set("namespace", OptionValue::Text("ns".into()))
+            .unwrap()
+            .set("label", OptionValue::Text("me".into()))
+            .unwrap()
+            .set("io_timeout", OptionValue::Float(1.5))
+            .unwrap()
+            .set("schema", OptionValue::None)
+            .unwrap();
+        assert_eq!(
+            options,
+            OpenOptions::new()
+                .namespace("ns")
+                .label("me")
+                .io_timeout(Duration::from_millis(1500))
+        );
+        let err = options
+            .set("namespce", OptionValue::Text("x".into()))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean \"namespace\""),
+            "{err}"
+        );
+        let err = options.set("label", OptionValue::Int(3)).unwrap_err();
+        assert!(err.to_string().contains("label must be text"), "{err}");
+        assert!(options.set("io_timeout", OptionValue::Float(-1.0)).is_err());
+    }
 
     #[test]
     fn near_options_are_named() {

@@ -181,27 +181,38 @@ impl Locks {
     }
 
     /// [`Locks::open`] with typed options (namespace, label, Postgres
-    /// schema, I/O timeout).
+    /// schema, I/O timeout): [`Locks::open_as`] without the family.
+    ///
+    /// # Errors
+    /// As [`Locks::open_as`].
+    pub fn open_with(url: &str, options: &crate::backend::OpenOptions) -> Result<Self> {
+        Self::open_as(url, options).map(|(_, locks)| locks)
+    }
+
+    /// The backend `url` names and its [`crate::Family`], the URL
+    /// classified once (the one scheme table), the options checked once and
+    /// opened through the one dispatcher ([`crate::backend::open_with`]),
+    /// every family alike. A face maps the family to its class by
+    /// [`crate::Family::name`].
     ///
     /// # Errors
     /// As [`crate::backend::open_with`], and [`crate::Error::InvalidArgument`]
     /// for an empty label.
-    pub fn open_with(url: &str, options: &crate::backend::OpenOptions) -> Result<Self> {
+    pub fn open_as(
+        url: &str,
+        options: &crate::backend::OpenOptions,
+    ) -> Result<(crate::backend::Family, Self)> {
         if let Some(label) = &options.label {
             crate::args::check_label("label", label)?;
         }
-        let family = crate::backend::family_of(url)?;
-        crate::backend::check_options(url, family, options)?;
-        // Memory is wrapped typed (its owner ids live beside it).
-        let locks = if family == crate::backend::Family::Memory {
-            Self::memory()
-        } else if family == crate::backend::Family::Local {
-            Self::local(crate::backend::local_path(url).as_deref())?
-        } else {
-            Self::from_arc(crate::backend::open_with(url, options)?)
+        let (family, adapted) = crate::backend::dispatch(url, options)?;
+        let locks = match adapted {
+            // Memory is wrapped typed (its owner ids live beside it).
+            crate::backend::Adapted::Memory(memory) => Self::new(memory),
+            crate::backend::Adapted::Shared(adapter) => Self::from_arc(adapter),
         };
         locks.set_label(options.label.as_deref())?;
-        Ok(locks)
+        Ok((family, locks))
     }
 
     /// A Redis backend for `url`: one server (`redis://`, `rediss://`,

@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "uri"
-
 module MistriLocks
   # Leases and flags in a PostgreSQL database, shared by every process and
   # language that speaks the mistri_locks protocol: rows judged by the
@@ -74,33 +72,18 @@ module MistriLocks
       # (host, port, database, username, password, sslmode,
       # application_name; a host starting with "/" is a unix socket folder,
       # no host at all libpq's default socket folder, as ActiveRecord's pg
-      # adapter does).
+      # adapter does). The core builds it: every part percent-encoded, an
+      # IPv6 host bracketed.
       def url_from_config(config)
         config = config.transform_keys(&:to_sym)
-        user = config[:username] || config[:user]
-        password = config[:password]
-        auth = if user.to_s.empty? && password.to_s.empty? then ""
-               else "#{escape(user.to_s)}#{":#{escape(password.to_s)}" unless password.to_s.empty?}@"
-               end
-        host = config[:host].to_s
-        query = {}
-        if host.start_with?("/")
-          query[:host] = host
-          host = ""
-        elsif host.include?(":") && !host.start_with?("[")
-          host = "[#{host}]" # IPv6
-        end
-        port = config[:port] ? ":#{Integer(config[:port])}" : ""
-        query[:sslmode] = config[:sslmode] if config[:sslmode]
-        query[:application_name] = config[:application_name] if config[:application_name]
-        database = escape(config[:database].to_s)
-        url = "postgres://#{auth}#{host}#{port}/#{database}"
-        query.empty? ? url : "#{url}?#{URI.encode_www_form(query)}"
+        _url_of({
+                  host: config[:host], port: config[:port], database: config[:database],
+                  user: config[:username] || config[:user], password: config[:password],
+                  sslmode: config[:sslmode], application_name: config[:application_name]
+                })
       end
 
       private
-
-      def escape(part) = URI.encode_www_form_component(part).gsub("+", "%20")
 
       def default_record
         raise ArgumentError, "MistriLocks::Postgres.from_active_record: ActiveRecord is not loaded (pass a source)" unless defined?(::ActiveRecord::Base)
@@ -108,7 +91,7 @@ module MistriLocks
         ::ActiveRecord::Base
       end
     end
-    private_class_method :_open, :_schema_sql
+    private_class_method :_open, :_schema_sql, :_url_of
   end
 
   # Reads the database configuration of an ActiveRecord source (a model

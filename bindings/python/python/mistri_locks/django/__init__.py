@@ -34,11 +34,11 @@ import os
 import tempfile
 import threading
 from typing import Any, Callable, Optional, TypeVar
-from urllib.parse import quote, urlencode
 
 from .._leased import leased as _leased
 from .._native import Locks
 from .._native import open as _open
+from .._native import postgres_url as _postgres_url_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,24 +47,19 @@ _handle: Optional[tuple[int, Locks]] = None
 
 
 def _postgres_url(db: dict[str, Any]) -> str:
-    """A libpq URL for a Django ``DATABASES`` entry (PostgreSQL)."""
-    user = quote(str(db.get("USER") or ""), safe="")
-    password = quote(str(db.get("PASSWORD") or ""), safe="")
-    host = str(db.get("HOST") or "")
-    port = str(db.get("PORT") or "")
-    name = quote(str(db.get("NAME") or ""), safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    query: dict[str, str] = {}
-    if host.startswith("/"):
-        query["host"] = host  # a unix socket directory
-        host = ""
-    netloc = host + (f":{port}" if port else "")
-    for option in ("sslmode", "application_name"):
-        value = (db.get("OPTIONS") or {}).get(option)
-        if value:
-            query[option] = str(value)
-    url = f"postgres://{auth}{netloc}/{name}"
-    return url + (f"?{urlencode(query)}" if query else "")
+    """A libpq URL for a Django ``DATABASES`` entry (PostgreSQL): the core
+    builds it from the typed parts (an IPv6 host bracketed, every part
+    percent-encoded, a ``/`` host a unix socket folder)."""
+    options = db.get("OPTIONS") or {}
+    return _postgres_url_of(
+        host=db.get("HOST"),
+        port=db.get("PORT"),
+        database=db.get("NAME"),
+        user=db.get("USER"),
+        password=db.get("PASSWORD"),
+        sslmode=options.get("sslmode"),
+        application_name=options.get("application_name"),
+    )
 
 
 def backend_url() -> str:
