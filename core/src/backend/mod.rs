@@ -739,22 +739,6 @@ mod tests {
     use super::*;
     use crate::error::Error;
 
-    /// A family added to the table opens through `open_as` with no other
-    /// change: `probe://` exists only in this test build.
-    #[test]
-    fn a_new_family_opens_through_the_one_path() {
-        let (family, locks) = crate::Locks::open_as("probe://", &OpenOptions::new()).unwrap();
-        assert_eq!(family, Family::Probe);
-        assert_eq!(family.name(), "probe");
-        assert!(locks.acquire("k", Duration::from_secs(5)).unwrap());
-        assert!(locks.held("k").unwrap());
-        // Its options are checked by the same table as every other row.
-        let err = crate::Locks::open_as("probe://?x=1", &OpenOptions::new()).unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
-        let err = crate::Locks::open_as("probe://", &OpenOptions::new().schema("s")).unwrap_err();
-        assert!(err.to_string().contains("opens Probe"), "{err}");
-    }
-
     /// Parts → URL → the Postgres parser gives the parts back: an IPv6
     /// host bracketed, a password with `@`, `:`, `/` and more intact.
     #[test]

@@ -121,3 +121,25 @@ fn memory_plain_leases_carry_the_current_label() {
     a.set_label(Some("later")).unwrap();
     assert_eq!(label_of(&a, "k"), default_label());
 }
+
+/// A family added to the table opens through `open_as` with no other
+/// change: `probe://` exists only in this test build.
+#[test]
+fn a_new_family_opens_through_the_one_path() {
+    let (family, locks) =
+        crate::Locks::open_as("probe://", &crate::backend::OpenOptions::new()).unwrap();
+    assert_eq!(family, crate::backend::Family::Probe);
+    assert_eq!(family.name(), "probe");
+    assert!(locks.acquire("k", Duration::from_secs(5)).unwrap());
+    assert!(locks.held("k").unwrap());
+    // Its options are checked by the same table as every other row.
+    let err =
+        crate::Locks::open_as("probe://?x=1", &crate::backend::OpenOptions::new()).unwrap_err();
+    assert!(
+        matches!(err, crate::error::Error::InvalidArgument(_)),
+        "{err}"
+    );
+    let err = crate::Locks::open_as("probe://", &crate::backend::OpenOptions::new().schema("s"))
+        .unwrap_err();
+    assert!(err.to_string().contains("opens Probe"), "{err}");
+}
