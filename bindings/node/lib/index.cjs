@@ -1,0 +1,3 @@
+'use strict';
+const native = require('./native.cjs');
+module.exports = { version: native.version() };

@@ -1,0 +1,3 @@
+import cjs from './index.cjs';
+export const { version } = cjs;
+export default cjs;
