@@ -202,6 +202,21 @@ test('flags, list, stopJob, stats, Prometheus text', async () => {
   assert.deepEqual(await b.stopHolders('listed'), { outcome: 'not_held', flags: [] });
 });
 
+test('limit: up to N holders at once, each with its own fence', async () => {
+  const [a, b] = await pair();
+  const c = b.newOwner();
+  const one = await a.hold('pool', { ttl: 5, limit: 2, ifAvailable: true });
+  const two = await b.hold('pool', { ttl: 5, limit: 2, ifAvailable: true });
+  assert.ok(one && two);
+  assert.notEqual(one.fence, two.fence);
+  assert.equal(await c.hold('pool', { ttl: 5, limit: 2, ifAvailable: true }), null);
+  assert.equal((await c.info('pool')).holders.length, 2);
+  await one.release();
+  const three = await c.hold('pool', { ttl: 5, limit: 2, ifAvailable: true });
+  assert.ok(three);
+  await Promise.all([two.release(), three.release()]);
+});
+
 test('the module-level hold and request use the configured Locks', async () => {
   const [a, b] = await pair();
   assert.equal(await ml.hold('global', { ifAvailable: true }), null, 'nothing configured');
