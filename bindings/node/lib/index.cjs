@@ -298,24 +298,24 @@ class Locks {
     return startHold((k, o, s) => this.#n.hold(k, o, s), key, options);
   }
 
-  acquire(key, ttl) {
+  async acquire(key, ttl) {
     checkKey('key', key);
     checkSeconds('ttl', ttl);
     return settle(call(() => this.#n.acquire(key, ttl)));
   }
 
-  renew(key, ttl) {
+  async renew(key, ttl) {
     checkKey('key', key);
     checkSeconds('ttl', ttl);
     return settle(call(() => this.#n.renew(key, ttl)));
   }
 
-  release(key) {
+  async release(key) {
     checkKey('key', key);
     return settle(this.#n.release(key));
   }
 
-  held(key) {
+  async held(key) {
     checkKey('key', key);
     return settle(this.#n.held(key));
   }
@@ -326,47 +326,47 @@ class Locks {
     return this.#n.fence(key);
   }
 
-  setFlag(key, { ttl } = {}) {
+  async setFlag(key, { ttl } = {}) {
     checkKey('key', key);
     if (ttl !== undefined) checkSeconds('ttl', ttl);
     return settle(call(() => this.#n.setFlag(key, ttl)));
   }
 
-  flag(key) {
+  async flag(key) {
     checkKey('key', key);
     return settle(this.#n.flag(key));
   }
 
-  clearFlag(key) {
+  async clearFlag(key) {
     checkKey('key', key);
     return settle(this.#n.clearFlag(key));
   }
 
   /** Operator override: deletes anyone's lease on `key`. */
-  breakLease(key) {
+  async breakLease(key) {
     checkKey('key', key);
     return settle(this.#n.breakLease(key));
   }
 
-  info(key) {
+  async info(key) {
     checkKey('key', key);
     return settle(this.#n.info(key));
   }
 
-  list(prefix = '') {
+  async list(prefix = '') {
     checkKey('prefix', prefix);
     return settle(this.#n.list(prefix));
   }
 
   /** Raises the stop key of every holder of `key`: `{outcome, flags}`. */
-  stopHolders(key, { ttl } = {}) {
+  async stopHolders(key, { ttl } = {}) {
     checkKey('key', key);
     if (ttl !== undefined) checkSeconds('ttl', ttl);
     return settle(call(() => this.#n.stopHolders(key, ttl)));
   }
 
   /** Raises job `id`'s stop flag (the protocol's key); resolves with the key. */
-  stopJob(id, { ttl } = {}) {
+  async stopJob(id, { ttl } = {}) {
     checkKey('id', id);
     if (ttl !== undefined) checkSeconds('ttl', ttl);
     return settle(call(() => this.#n.stopJob(id, ttl)));
