@@ -413,7 +413,8 @@ async function inProcess(processor, options) {
     worker,
     settled,
     async close() {
-      await worker.close();
+      // force: a failed test's run may still be active; its lease is released when it settles.
+      await worker.close(true);
       await q.close();
     },
   };
@@ -481,7 +482,11 @@ test('a conflict under retry is moved to BullMQ delayed and runs once the key fr
 
 test('lease.signal aborts on a stop and lease.checkpoint throws Interrupted(stopped); onStopped raise fails the job', async () => {
   const w = await inProcess(async (job, lease) => {
-    await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }));
+    // Bounded: without the stop, the run ends by itself (and the test fails).
+    await new Promise((resolve) => {
+      const t = setTimeout(resolve, 15_000);
+      lease.signal.addEventListener('abort', () => resolve(clearTimeout(t)), { once: true });
+    });
     lease.checkpoint();
     return 'not here';
   }, { key: 'sig', ttl: 5, heartbeat: 0.5, onStopped: 'raise' });
