@@ -6,7 +6,9 @@
 // - kill -9 of a worker frees the lease within the ttl;
 // - a stop from Python, Ruby and the CLI (by stop key and --holder-of)
 //   reaches a running job; a Node stop reaches a Python job;
-// - a lease broken behind the job interrupts it as lost, and it is retried;
+// - a lease broken behind the job (mistri-locks break), or a lease server
+//   frozen with SIGSTOP, interrupts it as lost (the frozen one within the
+//   ttl), and BullMQ runs it again;
 // - in this process: the conflict policies (skip, raise, retry and its
 //   attempts), bad options, the stop key.
 //
@@ -341,6 +343,41 @@ test('a lease broken behind a running job interrupts it as lost, and BullMQ runs
     await waitWitness(n.witness, TICK + 2, 'stopped', (l) => l.filter(([m]) => m === 'x').length === 2);
   } finally {
     await worker.stop();
+  }
+});
+
+test('a frozen lease server interrupts a running job as lost before its ttl runs out, and it runs again', async () => {
+  // The leases on a redis-server of their own, frozen with SIGSTOP (BullMQ's
+  // server goes on): no renewal is confirmed, and the core's timer trips the
+  // lease at its safe deadline, before anyone else could take it.
+  const leaseRedis = await startRedis();
+  const n = names();
+  const worker = await startWorker(n, { MISTRI_URL: leaseRedis.url, JOB_OPTIONS: JSON.stringify({ backoff: TTL / 2 }) });
+  let frozen = false;
+  try {
+    const [job] = await addJobs(n.queue, [{ tag: 'frozen', seconds: 60 }]);
+    await waitWitness(n.witness, BOOT, 'started', (l) => l.some(([m]) => m === '+'));
+    await sleep(HEARTBEAT * 1000);
+    leaseRedis.proc.kill('SIGSTOP');
+    frozen = true;
+    const frozenAt = Date.now() / 1000;
+    const lines = await waitWitness(n.witness, TTL + TICK + 2, 'lost', (l) => l.some(([m]) => m === 'x'));
+    const x = lines.find(([m]) => m === 'x');
+    assert.deepEqual(x.slice(1, 3), [jobRef(job), 'lost'], show(lines));
+    // The safe deadline is within a ttl of the last confirmed renewal (before
+    // the freeze); the run sees it at its next checkpoint (heartbeat / 4).
+    assert.ok(x[3] - frozenAt <= TTL + TICK, `lost ${x[3] - frozenAt} s after the freeze`);
+    leaseRedis.proc.kill('SIGCONT');
+    frozen = false;
+    // onLost's default, retry: BullMQ runs it again after the backoff.
+    await waitWitness(n.witness, TTL / 2 + TTL + 10, 'retried', (l) => l.filter(([m]) => m === '+').length === 2);
+    const locks = await open(leaseRedis.url, { namespace: n.ns });
+    await stop(job, { locks });
+    await waitWitness(n.witness, TICK + 2, 'stopped', (l) => l.filter(([m]) => m === 'x').length === 2);
+  } finally {
+    if (frozen) leaseRedis.proc.kill('SIGCONT');
+    await worker.stop();
+    leaseRedis.stop();
   }
 });
 
