@@ -186,19 +186,13 @@ class LeaseSpec {
     const key = this.keyFor(job);
     const locks = this.locksFor();
     const stop = stopKey(job);
-    const o = this.options;
-    const lease = await locks.hold(key, {
-      ttl: o.ttl,
-      heartbeat: o.heartbeat,
-      limit: o.limit,
-      // wait 0: try once (Web Locks' ifAvailable); Infinity: no limit.
-      ...(o.wait > 0 ? { wait: o.wait } : { ifAvailable: true }),
-      stopKey: stop,
-      label: `${locks.label} bullmq:${job.queueName}`,
-      // BullMQ's cancellation (worker.cancelJob): ends a wait in line, and
-      // aborts lease.signal with BullMQ's reason.
-      signal,
-    });
+    let lease;
+    try {
+      lease = await this.start(locks, key, stop, job, signal);
+    } catch (e) {
+      if (!(e instanceof LocksError) || e.code !== 'MISTRI_CONNECTION') throw e;
+      return this.unreachable(job, token, key, e);
+    }
     if (!lease) return this.conflict(job, token, key);
     let result;
     let interrupted = null;
@@ -215,6 +209,40 @@ class LeaseSpec {
     }
     if (interrupted) return this.interrupted(job, token, locks, stop, interrupted);
     return result;
+  }
+
+  start(locks, key, stop, job, signal) {
+    const o = this.options;
+    return locks.hold(key, {
+      ttl: o.ttl,
+      heartbeat: o.heartbeat,
+      limit: o.limit,
+      // wait 0: try once (Web Locks' ifAvailable); Infinity: no limit.
+      ...(o.wait > 0 ? { wait: o.wait } : { ifAvailable: true }),
+      stopKey: stop,
+      label: `${locks.label} bullmq:${job.queueName}`,
+      // BullMQ's cancellation (worker.cancelJob): ends a wait in line, and
+      // aborts lease.signal with BullMQ's reason.
+      signal,
+    });
+  }
+
+  /**
+   * The backend could not be reached when the run started: the job is not
+   * lost, whatever onConflict says. It runs again after the backoff
+   * (BullMQ's delay), at most `attempts` runs in all; the last fails with
+   * the connection error.
+   */
+  async unreachable(job, token, key, error) {
+    const runs = job.attemptsStarted || 1;
+    if (runs >= this.options.attempts) throw error;
+    const wait = this.backoff(runs);
+    process.emitWarning(
+      `${job.queueName}:${job.id}: the lease backend is unreachable at start (${error.message}); ` +
+        `run ${runs} of ${this.options.attempts}, again in ${wait.toFixed(3)} s (lease ${JSON.stringify(key)})`,
+      { code: 'MISTRI_LOCKS_UNREACHABLE' },
+    );
+    return later(job, token, wait);
   }
 
   async conflict(job, token, key) {

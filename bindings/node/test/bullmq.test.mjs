@@ -545,6 +545,38 @@ test('lease.signal aborts on a stop and lease.checkpoint throws Interrupted(stop
   }
 });
 
+test('an unreachable lease backend at start does not lose the job: BullMQ runs it again, the last run fails', async () => {
+  const gone = await startRedis();
+  const n = names();
+  const locks = await open(gone.url, { namespace: n.ns });
+  gone.stop(); // refused from now on
+  let ran = 0;
+  const worker = new Worker(n.queue, leased(async () => (ran += 1), { locks, key: 'k', backoff: 0.1, attempts: 3, onConflict: 'skip' }), {
+    connection: connection(),
+    drainDelay: 1,
+  });
+  const warned = [];
+  const onWarning = (w) => w.code === 'MISTRI_LOCKS_UNREACHABLE' && warned.push(w.message);
+  process.on('warning', onWarning);
+  const q = new Queue(n.queue, { connection: connection() });
+  try {
+    const job = await q.add('j', {});
+    const failed = await new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('the job did not fail in 30 s')), 30_000);
+      worker.on('failed', (j, err) => j.id === job.id && resolve(err, clearTimeout(t)));
+    });
+    assert.equal(failed.code, 'MISTRI_CONNECTION', String(failed));
+    assert.equal((await q.getJob(job.id)).attemptsStarted, 3, 'three runs in all');
+    assert.equal(ran, 0);
+    assert.equal(warned.length, 2, warned.join('\n'));
+    assert.match(warned[0], /the lease backend is unreachable at start .*run 1 of 3, again in 0\.100 s/);
+  } finally {
+    process.off('warning', onWarning);
+    await worker.close(true);
+    await q.close();
+  }
+});
+
 test('bad options are refused when the processor is wrapped, in the core words', async () => {
   const locks = await open(redis.url, { namespace: uniqueNamespace('bullmq') });
   const p = async () => {};
