@@ -17,6 +17,10 @@
 #     compiled against it via pkg-config (gcc by absolute path: a C user
 #     needs a compiler for their own program) and run with no compiler on
 #     PATH; the tarball's mistri-locks shows the C hold and stops it.
+#   - Node: a fresh project, `npm install --offline` of the npm tarball;
+#     the addon loaded is the tarball's prebuilt .node (same sha256), and
+#     tests/packaging/quickstart.mjs holds, is stopped from another process
+#     and releases, on Redis and Local.
 #   - One version: the workspace Cargo.toml's, in every artifact's name,
 #     version.rb, CHANGELOG.md, the wheel's metadata and __version__,
 #     MistriLocks::VERSION, mistri_version(), MISTRI_LOCKS_VERSION,
@@ -62,11 +66,12 @@ platform_gem="$dist/mistri_locks-$version-x86_64-linux.gem"
 source_gem="$dist/mistri_locks-$version.gem"
 sdist="$dist/mistri_locks-$version.tar.gz"
 tarball="$dist/mistri_locks-$version-x86_64-linux-gnu.tar.gz"
-for f in "$wheel" "$platform_gem" "$source_gem" "$sdist" "$tarball"; do
+npm_tgz="$dist/mistri-locks-$version.tgz"
+for f in "$wheel" "$platform_gem" "$source_gem" "$sdist" "$tarball" "$npm_tgz"; do
   [ -f "$f" ] || die "dist/ lacks $(basename "$f") (run scripts/package)"
   printf '   %8s  %s\n' "$(du -h --apparent-size "$f" | cut -f1)" "$(basename "$f")"
 done
-[ "$(ls "$dist" | wc -l)" -eq 5 ] || die "dist/ holds other versions or files: $(ls "$dist" | tr '\n' ' ')"
+[ "$(ls "$dist" | wc -l)" -eq 6 ] || die "dist/ holds other versions or files: $(ls "$dist" | tr '\n' ' ')"
 rb_version="$(ruby -r ./bindings/ruby/lib/mistri_locks/version -e 'print MistriLocks::VERSION')"
 [ "$rb_version" = "$version" ] || die "bindings/ruby/lib/mistri_locks/version.rb says $rb_version, Cargo.toml $version"
 grep -q "^## \[$version\]" CHANGELOG.md || die "CHANGELOG.md has no section for $version"
@@ -77,7 +82,7 @@ bin="$work/bin"
 mkdir -p "$bin"
 for tool in sh bash env cat cp mv ls mkdir rm rmdir ln chmod grep sed awk tr cut head tail sort uniq wc \
             find xargs dirname basename readlink realpath mktemp sleep date id uname touch test true false \
-            tar gzip pkg-config redis-server redis-cli gem ruby; do
+            tar gzip pkg-config redis-server redis-cli gem ruby node npm; do
   real="$(command -v "$tool")" || die "no $tool on this machine"
   ln -s "$real" "$bin/$tool"
 done
@@ -240,6 +245,35 @@ for url in "$redis_url" "$local_path"; do
     die "the C quick start on $url said: $(cat "$work/c.out")"
   nocc "$cli" --url "$url" clear stop:report >/dev/null
   ok "C quick start on ${url/$work/\$work}: held (mistri-locks status saw it), stopped by mistri-locks stop; mistri_version() = MISTRI_LOCKS_VERSION = $version"
+done
+
+# ---------------------------------------------------------------- Node
+say "Node: npm install --offline $(basename "$npm_tgz") (fresh project, no compiler)"
+app="$work/node-app"
+mkdir -p "$app"
+printf '{"name": "app", "private": true, "type": "module"}\n' >"$app/package.json"
+started=$(date +%s.%N)
+(cd "$app" && nocc npm install --offline --no-audit --no-fund --loglevel=error "$npm_tgz") >"$work/npm.log" 2>&1 ||
+  { cat "$work/npm.log"; die "npm install of the npm tarball failed"; }
+ok "installed in $(python3 -c "print(f'{$(date +%s.%N) - $started:.1f}')") s"
+addon="$app/node_modules/mistri-locks/mistri_locks.linux-x64-gnu.node"
+want="$(tar -xzOf "$npm_tgz" package/mistri_locks.linux-x64-gnu.node | sha256sum | cut -d' ' -f1)"
+[ "$(sha256sum "$addon" | cut -d' ' -f1)" = "$want" ] || die "the installed addon is not the tarball's"
+loaded="$(cd "$app" && nocc node --input-type=module -e '
+  import { createRequire } from "node:module";
+  const ml = await import("mistri-locks");
+  const cjs = createRequire(process.cwd() + "/x.js")("mistri-locks");
+  if (cjs.open !== ml.open) throw new Error("import and require differ");
+  const addon = Object.keys(createRequire(process.cwd() + "/x.js").cache).find((f) => f.endsWith(".node"));
+  console.log(addon, ml.version);')" || die "the installed package does not load"
+[ "$loaded" = "$addon $version" ] || die "loaded: $loaded (wanted $addon $version)"
+ok "import and require load ${addon/$work/\$work}, the tarball's prebuilt addon; version $version"
+[ -z "$(find "$app" -name '*.rlib' -o -name 'target' -type d)" ] || die "a build happened under $app"
+cp "$here/quickstart.mjs" "$app/"  # ESM resolves 'mistri-locks' from the importing file's folder
+for url in "$redis_url" "$local_path"; do
+  out="$(cd "$app" && nocc node quickstart.mjs "$url")" || die "Node quick start on $url: $out"
+  grep -q '^HELD [0-9]' <<<"$out" && grep -q '^STOPPED stop flag' <<<"$out" || die "Node quick start on $url said: $out"
+  ok "Node quick start on ${url/$work/\$work}: $(tr '\n' ' ' <<<"$out")"
 done
 
 # ---------------------------------------------------------------- from source (figures)

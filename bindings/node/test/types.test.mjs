@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const tsc = path.join(pkg, 'node_modules/typescript/bin/tsc');
 
-test('tsc --strict passes on the declarations and the quick start, which runs', { timeout: 120_000 }, () => {
+test('tsc --strict passes on the declarations, the quick start and an `await using` block, which run', { timeout: 120_000 }, () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'mistri-node-ts-'));
   try {
     // A project that depends on the package by name, as a user's would.
@@ -21,6 +21,22 @@ test('tsc --strict passes on the declarations and the quick start, which runs', 
     symlinkSync(path.join(pkg, 'node_modules/@types/node'), path.join(dir, 'node_modules/@types/node'));
     writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ type: 'module', private: true }));
     writeFileSync(path.join(dir, 'quickstart.ts'), readFileSync(path.join(pkg, 'examples/quickstart.ts')));
+    // `await using` (TypeScript lowers it for runtimes without the syntax; it
+    // calls the lease's Symbol.asyncDispose on the way out of the block).
+    writeFileSync(
+      path.join(dir, 'using.ts'),
+      [
+        "import { open } from 'mistri-locks';",
+        "const locks = await open('memory://');",
+        'const other = locks.newOwner();',
+        '{',
+        "  await using lease = await locks.hold('scoped', { ttl: 5, ifAvailable: true });",
+        "  console.log(`inside: ${await other.held('scoped')}, fence ${lease?.fence}`);",
+        '}',
+        "console.log(`after: ${await other.held('scoped')}`);",
+        '',
+      ].join('\n'),
+    );
     writeFileSync(
       path.join(dir, 'tsconfig.json'),
       JSON.stringify({
@@ -34,7 +50,7 @@ test('tsc --strict passes on the declarations and the quick start, which runs', 
           skipLibCheck: false,
           outDir: 'out',
         },
-        files: ['quickstart.ts', 'node_modules/mistri-locks/lib/index.d.ts'],
+        files: ['quickstart.ts', 'using.ts', 'node_modules/mistri-locks/lib/index.d.ts'],
       }),
     );
     const compiled = spawnSync(process.execPath, [tsc, '-p', dir], { encoding: 'utf8', cwd: dir });
@@ -44,6 +60,9 @@ test('tsc --strict passes on the declarations and the quick start, which runs', 
     assert.match(ran.stdout, /holding with fence \d+/);
     assert.match(ran.stdout, /stopped by stop:nightly-report after \d+ batches/);
     assert.match(ran.stdout, /free again: true, \d+ batches/);
+    const using = spawnSync(process.execPath, [path.join(dir, 'out/using.js')], { encoding: 'utf8', cwd: dir, timeout: 60_000 });
+    assert.equal(using.status, 0, using.stderr);
+    assert.match(using.stdout, /^inside: true, fence \d+\nafter: false\n$/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
