@@ -7,7 +7,8 @@ While each language holds, every language (and Rust, through the
 `mistri-locks status --json` command) reads who holds it: the holder's own
 identity (`host:pid language`) and its fence.
 
-Run by run.sh, which builds the three agents first."""
+Run by run.sh, which builds the agents first (Node's is tests/interop/agent.mjs
+over the addon in bindings/node: a stop from any language aborts its lease.signal)."""
 import json
 import os
 import socket
@@ -142,6 +143,7 @@ def main():
     AGENTS["python"] = [sys.argv[3], os.path.join(root, "tests/interop/agent.py")]
     AGENTS["ruby"] = ["ruby", "-I", os.path.join(root, "bindings/ruby/lib"),
                       os.path.join(root, "tests/interop/agent.rb")]
+    AGENTS["node"] = ["node", os.path.join(root, "tests/interop/agent.mjs")]
     CLI.append(sys.argv[4])
     sys.path.insert(0, os.path.join(root, "tests/support"))
     import throwaway_postgres

@@ -21,6 +21,7 @@
 
 mod convert;
 mod hold;
+mod job;
 mod locks;
 mod operator;
 mod pool;
