@@ -24,14 +24,18 @@
 # times the drain: jobs/s. ActiveJob's perform.active_job duration (around
 # every around_perform, so the lease's acquire and release are inside)
 # gives each job's time; a kind's added time is its p50/p99 minus the plain
-# job's.
+# job's. "cpu" is the sidekiq process's CPU time per job (all threads:
+# Ruby's and the lease's own, mistri-*, also shown apart), median over
+# rounds (Linux).
 #
 # Pinning (with 2+ cores and taskset): a redis-server this script starts
 # runs on the last core, the sidekiq process on core 0 (scripts/bench pins
 # its server the same way and passes BENCH_REDIS_PORT).
 #
 # Env: BENCH_JOBS (per round, default 400), BENCH_ROUNDS (per kind, default
-# 3), BENCH_CONCURRENCY (default "1 5"), BENCH_REDIS_PORT (use that loopback
+# 3), BENCH_CONCURRENCY (default "1 5"), BENCH_KINDS (default "plain leased
+# before gem"; plain is the reference; nostop and bare: see
+# bench_jobs_boot.rb), BENCH_REDIS_PORT (use that loopback
 # redis-server instead of starting one), BENCH_KV=1 (also print key=value
 # lines, for scripts/bench).
 
@@ -54,9 +58,10 @@ SCRIPTS = File.expand_path("test/scripts", __dir__)
 require File.join(SCRIPTS, "job_classes")
 
 KINDS = { "plain" => "ShortPlainJob", "leased" => "ShortLeasedJob", "before" => "ShortBeforeJob",
-          "gem" => "ShortGemJob" }.freeze
+          "gem" => "ShortGemJob", "nostop" => "ShortNoStopJob", "bare" => "ShortBareJob" }.slice(*ENV.fetch("BENCH_KINDS", "plain leased before gem").split).freeze
 LABELS = { "plain" => "no lease", "leased" => "holds_lease", "before" => "holds_lease, before",
-           "gem" => "redis gem SET NX PX + Lua del" }.freeze
+           "gem" => "redis gem SET NX PX + Lua del", "nostop" => "hold, no stop key",
+           "bare" => "acquire + release, no hold" }.freeze
 
 # The enqueuing side only needs the class names and arguments.
 KINDS.each_value do |name|
@@ -77,6 +82,24 @@ def wait_until(bound, what)
 end
 
 def lines(path) = File.exist?(path) ? File.foreach(path).count : 0
+
+# CPU seconds the process +pid+ has used: [all its threads, the lease's
+# own threads (named mistri-*)] (Linux's per-thread schedstat, in ns; nil
+# elsewhere).
+def cpu_seconds(pid)
+  tasks = Dir["/proc/#{pid}/task/*"]
+  return nil if tasks.empty?
+
+  all = ours = 0
+  tasks.each do |t|
+    ns = File.read("#{t}/schedstat").split.first.to_i
+    all += ns
+    ours += ns if File.read("#{t}/comm").start_with?("mistri")
+  rescue SystemCallError
+    next # a thread that ended meanwhile
+  end
+  [all / 1e9, ours / 1e9]
+end
 
 def percentile(sorted, p) = sorted[[(sorted.size * p).ceil - 1, 0].max]
 
@@ -128,6 +151,8 @@ begin
     wait_until(90, "sidekiq (c=#{concurrency}) booted") { File.exist?(ready) }
 
     rates = Hash.new { |h, k| h[k] = [] }
+    cpu = Hash.new { |h, k| h[k] = [] }
+    lease_cpu = Hash.new { |h, k| h[k] = [] }
     witness = File.join(dir, "witness-#{concurrency}")
     serial = 0
     run = lambda do |kind, record|
@@ -135,10 +160,18 @@ begin
       staging = "#{queue}-staging"
       N.times { job.set(queue: staging).perform_later(serial += 1, witness) }
       before = lines(witness)
+      cpu0 = cpu_seconds(worker)
       t0 = now
       Sidekiq.redis { |r| r.rename("queue:#{staging}", "queue:#{queue}") }
       wait_until(60 + N, "#{job} drained") { lines(witness) >= before + N }
-      rates[kind] << N / (now - t0) if record
+      next unless record
+
+      rates[kind] << N / (now - t0)
+      if cpu0
+        cpu1 = cpu_seconds(worker)
+        cpu[kind] << (cpu1[0] - cpu0[0]) / N
+        lease_cpu[kind] << (cpu1[1] - cpu0[1]) / N
+      end
     end
     KINDS.each_key { |kind| run.call(kind, false) } # warm-up: code loaded, connections open
     File.write(durations, "")
@@ -156,7 +189,9 @@ begin
     median = ->(xs) { xs.sort[xs.size / 2] }
     results[concurrency] = KINDS.to_h do |kind, name|
       times = by_class[name].sort
-      [kind, { rate: median.call(rates[kind]), p50: percentile(times, 0.5), p99: percentile(times, 0.99) }]
+      [kind, { rate: median.call(rates[kind]), p50: percentile(times, 0.5), p99: percentile(times, 0.99),
+               cpu: cpu[kind].empty? ? nil : median.call(cpu[kind]) * 1e3,
+               lease_cpu: cpu[kind].empty? ? nil : median.call(lease_cpu[kind]) * 1e3 }]
     end
   end
 
@@ -168,19 +203,21 @@ begin
     r.each do |kind, x|
       line = format("    %-30s %6.0f jobs/s (%.2fx)  perform p50 %.3f ms  p99 %.3f ms", LABELS[kind], x[:rate],
                     x[:rate] / plain[:rate], x[:p50], x[:p99])
+      line += format("  cpu %.3f ms/job (mistri threads %.3f)", x[:cpu], x[:lease_cpu]) if x[:cpu]
       line += format("   added p50 %.3f ms  p99 %.3f ms", x[:p50] - plain[:p50], x[:p99] - plain[:p99]) if kind != "plain"
       puts line
     end
-    gem_added = r["gem"][:p50] - plain[:p50]
-    leased_added = r["leased"][:p50] - plain[:p50]
-    before_added = r["before"][:p50] - plain[:p50]
-    puts format("    added p50: holds_lease / redis gem %.2f, holds_lease / before %.2f", leased_added / gem_added,
-                leased_added / before_added)
+    if r.key?("leased") && r.key?("gem") && r.key?("before")
+      added = ->(kind) { r[kind][:p50] - plain[:p50] }
+      puts format("    added p50: holds_lease / redis gem %.2f, holds_lease / before %.2f",
+                  added.call("leased") / added.call("gem"), added.call("leased") / added.call("before"))
+    end
     next unless KV
 
     r.each do |kind, x|
       puts "rb_jobs_c#{concurrency}_#{kind}_per_s=#{x[:rate]}", "rb_jobs_c#{concurrency}_#{kind}_p50_ms=#{x[:p50]}",
            "rb_jobs_c#{concurrency}_#{kind}_p99_ms=#{x[:p99]}"
+      puts "rb_jobs_c#{concurrency}_#{kind}_cpu_ms=#{x[:cpu]}" if x[:cpu]
     end
   end
 ensure

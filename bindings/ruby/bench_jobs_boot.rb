@@ -64,3 +64,32 @@ class ShortBeforeJob < ActiveJob::Base
 
   def perform(_i, witness) = Witness.write(witness, "-", job_id, Process.pid)
 end
+
+# Two diagnostic kinds (BENCH_KINDS="... nostop bare"): where the lease's
+# time goes beyond its two round trips.
+# - ShortNoStopJob: a hold (heartbeat registration) without a stop key, so
+#   no stop flag is read or subscribed to.
+# - ShortBareJob: Locks#acquire and #release: the two round trips alone, no
+#   hold (nothing for the heartbeat thread to do).
+class ShortNoStopJob < ActiveJob::Base
+  around_perform do |job, block|
+    MistriLocks.locks.hold("nostop:#{job.arguments[0]}", ttl: 30, heartbeat: 10) { block.call }
+  end
+
+  def perform(_i, witness) = Witness.write(witness, "-", job_id, Process.pid)
+end
+
+class ShortBareJob < ActiveJob::Base
+  around_perform do |job, block|
+    key = "bare:#{job.arguments[0]}"
+    raise "lease refused" unless MistriLocks.locks.acquire(key, ttl: 30)
+
+    begin
+      block.call
+    ensure
+      MistriLocks.locks.release(key)
+    end
+  end
+
+  def perform(_i, witness) = Witness.write(witness, "-", job_id, Process.pid)
+end
