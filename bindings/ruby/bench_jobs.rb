@@ -25,8 +25,8 @@
 # every around_perform, so the lease's acquire and release are inside)
 # gives each job's time; a kind's added time is its p50/p99 minus the plain
 # job's. "cpu" is the sidekiq process's CPU time per job (all threads:
-# Ruby's and the lease's own, mistri-*, also shown apart), median over
-# rounds (Linux).
+# Ruby's and the lease's own, mistri-*, also shown apart with their
+# context switches per job), median over rounds (Linux).
 #
 # Pinning (with 2+ cores and taskset): a redis-server this script starts
 # runs on the last core, the sidekiq process on core 0 (scripts/bench pins
@@ -83,22 +83,26 @@ end
 
 def lines(path) = File.exist?(path) ? File.foreach(path).count : 0
 
-# CPU seconds the process +pid+ has used: [all its threads, the lease's
-# own threads (named mistri-*)] (Linux's per-thread schedstat, in ns; nil
+# What the process +pid+ has used so far, all its threads and the lease's
+# own (named mistri-*): [CPU seconds, CPU seconds of mistri-*, context
+# switches of mistri-*] (Linux's per-thread schedstat and status; nil
 # elsewhere).
 def cpu_seconds(pid)
   tasks = Dir["/proc/#{pid}/task/*"]
   return nil if tasks.empty?
 
-  all = ours = 0
+  all = ours = switches = 0
   tasks.each do |t|
     ns = File.read("#{t}/schedstat").split.first.to_i
     all += ns
-    ours += ns if File.read("#{t}/comm").start_with?("mistri")
+    next unless File.read("#{t}/comm").start_with?("mistri")
+
+    ours += ns
+    switches += File.read("#{t}/status").scan(/ctxt_switches:\s+(\d+)/).sum { |(n)| n.to_i }
   rescue SystemCallError
     next # a thread that ended meanwhile
   end
-  [all / 1e9, ours / 1e9]
+  [all / 1e9, ours / 1e9, switches]
 end
 
 def percentile(sorted, p) = sorted[[(sorted.size * p).ceil - 1, 0].max]
@@ -153,6 +157,7 @@ begin
     rates = Hash.new { |h, k| h[k] = [] }
     cpu = Hash.new { |h, k| h[k] = [] }
     lease_cpu = Hash.new { |h, k| h[k] = [] }
+    lease_switches = Hash.new { |h, k| h[k] = [] }
     witness = File.join(dir, "witness-#{concurrency}")
     serial = 0
     run = lambda do |kind, record|
@@ -171,6 +176,7 @@ begin
         cpu1 = cpu_seconds(worker)
         cpu[kind] << (cpu1[0] - cpu0[0]) / N
         lease_cpu[kind] << (cpu1[1] - cpu0[1]) / N
+        lease_switches[kind] << (cpu1[2] - cpu0[2]).to_f / N
       end
     end
     KINDS.each_key { |kind| run.call(kind, false) } # warm-up: code loaded, connections open
@@ -191,7 +197,8 @@ begin
       times = by_class[name].sort
       [kind, { rate: median.call(rates[kind]), p50: percentile(times, 0.5), p99: percentile(times, 0.99),
                cpu: cpu[kind].empty? ? nil : median.call(cpu[kind]) * 1e3,
-               lease_cpu: cpu[kind].empty? ? nil : median.call(lease_cpu[kind]) * 1e3 }]
+               lease_cpu: cpu[kind].empty? ? nil : median.call(lease_cpu[kind]) * 1e3,
+               switches: cpu[kind].empty? ? nil : median.call(lease_switches[kind]) }]
     end
   end
 
@@ -203,7 +210,7 @@ begin
     r.each do |kind, x|
       line = format("    %-30s %6.0f jobs/s (%.2fx)  perform p50 %.3f ms  p99 %.3f ms", LABELS[kind], x[:rate],
                     x[:rate] / plain[:rate], x[:p50], x[:p99])
-      line += format("  cpu %.3f ms/job (mistri threads %.3f)", x[:cpu], x[:lease_cpu]) if x[:cpu]
+      line += format("  cpu %.3f ms/job (mistri threads %.3f, %.1f switches)", x[:cpu], x[:lease_cpu], x[:switches]) if x[:cpu]
       line += format("   added p50 %.3f ms  p99 %.3f ms", x[:p50] - plain[:p50], x[:p99] - plain[:p99]) if kind != "plain"
       puts line
     end
