@@ -50,18 +50,19 @@ pub struct JobHoldOptions(HoldOptions);
 
 impl JobHoldOptions {
     pub fn new(job: &JobOptions) -> Self {
-        let mut opts = HoldOptions::default();
-        opts.ttl = job.ttl;
-        opts.heartbeat = job.heartbeat;
-        opts.limit = job.limit;
-        // The job's wait: zero tries once (the hold's default), none waits
-        // without limit.
-        opts.wait = match job.wait {
-            Some(w) if w.is_zero() => None,
-            Some(w) => Some(w),
-            None => Some(Duration::MAX),
-        };
-        JobHoldOptions(opts)
+        JobHoldOptions(HoldOptions {
+            ttl: job.ttl,
+            heartbeat: job.heartbeat,
+            limit: job.limit,
+            // The job's wait: zero tries once (the hold's default), none
+            // waits without limit.
+            wait: match job.wait {
+                Some(w) if w.is_zero() => None,
+                Some(w) => Some(w),
+                None => Some(Duration::MAX),
+            },
+            ..HoldOptions::default()
+        })
     }
 }
 
