@@ -19,12 +19,15 @@
 #   gem      ShortGemJob: the body itself takes and releases a lock with the
 #            redis gem (SET NX PX, then a Lua compare-and-delete)
 #
-# Rounds rotate which kind runs first. Each round queues N jobs on a queue
-# the worker does not read, then RENAMEs it onto the worker's queue and
-# times the drain: jobs/s. ActiveJob's perform.active_job duration (around
-# every around_perform, so the lease's acquire and release are inside)
-# gives each job's time; a kind's added time is its p50/p99 minus the plain
-# job's. "cpu" is the sidekiq process's CPU time per job (all threads:
+# Each round queues jobs on a queue the worker does not read, then RENAMEs
+# it onto the worker's queue. Rounds of one kind (rotating which kind runs
+# first) time the drain: jobs/s. Then mixed rounds queue N jobs of every
+# kind in turn and drain them together, so each kind meets the same
+# neighbours at the same moment of a noisy machine: ActiveJob's
+# perform.active_job duration (around every around_perform, so the lease's
+# acquire and release are inside) of those gives each job's time; a kind's
+# added time is its p50/p99 minus the plain job's (its own rounds' p50 is
+# printed too). "cpu" is the sidekiq process's CPU time per job (all threads:
 # Ruby's and the lease's own, mistri-*, also shown apart with their
 # context switches per job), median over rounds (Linux).
 #
@@ -179,31 +182,51 @@ begin
         lease_switches[kind] << (cpu1[2] - cpu0[2]).to_f / N
       end
     end
+    # A mixed round: N jobs of every kind queued in turn (kind by kind,
+    # job by job), drained together: every kind meets the same neighbours
+    # and the same moment of a noisy machine.
+    mixed = lambda do |r|
+      staging = "#{queue}-staging"
+      jobs = KINDS.keys.rotate(r).map { |kind| Object.const_get(KINDS.fetch(kind)) }
+      N.times { jobs.each { |job| job.set(queue: staging).perform_later(serial += 1, witness) } }
+      before = lines(witness)
+      Sidekiq.redis { |redis| redis.rename("queue:#{staging}", "queue:#{queue}") }
+      wait_until(60 + (N * jobs.size), "mixed round drained") { lines(witness) >= before + (N * jobs.size) }
+    end
+    read_durations = lambda do
+      by_class = Hash.new { |h, k| h[k] = [] }
+      File.foreach(durations) do |line|
+        name, ms = line.split
+        by_class[name] << Float(ms)
+      end
+      File.write(durations, "")
+      by_class
+    end
     KINDS.each_key { |kind| run.call(kind, false) } # warm-up: code loaded, connections open
     File.write(durations, "")
     order = KINDS.keys
     ROUNDS.times do |r|
       order.rotate(r).each { |kind| run.call(kind, true) }
     end
+    own = read_durations.call
+    ROUNDS.times { |r| mixed.call(r) }
+    by_class = read_durations.call
     stop_worker.call
 
-    by_class = Hash.new { |h, k| h[k] = [] }
-    File.foreach(durations) do |line|
-      name, ms = line.split
-      by_class[name] << Float(ms)
-    end
     median = ->(xs) { xs.sort[xs.size / 2] }
     results[concurrency] = KINDS.to_h do |kind, name|
       times = by_class[name].sort
       [kind, { rate: median.call(rates[kind]), p50: percentile(times, 0.5), p99: percentile(times, 0.99),
+               own_p50: percentile(own[name].sort, 0.5),
                cpu: cpu[kind].empty? ? nil : median.call(cpu[kind]) * 1e3,
                lease_cpu: cpu[kind].empty? ? nil : median.call(lease_cpu[kind]) * 1e3,
                switches: cpu[kind].empty? ? nil : median.call(lease_switches[kind]) }]
     end
   end
 
-  puts "Jobs on one sidekiq process (ActiveJob adapter, Redis), #{N} jobs x #{ROUNDS} rounds per kind, interleaved;"
-  puts "perform p50/p99 from ActiveJob; 'added' is minus the plain job's (the same body without a lock):"
+  puts "Jobs on one sidekiq process (ActiveJob adapter, Redis), #{N} jobs x #{ROUNDS} rounds per kind, pinned."
+  puts "jobs/s and cpu: rounds of one kind (kinds in turn); perform p50/p99 (ActiveJob's): mixed rounds (the kinds'"
+  puts "jobs queued in turn, drained together; 'own' p50: the kind's own rounds); 'added': minus the plain job's:"
   results.each do |concurrency, r|
     plain = r["plain"]
     puts "  concurrency #{concurrency}:"
@@ -211,7 +234,10 @@ begin
       line = format("    %-30s %6.0f jobs/s (%.2fx)  perform p50 %.3f ms  p99 %.3f ms", LABELS[kind], x[:rate],
                     x[:rate] / plain[:rate], x[:p50], x[:p99])
       line += format("  cpu %.3f ms/job (mistri threads %.3f, %.1f switches)", x[:cpu], x[:lease_cpu], x[:switches]) if x[:cpu]
-      line += format("   added p50 %.3f ms  p99 %.3f ms", x[:p50] - plain[:p50], x[:p99] - plain[:p99]) if kind != "plain"
+      if kind != "plain"
+        line += format("   added p50 %.3f ms  p99 %.3f ms  (own %.3f)", x[:p50] - plain[:p50], x[:p99] - plain[:p99],
+                       x[:own_p50] - plain[:own_p50])
+      end
       puts line
     end
     if r.key?("leased") && r.key?("gem") && r.key?("before")
@@ -223,7 +249,7 @@ begin
 
     r.each do |kind, x|
       puts "rb_jobs_c#{concurrency}_#{kind}_per_s=#{x[:rate]}", "rb_jobs_c#{concurrency}_#{kind}_p50_ms=#{x[:p50]}",
-           "rb_jobs_c#{concurrency}_#{kind}_p99_ms=#{x[:p99]}"
+           "rb_jobs_c#{concurrency}_#{kind}_p99_ms=#{x[:p99]}", "rb_jobs_c#{concurrency}_#{kind}_own_p50_ms=#{x[:own_p50]}"
       puts "rb_jobs_c#{concurrency}_#{kind}_cpu_ms=#{x[:cpu]}" if x[:cpu]
     end
   end
