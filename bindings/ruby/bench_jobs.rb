@@ -233,7 +233,14 @@ begin
     r.each do |kind, x|
       line = format("    %-30s %6.0f jobs/s (%.2fx)  perform p50 %.3f ms  p99 %.3f ms", LABELS[kind], x[:rate],
                     x[:rate] / plain[:rate], x[:p50], x[:p99])
-      line += format("  cpu %.3f ms/job (mistri threads %.3f, %.1f switches)", x[:cpu], x[:lease_cpu], x[:switches]) if x[:cpu]
+      # (A lease thread that ended during a round took its counters along:
+      # no figure then.)
+      if x[:cpu]
+        line += format("  cpu %.3f ms/job", x[:cpu])
+        line += if x[:switches].negative? then " (mistri threads: -)"
+                else format(" (mistri threads %.3f, %.1f switches)", x[:lease_cpu], x[:switches])
+                end
+      end
       if kind != "plain"
         line += format("   added p50 %.3f ms  p99 %.3f ms  (own %.3f)", x[:p50] - plain[:p50], x[:p99] - plain[:p99],
                        x[:own_p50] - plain[:own_p50])
