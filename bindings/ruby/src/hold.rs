@@ -16,7 +16,9 @@ use crate::nogvl::nogvl;
 use crate::signal::Signal;
 use crate::{args, error, waiting};
 use magnus::{method, prelude::*, Error, RArray, RHash, RModule, Ruby, Symbol, Value};
-use mistri_locks::{Hold, Interruption, ReleaseOutcome};
+use mistri_locks::job::{self, JobOptions};
+use mistri_locks::{AbortSignal, Hold, HoldOptions, Interruption, Locks, ReleaseOutcome};
+use std::time::Duration;
 
 /// `MistriLocks._hold(locks, key, signal, options)` -> Hold or nil: a
 /// hold on `locks`, or with nil on the core's configured slot (which still
@@ -36,9 +38,68 @@ pub fn start(
     let signal = signal.map(|s| s.0.clone());
     let mut opts = args::hold_options(ruby, options)?;
     opts.signal = signal.clone();
-    let locks = locks.map(|l| l.locks());
+    begin(ruby, locks.map(|l| l.locks()), &key, opts, signal)
+}
+
+/// A job's hold options, built once when its class declares them (the
+/// core's `JobOptions`: ttl, heartbeat, limit, wait), so a job's start
+/// reads no option by name: `MistriLocks._job_options` returns it under
+/// `:hold`, and `MistriLocks._job_hold` takes it.
+#[magnus::wrap(class = "MistriLocks::JobHoldOptions", free_immediately, size)]
+pub struct JobHoldOptions(HoldOptions);
+
+impl JobHoldOptions {
+    pub fn new(job: &JobOptions) -> Self {
+        JobHoldOptions(HoldOptions {
+            ttl: job.ttl,
+            heartbeat: job.heartbeat,
+            limit: job.limit,
+            // The job's wait: zero tries once (the hold's default), none
+            // waits without limit.
+            wait: match job.wait {
+                Some(w) if w.is_zero() => None,
+                Some(w) => Some(w),
+                None => Some(Duration::MAX),
+            },
+            ..HoldOptions::default()
+        })
+    }
+}
+
+/// `MistriLocks._job_hold(locks, key, job_id, job_class, options)` ->
+/// Hold or nil: a job's lease in one call (the job faces' hot path). The
+/// stop key is the core's `job::stop_key(job_id)`, the holder label
+/// `"<locks.label> <job_class>"`; `options` is the class's
+/// `JobHoldOptions`. The Hold's signal is made only if asked for
+/// (`Hold#signal`).
+pub fn job_start(
+    ruby: &Ruby,
+    locks: &RbLocks,
+    key: Value,
+    job_id: Value,
+    job_class: Value,
+    options: &JobHoldOptions,
+) -> Result<Option<RbHold>, Error> {
+    let key = args::key(ruby, "key", key)?;
+    let job_id = args::key(ruby, "job id", job_id)?;
+    let job_class = args::key(ruby, "job class", job_class)?;
+    let mut opts = options.0.clone();
+    opts.stop_key = Some(job::stop_key(&job_id).map_err(|e| error::to_ruby(ruby, e))?);
+    opts.label = Some(format!("{} {job_class}", locks.locks().label()));
+    begin(ruby, Some(locks.locks()), &key, opts, None)
+}
+
+/// Starts a hold: one try without the GVL (a round trip, bounded by the
+/// core: no unblock function), or a wait driven interruptibly.
+fn begin(
+    ruby: &Ruby,
+    locks: Option<&Locks>,
+    key: &str,
+    opts: HoldOptions,
+    signal: Option<AbortSignal>,
+) -> Result<Option<RbHold>, Error> {
     let started =
-        mistri_locks::start_hold(locks, &key, opts).map_err(|e| error::to_ruby(ruby, e))?;
+        mistri_locks::start_hold(locks, key, opts).map_err(|e| error::to_ruby(ruby, e))?;
     let Some(waiting) = started else {
         return Ok(None); // nothing configured
     };
@@ -46,7 +107,6 @@ pub fn start(
         let signals: Vec<_> = signal.iter().collect();
         waiting::drive(ruby, waiting, &signals)?
     } else {
-        // One try, maybe a round trip: without the GVL, no unblock function.
         nogvl(ruby, || waiting.wait())?.map_err(|e| error::to_ruby(ruby, e))?
     };
     Ok(hold.map(RbHold::new))
@@ -146,5 +206,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("interruption", method!(RbHold::interruption, 0))?;
     class.define_private_method("_release", method!(RbHold::release, 0))?;
     class.define_private_method("_signal", method!(RbHold::signal, 0))?;
+    let options = module.define_class("JobHoldOptions", ruby.class_object())?;
+    options.undef_default_alloc_func();
     Ok(())
 }

@@ -54,7 +54,8 @@ fn job_stop_key(ruby: &Ruby, job_id: magnus::Value) -> Result<String, Error> {
 /// of `ttl`, `heartbeat`, `limit`, `wait` (Infinity: no limit),
 /// `attempts`, `backoff` (nil: exponential) and the policies `on_conflict`,
 /// `on_stopped`, `on_lost` as the core names them (`"retry"`, `"skip"`,
-/// `"raise"`). Every refusal is an ArgumentError: these are a class's
+/// `"raise"`), and under `hold` the class's `JobHoldOptions` (what
+/// `_job_hold` takes). Every refusal is an ArgumentError: these are a class's
 /// declared options, refused when it loads.
 fn job_options(ruby: &Ruby, options: magnus::RHash) -> Result<magnus::RHash, Error> {
     let mut builder = mistri_locks::job::JobOptions::builder();
@@ -84,6 +85,7 @@ fn job_options(ruby: &Ruby, options: magnus::RHash) -> Result<magnus::RHash, Err
     out.aset(ruby.to_symbol("on_conflict"), o.on_conflict.name())?;
     out.aset(ruby.to_symbol("on_stopped"), o.on_stopped.name())?;
     out.aset(ruby.to_symbol("on_lost"), o.on_lost.name())?;
+    out.aset(ruby.to_symbol("hold"), hold::JobHoldOptions::new(&o))?;
     Ok(out)
 }
 
@@ -98,6 +100,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.define_singleton_method("_hold", function!(hold::start, 4))?;
     module.define_singleton_method("_job_stop_key", function!(job_stop_key, 1))?;
     module.define_singleton_method("_job_options", function!(job_options, 1))?;
+    module.define_singleton_method("_job_hold", function!(hold::job_start, 5))?;
     error::init(ruby, module)?;
     delivery::init(ruby, module)?;
     signal::init(ruby, module)?;

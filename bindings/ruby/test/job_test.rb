@@ -291,6 +291,31 @@ class JobInProcessTest < Minitest::Test
     assert_equal :released, @events[1][:outcome]
   end
 
+  # The lease starts in one native call (MistriLocks._job_hold) with the
+  # hold options the class built once: its holder is the handle's label and
+  # the job's class, and it carries the job's stop key, as before.
+  def test_the_lease_names_the_label_the_class_and_the_stop_key
+    job = job_class do
+      holds_lease key: ->(id) { "who:#{id}" }, ttl: TTL, heartbeat: HEARTBEAT
+      def perform(id) = (@info = MistriLocks.locks.info("who:#{id}"))
+      attr_reader :info
+    end
+    options = job.mistri_lease.hold_options
+    assert_instance_of MistriLocks::JobHoldOptions, options
+    label = @locks.label
+    @locks.label = "web-7"
+    begin
+      j = job.new(1).tap(&:perform_now)
+      k = job.new(2).tap(&:perform_now)
+    ensure
+      @locks.label = label
+    end
+    assert_equal ["web-7 TestJob", MistriLocks::Job.stop_key(j.job_id)], j.info.values_at(:holder, :stop_key)
+    assert_equal MistriLocks::Job.stop_key(k.job_id), k.info[:stop_key]
+    assert_same options, job.mistri_lease.hold_options, "built once, when the class declared its lease"
+    assert_equal 2, @events.count { |e| e[:event] == :released }
+  end
+
   def test_require_mistri_locks_loads_neither_activejob_nor_sidekiq
     script = 'require "mistri_locks"; a = [defined?(ActiveJob), defined?(::Sidekiq)]; ' \
              'MistriLocks::Job.stop_key("x"); b = [defined?(ActiveJob), defined?(::Sidekiq)]; ' \

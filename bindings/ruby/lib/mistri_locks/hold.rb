@@ -22,8 +22,11 @@ module MistriLocks
 
     # The signal tripped on stop or loss: the +signal:+ given to hold (a
     # MistriLocks::AbortSignal or your duck-typed object), else a
-    # MistriLocks::AbortSignal of the hold's own.
-    attr_reader :signal
+    # MistriLocks::AbortSignal of the hold's own (its Ruby object made on
+    # the first call, the same one from then on).
+    def signal
+      @signal || LOCK.synchronize { @signal ||= _signal }
+    end
 
     # What Hold#release_outcome returns, one per ReleaseOutcome of the core.
     RELEASE_OUTCOMES = %i[released not_held lost already_released other_process expired].freeze
@@ -59,9 +62,12 @@ module MistriLocks
       _release
     ensure
       # A trip noted just before the release is still delivered, then the
-      # duck-typed signal hears nothing more.
-      _fire(@core.reason) if @duck && @core.aborted?
-      LOCK.synchronize { @duck = nil }
+      # duck-typed signal hears nothing more. (@duck is set before the hold
+      # is returned, and only ever cleared: without one, nothing to do.)
+      if @duck
+        _fire(@core.reason) if @core.aborted?
+        LOCK.synchronize { @duck = nil }
+      end
     end
 
     def inspect
@@ -91,7 +97,7 @@ module MistriLocks
         return nil unless hold
 
         Delivery.ensure_running if native
-        hold.__send__(:_attach, signal)
+        hold.__send__(:_attach, signal) if signal
         hold
       end
 
@@ -109,13 +115,15 @@ module MistriLocks
 
     private
 
+    # The +signal:+ given to hold (without one, #signal makes the hold's
+    # own when asked).
     def _attach(signal)
-      @core = _signal
-      @signal = signal || @core
-      return if signal.nil? || signal.is_a?(AbortSignal)
+      @signal = signal
+      return if signal.is_a?(AbortSignal)
 
       # A duck-typed signal: the core signal's trip is delivered to it from
       # a Ruby thread (see Delivery).
+      @core = _signal
       @duck = signal
       _handle, events = @core.__send__(:_watch, Delivery.register(self))
       Delivery.deliver(events)

@@ -115,13 +115,12 @@ module MistriLocks
       # run the job again later. (Internal.)
       def perform_leased(options, args:, job_id:, job_class:, attempts:, logger:, reenqueue:)
         key = options.key_for(args) # a raising key lambda fails this job only
-        payload = { key: key, job_id: job_id, job_class: job_class }
-        stop = stop_key(job_id)
         begin
           locks = options.locks_for
-          label = "#{locks.label} #{job_class}"
-          hold = locks.hold(key, ttl: options.ttl, heartbeat: options.heartbeat, stop_key: stop,
-                                 wait: options.wait.positive? ? options.wait : nil, limit: options.limit, label: label)
+          # One native call: the job's stop key (the core builds it), the
+          # holder label and the class's hold options, built once
+          # (LeaseOptions#hold_options).
+          hold = MistriLocks._job_hold(locks, key, job_id, job_class.to_s, options.hold_options)
         rescue MistriLocks::ConnectionError => e
           # The job fails, and the queue's own retry runs it again (Sidekiq's
           # retry set, ActiveJob's retry_on): never acked as done.
@@ -129,9 +128,11 @@ module MistriLocks
                        "(#{e.message}); the job fails and is retried by the queue")
           raise
         end
+        payload = { key: key, job_id: job_id, job_class: job_class }.freeze
         return conflict(options, payload, attempts, logger, reenqueue) unless hold
 
-        instrument(payload.merge(event: :acquired, fence: hold.fence))
+        # An event's Hash is built only when someone listens.
+        instrument(payload.merge(event: :acquired, fence: hold.fence)) if listening?
         interrupted = nil
         begin
           yield hold
@@ -144,9 +145,9 @@ module MistriLocks
             logger&.warn("mistri_locks: releasing #{key.inspect}: #{e.message} (it expires within its ttl)")
             :error
           end
-          instrument(payload.merge(event: :released, fence: hold.fence, outcome: outcome))
+          instrument(payload.merge(event: :released, fence: hold.fence, outcome: outcome)) if listening?
         end
-        interrupted && interrupted(options, payload, interrupted, locks, stop, logger, reenqueue)
+        interrupted && interrupted(options, payload, interrupted, locks, stop_key(job_id), logger, reenqueue)
       end
 
       # Emits a "mistri_locks.job" event when ActiveSupport is loaded. (Internal.)
@@ -154,6 +155,12 @@ module MistriLocks
         return unless defined?(ActiveSupport::Notifications)
 
         ActiveSupport::Notifications.instrument(EVENT, payload)
+      end
+
+      # Does anything subscribe to "mistri_locks.job"? (A lookup in
+      # ActiveSupport's cache: cheaper than the event's Hash.) (Internal.)
+      def listening?
+        defined?(ActiveSupport::Notifications) && ActiveSupport::Notifications.notifier.listening?(EVENT)
       end
 
       private
@@ -227,7 +234,7 @@ module MistriLocks
         why = interruption
         return why.first if why
 
-        duck = signal
+        duck = @signal # a duck-typed signal: given to hold, never made here
         return nil if duck.nil? || duck.is_a?(AbortSignal) || !duck.respond_to?(:aborted?)
 
         duck.aborted? ? :stopped : nil
@@ -240,7 +247,10 @@ module MistriLocks
     # the class is loaded.
     class LeaseOptions
       KEYS = %i[key ttl heartbeat limit wait on_conflict on_stopped on_lost attempts backoff locks].freeze
-      attr_reader :ttl, :heartbeat, :limit, :wait, :on_conflict, :on_stopped, :on_lost, :attempts
+      attr_reader :ttl, :heartbeat, :limit, :wait, :on_conflict, :on_stopped, :on_lost, :attempts,
+                  # The native hold options (ttl, heartbeat, limit, wait), built
+                  # once here: MistriLocks._job_hold takes them. (Internal.)
+                  :hold_options
 
       # +owner+: the job class (its name is the default key). +args_style+:
       # :splat (ActiveJob: the key lambda takes perform's arguments) or
@@ -271,7 +281,8 @@ module MistriLocks
         rescue ArgumentError => e
           raise ArgumentError, "#{owner}: #{e.message}"
         end
-        @ttl, @heartbeat, @limit, @wait, @attempts = checked.values_at(:ttl, :heartbeat, :limit, :wait, :attempts)
+        @ttl, @heartbeat, @limit, @wait, @attempts, @hold_options =
+          checked.values_at(:ttl, :heartbeat, :limit, :wait, :attempts, :hold)
         @on_conflict, @on_stopped, @on_lost = checked.values_at(:on_conflict, :on_stopped, :on_lost).map { |p| POLICY[p] }
         @locks = options.fetch(:locks, nil)
         return if @locks.nil? || @locks.is_a?(Locks) || (@locks.respond_to?(:call) && arity_ok?(@locks, 0, 0))
