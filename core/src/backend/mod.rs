@@ -1,13 +1,15 @@
 //! The backends: [`memory::Memory`] (one process), [`local::Local`] (the
 //! processes of one host, an SQLite file), [`redis`] (one server, the
 //! master Sentinel names, or a Cluster), [`postgres`] (tables in a
-//! PostgreSQL database), and [`open_with`], the one dispatcher
+//! PostgreSQL database), [`mysql`] (tables in a MySQL or MariaDB
+//! database), and [`open_with`], the one dispatcher
 //! from a URL every face goes through, over the one scheme table
 //! (`SCHEMES`): a new backend adds its rows there. Each implements
 //! [`crate::Adapter`] and nothing above it.
 
 pub(crate) mod local;
 pub(crate) mod memory;
+pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod redis;
 
@@ -37,6 +39,8 @@ pub enum Family {
     Redis,
     /// A PostgreSQL database.
     Postgres,
+    /// A MySQL or MariaDB database.
+    MySql,
     /// A throwaway family for the core's own tests (`probe://`, opened as a
     /// Memory): it proves a new family needs no change in any face.
     #[cfg(test)]
@@ -52,6 +56,7 @@ impl Family {
             Family::Local => "local",
             Family::Redis => "redis",
             Family::Postgres => "postgres",
+            Family::MySql => "mysql",
             #[cfg(test)]
             Family::Probe => "probe",
         }
@@ -64,6 +69,7 @@ impl Family {
             Family::Local => "Local",
             Family::Redis => "Redis",
             Family::Postgres => "Postgres",
+            Family::MySql => "MySql",
             #[cfg(test)]
             Family::Probe => "Probe",
         }
@@ -79,6 +85,7 @@ enum Via {
     Cluster,
     Sentinel,
     Postgres,
+    MySql,
 }
 
 /// The one scheme table: every URL any face opens is looked up here, with
@@ -134,6 +141,8 @@ const SCHEMES: &[(&str, Family, Via, &[&str])] = &[
         Via::Postgres,
         postgres::url::OPTIONS,
     ),
+    ("mysql", Family::MySql, Via::MySql, mysql::url::OPTIONS),
+    ("mariadb", Family::MySql, Via::MySql, mysql::url::OPTIONS),
     #[cfg(test)]
     ("probe", Family::Probe, Via::Memory, NO_OPTIONS),
 ];
@@ -164,6 +173,7 @@ fn all_schemes() -> String {
         Family::Local,
         Family::Redis,
         Family::Postgres,
+        Family::MySql,
     ]
     .into_iter()
     .map(schemes_of)
@@ -556,6 +566,11 @@ fn open_via(url: &str, via: Via, options: &OpenOptions) -> Result<Adapted> {
             namespace,
             options.io_timeout.unwrap_or(postgres::DEFAULT_TIMEOUT),
             options.schema.as_deref(),
+        )?)),
+        Via::MySql => shared(Arc::new(mysql::MySql::with_timeout(
+            url,
+            namespace,
+            options.io_timeout.unwrap_or(mysql::DEFAULT_TIMEOUT),
         )?)),
         Via::Server | Via::Cluster | Via::Sentinel => {
             let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
