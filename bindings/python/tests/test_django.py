@@ -175,6 +175,42 @@ def test_the_command_lists_and_stops(django_pg: throwaway_postgres.Server) -> No
     handle.clear_flag("job:abc-123:stop")
 
 
+@pytest.mark.filterwarnings("ignore:Overriding setting MISTRI_LOCKS")
+def test_a_mysql_url_in_the_settings_puts_the_leases_in_mysql(
+    django_pg: throwaway_postgres.Server, mariadb_server: Any
+) -> None:
+    """``MISTRI_LOCKS = {"URL": "mysql://…"}``: ``leased`` and ``manage.py
+    mistri_locks`` work on MySQL (a throwaway MariaDB). A ``default``
+    database on MySQL is not read (the core builds URLs from typed parts
+    for PostgreSQL only), so a Django app on MySQL names the URL."""
+    from django.test import override_settings
+
+    import mistri_locks.django as mld
+
+    ns = f"mistri:test:{uuid.uuid4().hex}"
+    direct = mistri_locks.open(mariadb_server.url, namespace=ns)
+    try:
+        with override_settings(MISTRI_LOCKS={"URL": mariadb_server.url, "NAMESPACE": ns}):
+            mld.reset()
+            assert mld.backend_url() == mariadb_server.url
+
+            @mld.leased("report:{account_id}", ttl=2, heartbeat=0.2)
+            def report(account_id: int) -> tuple[bool, int]:
+                lease = mistri_locks.current_lease()
+                assert lease is not None
+                return direct.held(lease.key), lease.fence
+
+            held, fence = report(9)
+            assert held and fence > 0
+            assert not direct.held("report:9")
+            assert direct.acquire("nightly:9", 30)
+            assert f"fence={direct.fence('nightly:9')}" in call("list", "nightly:")
+            call("stop", "nightly:9:stop", "--ttl", "30")
+            assert direct.flag("nightly:9:stop")
+    finally:
+        mld.reset()
+
+
 def test_django_admin_runs_the_command(django_pg: throwaway_postgres.Server) -> None:
     """As an operator runs it: ``django-admin`` (manage.py) in its own process."""
     from mistri_locks.django import locks
