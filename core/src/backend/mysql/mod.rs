@@ -17,9 +17,12 @@
 //!   wait timeouts (1205) roll the transaction back; the call is tried
 //!   again within its deadline (a refused try, never an error to the user
 //!   while time is left).
-//! - **No listener**: MySQL has no LISTEN/NOTIFY. A hold learns of a stop
-//!   flag from its heartbeat's one batched statement per tick, and a
-//!   waiting line tries at its timers ([`crate::waiting`]).
+//! - **No listener**: MySQL has no LISTEN/NOTIFY. The push of the other
+//!   backends is a poll here ([`poller`]): while the process watches a stop
+//!   flag or waits in a line, one connection on the listener's thread asks
+//!   every 200 ms, in ONE query for all of them, which flags are raised and
+//!   which lines may take their lease; the heartbeat's one batched
+//!   statement per tick reads the flags too.
 //! - **The client** ([`conn`]): the MySQL protocol driven by hand over std
 //!   sockets, each call with a wall-clock deadline; a connection that saw
 //!   an I/O error or a timeout is dropped, never reused; an idle pooled
@@ -27,13 +30,16 @@
 
 pub(crate) mod conn;
 mod ops;
+mod poller;
 pub(crate) mod sql;
 pub(crate) mod url;
 
 use crate::error::{Error, Result};
+use crate::runtime::fork::ForkLocal;
 use crate::runtime::pool::IdlePool;
 use conn::{Conn, Row, ServerError};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use url::MyConfig;
 
@@ -58,6 +64,8 @@ pub struct MySql {
     pub(crate) addr: String,
     pub(crate) timeout: Duration,
     pool: IdlePool<Conn>,
+    /// The watchers of this adapter's poller (one per process).
+    pub(crate) push: ForkLocal<Arc<crate::contract::push::Registry>>,
     /// The schema was found (or made) at this client's version.
     ready: AtomicBool,
 }
@@ -106,6 +114,7 @@ impl MySql {
             namespace: namespace.to_owned(),
             timeout,
             pool: IdlePool::default(),
+            push: crate::contract::push::fork_local_registry(),
             ready: AtomicBool::new(false),
         })
     }

@@ -3,6 +3,7 @@
 //! transaction in one round trip ([`super::sql`]).
 
 use super::conn::Row;
+use super::poller::Poller;
 use super::sql::{hex, hex_or_null, NOW_US};
 use super::MySql;
 use crate::args::millis_ceil;
@@ -11,10 +12,12 @@ use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::contract::info::{
     from_unix_millis, unpack_label, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing, WaitingInfo,
 };
+use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
 use crate::runtime::token::mint_token;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 /// 0 for no duration, else whole ms rounded up.
@@ -362,6 +365,13 @@ impl Adapter for MySql {
             hex(key.as_bytes())
         )))
         .map(drop)
+    }
+
+    fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
+        let poller = Poller::new(self.cfg.clone(), &self.namespace, self.timeout);
+        self.push.get().watch(watcher, move |registry| {
+            crate::contract::listen::spawn("mistri-flags", move || poller.run(&registry))
+        })
     }
 
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {

@@ -1,0 +1,76 @@
+//! MySQL / MariaDB only: fences across an emptied table and a restart,
+//! and the settings refused at connect, on a throwaway MariaDB 10.11.
+//!
+//! ```text
+//! cargo test -p mistri_locks_core --test mysql
+//! ```
+
+use mistri_locks::{Error, Locks, MySql};
+use mistri_locks_testkit::MariaDbServer;
+use std::time::Duration;
+
+fn locks(server: &MariaDbServer, ns: &str) -> Locks {
+    Locks::new(MySql::with_timeout(&server.url(), ns, Duration::from_secs(30)).unwrap())
+}
+
+fn fence(locks: &Locks, key: &str) -> u64 {
+    assert!(locks.acquire(key, Duration::from_secs(30)).unwrap());
+    let f = locks.fence(key).expect("fence");
+    assert!(locks.release(key).unwrap());
+    f
+}
+
+/// Fences rise per key across emptied tables (the clock floor) and a
+/// server restart and crash (the counter row survives, and the floor).
+#[test]
+fn fences_rise_across_an_emptied_table_and_restarts() {
+    let mut server = MariaDbServer::start();
+    let a = locks(&server, "fences");
+    let f1 = fence(&a, "k");
+    let f2 = fence(&a, "k");
+    assert!(f2 > f1, "{f1} -> {f2}");
+    server.sql("DELETE FROM mistri.mistri_leases; DELETE FROM mistri.mistri_fences");
+    let f3 = fence(&a, "k");
+    assert!(f3 > f2, "after emptying the tables: {f2} -> {f3}");
+    server.restart();
+    let f4 = fence(&locks(&server, "fences"), "k");
+    assert!(f4 > f3, "after a restart: {f3} -> {f4}");
+    server.crash_restart();
+    let b = locks(&server, "fences");
+    let f5 = fence(&b, "k");
+    assert!(f5 > f4, "after a crash-restart: {f4} -> {f5}");
+    // The clock floor: at least the database clock in µs since the epoch.
+    let now_us: u64 = server
+        .sql("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(f5 <= now_us && f5 > now_us - 60_000_000, "{f5} vs {now_us}");
+}
+
+/// A read-only server and a non-InnoDB table are refused with a
+/// configuration error naming the setting.
+#[test]
+fn settings_that_break_the_promise_are_refused_at_connect() {
+    let server = MariaDbServer::start();
+    let a = locks(&server, "settings");
+    assert!(!a.held("k").unwrap());
+    server.sql("SET GLOBAL read_only = ON");
+    let err = locks(&server, "settings").held("k").unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("read_only is ON")),
+        "{err}"
+    );
+    server.sql("SET GLOBAL read_only = OFF");
+    server.sql("ALTER TABLE mistri.mistri_meta ENGINE=MyISAM");
+    let err = locks(&server, "settings").held("k").unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("MyISAM")),
+        "{err}"
+    );
+    server.sql("ALTER TABLE mistri.mistri_meta ENGINE=InnoDB");
+    assert!(!locks(&server, "settings").held("k").unwrap());
+    // An unknown option is refused before anything connects.
+    let err = Locks::open(&format!("{}?ssl_mode=REQUIRED", server.url())).unwrap_err();
+    assert!(err.to_string().contains("ssl-mode"), "{err}");
+}
