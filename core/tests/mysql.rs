@@ -74,3 +74,31 @@ fn settings_that_break_the_promise_are_refused_at_connect() {
     let err = Locks::open(&format!("{}?ssl_mode=REQUIRED", server.url())).unwrap_err();
     assert!(err.to_string().contains("ssl-mode"), "{err}");
 }
+
+/// `wait_timeout` shorter than a hold's ttl is not refused: no lease lives
+/// in a session, and a pooled connection the server closed while idle is
+/// noticed before reuse and replaced. A hold whose ticks are further apart
+/// than `wait_timeout` keeps renewing, and a stop flag still reaches it.
+#[test]
+fn a_wait_timeout_shorter_than_the_ttl_costs_a_reconnect_not_the_lease() {
+    let server = MariaDbServer::start();
+    server.sql("SET GLOBAL wait_timeout = 1");
+    let a = locks(&server, "idle");
+    let options = mistri_locks::HoldOptions {
+        ttl: Duration::from_secs(6),
+        heartbeat: Duration::from_secs(2),
+        stop_key: Some("idle-stop".into()),
+        ..mistri_locks::HoldOptions::default()
+    };
+    let hold = a.hold("idle-key", options).unwrap().expect("free");
+    // Three ticks, each after the server closed the idle connections.
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(!hold.is_lost(), "{:?}", hold.signal().reason());
+    let b = locks(&server, "idle");
+    assert!(!b.acquire("idle-key", Duration::from_secs(5)).unwrap());
+    std::thread::sleep(Duration::from_millis(1500));
+    b.set_flag("idle-stop", Duration::from_secs(30)).unwrap();
+    assert!(hold.signal().wait(Some(Duration::from_secs(3))));
+    let reason = hold.signal().reason().unwrap_or_default();
+    assert!(reason.starts_with("stop flag"), "{reason}");
+}

@@ -398,3 +398,53 @@ impl MySql {
 fn version_of(rows: &[Row]) -> Option<i64> {
     rows.first()?.first()?.as_deref()?.parse().ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the beat relies on: each statement of a multi-statement batch
+    /// reads the database clock anew (the `UPDATE` after the locking read
+    /// sees the time after the locks), and a connection the server closed
+    /// while idle is noticed before reuse.
+    #[test]
+    fn a_batch_reads_the_clock_per_statement_and_closed_connections_are_noticed() {
+        let server = mistri_locks_testkit::MariaDbServer::start();
+        let cfg = url::parse(&server.url()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut con = Conn::connect(&cfg, deadline).unwrap();
+        let rows = con
+            .query(
+                &format!("SELECT {n}; DO SLEEP(0.3); SELECT {n}", n = sql::NOW_US),
+                deadline,
+            )
+            .unwrap()
+            .unwrap();
+        let us: Vec<i64> = rows
+            .iter()
+            .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(us.len(), 2, "{rows:?}");
+        assert!(us[1] - us[0] >= 300_000, "{us:?}");
+        // Within one statement the clock is the statement's start.
+        let rows = con
+            .query(
+                &format!("SELECT {n}, SLEEP(0.3), {n}", n = sql::NOW_US),
+                deadline,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(rows[0][0], rows[0][2], "{rows:?}");
+        assert!(con.alive());
+        let id = con
+            .query("SELECT CONNECTION_ID()", deadline)
+            .unwrap()
+            .unwrap();
+        server.sql(&format!("KILL CONNECTION {}", id[0][0].as_deref().unwrap()));
+        let gone = Instant::now() + Duration::from_secs(10);
+        while con.alive() && Instant::now() < gone {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!con.alive(), "a killed connection still looks alive");
+    }
+}
