@@ -18,7 +18,8 @@ mod proxy;
 pub use proxy::Proxy;
 mod mariadb;
 pub use mariadb::{
-    mariadb_program, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER,
+    mariadb_program, MariaDbClient, MariaDbRow, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD,
+    MARIADB_USER,
 };
 mod fault_server;
 pub use fault_server::FaultServer;

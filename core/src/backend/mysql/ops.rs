@@ -200,7 +200,7 @@ impl MySql {
                 }
                 let _ = write!(
                     s,
-                    "({},{})",
+                    "({ns},{},{})",
                     hex(r.lease.key().as_bytes()),
                     hex(r.lease.token().as_bytes())
                 );
@@ -220,14 +220,14 @@ impl MySql {
             let _ = write!(
                 out,
                 "START TRANSACTION; SELECT COUNT(*) FROM @Pleases WHERE ns = {ns} \
-                 AND (k, token) IN ({all_pairs}) FOR UPDATE; "
+                 AND (ns, k, token) IN ({all_pairs}) FOR UPDATE; "
             );
             for ((ttl, min), items) in &groups {
                 let _ = write!(
                     out,
                     "UPDATE @Pleases SET expires_us = {NOW_US} + {ttl} * 1000, \
                      renewed_us = {NOW_US}, ttl_ms = {ttl}, beat_tag = {tag} \
-                     WHERE ns = {ns} AND (k, token) IN ({}) AND expires_us > {NOW_US} \
+                     WHERE ns = {ns} AND (ns, k, token) IN ({}) AND expires_us > {NOW_US} \
                      AND expires_us - {NOW_US} >= {min} * 1000; ",
                     pairs(items)
                 );
@@ -237,7 +237,7 @@ impl MySql {
         if !renewals.is_empty() {
             selects.push(format!(
                 "SELECT 'r', k, token, IF(beat_tag = {tag}, 1, IF(expires_us > {NOW_US}, -1, 0)) \
-                 FROM @Pleases WHERE ns = {ns} AND (k, token) IN ({all_pairs})"
+                 FROM @Pleases WHERE ns = {ns} AND (ns, k, token) IN ({all_pairs})"
             ));
         }
         if !flags.is_empty() {
