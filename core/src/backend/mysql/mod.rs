@@ -303,16 +303,14 @@ impl MySql {
     /// for this one-time step only; the connection is dropped after).
     fn make_schema(&self, con: &mut Conn, deadline: Instant) -> Result<()> {
         let secs = conn::left(deadline, &self.addr)?.as_secs().max(1);
+        // 53 characters whatever the database's name (MySQL refuses lock
+        // names over 64).
         let lock = format!(
-            "mistri_locks schema {}",
+            "CONCAT('mistri_locks:', SHA1(CONCAT(DATABASE(), '/', {})))",
             sql::hex(self.cfg.prefix.as_bytes())
         );
-        let lock = sql::hex(lock.as_bytes());
         let got = con
-            .query(
-                &format!("SELECT GET_LOCK(CONCAT(DATABASE(), {lock}), {secs})"),
-                deadline,
-            )?
+            .query(&format!("SELECT GET_LOCK({lock}, {secs})"), deadline)?
             .map_err(|e| e.into_error(&self.addr))?;
         // The lock is the session's: this connection is not pooled again.
         con.broken = true;
