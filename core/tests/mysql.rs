@@ -102,3 +102,50 @@ fn a_wait_timeout_shorter_than_the_ttl_costs_a_reconnect_not_the_lease() {
     let reason = hold.signal().reason().unwrap_or_default();
     assert!(reason.starts_with("stop flag"), "{reason}");
 }
+
+/// TLS by `ssl-mode`: REQUIRED encrypts (a user that must use TLS logs in
+/// with it and not without), VERIFY_CA and VERIFY_IDENTITY refuse a
+/// certificate whose CA is not in the system store, naming TLS.
+#[test]
+fn ssl_modes_encrypt_and_verify() {
+    let server = MariaDbServer::start_tls();
+    server.sql(&format!(
+        "ALTER USER {}@'%' REQUIRE SSL",
+        mistri_locks_testkit::MARIADB_USER
+    ));
+    let with = |mode: &str| {
+        Locks::new(
+            MySql::with_timeout(
+                &format!("{}?ssl-mode={mode}", server.url()),
+                "tls",
+                Duration::from_secs(30),
+            )
+            .unwrap(),
+        )
+    };
+    for mode in ["REQUIRED", "PREFERRED"] {
+        let locks = with(mode);
+        assert!(
+            locks.acquire("k", Duration::from_secs(5)).unwrap(),
+            "{mode}"
+        );
+        assert!(locks.release("k").unwrap(), "{mode}");
+    }
+    let err = with("DISABLED").held("k").unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "no TLS, refused: {err}");
+    for mode in ["VERIFY_CA", "VERIFY_IDENTITY"] {
+        let err = with(mode).held("k").unwrap_err();
+        assert!(
+            matches!(&err, Error::Config(m) if m.contains("TLS")),
+            "{mode}: {err}"
+        );
+    }
+    // A server without TLS: REQUIRED is refused, PREFERRED goes plain.
+    let plain = MariaDbServer::start();
+    let url = format!("{}?ssl-mode=REQUIRED", plain.url());
+    let err = Locks::open(&url).unwrap().held("k").unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("does not offer TLS")),
+        "{err}"
+    );
+}

@@ -273,6 +273,9 @@ pub struct MariaDbServer {
     port: u16,
     base: PathBuf,
     frozen: bool,
+    /// Serves TLS too (`start_tls`): a certificate for 127.0.0.1 from a
+    /// throwaway CA in the folder.
+    tls: bool,
     install_took: Duration,
     start_took: Duration,
 }
@@ -282,9 +285,25 @@ impl MariaDbServer {
     /// `mistri` database and user. Panics (a test helper) if the binaries
     /// are missing or it won't come up.
     pub fn start() -> MariaDbServer {
+        Self::start_with(false)
+    }
+
+    /// [`MariaDbServer::start`] with TLS offered too (plain connections
+    /// still work): a server certificate for 127.0.0.1 signed by a
+    /// throwaway CA ([`MariaDbServer::ca_file`]), made by `openssl`.
+    pub fn start_tls() -> MariaDbServer {
+        Self::start_with(true)
+    }
+
+    /// The throwaway CA of a [`MariaDbServer::start_tls`] server.
+    pub fn ca_file(&self) -> PathBuf {
+        self.base.join("ca.pem")
+    }
+
+    fn start_with(tls: bool) -> MariaDbServer {
         let mut last = String::new();
         for _ in 0..3 {
-            match Self::try_start() {
+            match Self::try_start(tls) {
                 Ok(server) => return server,
                 Err(e) => last = e,
             }
@@ -292,7 +311,7 @@ impl MariaDbServer {
         panic!("could not start a MariaDB server: {last}");
     }
 
-    fn try_start() -> Result<MariaDbServer, String> {
+    fn try_start(tls: bool) -> Result<MariaDbServer, String> {
         let port = free_port();
         let base = scratch_parent().join(format!("mistri-mariadb-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
@@ -303,12 +322,16 @@ impl MariaDbServer {
             port,
             base,
             frozen: false,
+            tls,
             install_took: Duration::ZERO,
             start_took: Duration::ZERO,
         };
         let began = Instant::now();
         server.install()?;
         server.install_took = began.elapsed();
+        if tls {
+            crate::make_certificate(&server.base)?;
+        }
         let began = Instant::now();
         server.spawn()?;
         server.start_took = began.elapsed();
@@ -386,6 +409,15 @@ impl MariaDbServer {
             .args(Self::innodb_settings())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if self.tls {
+            for (option, file) in [
+                ("ssl-ca", "ca.pem"),
+                ("ssl-cert", "cert.pem"),
+                ("ssl-key", "key.pem"),
+            ] {
+                cmd.arg(format!("--{option}={}", self.base.join(file).display()));
+            }
+        }
         if is_root() {
             cmd.arg("--user=root");
         }
