@@ -149,3 +149,56 @@ fn ssl_modes_encrypt_and_verify() {
         "{err}"
     );
 }
+
+/// Contention with no fault is never an error: 8 adapters (as 8
+/// processes) race for two exclusive keys and one of three slots, plain
+/// and waiting; deadlocks and lock waits are tried again within the call.
+/// Exclusion is checked with a counter per key.
+#[test]
+fn contention_without_faults_is_never_an_error() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let server = MariaDbServer::start();
+    locks(&server, "race").held("warm-up").unwrap();
+    let inside: Vec<AtomicI64> = (0..3).map(|_| AtomicI64::new(0)).collect();
+    let errors = AtomicI64::new(0);
+    let taken = AtomicI64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (inside, errors, taken, server) = (&inside, &errors, &taken, &server);
+            s.spawn(move || {
+                let l = Locks::new(
+                    MySql::with_timeout(&server.url(), "race", Duration::from_secs(5)).unwrap(),
+                );
+                for i in 0..60 {
+                    let k = (t + i) % 3;
+                    let (key, limit) = (format!("race-{k}"), if k == 2 { 3 } else { 1 });
+                    let opts = mistri_locks::AcquireOptions {
+                        wait: (i % 2 == 0).then(|| Duration::from_millis(300)),
+                        limit,
+                        ..mistri_locks::AcquireOptions::default()
+                    };
+                    match l.acquire_with(&key, Duration::from_secs(10), &opts) {
+                        Ok(true) => {
+                            let n = inside[k].fetch_add(1, Ordering::SeqCst) + 1;
+                            assert!(n <= limit as i64, "{n} holders of {key}");
+                            taken.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(2));
+                            inside[k].fetch_sub(1, Ordering::SeqCst);
+                            if let Err(e) = l.release(&key) {
+                                eprintln!("release: {e}");
+                                errors.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            eprintln!("acquire: {e}");
+                            errors.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(errors.load(Ordering::SeqCst), 0);
+    assert!(taken.load(Ordering::SeqCst) > 60, "{taken:?}");
+}
