@@ -167,7 +167,7 @@ impl MySql {
     /// A pooled connection that is still open (and `true`), or a new one
     /// connected and checked by `deadline`.
     fn checkout(&self, deadline: Instant) -> Result<Conn> {
-        while let Some(con) = self.pool.take("", 0) {
+        while let Some(mut con) = self.pool.take("", 0) {
             if con.alive() {
                 return Ok(con);
             }
