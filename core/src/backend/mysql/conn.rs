@@ -588,15 +588,34 @@ impl Conn {
 
     /// Is this idle connection still open? (The server ended it: a
     /// restart, `wait_timeout`, a KILL; then its FIN or an error packet is
-    /// waiting to be read.) Non-blocking.
-    pub(crate) fn alive(&self) -> bool {
-        let sock = self.stream.sock();
-        if sock.set_nonblocking(true).is_err() {
+    /// waiting to be read.) Non-blocking. On TLS, bytes waiting may be
+    /// housekeeping (a TLS 1.3 session ticket sent after the handshake):
+    /// rustls reads them, and only plaintext or a close means the end.
+    pub(crate) fn alive(&mut self) -> bool {
+        if !self.rbuf.is_empty() || self.stream.sock().set_nonblocking(true).is_err() {
             return false;
         }
-        let mut one = [0u8; 1];
-        let alive = matches!(sock.peek(&mut one), Err(e) if e.kind() == ErrorKind::WouldBlock);
-        sock.set_nonblocking(false).is_ok() && alive && self.rbuf.is_empty()
+        let alive = loop {
+            let mut one = [0u8; 1];
+            match self.stream.sock().peek(&mut one) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break true,
+                Ok(n) if n > 0 => {}
+                _ => break false,
+            }
+            let Stream::Tls(tls) = &mut self.stream else {
+                break false;
+            };
+            let tls = &mut **tls;
+            match tls.conn.read_tls(&mut tls.sock) {
+                Ok(n) if n > 0 => {}
+                _ => break false,
+            }
+            match tls.conn.process_new_packets() {
+                Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() => {}
+                _ => break false,
+            }
+        };
+        self.stream.sock().set_nonblocking(false).is_ok() && alive
     }
 
     /// Runs `sql` (one statement, or several separated by `;`), by

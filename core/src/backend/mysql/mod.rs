@@ -17,9 +17,12 @@
 //!   wait timeouts (1205) roll the transaction back; the call is tried
 //!   again within its deadline (a refused try, never an error to the user
 //!   while time is left).
-//! - **No listener**: MySQL has no LISTEN/NOTIFY. A hold learns of a stop
-//!   flag from its heartbeat's one batched statement per tick, and a
-//!   waiting line tries at its timers ([`crate::waiting`]).
+//! - **No listener**: MySQL has no LISTEN/NOTIFY. The push of the other
+//!   backends is a poll here ([`poller`]): while the process watches a stop
+//!   flag or waits in a line, one connection on the listener's thread asks
+//!   every 200 ms, in ONE query for all of them, which flags are raised and
+//!   which lines may take their lease; the heartbeat's one batched
+//!   statement per tick reads the flags too.
 //! - **The client** ([`conn`]): the MySQL protocol driven by hand over std
 //!   sockets, each call with a wall-clock deadline; a connection that saw
 //!   an I/O error or a timeout is dropped, never reused; an idle pooled
@@ -27,13 +30,16 @@
 
 pub(crate) mod conn;
 mod ops;
+mod poller;
 pub(crate) mod sql;
 pub(crate) mod url;
 
 use crate::error::{Error, Result};
+use crate::runtime::fork::ForkLocal;
 use crate::runtime::pool::IdlePool;
 use conn::{Conn, Row, ServerError};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use url::MyConfig;
 
@@ -58,6 +64,8 @@ pub struct MySql {
     pub(crate) addr: String,
     pub(crate) timeout: Duration,
     pool: IdlePool<Conn>,
+    /// The watchers of this adapter's poller (one per process).
+    pub(crate) push: ForkLocal<Arc<crate::contract::push::Registry>>,
     /// The schema was found (or made) at this client's version.
     ready: AtomicBool,
 }
@@ -106,6 +114,7 @@ impl MySql {
             namespace: namespace.to_owned(),
             timeout,
             pool: IdlePool::default(),
+            push: crate::contract::push::fork_local_registry(),
             ready: AtomicBool::new(false),
         })
     }
@@ -158,7 +167,7 @@ impl MySql {
     /// A pooled connection that is still open (and `true`), or a new one
     /// connected and checked by `deadline`.
     fn checkout(&self, deadline: Instant) -> Result<Conn> {
-        while let Some(con) = self.pool.take("", 0) {
+        while let Some(mut con) = self.pool.take("", 0) {
             if con.alive() {
                 return Ok(con);
             }
@@ -294,16 +303,14 @@ impl MySql {
     /// for this one-time step only; the connection is dropped after).
     fn make_schema(&self, con: &mut Conn, deadline: Instant) -> Result<()> {
         let secs = conn::left(deadline, &self.addr)?.as_secs().max(1);
+        // 53 characters whatever the database's name (MySQL refuses lock
+        // names over 64).
         let lock = format!(
-            "mistri_locks schema {}",
+            "CONCAT('mistri_locks:', SHA1(CONCAT(DATABASE(), '/', {})))",
             sql::hex(self.cfg.prefix.as_bytes())
         );
-        let lock = sql::hex(lock.as_bytes());
         let got = con
-            .query(
-                &format!("SELECT GET_LOCK(CONCAT(DATABASE(), {lock}), {secs})"),
-                deadline,
-            )?
+            .query(&format!("SELECT GET_LOCK({lock}, {secs})"), deadline)?
             .map_err(|e| e.into_error(&self.addr))?;
         // The lock is the session's: this connection is not pooled again.
         con.broken = true;
@@ -388,4 +395,54 @@ impl MySql {
 
 fn version_of(rows: &[Row]) -> Option<i64> {
     rows.first()?.first()?.as_deref()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the beat relies on: each statement of a multi-statement batch
+    /// reads the database clock anew (the `UPDATE` after the locking read
+    /// sees the time after the locks), and a connection the server closed
+    /// while idle is noticed before reuse.
+    #[test]
+    fn a_batch_reads_the_clock_per_statement_and_closed_connections_are_noticed() {
+        let server = mistri_locks_testkit::MariaDbServer::start();
+        let cfg = url::parse(&server.url()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut con = Conn::connect(&cfg, deadline).unwrap();
+        let rows = con
+            .query(
+                &format!("SELECT {n}; DO SLEEP(0.3); SELECT {n}", n = sql::NOW_US),
+                deadline,
+            )
+            .unwrap()
+            .unwrap();
+        let us: Vec<i64> = rows
+            .iter()
+            .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(us.len(), 2, "{rows:?}");
+        assert!(us[1] - us[0] >= 300_000, "{us:?}");
+        // Within one statement the clock is the statement's start.
+        let rows = con
+            .query(
+                &format!("SELECT {n}, SLEEP(0.3), {n}", n = sql::NOW_US),
+                deadline,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(rows[0][0], rows[0][2], "{rows:?}");
+        assert!(con.alive());
+        let id = con
+            .query("SELECT CONNECTION_ID()", deadline)
+            .unwrap()
+            .unwrap();
+        server.sql(&format!("KILL CONNECTION {}", id[0][0].as_deref().unwrap()));
+        let gone = Instant::now() + Duration::from_secs(10);
+        while con.alive() && Instant::now() < gone {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!con.alive(), "a killed connection still looks alive");
+    }
 }

@@ -3,6 +3,7 @@
 //! transaction in one round trip ([`super::sql`]).
 
 use super::conn::Row;
+use super::poller::Poller;
 use super::sql::{hex, hex_or_null, NOW_US};
 use super::MySql;
 use crate::args::millis_ceil;
@@ -11,10 +12,12 @@ use crate::contract::adapter::{Adapter, Beat, Lease, Renewal, Renewed};
 use crate::contract::info::{
     from_unix_millis, unpack_label, FlagInfo, HolderInfo, Identity, LeaseInfo, Listing, WaitingInfo,
 };
+use crate::contract::push::{FlagWatch, FlagWatcher};
 use crate::error::{Error, Result};
 use crate::runtime::token::mint_token;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 /// 0 for no duration, else whole ms rounded up.
@@ -197,7 +200,7 @@ impl MySql {
                 }
                 let _ = write!(
                     s,
-                    "({},{})",
+                    "({ns},{},{})",
                     hex(r.lease.key().as_bytes()),
                     hex(r.lease.token().as_bytes())
                 );
@@ -217,14 +220,14 @@ impl MySql {
             let _ = write!(
                 out,
                 "START TRANSACTION; SELECT COUNT(*) FROM @Pleases WHERE ns = {ns} \
-                 AND (k, token) IN ({all_pairs}) FOR UPDATE; "
+                 AND (ns, k, token) IN ({all_pairs}) FOR UPDATE; "
             );
             for ((ttl, min), items) in &groups {
                 let _ = write!(
                     out,
                     "UPDATE @Pleases SET expires_us = {NOW_US} + {ttl} * 1000, \
                      renewed_us = {NOW_US}, ttl_ms = {ttl}, beat_tag = {tag} \
-                     WHERE ns = {ns} AND (k, token) IN ({}) AND expires_us > {NOW_US} \
+                     WHERE ns = {ns} AND (ns, k, token) IN ({}) AND expires_us > {NOW_US} \
                      AND expires_us - {NOW_US} >= {min} * 1000; ",
                     pairs(items)
                 );
@@ -234,7 +237,7 @@ impl MySql {
         if !renewals.is_empty() {
             selects.push(format!(
                 "SELECT 'r', k, token, IF(beat_tag = {tag}, 1, IF(expires_us > {NOW_US}, -1, 0)) \
-                 FROM @Pleases WHERE ns = {ns} AND (k, token) IN ({all_pairs})"
+                 FROM @Pleases WHERE ns = {ns} AND (ns, k, token) IN ({all_pairs})"
             ));
         }
         if !flags.is_empty() {
@@ -362,6 +365,13 @@ impl Adapter for MySql {
             hex(key.as_bytes())
         )))
         .map(drop)
+    }
+
+    fn watch_flags(&self, watcher: Weak<dyn FlagWatcher>) -> Option<FlagWatch> {
+        let poller = Poller::new(self.cfg.clone(), &self.namespace, self.timeout);
+        self.push.get().watch(watcher, move |registry| {
+            crate::contract::listen::spawn("mistri-flags", move || poller.run(&registry))
+        })
     }
 
     fn info(&self, key: &str) -> Result<Option<LeaseInfo>> {
