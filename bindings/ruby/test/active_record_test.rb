@@ -381,4 +381,54 @@ class ActiveRecordTest < Minitest::Test
   ensure
     MistriLocks.locks = nil
   end
+
+  # On MySQL/MariaDB (issue 41): an app on ActiveRecord's mysql2 adapter
+  # calls the backend's mistri_fence_check procedure in its own transaction.
+  # The procedure answers with a result set, which ActiveRecord 6.1's
+  # mysql2 adapter leaves pending after a CALL ("Commands out of sync" on
+  # the next statement), so the CALL goes through the raw client, which
+  # then drops it (abandon_results!).
+  class MyRecord < ActiveRecord::Base
+    self.abstract_class = true
+  end
+
+  class MyReport < MyRecord
+    self.table_name = "mistri_reports"
+  end
+
+  def write_fenced_mysql(id, fence, body)
+    MyReport.transaction do
+      raw = MyReport.connection.raw_connection
+      raw.query(MyReport.sanitize_sql_array(["CALL mistri_fence_check(?, ?)", "report:#{id}", fence]))
+      raw.abandon_results!
+      MyReport.find_or_initialize_by(id: id).update!(body: body)
+    end
+  end
+
+  def test_fence_check_refuses_the_stale_holders_write_on_mysql
+    MyRecord.establish_connection(mariadb_config("mysql2", name: "primary").configuration_hash)
+    MyRecord.connection.execute("CREATE TABLE IF NOT EXISTS mistri_reports (id bigint PRIMARY KEY, body text) ENGINE=InnoDB")
+    namespace = ns
+    a = MistriLocks.from_active_record(MyRecord, namespace: namespace)
+    b = MistriLocks.from_active_record(MyReport, namespace: namespace)
+    id = rand(1 << 40)
+
+    assert a.acquire("report", ttl: 0.3) # never renewed: it lapses
+    fence_a = a.fence("report")
+    write_fenced_mysql(id, fence_a, "from A")
+    sleep 0.6 # A pauses past its ttl; B takes over
+    assert b.acquire("report", ttl: 5)
+    fence_b = b.fence("report")
+    assert_operator fence_b, :>, fence_a
+    write_fenced_mysql(id, fence_b, "from B")
+
+    error = assert_raises(Mysql2::Error) { write_fenced_mysql(id, fence_a, "from A, stale") }
+    assert_match(/ML409/, error.message)
+    assert_equal "from B", MyReport.find(id).body, "the stale write rolled back whole"
+    write_fenced_mysql(id, fence_b, "from B again")
+    assert_equal "from B again", MyReport.find(id).body
+    assert b.release("report")
+  ensure
+    MyRecord.remove_connection
+  end
 end
