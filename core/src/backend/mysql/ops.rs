@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::runtime::token::mint_token;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
@@ -445,8 +446,10 @@ impl Adapter for MySql {
         if renewals.is_empty() && flags.is_empty() {
             return Ok(Beat::default());
         }
-        let tag = u64::from(getrandom::u32().unwrap_or(0)) << 20
-            | u64::from(std::process::id() & 0xf_ffff);
+        // Only a lease's holder renews its row, so a tag need only differ
+        // from this process's earlier beats: a counter.
+        static TAG: AtomicU64 = AtomicU64::new(0);
+        let tag = TAG.fetch_add(1, Ordering::Relaxed) + 1;
         let rows = self.run_by(&self.beat_sql(renewals, flags, tag), deadline)?;
         let mut by_lease: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
         for (i, r) in renewals.iter().enumerate() {
