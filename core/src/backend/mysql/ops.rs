@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::runtime::token::mint_token;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,9 @@ fn lease_columns() -> String {
          FLOOR(renewed_us / 1000), ttl_ms, heartbeat_ms, label"
     )
 }
+
+/// The most SQL one beat statement carries (then it is split).
+const BEAT_BYTES: usize = 8 << 20;
 
 /// One acquire in 64 also sweeps a few long-dead rows of other keys.
 const SWEEP_ONE_IN: u32 = 64;
@@ -445,9 +449,31 @@ impl Adapter for MySql {
         if renewals.is_empty() && flags.is_empty() {
             return Ok(Beat::default());
         }
-        let tag = u64::from(getrandom::u32().unwrap_or(0)) << 20
-            | u64::from(std::process::id() & 0xf_ffff);
-        let rows = self.run_by(&self.beat_sql(renewals, flags, tag), deadline)?;
+        // Only a lease's holder renews its row, so a tag need only differ
+        // from this process's earlier beats: a counter.
+        static TAG: AtomicU64 = AtomicU64::new(0);
+        let tag = TAG.fetch_add(1, Ordering::Relaxed) + 1;
+        // One statement per BEAT_BYTES of renewals (about 8,000 of 1 KiB
+        // keys, 50,000 of short ones): under the server's
+        // `max_allowed_packet` (16 MiB on MariaDB, 64 MiB on MySQL 8).
+        let mut rows = Vec::new();
+        let (mut start, mut first) = (0, true);
+        while first || start < renewals.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < renewals.len() && (end == start || bytes < BEAT_BYTES) {
+                let r = &renewals[end];
+                bytes +=
+                    6 * (self.namespace.len() + r.lease.key().len() + r.lease.token().len()) + 64;
+                end += 1;
+            }
+            let its_flags = if first { flags } else { &[] };
+            rows.extend(self.run_by(
+                &self.beat_sql(&renewals[start..end], its_flags, tag),
+                deadline,
+            )?);
+            (start, first) = (end, false);
+        }
         let mut by_lease: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
         for (i, r) in renewals.iter().enumerate() {
             by_lease
