@@ -6,14 +6,15 @@
 # Memory, Local and on a
 # throwaway redis-server (a free 127.0.0.1 port), contract.c also on a
 # throwaway PostgreSQL (tests/support/throwaway_postgres.py), again under
-# AddressSanitizer + UndefinedBehaviorSanitizer, runs the example worker
+# AddressSanitizer + UndefinedBehaviorSanitizer, contract.c also on a
+# throwaway MariaDB (tests/support/throwaway_mariadb.py), runs the example worker
 # against that server with a stop raised from another process, and checks
 # `make -C ffi install PREFIX=...` + pkg-config by building the quick start
 # against the installed copy.
 #
 # Usage: ffi/test.sh        (honours CARGO_TARGET_DIR; needs gcc, make,
 #                            pkg-config, redis-server, python3, the
-#                            PostgreSQL server and psql)
+#                            PostgreSQL server and psql, mariadb-server)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -28,8 +29,10 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/mistri-ffi-test.XXXXXX")
 REDIS_PID=""
 WORKER_PID=""
 PG_DIR=""
+MYSQL_DIR=""
 cleanup() {
   [ -n "$PG_DIR" ] && python3 "$ROOT/tests/support/throwaway_postgres.py" stop "$PG_DIR" || true
+  [ -n "$MYSQL_DIR" ] && python3 "$ROOT/tests/support/throwaway_mariadb.py" stop "$MYSQL_DIR" || true
   [ -n "$WORKER_PID" ] && kill "$WORKER_PID" 2>/dev/null || true
   [ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null || true
   [ -n "$REDIS_PID" ] && wait "$REDIS_PID" 2>/dev/null || true
@@ -159,11 +162,17 @@ PG_URL=$(python3 "$ROOT/tests/support/throwaway_postgres.py" start "$PG_DIR") ||
   die "could not start PostgreSQL (scripts/setup installs postgresql)"
 echo "postgres at $PG_URL"
 
+step "start a throwaway MariaDB on a free 127.0.0.1 port"
+MYSQL_DIR=$(mktemp -u /tmp/mistri-ffi-mariadb.XXXXXX)
+MYSQL_URL=$(python3 "$ROOT/tests/support/throwaway_mariadb.py" start "$MYSQL_DIR") ||
+  die "could not start MariaDB (scripts/setup installs mariadb-server)"
+echo "mariadb at $MYSQL_URL"
+
 export MISTRI_TEST_LOCAL_DIR="$WORK/local"
 mkdir -p "$MISTRI_TEST_LOCAL_DIR"
 
-step "C tests (Memory, Redis, Local, Postgres, two processes)"
-timeout 600 "$WORK/contract" "$URL" "$PG_URL"
+step "C tests (Memory, Redis, Local, Postgres, MySQL on MariaDB, two processes)"
+timeout 600 "$WORK/contract" "$URL" "$PG_URL" "$MYSQL_URL"
 
 step "C tests of the hold options builder, the deprecated struct and wait timeouts"
 timeout 300 "$WORK/options" "$URL"
@@ -191,7 +200,7 @@ step "C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # the malloc that ASan intercepts, so a leaked handle or string shows up.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  timeout 900 "$WORK/contract-asan" "$URL" "$PG_URL"
+  timeout 900 "$WORK/contract-asan" "$URL" "$PG_URL" "$MYSQL_URL"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   timeout 300 "$WORK/options-asan" "$URL"

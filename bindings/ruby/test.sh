@@ -11,7 +11,7 @@
 #
 # Needs: cargo, ruby + ruby-dev (3.0+, minitest is bundled), libclang-dev,
 # redis-server, ruby-activesupport and ruby-redis, the PostgreSQL server
-# and psql, ruby-activerecord, ruby-pg, ruby-sqlite3, ruby-activejob and
+# and psql, mariadb-server, ruby-activerecord, ruby-pg, ruby-sqlite3, ruby-mysql2, ruby-activejob and
 # ruby-sidekiq. Honours CARGO_TARGET_DIR
 # and SOURCE_BUILD=0 (skip the source gem). Extra minitest arguments pass
 # through, e.g. `test.sh -n /Fork/`.

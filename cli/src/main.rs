@@ -75,7 +75,10 @@ rediss+cluster://…, rediss+sentinel://… (optional ?min_replicas=N|all&replic
 an evicting maxmemory-policy is refused unless ?eviction=accept; ?settings_check=SECONDS, default 60),
 postgres://[user:pass@]host[:port]/dbname or postgresql://… (libpq's conventions:
 ?sslmode=, ?application_name=, ?host=/socket/dir; ?schema=NAME, default mistri_locks)
-or a libpq key/value DSN (host=h dbname=d), memory:// (this process only),
+or a libpq key/value DSN (host=h dbname=d),
+mysql://[user:pass@]host[:port]/dbname or mariadb://… (?ssl-mode=DISABLED|PREFERRED|REQUIRED|
+VERIFY_CA|VERIFY_IDENTITY; ?prefix=NAME for the table names, default mistri_),
+memory:// (this process only),
 or file://PATH or a path to a Local database file (default: the Local adapter's per-user file,
 $MISTRI_LOCKS_LOCAL_PATH or /var/tmp/mistri_locks-<uid>/locks.db).
 
@@ -90,10 +93,10 @@ executable/not found.";
 #[derive(Parser, Debug)]
 #[command(name = "mistri-locks", version, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Backend: redis://…, rediss://…, redis+cluster://…, redis+sentinel://…, postgres://… or a Local database path.
+    /// Backend: redis://…, rediss://…, redis+cluster://…, redis+sentinel://…, postgres://…, mysql://… or a Local database path.
     #[arg(long, global = true, env = "MISTRI_LOCKS_URL", value_name = "URL")]
     url: Option<String>,
-    /// Key namespace (Redis and Postgres).
+    /// Key namespace (Redis, Postgres and MySQL).
     #[arg(long, global = true, default_value = mistri_locks::DEFAULT_NAMESPACE, value_name = "NS")]
     namespace: String,
     #[command(subcommand)]

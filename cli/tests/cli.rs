@@ -1,9 +1,9 @@
 //! Drives the built `mistri-locks` binary against a Local database file, a
-//! real throwaway redis-server and a real throwaway PostgreSQL (127.0.0.1,
-//! free ports).
+//! real throwaway redis-server, a real throwaway PostgreSQL and a real
+//! throwaway MariaDB (127.0.0.1, free ports).
 
 use mistri_locks::{HoldOptions, Locks, OpenOptions};
-use mistri_locks_testkit::{unique, PgServer, RedisServer};
+use mistri_locks_testkit::{unique, MariaDbServer, PgServer, RedisServer};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -31,6 +31,14 @@ impl Backend {
     }
 
     fn redis(server: &RedisServer) -> Self {
+        Backend {
+            url: server.url(),
+            namespace: unique("mistri:cli"),
+            dir: None,
+        }
+    }
+
+    fn mysql(server: &MariaDbServer) -> Self {
         Backend {
             url: server.url(),
             namespace: unique("mistri:cli"),
@@ -520,6 +528,13 @@ fn on_redis() {
 fn on_postgres() {
     let server = PgServer::start();
     all(&Backend::postgres(&server));
+}
+
+/// `--url mysql://…` (a MariaDB 10.11), driven as on the others.
+#[test]
+fn on_mysql() {
+    let server = MariaDbServer::start();
+    all(&Backend::mysql(&server));
 }
 
 /// `mistri-locks schema` prints DDL that a DBA runs (twice: idempotent);

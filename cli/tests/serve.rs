@@ -1,8 +1,8 @@
 //! `mistri-locks serve` over real TCP on 127.0.0.1: the Host check, the
 //! whole-request deadline and the connection caps against trickling
 //! clients, the token file's checks, and the transport's 400s. Each test
-//! starts its own `serve` process (`memory://` or a Local file) on a free
-//! port.
+//! starts its own `serve` process (`memory://`, a Local file, or a
+//! throwaway MariaDB) on a free port.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -365,4 +365,46 @@ fn the_token_file_is_checked_like_the_local_folder() {
         assert_eq!(status, 200, "{auth}: {text}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `serve` on `--url mysql://…` (a throwaway MariaDB 10.11): the state
+/// document lists a lease another process holds, with its holder
+/// description and fence, and a raised flag; `/metrics` counts both.
+#[test]
+fn serve_on_mysql_shows_the_state_and_metrics() {
+    use mistri_locks::{Locks, OpenOptions};
+    let server = mistri_locks_testkit::MariaDbServer::start();
+    let ns = mistri_locks_testkit::unique("mistri:serve");
+    let mut options = OpenOptions::new().namespace(&ns);
+    options.label = Some("mysql-holder".into());
+    let locks = Locks::open_with(&server.url(), &options).unwrap();
+    assert!(locks.acquire("job:1", Duration::from_secs(60)).unwrap());
+    let fence = locks.fence("job:1").expect("a fence for the lease");
+    locks
+        .set_flag("stop:job:1", Duration::from_secs(60))
+        .unwrap();
+
+    let s = serve(&server.url(), &["--namespace", &ns]);
+    let me = s.addr.to_string();
+    let (status, _, body) = get(s.addr, "/api/state", &me, "");
+    assert_eq!(status, 200, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let leases = doc["leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 1, "{doc}");
+    assert_eq!(leases[0]["key"], "job:1");
+    assert_eq!(leases[0]["holder"], "mysql-holder");
+    assert_eq!(leases[0]["fence"], fence);
+    assert_eq!(doc["flags"][0]["key"], "stop:job:1", "{doc}");
+
+    let (status, _, text) = get(s.addr, "/metrics", &me, "");
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("mistri_locks_fleet_leases_held 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mistri_locks_fleet_flags_raised 1\n"),
+        "{text}"
+    );
+    assert!(locks.release("job:1").unwrap());
 }

@@ -68,6 +68,7 @@ pub use args::{
 };
 pub use backend::local::{default_path as local_default_path, Local};
 pub use backend::memory::Memory;
+pub use backend::mysql::MySql;
 pub use backend::postgres::Postgres;
 pub use backend::redis::cluster::RedisCluster;
 pub use backend::redis::url::ReplicaAck;
@@ -100,6 +101,9 @@ pub use waiting::{AcquireOptions, Poll, WaitWaker, Waiting};
 pub mod internals {
     pub use crate::backend::local::{
         user_default_path, BELL_BUCKETS, BUSY_TIMEOUT, DEFAULT_BASE, PATH_ENV, PRUNE_EVERY,
+    };
+    pub use crate::backend::mysql::{
+        DEFAULT_PREFIX as MYSQL_PREFIX, DEFAULT_TIMEOUT as MYSQL_TIMEOUT,
     };
     pub use crate::backend::postgres::{
         DEFAULT_SCHEMA as POSTGRES_SCHEMA, DEFAULT_TIMEOUT as POSTGRES_TIMEOUT,

@@ -1,8 +1,8 @@
 //! The contract suite. Its cases are data, `tests/contract/cases.txt`, run
 //! here and by the C, Python and Ruby suites alike (the format is
-//! `tests/contract/README.md`); each runs against seven fresh backends:
-//! Memory, Local, Redis, Redis Cluster, Redis Sentinel, PostgreSQL and
-//! PostgreSQL through PgBouncer in transaction pooling (each on its own
+//! `tests/contract/README.md`); each runs against eight fresh backends:
+//! Memory, Local, Redis, Redis Cluster, Redis Sentinel, PostgreSQL,
+//! PostgreSQL through PgBouncer in transaction pooling and MariaDB (each on its own
 //! throwaway servers on free loopback ports). Below the runner
 //! are the few cases only Rust can state: Drop, the trait's explicit
 //! leases, and threads contending in one process.
@@ -16,7 +16,9 @@ use mistri_locks::{
     duration_from_secs, AbortSignal, Error, Hold, HoldOptions, Locks, OpenOptions, ReleaseOutcome,
     FLAG_TTL,
 };
-use mistri_locks_testkit::{PgBouncer, PgServer, RedisCluster, RedisSentinels, RedisServer};
+use mistri_locks_testkit::{
+    MariaDbServer, PgBouncer, PgServer, RedisCluster, RedisSentinels, RedisServer,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, PoisonError};
@@ -104,6 +106,12 @@ impl Fixture {
         Self::shared(format!("{}?listen=off", shared_postgres().1.url()))
     }
 
+    /// MariaDB 10.11 (`mysql://`): one server for the test process, each
+    /// case under a namespace of its own.
+    fn mariadb() -> Self {
+        Self::shared(shared_mariadb().url())
+    }
+
     fn shared(url: String) -> Self {
         let ns = mistri_locks_testkit::unique("mistri:test");
         Fixture {
@@ -153,6 +161,22 @@ fn shared_postgres() -> &'static (PgServer, PgBouncer) {
             }
         });
         rx.recv().expect("postgres started")
+    })
+}
+
+/// One throwaway MariaDB for the test process, on a thread that lives as
+/// long as the process (it dies with the thread that started it).
+fn shared_mariadb() -> &'static MariaDbServer {
+    static CELL: std::sync::OnceLock<MariaDbServer> = std::sync::OnceLock::new();
+    CELL.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(MariaDbServer::start());
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().expect("mariadb started")
     })
 }
 
@@ -702,3 +726,4 @@ contract!(cluster, Fixture::cluster());
 contract!(sentinel, Fixture::sentinel());
 contract!(postgres, Fixture::postgres());
 contract!(postgres_bouncer, Fixture::postgres_bouncer());
+contract!(mariadb, Fixture::mariadb());

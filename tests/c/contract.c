@@ -2,11 +2,12 @@
  * The C contract tests of mistri_locks, against the committed header and
  * the built library.
  *
- *   contract [REDIS_URL [POSTGRES_URL]]
+ *   contract [REDIS_URL [POSTGRES_URL [MYSQL_URL]]]
  *
  * Runs, once per backend in BACKENDS (Memory, Redis at REDIS_URL or
  * $MISTRI_TEST_REDIS_URL, Local in $MISTRI_TEST_LOCAL_DIR, Postgres at
- * POSTGRES_URL or $MISTRI_TEST_POSTGRES_URL): every case of
+ * POSTGRES_URL or $MISTRI_TEST_POSTGRES_URL, MySQL/MariaDB at MYSQL_URL or
+ * $MISTRI_TEST_MYSQL_URL): every case of
  * tests/contract/cases.txt (shared with the Rust, Python and Ruby suites;
  * $MISTRI_CONTRACT_CASES overrides the path), then the cases only C can
  * state (NULL and non-UTF-8 arguments, C callbacks and their threads, fork,
@@ -92,6 +93,27 @@ static mistri_status postgres_owner(const backend *b, const char *ns, const mist
     return mistri_locks_postgres_new(b->param, ns, out);
 }
 
+/* MySQL/MariaDB: a fresh namespace per fixture in one database, opened by
+ * its mysql:// URL through mistri_locks_open (no constructor of its own). */
+static mistri_status mysql_open(const backend *b, const char *ns, mistri_locks **out)
+{
+    mistri_open_options *o = NULL;
+    mistri_status s = mistri_open_options_new(&o);
+    if (s == MISTRI_OK)
+        s = mistri_open_options_set_namespace(o, ns);
+    if (s == MISTRI_OK)
+        s = mistri_locks_open(b->param, o, out);
+    mistri_open_options_free(o);
+    return s;
+}
+
+static mistri_status mysql_owner(const backend *b, const char *ns, const mistri_locks *first,
+                                 mistri_locks **out)
+{
+    (void)first; /* a separate handle: its own connections too */
+    return mysql_open(b, ns, out);
+}
+
 /* Local: one database file per fixture, named after its namespace, in the
  * folder given as the backend's param. */
 static mistri_status local_open(const backend *b, const char *ns, mistri_locks **out)
@@ -116,6 +138,7 @@ static backend BACKENDS[] = {
     {"redis", NULL /* URL, from argv */, true, redis_open, redis_owner},
     {"local", NULL /* a folder, from MISTRI_TEST_LOCAL_DIR */, true, local_open, local_owner},
     {"postgres", NULL /* URL, from argv */, true, postgres_open, postgres_owner},
+    {"mysql", NULL /* URL, from argv */, true, mysql_open, mysql_owner},
 };
 #define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -1871,14 +1894,18 @@ int main(int argc, char **argv)
     const char *url = argc > 1 ? argv[1] : getenv("MISTRI_TEST_REDIS_URL");
     const char *only = getenv("MISTRI_TEST_ONLY"); /* run cases whose name contains this */
     const char *pg_url = argc > 2 ? argv[2] : getenv("MISTRI_TEST_POSTGRES_URL");
-    if (url == NULL || url[0] == '\0' || pg_url == NULL || pg_url[0] == '\0') {
+    const char *mysql_url = argc > 3 ? argv[3] : getenv("MISTRI_TEST_MYSQL_URL");
+    if (url == NULL || url[0] == '\0' || pg_url == NULL || pg_url[0] == '\0' ||
+        mysql_url == NULL || mysql_url[0] == '\0') {
         fprintf(stderr,
-                "usage: %s REDIS_URL POSTGRES_URL (throwaway servers: the tests write to them)\n",
+                "usage: %s REDIS_URL POSTGRES_URL MYSQL_URL (throwaway servers: the tests write "
+                "to them)\n",
                 argv[0]);
         return 2;
     }
     BACKENDS[1].param = url;
     BACKENDS[3].param = pg_url;
+    BACKENDS[4].param = mysql_url;
     const char *local_dir = getenv("MISTRI_TEST_LOCAL_DIR");
     if (local_dir == NULL || local_dir[0] == '\0') {
         fprintf(stderr, "MISTRI_TEST_LOCAL_DIR must name a scratch folder for the Local backend\n");

@@ -23,8 +23,19 @@ int main(int argc, char **argv)
     snprintf(stop, sizeof stop, "stop:%s", key);
     mistri_locks *locks = NULL;
     bool postgres = strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0;
-    if ((postgres ? mistri_locks_postgres_new(url, ns, &locks)
-                  : mistri_locks_redis_new(url, ns, &locks)) != MISTRI_OK)
+    if (strncmp(url, "mysql://", 8) == 0 || strncmp(url, "mariadb://", 10) == 0) {
+        /* no constructor of its own: the one entry point with a namespace */
+        mistri_open_options *o = NULL;
+        mistri_status s = mistri_open_options_new(&o);
+        if (s == MISTRI_OK)
+            s = mistri_open_options_set_namespace(o, ns);
+        if (s == MISTRI_OK)
+            s = mistri_locks_open(url, o, &locks);
+        mistri_open_options_free(o);
+        if (s != MISTRI_OK)
+            return fail("locks_open");
+    } else if ((postgres ? mistri_locks_postgres_new(url, ns, &locks)
+                         : mistri_locks_redis_new(url, ns, &locks)) != MISTRI_OK)
         return fail(postgres ? "postgres_new" : "redis_new");
     int rc = 2;
     bool held = false;

@@ -11,6 +11,8 @@ import mistri_locks
 cmd, url, ns, key = sys.argv[1:5]
 if url.startswith(("postgres://", "postgresql://")):
     locks = mistri_locks.Postgres(url, namespace=ns)
+elif url.startswith(("mysql://", "mariadb://")):
+    locks = mistri_locks.open(url, namespace=ns)
 else:
     locks = mistri_locks.Redis(url=url, namespace=ns)
 stop = "stop:" + key

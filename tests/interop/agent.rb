@@ -9,6 +9,8 @@ $stdout.sync = true
 cmd, url, ns, key = ARGV
 locks = if url.start_with?("postgres://", "postgresql://")
           MistriLocks::Postgres.new(url: url, namespace: ns)
+        elsif url.start_with?("mysql://", "mariadb://")
+          MistriLocks.open(url, namespace: ns)
         else
           MistriLocks::Redis.new(url: url, namespace: ns)
         end

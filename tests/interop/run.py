@@ -1,5 +1,6 @@
 """The interop matrix: on one throwaway redis-server, then on one throwaway
-PostgreSQL (tests/support/throwaway_postgres.py), every language holds a
+PostgreSQL (tests/support/throwaway_postgres.py), then on one throwaway
+MariaDB (tests/support/throwaway_mariadb.py), every language holds a
 lease with a stop key while every language (itself included) sees it held
 and raises the stop flag; the holder's signal must trip within a tick, the
 lease must then be free, and fencing numbers must rise across all rounds.
@@ -147,6 +148,7 @@ def main():
     CLI.append(sys.argv[4])
     sys.path.insert(0, os.path.join(root, "tests/support"))
     import throwaway_postgres
+    import throwaway_mariadb
 
     with tempfile.TemporaryDirectory(prefix="mistri-interop-") as workdir:
         redis, url = start_redis(workdir)
@@ -164,6 +166,15 @@ def main():
             passed, failed = passed + p, failed + f
         finally:
             postgres.stop()
+        try:
+            mariadb = throwaway_mariadb.start()
+        except RuntimeError as e:
+            sys.exit(f"interop: {e}")
+        try:
+            p, f = matrix("mysql", mariadb.url, workdir)
+            passed, failed = passed + p, failed + f
+        finally:
+            mariadb.stop()
     print(f"interop: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

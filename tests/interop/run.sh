@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cross-language matrix on one throwaway redis-server, then on one
-# throwaway PostgreSQL: C, Python, Ruby and Node
+# throwaway PostgreSQL, then on one throwaway MariaDB: C, Python, Ruby and Node
 # each hold a lease that each of them stops with a flag, and every face (Rust
 # through the mistri-locks command) reads who holds it (tests/interop/run.py).
 # Needs the faces built: scripts/test runs it after the Python, Ruby and

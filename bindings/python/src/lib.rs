@@ -150,6 +150,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<signal::PyAbortSignal>()?;
     m.add_function(wrap_pyfunction!(locks::open, m)?)?;
     m.add_function(wrap_pyfunction!(locks::postgres_url, m)?)?;
+    m.add_function(wrap_pyfunction!(locks::mysql_url, m)?)?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;
     m.add_function(wrap_pyfunction!(job_stop_key, m)?)?;
     m.add_function(wrap_pyfunction!(_job_options, m)?)?;

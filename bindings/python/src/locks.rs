@@ -532,6 +532,25 @@ impl Postgres {
 #[pyfunction]
 #[pyo3(signature = (**parts))]
 pub(crate) fn postgres_url(py: Python<'_>, parts: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
+    Ok(connection_parts(py, parts)?.postgres_url())
+}
+
+/// `mysql_url(**parts)`: the `mysql://` URL of a database's typed
+/// connection parts (`host`, default 127.0.0.1; `port`; `database`;
+/// `user`; `password`; `tls_mode`/`sslmode` as `ssl-mode`), built by the
+/// core as [`postgres_url`] is. A unix socket host, an `application_name`
+/// or an unknown TLS mode is a ValueError.
+#[pyfunction]
+#[pyo3(signature = (**parts))]
+pub(crate) fn mysql_url(py: Python<'_>, parts: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
+    connection_parts(py, parts)?.mysql_url().py_err(py)
+}
+
+/// The core's typed connection parts from a face's keyword arguments.
+fn connection_parts(
+    py: Python<'_>,
+    parts: Option<&Bound<'_, PyDict>>,
+) -> PyResult<mistri_locks::ConnectionParts> {
     let mut out = mistri_locks::ConnectionParts::new();
     for (name, value) in parts.into_iter().flatten() {
         let name: String = name.extract()?;
@@ -539,7 +558,7 @@ pub(crate) fn postgres_url(py: Python<'_>, parts: Option<&Bound<'_, PyDict>>) ->
         out.set(&name, value.clone())
             .map_err(|e| crate::args::option_error(py, &value, e))?;
     }
-    Ok(out.postgres_url())
+    Ok(out)
 }
 
 /// The core's options from a face's keyword arguments.

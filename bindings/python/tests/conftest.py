@@ -1,4 +1,4 @@
-"""Fixtures: a throwaway redis-server and PostgreSQL, and the backend
+"""Fixtures: a throwaway redis-server, PostgreSQL and MariaDB, and the backend
 factories the contract suite is parametrized over.
 
 Adding a backend (e.g. "local", an SQLite file) means adding one factory
@@ -23,6 +23,7 @@ import mistri_locks
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests", "support"))
 import throwaway_postgres  # noqa: E402  (tests/support/throwaway_postgres.py)
+import throwaway_mariadb  # noqa: E402  (tests/support/throwaway_mariadb.py)
 
 
 def free_port() -> int:
@@ -103,6 +104,19 @@ def postgres_server() -> Iterator[throwaway_postgres.Server]:
         server = throwaway_postgres.start()
     except RuntimeError as e:
         pytest.fail(f"{e} (scripts/setup installs postgresql)")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[throwaway_mariadb.Server]:
+    """A throwaway MariaDB for the session (started on first use, a free
+    loopback port, user `mistri` with a password), killed and removed
+    afterwards."""
+    try:
+        server = throwaway_mariadb.start()
+    except RuntimeError as e:
+        pytest.fail(f"{e} (scripts/setup installs mariadb-server)")
     yield server
     server.stop()
 
@@ -189,11 +203,35 @@ class PostgresBackend:
         assert mistri_locks.Postgres(self.server.url, namespace=self.namespace).break_lease(key)
 
 
+class MysqlBackend:
+    """A unique namespace in the session's MariaDB database, opened by its
+    mysql:// URL; each owner is a separate adapter object with its own
+    connections."""
+
+    name = "mysql"
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.server: throwaway_mariadb.Server = request.getfixturevalue("mariadb_server")
+        self.namespace = f"mistri:test:{uuid.uuid4().hex}"
+        self.first = self.owner()
+
+    def adapter(self) -> mistri_locks.Locks:
+        return self.first
+
+    def owner(self) -> mistri_locks.Locks:
+        return mistri_locks.open(self.server.url, namespace=self.namespace)
+
+    def delete_lease(self, key: str) -> None:
+        # Behind the holder's back, as an operator would.
+        assert mistri_locks.open(self.server.url, namespace=self.namespace).break_lease(key)
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], object]] = {
     "memory": MemoryBackend,
     "redis": RedisBackend,
     "local": LocalBackend,
     "postgres": PostgresBackend,
+    "mysql": MysqlBackend,
 }
 
 

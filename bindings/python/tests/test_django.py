@@ -175,6 +175,54 @@ def test_the_command_lists_and_stops(django_pg: throwaway_postgres.Server) -> No
     handle.clear_flag("job:abc-123:stop")
 
 
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_a_mysql_default_database_puts_the_leases_in_mysql(
+    django_pg: throwaway_postgres.Server, mariadb_server: Any
+) -> None:
+    """``DATABASES["default"]`` on MySQL/MariaDB (no ``URL``): the core
+    builds the ``mysql://`` URL from its parts, and ``leased`` and
+    ``manage.py mistri_locks`` work on that database (a throwaway MariaDB,
+    whose password must be percent-encoded). ``URL`` still wins."""
+    from django.test import override_settings
+
+    import mistri_locks.django as mld
+
+    ns = f"mistri:test:{uuid.uuid4().hex}"
+    direct = mistri_locks.open(mariadb_server.url, namespace=ns)
+    mysql = {"default": {"ENGINE": "django.db.backends.mysql", "NAME": "mistri", "USER": "mistri",
+                         "PASSWORD": "pw:mistri/41", "HOST": "127.0.0.1", "PORT": str(mariadb_server.port)}}
+    try:
+        with override_settings(DATABASES=mysql, MISTRI_LOCKS={"NAMESPACE": ns}):
+            mld.reset()
+            assert mld.backend_url() == mariadb_server.url
+            assert mld.default_database_schema() is None
+
+            @mld.leased("report:{account_id}", ttl=2, heartbeat=0.2)
+            def report(account_id: int) -> tuple[bool, int]:
+                lease = mistri_locks.current_lease()
+                assert lease is not None
+                return direct.held(lease.key), lease.fence
+
+            held, fence = report(9)
+            assert held and fence > 0
+            assert not direct.held("report:9")
+            assert direct.acquire("nightly:9", 30)
+            assert f"fence={direct.fence('nightly:9')}" in call("list", "nightly:")
+            call("stop", "nightly:9:stop", "--ttl", "30")
+            assert direct.flag("nightly:9:stop")
+        with override_settings(DATABASES=mysql, MISTRI_LOCKS={"URL": "redis://127.0.0.1:1/0"}):
+            assert mld.backend_url() == "redis://127.0.0.1:1/0"
+        v6 = {"default": {**mysql["default"], "HOST": "::1", "PORT": 3307, "USER": "me",
+                          "OPTIONS": {"ssl_mode": "VERIFY_IDENTITY"}}}
+        with override_settings(DATABASES=v6):
+            assert mld.backend_url() == "mysql://me:pw%3Amistri%2F41@[::1]:3307/mistri?ssl-mode=VERIFY_IDENTITY"
+        socket_host = {"default": {**mysql["default"], "HOST": "/run/mysqld/mysqld.sock"}}
+        with override_settings(DATABASES=socket_host), pytest.raises(ValueError, match="unix socket"):
+            mld.backend_url()
+    finally:
+        mld.reset()
+
+
 def test_django_admin_runs_the_command(django_pg: throwaway_postgres.Server) -> None:
     """As an operator runs it: ``django-admin`` (manage.py) in its own process."""
     from mistri_locks.django import locks

@@ -7,7 +7,7 @@
 use crate::error;
 use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
-use magnus::{function, prelude::*, typed_data::Obj, Error, RClass, RModule, RString, Ruby};
+use magnus::{function, prelude::*, typed_data::Obj, Error, RClass, RHash, RModule, RString, Ruby};
 use mistri_locks::{Locks, OpenOptions};
 
 /// `MistriLocks._open(url, namespace, label, schema)`.
@@ -45,7 +45,19 @@ fn class_of(family: &str) -> &'static str {
         .map_or("Locks", |(_, class)| class)
 }
 
+/// `MistriLocks._mysql_url_of(parts)`: the core's `mysql://` URL of a Hash
+/// of typed connection parts (`host`, `port`, `database`, `user`,
+/// `password`, `tls_mode`/`sslmode`): every part percent-encoded, an IPv6
+/// host bracketed. A unix socket host, an `application_name` or an unknown
+/// TLS mode is an ArgumentError.
+fn mysql_url_of(ruby: &Ruby, parts: RHash) -> Result<String, Error> {
+    crate::postgres::connection_parts(ruby, parts)?
+        .mysql_url()
+        .map_err(|e| error::to_ruby(ruby, e))
+}
+
 pub fn init(_ruby: &Ruby, module: RModule) -> Result<(), Error> {
     module.define_singleton_method("_open", function!(open, 4))?;
+    module.define_singleton_method("_mysql_url_of", function!(mysql_url_of, 1))?;
     Ok(())
 }

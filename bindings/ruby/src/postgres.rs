@@ -42,6 +42,15 @@ fn open(
 /// an IPv6 host bracketed. nil or "" leaves a part unset; an unknown part
 /// or a bad port is an ArgumentError.
 fn url_of(ruby: &Ruby, _class: RClass, parts: RHash) -> Result<String, Error> {
+    Ok(connection_parts(ruby, parts)?.postgres_url())
+}
+
+/// The core's typed connection parts from a Hash of them (nil or "" leaves
+/// a part unset; an unknown part or a bad port is an ArgumentError).
+pub(crate) fn connection_parts(
+    ruby: &Ruby,
+    parts: RHash,
+) -> Result<mistri_locks::ConnectionParts, Error> {
     let mut out = mistri_locks::ConnectionParts::new();
     let mut failed = None;
     parts.foreach(|name: Value, value: Value| {
@@ -55,7 +64,7 @@ fn url_of(ruby: &Ruby, _class: RClass, parts: RHash) -> Result<String, Error> {
     })?;
     match failed {
         Some(e) => Err(error::to_ruby(ruby, e)),
-        None => Ok(out.postgres_url()),
+        None => Ok(out),
     }
 }
 

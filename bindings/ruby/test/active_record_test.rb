@@ -271,18 +271,66 @@ class ActiveRecordTest < Minitest::Test
     assert_match(/in-memory SQLite/, error.message)
   end
 
-  def test_solid_cache_on_mysql_is_a_config_error_saying_what_is_supported
+  # The config of the throwaway MariaDB as an ActiveRecord mysql2/trilogy
+  # app writes it (the password needs percent-encoding in a URL).
+  def mariadb_config(adapter, name: "cache")
+    port = Integer(TestMariadb.url[%r{:(\d+)/}, 1])
+    ActiveRecord::DatabaseConfigurations::HashConfig.new(
+      "production", name, adapter: adapter, host: "127.0.0.1", port: port, database: "mistri",
+                          username: "mistri", password: "pw:mistri/41"
+    )
+  end
+
+  # Solid Cache on MySQL/MariaDB (issue 41): the leases live in the cache's
+  # database, as on PostgreSQL (the connection is stubbed: ActiveRecord's
+  # mysql2 adapter is not needed, only its config).
+  def test_solid_cache_on_mysql_gets_the_mysql_backend_on_the_cache_database
     SolidCache.configuration = SolidCache::Configuration.new
     %w[mysql2 trilogy].each do |adapter|
-      config = ActiveRecord::DatabaseConfigurations::HashConfig.new("production", "cache", adapter: adapter,
-                                                                                            database: "app_cache")
-      SolidCache::Record.stub(:connection_db_config, config) do
-        error = assert_raises(MistriLocks::ConfigError) { MistriLocks::RailsCache.new(cache: SolidCache::Store.new) }
-        assert_match(/PostgreSQL/, error.message)
-        assert_match(/SQLite/, error.message)
-        assert_match(/#{adapter}/, error.message)
+      namespace = ns
+      SolidCache::Record.stub(:connection_db_config, mariadb_config(adapter)) do
+        store = SolidCache::Store.new
+        a = MistriLocks::RailsCache.new(cache: store, namespace: namespace)
+        b = MistriLocks::RailsCache.new(cache: store, namespace: namespace)
+        assert a.acquire("sc:my", ttl: 5), adapter
+        refute b.acquire("sc:my", ttl: 5), "another owner on the same cache database sees the lease"
+        refute MistriLocks.open(TestMariadb.url, namespace: namespace).acquire("sc:my", ttl: 5),
+               "the lease lives in the MariaDB"
+        assert a.release("sc:my")
       end
     end
+  end
+
+  def test_solid_cache_on_another_database_is_a_config_error_saying_what_is_supported
+    SolidCache.configuration = SolidCache::Configuration.new
+    config = ActiveRecord::DatabaseConfigurations::HashConfig.new("production", "cache", adapter: "sqlserver",
+                                                                                          database: "app_cache")
+    SolidCache::Record.stub(:connection_db_config, config) do
+      error = assert_raises(MistriLocks::ConfigError) { MistriLocks::RailsCache.new(cache: SolidCache::Store.new) }
+      assert_match(/PostgreSQL/, error.message)
+      assert_match(/MySQL/, error.message)
+      assert_match(/SQLite/, error.message)
+      assert_match(/sqlserver/, error.message)
+    end
+  end
+
+  # MistriLocks.from_active_record: PostgreSQL as Postgres.from_active_record,
+  # MySQL/MariaDB (mysql2, trilogy) by the mysql:// URL the core builds from
+  # the config, anything else a ConfigError.
+  def test_from_active_record_opens_mysql_from_a_mysql2_or_trilogy_config
+    %w[mysql2 trilogy].each do |adapter|
+      namespace = ns
+      locks = MistriLocks.from_active_record(mariadb_config(adapter), namespace: namespace)
+      assert locks.acquire("ar:my", ttl: 5), adapter
+      refute MistriLocks.open(TestMariadb.url, namespace: namespace).acquire("ar:my", ttl: 5)
+      assert locks.release("ar:my")
+    end
+    assert_kind_of MistriLocks::Postgres, MistriLocks.from_active_record(ActiveRecord::Base)
+    socket = { adapter: "mysql2", host: "/run/mysqld/mysqld.sock", database: "app" }
+    assert_raises(ArgumentError) { MistriLocks.from_active_record(socket) }
+    sqlite = ActiveRecord::DatabaseConfigurations::HashConfig.new("test", "x", adapter: "sqlite3", database: "x.db")
+    error = assert_raises(MistriLocks::ConfigError) { MistriLocks.from_active_record(sqlite) }
+    assert_match(/sqlite3/, error.message)
   end
 
   # ------------------------------------------------------------ fence_check from AR
@@ -332,5 +380,55 @@ class ActiveRecordTest < Minitest::Test
     assert_equal "from A's hold", Report.find(id).body
   ensure
     MistriLocks.locks = nil
+  end
+
+  # On MySQL/MariaDB (issue 41): an app on ActiveRecord's mysql2 adapter
+  # calls the backend's mistri_fence_check procedure in its own transaction.
+  # The procedure answers with a result set, which ActiveRecord 6.1's
+  # mysql2 adapter leaves pending after a CALL ("Commands out of sync" on
+  # the next statement), so the CALL goes through the raw client, which
+  # then drops it (abandon_results!).
+  class MyRecord < ActiveRecord::Base
+    self.abstract_class = true
+  end
+
+  class MyReport < MyRecord
+    self.table_name = "mistri_reports"
+  end
+
+  def write_fenced_mysql(id, fence, body)
+    MyReport.transaction do
+      raw = MyReport.connection.raw_connection
+      raw.query(MyReport.sanitize_sql_array(["CALL mistri_fence_check(?, ?)", "report:#{id}", fence]))
+      raw.abandon_results!
+      MyReport.find_or_initialize_by(id: id).update!(body: body)
+    end
+  end
+
+  def test_fence_check_refuses_the_stale_holders_write_on_mysql
+    MyRecord.establish_connection(mariadb_config("mysql2", name: "primary").configuration_hash)
+    MyRecord.connection.execute("CREATE TABLE IF NOT EXISTS mistri_reports (id bigint PRIMARY KEY, body text) ENGINE=InnoDB")
+    namespace = ns
+    a = MistriLocks.from_active_record(MyRecord, namespace: namespace)
+    b = MistriLocks.from_active_record(MyReport, namespace: namespace)
+    id = rand(1 << 40)
+
+    assert a.acquire("report", ttl: 0.3) # never renewed: it lapses
+    fence_a = a.fence("report")
+    write_fenced_mysql(id, fence_a, "from A")
+    sleep 0.6 # A pauses past its ttl; B takes over
+    assert b.acquire("report", ttl: 5)
+    fence_b = b.fence("report")
+    assert_operator fence_b, :>, fence_a
+    write_fenced_mysql(id, fence_b, "from B")
+
+    error = assert_raises(Mysql2::Error) { write_fenced_mysql(id, fence_a, "from A, stale") }
+    assert_match(/ML409/, error.message)
+    assert_equal "from B", MyReport.find(id).body, "the stale write rolled back whole"
+    write_fenced_mysql(id, fence_b, "from B again")
+    assert_equal "from B again", MyReport.find(id).body
+    assert b.release("report")
+  ensure
+    MyRecord.remove_connection
   end
 end

@@ -316,6 +316,35 @@ class JobInProcessTest < Minitest::Test
     assert_equal 2, @events.count { |e| e[:event] == :released }
   end
 
+  # ActiveJob leases on MySQL (issue 41), on a throwaway MariaDB: the lease
+  # is held in the database for perform (another connection sees it and its
+  # fence), released after, and a job whose key another process holds there
+  # is discarded.
+  def test_a_job_holds_its_lease_on_mysql
+    mysql = Backends::Mysql.new
+    MistriLocks.locks = mysql.locks
+    other = mysql.owner
+    job = job_class do
+      holds_lease key: ->(id) { "my:#{id}" }, ttl: TTL, heartbeat: HEARTBEAT, on_conflict: :discard
+      class << self
+        attr_accessor :other, :seen
+      end
+      def perform(id) = (self.class.seen << [self.class.other.held?("my:#{id}"), lease.fence])
+    end
+    job.other = other
+    job.seen = []
+    job.perform_now(1)
+    held, fence = job.seen.fetch(0)
+    assert held, "another connection sees the lease during perform"
+    assert_operator fence, :>, 0
+    refute other.held?("my:1"), "released after perform"
+    assert other.acquire("my:1", ttl: 5)
+    job.perform_now(1)
+    assert_equal 1, job.seen.size, "discarded while held elsewhere"
+    assert_match(/discarded .* held elsewhere/, @log.string)
+    assert other.release("my:1")
+  end
+
   def test_require_mistri_locks_loads_neither_activejob_nor_sidekiq
     script = 'require "mistri_locks"; a = [defined?(ActiveJob), defined?(::Sidekiq)]; ' \
              'MistriLocks::Job.stop_key("x"); b = [defined?(ActiveJob), defined?(::Sidekiq)]; ' \

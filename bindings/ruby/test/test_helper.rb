@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-# Shared by every test file: the extension, a throwaway redis-server and a
-# throwaway PostgreSQL on free loopback ports (each started once, on first
+# Shared by every test file: the extension, a throwaway redis-server, a
+# throwaway PostgreSQL and a throwaway MariaDB on free loopback ports (each started once, on first
 # use, stopped at exit), and the backend factories the contract suite is
 # parametrized over.
 
@@ -133,6 +133,33 @@ module TestPostgres
   end
 end
 
+# A MariaDB for this test run: tests/support/throwaway_mariadb.py
+# (mariadb-install-db, mariadbd on a free loopback port, user `mistri` with a
+# password), started on first use, killed and removed at exit by the process
+# that started it.
+module TestMariadb
+  SCRIPT = File.expand_path("../../../tests/support/throwaway_mariadb.py", __dir__)
+
+  class << self
+    def url
+      start unless @url
+      @url
+    end
+
+    private
+
+    def start
+      dir = File.join(Dir.tmpdir, "mistri-rb-mariadb-#{Process.pid}-#{SecureRandom.hex(4)}")
+      url = IO.popen(["python3", SCRIPT, "start", dir], &:read).strip
+      raise "could not start MariaDB (scripts/setup installs mariadb-server)" unless $?.success? && !url.empty?
+
+      owner = Process.pid
+      at_exit { system("python3", SCRIPT, "stop", dir) if Process.pid == owner }
+      @url = url
+    end
+  end
+end
+
 # A scratch folder for Local database files, removed at exit.
 module TestLocal
   def self.dir
@@ -193,12 +220,25 @@ module Backends
     def delete_lease(key) = owner.break_lease(key) || raise("no lease on #{key}")
   end
 
+  class Mysql
+    def initialize
+      # One server per run; a fresh namespace per test keeps tests apart.
+      @namespace = "mistri:test:#{SecureRandom.hex(6)}"
+      @first = owner
+    end
+
+    def locks = @first
+    def owner = MistriLocks.open(TestMariadb.url, namespace: @namespace)
+    def delete_lease(key) = owner.break_lease(key) || raise("no lease on #{key}")
+  end
+
   # Adding a backend is one line here.
   FACTORIES = {
     "Memory" => -> { Memory.new },
     "Redis" => -> { Redis.new },
     "Local" => -> { Local.new },
     "Postgres" => -> { Postgres.new },
+    "Mysql" => -> { Mysql.new },
   }.freeze
 
   # Defines one Minitest class per backend, named "#{backend}#{suffix}",

@@ -1,13 +1,15 @@
 //! The backends: [`memory::Memory`] (one process), [`local::Local`] (the
 //! processes of one host, an SQLite file), [`redis`] (one server, the
 //! master Sentinel names, or a Cluster), [`postgres`] (tables in a
-//! PostgreSQL database), and [`open_with`], the one dispatcher
+//! PostgreSQL database), [`mysql`] (tables in a MySQL or MariaDB
+//! database), and [`open_with`], the one dispatcher
 //! from a URL every face goes through, over the one scheme table
 //! (`SCHEMES`): a new backend adds its rows there. Each implements
 //! [`crate::Adapter`] and nothing above it.
 
 pub(crate) mod local;
 pub(crate) mod memory;
+pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod redis;
 
@@ -37,6 +39,8 @@ pub enum Family {
     Redis,
     /// A PostgreSQL database.
     Postgres,
+    /// A MySQL or MariaDB database.
+    MySql,
     /// A throwaway family for the core's own tests (`probe://`, opened as a
     /// Memory): it proves a new family needs no change in any face.
     #[cfg(test)]
@@ -52,6 +56,7 @@ impl Family {
             Family::Local => "local",
             Family::Redis => "redis",
             Family::Postgres => "postgres",
+            Family::MySql => "mysql",
             #[cfg(test)]
             Family::Probe => "probe",
         }
@@ -64,6 +69,7 @@ impl Family {
             Family::Local => "Local",
             Family::Redis => "Redis",
             Family::Postgres => "Postgres",
+            Family::MySql => "MySql",
             #[cfg(test)]
             Family::Probe => "Probe",
         }
@@ -79,6 +85,7 @@ enum Via {
     Cluster,
     Sentinel,
     Postgres,
+    MySql,
 }
 
 /// The one scheme table: every URL any face opens is looked up here, with
@@ -134,6 +141,8 @@ const SCHEMES: &[(&str, Family, Via, &[&str])] = &[
         Via::Postgres,
         postgres::url::OPTIONS,
     ),
+    ("mysql", Family::MySql, Via::MySql, mysql::url::OPTIONS),
+    ("mariadb", Family::MySql, Via::MySql, mysql::url::OPTIONS),
     #[cfg(test)]
     ("probe", Family::Probe, Via::Memory, NO_OPTIONS),
 ];
@@ -164,6 +173,7 @@ fn all_schemes() -> String {
         Family::Local,
         Family::Redis,
         Family::Postgres,
+        Family::MySql,
     ]
     .into_iter()
     .map(schemes_of)
@@ -491,6 +501,67 @@ impl ConnectionParts {
     }
 }
 
+impl ConnectionParts {
+    /// The `mysql://` URL of these parts (an ActiveRecord `mysql2` /
+    /// `trilogy` or a Django MySQL config): host (default 127.0.0.1), port
+    /// (default 3306), database, user, password, and `tls_mode` as
+    /// `ssl-mode`, in MySQL's spelling (`disabled`, `preferred`,
+    /// `required`, `verify_ca`, `verify_identity`, any case) or libpq's
+    /// (`disable`, `prefer`, `require`, `verify-ca`, `verify-full`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a unix socket folder as the host, an
+    /// `application_name` (Postgres parts this URL cannot carry) or a
+    /// `tls_mode` of neither spelling.
+    pub fn mysql_url(&self) -> Result<String> {
+        let part = |p: &Option<String>| p.as_deref().map(percent_encode).unwrap_or_default();
+        if self.application_name.is_some() {
+            return Err(Error::InvalidArgument(
+                "application_name is a Postgres part; mysql:// has none".into(),
+            ));
+        }
+        let mut out = String::from("mysql://");
+        let (user, password) = (part(&self.user), part(&self.password));
+        if !password.is_empty() {
+            out.push_str(&format!("{user}:{password}@"));
+        } else if !user.is_empty() {
+            out.push_str(&format!("{user}@"));
+        }
+        match self.host.as_deref().unwrap_or("") {
+            "" => out.push_str("127.0.0.1"),
+            dir if dir.starts_with('/') => {
+                return Err(Error::InvalidArgument(format!(
+                    "host {dir:?} is a unix socket, which mysql:// does not reach; give a host and port"
+                )))
+            }
+            bracketed if bracketed.starts_with('[') => out.push_str(bracketed),
+            v6 if v6.contains(':') => out.push_str(&format!("[{v6}]")),
+            name => out.push_str(&percent_encode(name)),
+        }
+        if let Some(port) = self.port {
+            out.push_str(&format!(":{port}"));
+        }
+        out.push('/');
+        out.push_str(&part(&self.database));
+        if let Some(mode) = &self.tls_mode {
+            let mysql = match mode.to_ascii_lowercase().replace('-', "_").as_str() {
+                "disabled" | "disable" => "DISABLED",
+                "preferred" | "prefer" | "allow" => "PREFERRED",
+                "required" | "require" => "REQUIRED",
+                "verify_ca" => "VERIFY_CA",
+                "verify_identity" | "verify_full" => "VERIFY_IDENTITY",
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "tls_mode {mode:?} is not one of disabled, preferred, required, verify_ca, verify_identity"
+                    )))
+                }
+            };
+            out.push_str(&format!("?ssl-mode={mysql}"));
+        }
+        Ok(out)
+    }
+}
+
 /// `s` with every byte outside RFC 3986's unreserved set percent-encoded.
 fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -556,6 +627,11 @@ fn open_via(url: &str, via: Via, options: &OpenOptions) -> Result<Adapted> {
             namespace,
             options.io_timeout.unwrap_or(postgres::DEFAULT_TIMEOUT),
             options.schema.as_deref(),
+        )?)),
+        Via::MySql => shared(Arc::new(mysql::MySql::with_timeout(
+            url,
+            namespace,
+            options.io_timeout.unwrap_or(mysql::DEFAULT_TIMEOUT),
         )?)),
         Via::Server | Via::Cluster | Via::Sentinel => {
             let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
@@ -805,6 +881,53 @@ mod tests {
         );
     }
 
+    /// Parts → `mysql://` URL → the MySQL parser gives the parts back.
+    #[test]
+    fn connection_parts_make_mysql_urls() {
+        let mut parts = ConnectionParts::new();
+        for (name, value) in [
+            ("host", OptionValue::Text("::1".into())),
+            ("port", OptionValue::Int(3307)),
+            ("name", OptionValue::Text("app db".into())),
+            ("username", OptionValue::Text("me@corp".into())),
+            ("password", OptionValue::Text("p@ss:w/rd?#%&= +".into())),
+            ("sslmode", OptionValue::Text("verify-full".into())),
+        ] {
+            parts.set(name, value).unwrap();
+        }
+        let url = parts.mysql_url().unwrap();
+        let config = mysql::url::parse(&url).unwrap();
+        assert_eq!((config.host.as_str(), config.port), ("::1", 3307));
+        assert_eq!(config.user, "me@corp");
+        assert_eq!(config.password.as_deref(), Some("p@ss:w/rd?#%&= +"));
+        assert_eq!(config.database, "app db");
+        assert_eq!(config.ssl, mysql::url::SslMode::VerifyIdentity);
+        assert_eq!(family_of(&url).unwrap(), Family::MySql);
+        check_query(&url).unwrap();
+        let bare = ConnectionParts {
+            database: Some("d".into()),
+            user: Some("u".into()),
+            ..ConnectionParts::new()
+        };
+        assert_eq!(bare.mysql_url().unwrap(), "mysql://u@127.0.0.1/d");
+        for bad in [
+            ConnectionParts {
+                host: Some("/run/mysqld".into()),
+                ..bare.clone()
+            },
+            ConnectionParts {
+                tls_mode: Some("sometimes".into()),
+                ..bare.clone()
+            },
+            ConnectionParts {
+                application_name: Some("web".into()),
+                ..bare.clone()
+            },
+        ] {
+            assert!(bad.mysql_url().is_err(), "{bad:?}");
+        }
+    }
+
     #[test]
     fn families_have_stable_lowercase_names() {
         let names: Vec<_> = [
@@ -813,11 +936,16 @@ mod tests {
             "redis://h",
             "postgres://h/d",
             "host=h",
+            "mysql://u@h/d",
+            "MariaDB://u@h/d",
         ]
         .iter()
         .map(|u| family_of(u).unwrap().name())
         .collect();
-        assert_eq!(names, ["memory", "local", "redis", "postgres", "postgres"]);
+        assert_eq!(
+            names,
+            ["memory", "local", "redis", "postgres", "postgres", "mysql", "mysql"]
+        );
     }
 
     #[test]

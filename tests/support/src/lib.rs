@@ -18,7 +18,8 @@ mod proxy;
 pub use proxy::Proxy;
 mod mariadb;
 pub use mariadb::{
-    mariadb_program, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER,
+    mariadb_program, MariaDbClient, MariaDbRow, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD,
+    MARIADB_USER,
 };
 mod fault_server;
 pub use fault_server::FaultServer;
@@ -316,7 +317,7 @@ impl Drop for RedisServer {
 
 /// A throwaway CA (`ca.pem`) and a server certificate for 127.0.0.1 signed
 /// by it (`cert.pem`, `key.pem`), made with the `openssl` command.
-fn make_certificate(dir: &std::path::Path) -> Result<(), String> {
+pub(crate) fn make_certificate(dir: &std::path::Path) -> Result<(), String> {
     let run = |args: &[&str]| -> Result<(), String> {
         let status = Command::new("openssl")
             .args(args)

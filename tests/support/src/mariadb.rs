@@ -273,6 +273,9 @@ pub struct MariaDbServer {
     port: u16,
     base: PathBuf,
     frozen: bool,
+    /// Serves TLS too (`start_tls`): a certificate for 127.0.0.1 from a
+    /// throwaway CA in the folder.
+    tls: bool,
     install_took: Duration,
     start_took: Duration,
 }
@@ -282,9 +285,25 @@ impl MariaDbServer {
     /// `mistri` database and user. Panics (a test helper) if the binaries
     /// are missing or it won't come up.
     pub fn start() -> MariaDbServer {
+        Self::start_with(false)
+    }
+
+    /// [`MariaDbServer::start`] with TLS offered too (plain connections
+    /// still work): a server certificate for 127.0.0.1 signed by a
+    /// throwaway CA ([`MariaDbServer::ca_file`]), made by `openssl`.
+    pub fn start_tls() -> MariaDbServer {
+        Self::start_with(true)
+    }
+
+    /// The throwaway CA of a [`MariaDbServer::start_tls`] server.
+    pub fn ca_file(&self) -> PathBuf {
+        self.base.join("ca.pem")
+    }
+
+    fn start_with(tls: bool) -> MariaDbServer {
         let mut last = String::new();
         for _ in 0..3 {
-            match Self::try_start() {
+            match Self::try_start(tls) {
                 Ok(server) => return server,
                 Err(e) => last = e,
             }
@@ -292,7 +311,7 @@ impl MariaDbServer {
         panic!("could not start a MariaDB server: {last}");
     }
 
-    fn try_start() -> Result<MariaDbServer, String> {
+    fn try_start(tls: bool) -> Result<MariaDbServer, String> {
         let port = free_port();
         let base = scratch_parent().join(format!("mistri-mariadb-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
@@ -303,12 +322,16 @@ impl MariaDbServer {
             port,
             base,
             frozen: false,
+            tls,
             install_took: Duration::ZERO,
             start_took: Duration::ZERO,
         };
         let began = Instant::now();
         server.install()?;
         server.install_took = began.elapsed();
+        if tls {
+            crate::make_certificate(&server.base)?;
+        }
         let began = Instant::now();
         server.spawn()?;
         server.start_took = began.elapsed();
@@ -386,6 +409,15 @@ impl MariaDbServer {
             .args(Self::innodb_settings())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if self.tls {
+            for (option, file) in [
+                ("ssl-ca", "ca.pem"),
+                ("ssl-cert", "cert.pem"),
+                ("ssl-key", "key.pem"),
+            ] {
+                cmd.arg(format!("--{option}={}", self.base.join(file).display()));
+            }
+        }
         if is_root() {
             cmd.arg("--user=root");
         }
@@ -691,4 +723,153 @@ impl crate::FaultServer for MariaDbServer {
     fn crash_restart(&mut self) {
         MariaDbServer::crash_restart(self);
     }
+}
+
+/// A minimal MySQL-protocol client for benchmarks' baselines and tests
+/// that need a session of their own (`GET_LOCK`, a hand-written `UPDATE`):
+/// the handshake for a user with NO password (create one with
+/// [`MariaDbServer::sql`]), then `COM_QUERY` with text results. The same
+/// code as `examples/mariadb_poll.rs`; std only, blocking, no deadline
+/// beyond the socket timeouts given.
+pub struct MariaDbClient {
+    s: TcpStream,
+}
+
+/// One row of a [`MariaDbClient`] result: text cells, `None` for NULL.
+pub type MariaDbRow = Vec<Option<String>>;
+
+impl MariaDbClient {
+    /// Logs `user` (no password) in to the `mistri` database on `port`.
+    pub fn connect(port: u16, user: &str) -> Result<MariaDbClient, String> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        let timeout = Some(Duration::from_secs(30));
+        s.set_read_timeout(timeout).map_err(|e| e.to_string())?;
+        let (_, hello) = client_read(&mut s)?;
+        if hello.first() != Some(&10) {
+            return Err(format!("not a protocol-10 greeting: {hello:?}"));
+        }
+        // PROTOCOL_41 | SECURE_CONNECTION | CONNECT_WITH_DB | PLUGIN_AUTH
+        // | TRANSACTIONS | LONG_PASSWORD | MULTI_STATEMENTS | MULTI_RESULTS
+        let caps: u32 = 0x200 | 0x8000 | 0x8 | 0x80000 | 0x2000 | 0x1 | 0x10000 | 0x20000;
+        let mut p = Vec::new();
+        p.extend_from_slice(&caps.to_le_bytes());
+        p.extend_from_slice(&(16u32 << 20).to_le_bytes());
+        p.push(45); // utf8mb4_general_ci
+        p.extend_from_slice(&[0; 23]);
+        p.extend_from_slice(user.as_bytes());
+        p.push(0);
+        p.push(0); // empty auth response
+        p.extend_from_slice(MARIADB_DATABASE.as_bytes());
+        p.extend_from_slice(b"\0mysql_native_password\0");
+        client_write(&mut s, 1, &p)?;
+        let (_, ok) = client_read(&mut s)?;
+        match ok.first() {
+            Some(0) => Ok(MariaDbClient { s }),
+            _ => Err(format!("login refused: {}", String::from_utf8_lossy(&ok))),
+        }
+    }
+
+    /// Runs `sql` (statements separated by `;` allowed): the rows of every
+    /// result, or the server's error as text.
+    pub fn query(&mut self, sql: &str) -> Result<Vec<MariaDbRow>, String> {
+        let mut p = vec![3u8];
+        p.extend_from_slice(sql.as_bytes());
+        client_write(&mut self.s, 0, &p)?;
+        let mut rows = Vec::new();
+        loop {
+            let (_, first) = client_read(&mut self.s)?;
+            let status = match first.first() {
+                Some(0) => {
+                    let mut at = 1;
+                    client_lenenc(&first, &mut at).ok_or("bad OK")?;
+                    client_lenenc(&first, &mut at).ok_or("bad OK")?;
+                    client_status(&first, at)
+                }
+                Some(0xff) => {
+                    return Err(String::from_utf8_lossy(first.get(9..).unwrap_or(&[])).into_owned())
+                }
+                _ => {
+                    let mut at = 0;
+                    let columns = client_lenenc(&first, &mut at).ok_or("bad column count")?;
+                    for _ in 0..columns {
+                        client_read(&mut self.s)?;
+                    }
+                    client_read(&mut self.s)?; // EOF
+                    loop {
+                        let (_, p) = client_read(&mut self.s)?;
+                        match p.first() {
+                            Some(0xfe) if p.len() < 9 => break client_status(&p, 3),
+                            Some(0xff) => {
+                                return Err(
+                                    String::from_utf8_lossy(p.get(9..).unwrap_or(&[])).into_owned()
+                                )
+                            }
+                            _ => {}
+                        }
+                        let mut at = 0;
+                        let mut row = Vec::new();
+                        for _ in 0..columns {
+                            if p.get(at) == Some(&0xfb) {
+                                at += 1;
+                                row.push(None);
+                                continue;
+                            }
+                            let n = client_lenenc(&p, &mut at).ok_or("bad row")? as usize;
+                            let cell = p.get(at..at + n).ok_or("short row")?;
+                            row.push(Some(String::from_utf8_lossy(cell).into_owned()));
+                            at += n;
+                        }
+                        rows.push(row);
+                    }
+                }
+            };
+            if status & 0x0008 == 0 {
+                return Ok(rows);
+            }
+        }
+    }
+}
+
+fn client_status(p: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([
+        p.get(at).copied().unwrap_or(0),
+        p.get(at + 1).copied().unwrap_or(0),
+    ])
+}
+
+fn client_lenenc(p: &[u8], at: &mut usize) -> Option<u64> {
+    let first = *p.get(*at)?;
+    *at += 1;
+    let width = match first {
+        0..=0xfa => return Some(u64::from(first)),
+        0xfc => 2,
+        0xfd => 3,
+        0xfe => 8,
+        _ => return None,
+    };
+    let mut v = 0u64;
+    for i in 0..width {
+        v |= u64::from(*p.get(*at + i)?) << (8 * i);
+    }
+    *at += width;
+    Some(v)
+}
+
+fn client_read(s: &mut TcpStream) -> Result<(u8, Vec<u8>), String> {
+    let mut head = [0u8; 4];
+    s.read_exact(&mut head).map_err(|e| e.to_string())?;
+    let len = usize::from(head[0]) | usize::from(head[1]) << 8 | usize::from(head[2]) << 16;
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).map_err(|e| e.to_string())?;
+    Ok((head[3], body))
+}
+
+fn client_write(s: &mut TcpStream, seq: u8, body: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    let len = u32::try_from(body.len()).map_err(|_| "too long")?;
+    let mut out = len.to_le_bytes()[..3].to_vec();
+    out.push(seq);
+    out.extend_from_slice(body);
+    s.write_all(&out).map_err(|e| e.to_string())
 }

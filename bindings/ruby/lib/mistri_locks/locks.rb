@@ -130,5 +130,35 @@ module MistriLocks
   def self.open(url, namespace: Redis::DEFAULT_NAMESPACE, label: nil, schema: nil)
     _open(String(url), String(namespace), label.nil? ? nil : String(label), schema.nil? ? nil : String(schema))
   end
-  private_class_method :_open
+
+  # ActiveRecord adapters that speak to MySQL or MariaDB.
+  MYSQL_ADAPTERS = /\A(mysql2|trilogy|mysql)\z/i
+
+  # The backend on the database an ActiveRecord connection uses (+source+
+  # as for Postgres.from_active_record: a model class, default
+  # ActiveRecord::Base; a connection pool, a db config or its Hash):
+  # PostgreSQL opens Postgres.from_active_record; MySQL or MariaDB (mysql2,
+  # trilogy) opens a mysql:// URL the core builds from the config's host,
+  # port, database, username, password and ssl_mode (every part
+  # percent-encoded, an IPv6 host bracketed; a socket is an ArgumentError:
+  # the backend reaches MySQL over TCP). Another database is a ConfigError.
+  def self.from_active_record(source = nil, namespace: Redis::DEFAULT_NAMESPACE, label: nil, schema: nil)
+    source ||= Postgres.send(:default_record)
+    config = ActiveRecordConfig.hash_of(source)
+    adapter = config[:adapter].to_s
+    if Postgres::ADAPTERS.match?(adapter)
+      return Postgres.from_active_record(source, schema: schema, namespace: namespace, label: label)
+    end
+    unless MYSQL_ADAPTERS.match?(adapter)
+      raise ConfigError, "MistriLocks.from_active_record needs a PostgreSQL, MySQL or MariaDB database; " \
+                         "#{ActiveRecordConfig.describe(source)} uses #{adapter.inspect}"
+    end
+    url = _mysql_url_of({
+                          host: config[:host], port: config[:port], database: config[:database],
+                          user: config[:username] || config[:user], password: config[:password],
+                          tls_mode: config[:ssl_mode]
+                        })
+    open(url, namespace: namespace, label: label, schema: schema)
+  end
+  private_class_method :_open, :_mysql_url_of
 end

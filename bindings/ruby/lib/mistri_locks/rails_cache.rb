@@ -31,9 +31,12 @@ module MistriLocks
   #   on a file next to the cache database (storage/production_cache.sqlite3
   #   -> storage/production_cache.mistri_locks.sqlite3), so the processes of
   #   one host, and containers that mount the same storage/ (the old and the
-  #   new one during a deploy), share it. MySQL (and a cache spread over
-  #   several databases) raise ConfigError: a lease must live in one place
-  #   that can compare-and-delete with the database's clock.
+  #   new one during a deploy), share it. On MySQL or MariaDB (mysql2,
+  #   trilogy) the MySQL backend on that database (MistriLocks.open of the
+  #   mysql:// URL the core builds from its config; tables prefixed
+  #   mistri_). Another database (and a cache spread over several
+  #   databases) raise ConfigError: a lease must live in one place that can
+  #   compare-and-delete with the database's clock.
   # - Any other store (FileStore, MemCacheStore, NullStore, a
   #   Redis::Distributed store, ...) raises MistriLocks::ConfigError: owner
   #   checks need an atomic compare-and-delete (and compare-and-renew),
@@ -50,10 +53,12 @@ module MistriLocks
   module RailsCache
     SUPPORTED = "ActiveSupport::Cache::RedisCacheStore (the native Redis adapter), " \
                 "ActiveSupport::Cache::MemoryStore (the native Memory adapter, one process) and " \
-                "SolidCache::Store on PostgreSQL (the native Postgres adapter) or SQLite (the native Local adapter)"
+                "SolidCache::Store on PostgreSQL (the native Postgres adapter), MySQL/MariaDB (the native MySQL " \
+                "backend) or SQLite (the native Local adapter)"
 
     # What SolidCache::Store maps to, for its error messages.
-    SOLID_CACHE_SUPPORTED = "Solid Cache on PostgreSQL (MistriLocks::Postgres on the cache's database) or on " \
+    SOLID_CACHE_SUPPORTED = "Solid Cache on PostgreSQL (MistriLocks::Postgres on the cache's database), on " \
+                            "MySQL or MariaDB (the MySQL backend on the cache's database) or on " \
                             "SQLite (MistriLocks::Local on a file next to the cache's database)"
 
     # Memory backends by MemoryStore object (weakly: a dropped store drops them).
@@ -127,6 +132,8 @@ module MistriLocks
         adapter = config.adapter.to_s
         if Postgres::ADAPTERS.match?(adapter)
           Postgres.from_active_record(config, namespace: namespace)
+        elsif MistriLocks::MYSQL_ADAPTERS.match?(adapter)
+          MistriLocks.from_active_record(config, namespace: namespace)
         elsif adapter.match?(/sqlite/i)
           Local.new(path: local_path_beside(config))
         else

@@ -11,6 +11,10 @@ child), from ``settings.MISTRI_LOCKS``:
   backend on that very database (a URL built from its settings; the schema
   ``mistri_locks``, or ``SCHEMA``, is created by the app's migration,
   ``manage.py migrate mistri_locks``, or else on first use);
+- no ``URL``, and ``DATABASES["default"]`` is MySQL or MariaDB: the MySQL
+  backend on that very database (a ``mysql://`` URL built from its HOST,
+  PORT, NAME, USER, PASSWORD and ``OPTIONS["ssl_mode"]``; its tables are
+  made on first use);
 - a ``Locks`` handle made in settings.py (``MISTRI_LOCKS = Postgres(...)``):
   that handle;
 - otherwise Local: an SQLite file ``mistri_locks.db`` beside ``BASE_DIR``
@@ -38,6 +42,7 @@ from typing import Any, Callable, Optional, TypeVar
 from .._leased import leased as _leased
 from .._native import Locks
 from .._native import open as _open
+from .._native import mysql_url as _mysql_url_of
 from .._native import postgres_url as _postgres_url_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,6 +67,22 @@ def _postgres_url(db: dict[str, Any]) -> str:
     )
 
 
+def _mysql_url(db: dict[str, Any]) -> str:
+    """A ``mysql://`` URL for a Django ``DATABASES`` entry (MySQL or
+    MariaDB), built by the core from the typed parts (an IPv6 host
+    bracketed, every part percent-encoded). A unix socket HOST is a
+    ValueError: the backend reaches MySQL over TCP."""
+    options = db.get("OPTIONS") or {}
+    return _mysql_url_of(
+        host=db.get("HOST"),
+        port=db.get("PORT"),
+        database=db.get("NAME"),
+        user=db.get("USER"),
+        password=db.get("PASSWORD"),
+        tls_mode=options.get("ssl_mode"),
+    )
+
+
 def backend_url() -> str:
     """The URL (or Local path) the settings choose (see the module's doc)."""
     from django.conf import settings  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -75,6 +96,8 @@ def backend_url() -> str:
     default = settings.DATABASES.get("default", {})
     if "postgresql" in str(default.get("ENGINE", "")) or "postgis" in str(default.get("ENGINE", "")):
         return _postgres_url(default)
+    if "mysql" in str(default.get("ENGINE", "")):
+        return _mysql_url(default)
     if conf.get("PATH"):
         return str(conf["PATH"])
     base = getattr(settings, "BASE_DIR", None)
