@@ -16,7 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { open, configure, hold as holdConfigured, LocksError } from '../lib/index.mjs';
-import { repoRoot, startRedis, startPostgres, uniqueNamespace } from './support.mjs';
+import { repoRoot, startRedis, startPostgres, startMariadb, uniqueNamespace } from './support.mjs';
 
 const CASES_FILE = path.join(repoRoot, 'tests/contract/cases.txt');
 
@@ -308,15 +308,25 @@ const BACKENDS = {
       owner: async () => open(servers.postgres.url, { namespace }),
     };
   },
+  mysql: () => {
+    const namespace = `mistri:test:${uniqueNamespace()}`;
+    let first;
+    return {
+      first: async () => (first ??= await open(servers.mysql.url, { namespace })),
+      owner: async () => open(servers.mysql.url, { namespace }),
+    };
+  },
 };
 
 before(async () => {
   servers.redis = await startRedis();
   servers.postgres = startPostgres();
+  servers.mysql = startMariadb();
 });
 after(() => {
   servers.redis?.stop();
   servers.postgres?.stop();
+  servers.mysql?.stop();
 });
 
 for (const [family, make] of Object.entries(BACKENDS)) {

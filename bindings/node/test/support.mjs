@@ -4,7 +4,7 @@
 // helper the C, Python and Ruby suites share: initdb with trust auth, no
 // fsync, and, as root, initdb and postgres run as the `postgres` user).
 //
-//   import { startRedis, startPostgres } from './support.mjs';
+//   import { startRedis, startPostgres, startMariadb } from './support.mjs';
 //   const redis = await startRedis();      // .url, .port, .command(...args)
 //   const pg = startPostgres();            // .url, .port, .psql(sql)
 //   after(() => { redis.stop(); pg.stop(); });
@@ -126,6 +126,32 @@ export function startPostgres() {
         { encoding: 'utf8', timeout: 30_000 },
       ).trim();
     },
+    stop() {
+      try {
+        execFileSync('python3', [helper, 'stop', dir], { stdio: 'ignore', timeout: 90_000 });
+      } finally {
+        rmSync(parent, { recursive: true, force: true });
+      }
+    },
+  };
+}
+
+/** A throwaway MariaDB (database `mistri`, user `mistri`), via tests/support/throwaway_mariadb.py. */
+export function startMariadb() {
+  const helper = path.join(repoRoot, 'tests/support/throwaway_mariadb.py');
+  const parent = mkdtempSync('/tmp/mistri-node-my-');
+  const dir = path.join(parent, 'my');
+  let url;
+  try {
+    url = execFileSync('python3', [helper, 'start', dir], { encoding: 'utf8', timeout: 120_000 }).trim();
+  } catch (e) {
+    rmSync(parent, { recursive: true, force: true });
+    throw new Error(`could not start MariaDB (scripts/setup installs mariadb-server): ${e.stderr || e.message}`);
+  }
+  return {
+    url,
+    port: Number(new URL(url).port),
+    dir,
     stop() {
       try {
         execFileSync('python3', [helper, 'stop', dir], { stdio: 'ignore', timeout: 90_000 });
