@@ -279,6 +279,32 @@ test('calls in flight share a bounded set of the face\'s threads; waits in line 
   await Promise.all(got.map((l) => l.release()));
 });
 
+test('waits in line past the wait threads\' bound queue for one and still end when their wait runs out', { timeout: 120_000 }, async () => {
+  const native = createRequire(import.meta.url)('../lib/native.cjs');
+  const most = native.poolThreads()[5] ?? 256;
+  const [a, b] = await pair();
+  const held = await a.hold('crowded', { ttl: 30, ifAvailable: true });
+  assert.ok(held);
+  let peak = 0;
+  let done = false;
+  const watch = (async () => {
+    while (!done) {
+      const [all, , waiting = all] = native.poolThreads();
+      peak = Math.max(peak, waiting);
+      await sleep(5);
+    }
+  })();
+  // More waits than wait threads, each bounded by `wait`: every one ends
+  // refused (null), those queued for a thread too.
+  const waits = Array.from({ length: most + 20 }, () => b.hold('crowded', { ttl: 5, wait: 0.3 }));
+  const got = await Promise.all(waits);
+  done = true;
+  await watch;
+  assert.ok(got.every((l) => l === null), 'each wait ran out while the key was held');
+  assert.ok(peak <= most, `at most ${most} wait threads, saw ${peak}`);
+  assert.equal(await held.release(), true);
+});
+
 test('a process with holds exits when its work is done; so does one that released', () => {
   for (const release of [false, true]) {
     const run = spawnSync(process.execPath, [path.join(here, 'fixtures/exits.mjs'), redis.url, String(release)], {
