@@ -8,7 +8,11 @@
 // window; at its end the locks still held are counted.
 // A benchmark (scripts/bench runs it, pinned), not a test.
 //
-//   node bench/holds.mjs --port 6379 [--holds 10000] [--seconds 10]
+// Locks are taken `--inflight` at a time (default 50); `--ttl` (default 30)
+// is both sides' lease ttl, so `--inflight 200 --ttl 3` asks whether taking
+// them starves the renewals (`kept` must stay N: no hold lost).
+//
+//   node bench/holds.mjs --port 6379 [--holds 10000] [--seconds 10] [--inflight 50] [--ttl 30]
 // Prints key=value lines: node_holds_<N>_{cpu_s_per_min,rss_mb,kept,take_s}
 // and node_semholds_<N>_… for the baseline.
 import { parseArgs } from 'node:util';
@@ -22,6 +26,8 @@ const { values } = parseArgs({
     holds: { type: 'string', default: '10000' },
     seconds: { type: 'string', default: '10' },
     side: { type: 'string' },
+    inflight: { type: 'string', default: '50' },
+    ttl: { type: 'string', default: '30' },
   },
 });
 const port = Number(values.port);
@@ -39,7 +45,8 @@ if (!values.side) {
   process.exit(0);
 }
 
-const BATCH = 50;
+const BATCH = Number(values.inflight);
+const ttl = Number(values.ttl);
 async function take(count, one) {
   const got = [];
   for (let i = 0; i < count; i += BATCH) {
@@ -55,7 +62,7 @@ const started = performance.now();
 if (values.side === 'mistri') {
   const { open } = await import('../lib/index.mjs');
   const locks = await open(`redis://127.0.0.1:${port}/0`, { namespace: `bench:node-holds:${process.pid}` });
-  const leases = await take(n, (i) => locks.hold(`h:${i}`, { ttl: 30, heartbeat: 1, ifAvailable: true }));
+  const leases = await take(n, (i) => locks.hold(`h:${i}`, { ttl, heartbeat: 1, ifAvailable: true }));
   kept = () => leases.filter((l) => l !== null && !l.lost && !l.signal.aborted).length;
   release = () => take(n, (i) => leases[i] && leases[i].releaseOutcome());
 } else {
@@ -63,7 +70,7 @@ if (values.side === 'mistri') {
   const { Mutex } = await import('redis-semaphore');
   const client = new Redis({ host: '127.0.0.1', port });
   const mutexes = await take(n, async (i) => {
-    const m = new Mutex(client, `bench:node-semholds:${process.pid}:${i}`, { lockTimeout: 30_000, refreshInterval: 1000 });
+    const m = new Mutex(client, `bench:node-semholds:${process.pid}:${i}`, { lockTimeout: ttl * 1000, refreshInterval: 1000 });
     return (await m.tryAcquire()) ? m : null;
   });
   kept = () => mutexes.filter((m) => m !== null && m.isAcquired).length;

@@ -245,7 +245,23 @@ pub(crate) fn start<'env>(
     let mut options = crate::convert::hold_options(opts).map_err(|e| js_error(&e))?;
     options.signal = Some(signal.inner.clone());
     let dispatcher = dispatcher()?;
-    crate::spawn_promise(env, move || {
+    // A hold that waits in line sleeps its thread: one of the wait group's,
+    // never a call thread. Its `wait` counts from this call, so time spent
+    // queued for a thread (past `WAIT_THREADS` waits) comes off it.
+    let waits = options.wait.is_some_and(|w| !w.is_zero());
+    let kind = if waits {
+        crate::pool::Kind::Wait
+    } else {
+        crate::pool::Kind::Call
+    };
+    let called = std::time::Instant::now();
+    crate::spawn_promise_in(env, kind, move || {
+        let mut options = options;
+        if let Some(w) = options.wait.filter(|w| !w.is_zero()) {
+            let left = w.saturating_sub(called.elapsed());
+            // Ran out while queued: one try, as at the end of a wait.
+            options.wait = Some(left);
+        }
         let held = match &locks {
             Some(l) => l.hold(&key, options)?,
             None => mistri_locks::hold(&key, options)?,

@@ -43,24 +43,34 @@ pub(crate) fn js_error(e: &mistri_locks::Error) -> napi::Error {
     napi::Error::new(Status::GenericFailure, format!("[{code}] {}", e.message()))
 }
 
-/// Runs `work` on the face's own threads and settles the returned promise
-/// with its result; a panic rejects it instead of crossing into Node.
+/// Runs `work` (a call that does not wait in line) on the face's own
+/// threads and settles the returned promise with its result; a panic
+/// rejects it instead of crossing into Node.
 pub(crate) fn spawn_promise<T, F>(env: &Env, work: F) -> Result<Object<'_>>
 where
     T: ToNapiValue + Send + 'static,
     F: FnOnce() -> mistri_locks::Result<T> + Send + 'static,
 {
+    spawn_promise_in(env, pool::Kind::Call, work)
+}
+
+/// [`spawn_promise`] in the group of `kind` ([`pool`]).
+pub(crate) fn spawn_promise_in<T, F>(env: &Env, kind: pool::Kind, work: F) -> Result<Object<'_>>
+where
+    T: ToNapiValue + Send + 'static,
+    F: FnOnce() -> mistri_locks::Result<T> + Send + 'static,
+{
     let (deferred, promise) = env.create_deferred()?;
-    pool::run(
-        move || match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+    pool::run(kind, move || {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
             Ok(Ok(value)) => deferred.resolve(move |_| Ok(value)),
             Ok(Err(e)) => deferred.reject(js_error(&e)),
             Err(_) => deferred.reject(napi::Error::new(
                 Status::GenericFailure,
                 "[MISTRI_SYSTEM] internal error: the native call panicked",
             )),
-        },
-    );
+        }
+    });
     Ok(promise)
 }
 
@@ -76,10 +86,13 @@ pub fn job_stop_key(id: String) -> Result<String> {
     mistri_locks::job::stop_key(&id).map_err(|e| js_error(&e))
 }
 
-/// How many of the face's own threads exist and how many are idle (tests
-/// and the docs' "never libuv's pool" claim read it).
+/// The face's own threads (`src/pool.rs`): `[calls, idle calls, waits,
+/// idle waits, most call threads, most wait threads]` (tests read it).
 #[napi]
 pub fn pool_threads() -> Vec<u32> {
-    let (all, idle) = pool::counts();
-    vec![all, idle]
+    let mut counts = pool::counts().to_vec();
+    for max in [pool::CALL_THREADS, pool::WAIT_THREADS] {
+        counts.push(u32::try_from(max).unwrap_or(u32::MAX));
+    }
+    counts
 }

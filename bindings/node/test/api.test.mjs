@@ -4,6 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { pbkdf2 } from 'node:crypto';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -241,6 +242,67 @@ test('waits run on the face\'s own threads: eight waits in line leave libuv\'s p
   const leases = await Promise.all(waits);
   for (const l of leases) assert.ok(l, 'each wait got its lease after the release');
   await Promise.all(leases.map((l) => l.release()));
+});
+
+test('calls in flight share a bounded set of the face\'s threads; waits in line have their own', { timeout: 60_000 }, async () => {
+  const native = createRequire(import.meta.url)('../lib/native.cjs');
+  // [calls, idle calls, waits, idle waits, most calls, most waits]; at most
+  // 16 in any case (the core keeps 16 idle connections per address).
+  const most = native.poolThreads()[4] ?? 16;
+  assert.ok(most >= 1 && most <= 16, `a small fixed number of call threads (${most})`);
+  const [a, b] = await pair();
+  let peak = 0;
+  let done = false;
+  const watch = (async () => {
+    while (!done) {
+      peak = Math.max(peak, native.poolThreads()[0]);
+      await new Promise((r) => setImmediate(r));
+    }
+  })();
+  // 200 one-try holds at once (each one used to take a thread of its own).
+  const keys = Array.from({ length: 200 }, (_, i) => `burst-${i}`);
+  const leases = await Promise.all(keys.map((k) => a.hold(k, { ttl: 5, ifAvailable: true })));
+  done = true;
+  await watch;
+  assert.ok(leases.every((l) => l !== null), 'every hold was taken');
+  assert.ok(peak <= most, `at most ${most} call threads, saw ${peak}`);
+  // Waits in line wait on threads of their own: the call threads stay free
+  // for the releases that end them (more waits than call threads here).
+  const waits = keys.slice(0, 2 * most + 1).map((k) => b.hold(k, { ttl: 5 }));
+  await sleep(200);
+  assert.ok(native.poolThreads()[2] >= 2 * most + 1, 'each wait in line has a wait thread');
+  assert.ok(native.poolThreads()[0] <= most);
+  const outcomes = await Promise.all(leases.map((l) => l.releaseOutcome()));
+  assert.ok(outcomes.every((o) => o === 'released'));
+  const got = await Promise.all(waits);
+  assert.ok(got.every((l) => l !== null), 'each wait got its lease after the release');
+  await Promise.all(got.map((l) => l.release()));
+});
+
+test('waits in line past the wait threads\' bound queue for one and still end when their wait runs out', { timeout: 120_000 }, async () => {
+  const native = createRequire(import.meta.url)('../lib/native.cjs');
+  const most = native.poolThreads()[5] ?? 256;
+  const [a, b] = await pair();
+  const held = await a.hold('crowded', { ttl: 30, ifAvailable: true });
+  assert.ok(held);
+  let peak = 0;
+  let done = false;
+  const watch = (async () => {
+    while (!done) {
+      const [all, , waiting = all] = native.poolThreads();
+      peak = Math.max(peak, waiting);
+      await sleep(5);
+    }
+  })();
+  // More waits than wait threads, each bounded by `wait`: every one ends
+  // refused (null), those queued for a thread too.
+  const waits = Array.from({ length: most + 20 }, () => b.hold('crowded', { ttl: 5, wait: 0.3 }));
+  const got = await Promise.all(waits);
+  done = true;
+  await watch;
+  assert.ok(got.every((l) => l === null), 'each wait ran out while the key was held');
+  assert.ok(peak <= most, `at most ${most} wait threads, saw ${peak}`);
+  assert.equal(await held.release(), true);
 });
 
 test('a process with holds exits when its work is done; so does one that released', () => {
