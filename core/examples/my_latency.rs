@@ -122,7 +122,11 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn questions(c: &mut MariaDbClient) -> f64 {
-    c.query("SHOW GLOBAL STATUS LIKE 'Questions'")
+    status(c, "Questions")
+}
+
+fn status(c: &mut MariaDbClient, name: &str) -> f64 {
+    c.query(&format!("SHOW GLOBAL STATUS LIKE '{name}'"))
         .ok()
         .and_then(|r| r.first()?.get(1)?.clone())
         .and_then(|v| v.parse().ok())
@@ -159,10 +163,19 @@ fn main() {
     std::thread::sleep(Duration::from_secs(2));
     let mut stat = MariaDbClient::connect(server.port(), "bench").unwrap();
     let window = 3.0;
+    let kinds = ["Com_select", "Com_update", "Com_commit", "Com_rollback"];
+    let k0: Vec<f64> = kinds.iter().map(|k| status(&mut stat, k)).collect();
     let q0 = questions(&mut stat);
     std::thread::sleep(Duration::from_secs_f64(window));
     // The second read counts itself.
     let idle = (questions(&mut stat) - q0 - 1.0) / window;
+    for (k, v0) in kinds.iter().zip(k0) {
+        println!(
+            "my_{n}_idle_{}_per_s={:.1}",
+            k.to_lowercase(),
+            (status(&mut stat, k) - v0) / window
+        );
+    }
     // Stop: raise a random holder's flag.
     let mut seed = 0x9e37_79b9_u64;
     let mut stops = Vec::new();

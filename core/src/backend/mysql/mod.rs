@@ -257,16 +257,26 @@ impl MySql {
         let rows = con
             .query(
                 "SHOW VARIABLES WHERE Variable_name IN ('read_only', 'super_read_only', \
-                 'innodb_read_only', 'autocommit', 'tx_isolation', 'transaction_isolation')",
+                 'innodb_read_only', 'autocommit', 'tx_isolation', 'transaction_isolation', \
+                 'log_bin', 'binlog_format')",
                 deadline,
             )?
             .map_err(|e| e.into_error(&self.addr))?;
+        let value_of = |name: &str| {
+            rows.iter()
+                .find(|r| r.first().and_then(|c| c.as_deref()) == Some(name))
+                .and_then(|r| r.get(1).cloned().flatten())
+                .map(|v| v.to_ascii_uppercase())
+        };
+        let statement_binlog = matches!(value_of("log_bin").as_deref(), Some("ON" | "1"))
+            && value_of("binlog_format").as_deref() == Some("STATEMENT");
         for row in &rows {
             let (Some(Some(name)), Some(Some(value))) = (row.first(), row.get(1)) else {
                 continue;
             };
             let value = value.to_ascii_uppercase();
             let why = match (name.as_str(), value.as_str()) {
+                ("binlog_format", _) if statement_binlog => "binlog_format is STATEMENT with the binary log on: InnoDB refuses the procedures' READ COMMITTED writes under it; use ROW or MIXED".to_owned(),
                 ("read_only" | "super_read_only" | "innodb_read_only", "ON" | "1") => format!(
                     "{name} is ON: this server takes no writes (a replica, or a demoted primary); point the URL at the primary"
                 ),

@@ -196,8 +196,21 @@ impl MySql {
     fn beat_sql(&self, renewals: &[Renewal<'_>], flags: &[&str], tag: u64) -> String {
         let ns = self.ns();
         let mut out = String::new();
+        // The rows of `items` by primary key: one row as equalities (a
+        // one-element row `IN` is planned as a prefix range in an UPDATE,
+        // which locks every row of the namespace), several as a row `IN`
+        // (one point range each); the statements also force the primary
+        // key (with few rows the expiry index looks cheaper, and its range
+        // locks other holders' rows: beats of other processes deadlocked).
         let pairs = |items: &[&Renewal<'_>]| {
-            let mut s = String::new();
+            if let [r] = items {
+                return format!(
+                    "ns = {ns} AND k = {} AND token = {}",
+                    hex(r.lease.key().as_bytes()),
+                    hex(r.lease.token().as_bytes())
+                );
+            }
+            let mut s = String::from("(ns, k, token) IN (");
             for (i, r) in items.iter().enumerate() {
                 if i > 0 {
                     s.push(',');
@@ -209,6 +222,7 @@ impl MySql {
                     hex(r.lease.token().as_bytes())
                 );
             }
+            s.push(')');
             s
         };
         let all: Vec<&Renewal<'_>> = renewals.iter().collect();
@@ -223,15 +237,15 @@ impl MySql {
             }
             let _ = write!(
                 out,
-                "START TRANSACTION; SELECT COUNT(*) FROM @Pleases WHERE ns = {ns} \
-                 AND (ns, k, token) IN ({all_pairs}) FOR UPDATE; "
+                "START TRANSACTION; SELECT COUNT(*) FROM @Pleases FORCE INDEX (PRIMARY) \
+                 WHERE {all_pairs} FOR UPDATE; "
             );
             for ((ttl, min), items) in &groups {
                 let _ = write!(
                     out,
-                    "UPDATE @Pleases SET expires_us = {NOW_US} + {ttl} * 1000, \
+                    "UPDATE @Pleases FORCE INDEX (PRIMARY) SET expires_us = {NOW_US} + {ttl} * 1000, \
                      renewed_us = {NOW_US}, ttl_ms = {ttl}, beat_tag = {tag} \
-                     WHERE ns = {ns} AND (ns, k, token) IN ({}) AND expires_us > {NOW_US} \
+                     WHERE {} AND expires_us > {NOW_US} \
                      AND expires_us - {NOW_US} >= {min} * 1000; ",
                     pairs(items)
                 );
@@ -241,7 +255,7 @@ impl MySql {
         if !renewals.is_empty() {
             selects.push(format!(
                 "SELECT 'r', k, token, IF(beat_tag = {tag}, 1, IF(expires_us > {NOW_US}, -1, 0)) \
-                 FROM @Pleases WHERE ns = {ns} AND (ns, k, token) IN ({all_pairs})"
+                 FROM @Pleases FORCE INDEX (PRIMARY) WHERE {all_pairs}"
             ));
         }
         if !flags.is_empty() {
