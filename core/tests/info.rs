@@ -190,8 +190,8 @@ fn redis() {
     // A lease taken by a client that writes no description (two arguments
     // to the acquire script, as older clients) shows none.
     assert!(locks.release("slot").unwrap());
-    assert!(locks.acquire("old", secs(0.05)).unwrap());
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(locks.acquire("old", secs(0.2)).unwrap());
+    std::thread::sleep(Duration::from_millis(300));
     let fence: u64 = redis::Script::new(mistri_locks::internals::ACQUIRE_LUA)
         .key("mistri:info:lease:{old}")
         .key("mistri:info:fence:{old}")

@@ -69,8 +69,8 @@ def test_list_shows_live_leases_and_flags_under_a_prefix(backend) -> None:
     assert locks.list("job:")["flags"] == []
     for s in slots:
         assert s is not None and s.release()
-    assert locks.acquire("job:brief", ttl=0.05)
-    time.sleep(0.15)
+    assert locks.acquire("job:brief", ttl=0.2)
+    time.sleep(0.4)
     assert [lease["key"] for lease in locks.list("job:")["leases"]] == ["job:b"]
 
 

@@ -364,7 +364,9 @@ impl Locks {
             return Ok(taken.is_some());
         }
         let who = self.identity();
+        let sent = Instant::now();
         match self.adapter().acquire_as(key, ttl, &who)? {
+            Some(_) if answered_too_late(sent, ttl) => Ok(false),
             Some(lease) => {
                 let end = Instant::now() + ttl;
                 self.remember(lease, false, Some(end));
@@ -411,10 +413,14 @@ impl Locks {
                 return Ok(None);
             }
             let adapter = try_locks.adapter();
-            match line {
-                Some(line) => adapter.acquire_queued(&try_key, ttl, &who, limit, line),
-                None => adapter.acquire_limited(&try_key, ttl, &who, limit),
-            }
+            let sent = Instant::now();
+            let got = match line {
+                Some(line) => adapter.acquire_queued(&try_key, ttl, &who, limit, line)?,
+                None => adapter.acquire_limited(&try_key, ttl, &who, limit)?,
+            };
+            // An answer that came after the ttl is a refusal (see
+            // `answered_too_late`); a wait tries again.
+            Ok(got.filter(|_| !answered_too_late(sent, ttl)))
         };
         let finish = move |got: Option<Lease>| {
             Ok(match got {
@@ -494,8 +500,9 @@ impl Locks {
         let Some(lease) = lease else {
             return Ok(false);
         };
+        let sent = Instant::now();
         let renewed = match self.adapter().renew(&lease, ttl) {
-            Ok(renewed) => renewed,
+            Ok(renewed) => renewed && !answered_too_late(sent, ttl),
             Err(e) => {
                 // It may have been applied, answer lost: no known end.
                 if let Some(mut issued) = self.issued_if_any() {
@@ -697,6 +704,17 @@ impl Locks {
     pub fn active_holds(&self) -> usize {
         self.inner.engine.len()
     }
+}
+
+/// Whether the answer to a call that set a lease's ttl came too late to
+/// promise it: the backend applied the call at some instant between
+/// `sent` and the answer's arrival, so the lease is only known to live
+/// until `sent + ttl`. Once that has passed, it may already have lapsed
+/// and been taken by another owner, and a `true` would break the lease's
+/// promise; the call answers `false` instead (the lease, if it is still
+/// alive, lapses at its ttl: its owner token is forgotten).
+fn answered_too_late(sent: Instant, ttl: Duration) -> bool {
+    Instant::now() >= sent + ttl
 }
 
 #[cfg(test)]
