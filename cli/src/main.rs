@@ -154,12 +154,15 @@ enum Command {
     /// Serve the operator's page, its JSON, actions and /metrics over HTTP.
     #[command(after_help = serve::AFTER_HELP)]
     Serve(serve::ServeArgs),
-    /// Print the Postgres backend's DDL (idempotent: tables, functions, fence_check) for a DBA to run.
+    /// Print the Postgres (or, with a mysql:// --url or --prefix, the MySQL) backend's DDL for a DBA to run.
     #[command(after_help = SCHEMA_HELP)]
     Schema {
-        /// The schema to create (default: the --url's ?schema=, else mistri_locks).
-        #[arg(long, value_name = "NAME")]
+        /// Postgres: the schema to create (default: the --url's ?schema=, else mistri_locks).
+        #[arg(long, value_name = "NAME", conflicts_with = "prefix")]
         schema: Option<String>,
+        /// MySQL/MariaDB: the table prefix (default: the --url's ?prefix=, else mistri_).
+        #[arg(long, value_name = "PREFIX")]
+        prefix: Option<String>,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
@@ -172,7 +175,10 @@ const SCHEMA_HELP: &str = "\
 For a team whose application role may not run DDL: an owner runs the output once
 (psql -f, a migration), the application then finds the schema ready. Running it
 again changes nothing; it refuses to touch a schema a newer release made.
-Example: mistri-locks schema --schema app_locks | psql \"$DATABASE_URL\"";
+Example: mistri-locks schema --schema app_locks | psql \"$DATABASE_URL\"
+MySQL/MariaDB (tables and procedures, statements ended by lines of $$; chosen by a
+mysql:// or mariadb:// --url, or by --prefix):
+  mistri-locks schema --prefix app_ | mariadb --delimiter='$$' app_db";
 
 /// The default schema of the Postgres backend.
 const DEFAULT_SCHEMA: &str = "mistri_locks";
@@ -182,10 +188,19 @@ fn schema_in_url(url: &str) -> Option<&str> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return None;
     }
+    query_value(url, "schema")
+}
+
+/// The value of `name` in a URL's query, as written (the DDL's names are
+/// plain identifiers, which need no decoding; anything else is refused).
+fn query_value<'u>(url: &'u str, name: &str) -> Option<&'u str> {
     let query = url.split_once('?')?.1;
-    query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("schema="))
+    let query = query.split_once('#').map_or(query, |(q, _)| q);
+    query.split('&').find_map(|pair| {
+        pair.split_once('=')
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    })
 }
 
 /// A non-empty key.
@@ -344,15 +359,31 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
         emit(&String::from_utf8_lossy(&script));
         return Ok(0);
     }
-    if let Command::Schema { schema } = &cli.command {
-        let schema = schema
-            .as_deref()
-            .or_else(|| cli.url.as_deref().and_then(schema_in_url))
-            .unwrap_or(DEFAULT_SCHEMA);
-        let sql = mistri_locks::Postgres::schema_sql(schema).map_err(|e| match e {
-            Error::Config(m) => Failure::usage(format!("bad schema name: {m}")),
-            other => other.into(),
-        })?;
+    if let Command::Schema { schema, prefix } = &cli.command {
+        let url = cli.url.as_deref();
+        let mysql = prefix.is_some()
+            || url.is_some_and(|u| {
+                mistri_locks::family_of(u).is_ok_and(|f| f == mistri_locks::Family::MySql)
+            });
+        let sql = if mysql {
+            let prefix = prefix
+                .as_deref()
+                .or_else(|| url.and_then(|u| query_value(u, "prefix")))
+                .unwrap_or(mistri_locks::internals::MYSQL_PREFIX);
+            mistri_locks::MySql::schema_sql(prefix).map_err(|e| match e {
+                Error::Config(m) => Failure::usage(format!("bad table prefix: {m}")),
+                other => other.into(),
+            })?
+        } else {
+            let schema = schema
+                .as_deref()
+                .or_else(|| url.and_then(schema_in_url))
+                .unwrap_or(DEFAULT_SCHEMA);
+            mistri_locks::Postgres::schema_sql(schema).map_err(|e| match e {
+                Error::Config(m) => Failure::usage(format!("bad schema name: {m}")),
+                other => other.into(),
+            })?
+        };
         emit(&sql);
         if !sql.ends_with('\n') {
             emit("\n");

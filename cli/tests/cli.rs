@@ -595,6 +595,49 @@ fn schema_prints_the_ddl() {
     assert_eq!(stderr(&bad).lines().count(), 1);
 }
 
+/// `mistri-locks schema` for MySQL/MariaDB: the tables and procedures,
+/// statements ended by lines of `$$`, chosen by a mysql:// URL (its
+/// `?prefix=`) or `--prefix`; a DBA runs it twice (idempotent), and the
+/// application's handle then finds its tables under that prefix.
+#[test]
+fn schema_prints_the_mysql_ddl() {
+    let server = MariaDbServer::start();
+    let url = format!("{}?prefix=cli_", server.url());
+    let out = Command::new(BIN)
+        .env("MISTRI_LOCKS_URL", &url)
+        .arg("schema")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ddl = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(ddl, mistri_locks::MySql::schema_sql("cli_").unwrap());
+    let by_flag = Command::new(BIN)
+        .env_remove("MISTRI_LOCKS_URL")
+        .args(["schema", "--prefix", "cli_"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(by_flag.stdout).unwrap(), ddl);
+    for _ in 0..2 {
+        server
+            .try_sql_delimited(&ddl, "$$", Duration::from_secs(60))
+            .unwrap();
+    }
+    // The DDL made the tables and recorded its version, before any handle.
+    assert_eq!(server.sql("SELECT COUNT(*) FROM cli_meta").trim(), "1");
+    let locks = Locks::open_with(&url, &OpenOptions::new().namespace("mistri:cli")).unwrap();
+    assert!(locks.acquire("after-ddl", Duration::from_secs(5)).unwrap());
+    let rows = server.sql("SELECT COUNT(*) FROM cli_leases");
+    assert_eq!(rows.trim(), "1", "the lease is in the prefixed table");
+    // A prefix that is not a plain identifier: bad usage, one line.
+    let bad = Command::new(BIN)
+        .env_remove("MISTRI_LOCKS_URL")
+        .args(["schema", "--prefix", "x; DROP TABLE y"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert_eq!(stderr(&bad).lines().count(), 1);
+}
+
 /// Bad input: one line on stderr, a non-zero status, never a panic.
 #[test]
 fn bad_input_is_one_line_and_non_zero() {
