@@ -6,6 +6,7 @@
 
 use crate::locks::PyLocks;
 use mistri_locks::operator::{self, OperatorOptions, OperatorRequest};
+use mistri_locks::OptionValue;
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -32,15 +33,6 @@ const REQUEST_FIELDS: &[&str] = &[
     "host_authorized",
 ];
 
-/// The options `_operator_handle` reads (by name).
-const OPTION_FIELDS: &[&str] = &[
-    "prefix",
-    "allow_actions",
-    "token",
-    "allowed_hosts",
-    "trust_forwarded",
-];
-
 /// Refuses a key of `dict` that is not in `known` (a misspelt field would
 /// otherwise be read as absent).
 fn check_keys(what: &str, dict: &Bound<'_, PyDict>, known: &[&str]) -> PyResult<()> {
@@ -56,6 +48,42 @@ fn check_keys(what: &str, dict: &Bound<'_, PyDict>, known: &[&str]) -> PyResult<
         }
     }
     Ok(())
+}
+
+/// The interface's options, by name, through the core's one parser (its
+/// rules: the token's length, actions need a token or `authorize`).
+fn operator_options(py: Python<'_>, options: &Bound<'_, PyDict>) -> PyResult<OperatorOptions> {
+    let mut builder = OperatorOptions::builder();
+    for (key, value) in options.iter() {
+        let name: String = key
+            .extract()
+            .map_err(|_| PyTypeError::new_err("_operator_handle: option keys must be str"))?;
+        // A name the core does not know (None sets nothing else).
+        builder
+            .set(&name, OptionValue::None)
+            .map_err(|e| PyTypeError::new_err(format!("_operator_handle: {}", e.message())))?;
+        if name == "allowed_hosts" {
+            for host in field::<Vec<String>>(options, &name)?.unwrap_or_default() {
+                builder
+                    .set(&name, OptionValue::Text(host))
+                    .map_err(|e| crate::error::map_error(py, e))?;
+            }
+            continue;
+        }
+        let value = crate::args::option_value(&name, &value)?;
+        builder
+            .set(&name, value.clone())
+            .map_err(|e| crate::args::option_error(py, &value, e))?;
+    }
+    builder.build().map_err(|e| crate::error::map_error(py, e))
+}
+
+/// `_operator_options(options)`: the options checked by the core's rules,
+/// at construction; returns whether actions are enabled (`allow_actions`
+/// defaults to "a token or `authorize` was given").
+#[pyfunction]
+pub fn _operator_options(py: Python<'_>, options: &Bound<'_, PyDict>) -> PyResult<bool> {
+    Ok(operator_options(py, options)?.allow_actions)
 }
 
 /// `dict[name]` as `T`, `None` when absent or None; a wrong type names the field.
@@ -90,7 +118,7 @@ pub fn _operator_handle(
     options: &Bound<'_, PyDict>,
 ) -> PyResult<Answer> {
     check_keys("request", request, REQUEST_FIELDS)?;
-    check_keys("option", options, OPTION_FIELDS)?;
+    let opts = operator_options(py, options)?;
     let text = |name: &str| -> PyResult<Option<String>> { field::<String>(request, name) };
     let method = text("method")?.unwrap_or_else(|| "GET".to_owned());
     let path = text("path")?.unwrap_or_else(|| "/".to_owned());
@@ -118,13 +146,6 @@ pub fn _operator_handle(
             .as_bytes(),
     };
     let host_authorized = field::<bool>(request, "host_authorized")?;
-    let opts = OperatorOptions {
-        prefix: field::<String>(options, "prefix")?.unwrap_or_default(),
-        allow_actions: field::<bool>(options, "allow_actions")?.unwrap_or(false),
-        token: field::<String>(options, "token")?,
-        allowed_hosts: field::<Vec<String>>(options, "allowed_hosts")?.unwrap_or_default(),
-        trust_forwarded: field::<bool>(options, "trust_forwarded")?.unwrap_or(false),
-    };
     let req = OperatorRequest {
         method: &method,
         path: &path,

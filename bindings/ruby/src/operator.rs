@@ -9,6 +9,7 @@ use crate::nogvl::nogvl;
 use magnus::r_hash::ForEach;
 use magnus::{method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, Symbol, Value};
 use mistri_locks::operator::{self, OperatorOptions, OperatorRequest};
+use mistri_locks::OptionValue;
 
 fn text(v: Value) -> Result<Option<String>, Error> {
     if v.is_nil() {
@@ -36,15 +37,6 @@ const REQUEST_FIELDS: &[&str] = &[
     "cookie",
     "body",
     "host_authorized",
-];
-
-/// The options `_operator_handle` reads (by name).
-const OPTION_FIELDS: &[&str] = &[
-    "prefix",
-    "allow_actions",
-    "token",
-    "allowed_hosts",
-    "trust_forwarded",
 ];
 
 /// Refuses a key of `hash` that is not a Symbol in `known` (a misspelt
@@ -79,6 +71,66 @@ fn check_keys(ruby: &Ruby, what: &str, hash: RHash, known: &[&str]) -> Result<()
     Ok(())
 }
 
+/// The interface's options, by name, through the core's one parser (its
+/// rules: the token's length, actions need a token or `authorize`).
+fn operator_options(ruby: &Ruby, options: RHash) -> Result<OperatorOptions, Error> {
+    let mut entries = Vec::new();
+    options.foreach(|key: Value, value: Value| {
+        entries.push((key, value));
+        Ok(ForEach::Continue)
+    })?;
+    let mut builder = OperatorOptions::builder();
+    for (key, value) in entries {
+        let name = Symbol::from_value(key)
+            .ok_or_else(|| {
+                Error::new(
+                    ruby.exception_type_error(),
+                    "_operator_handle: option keys must be Symbols",
+                )
+            })?
+            .name()?
+            .into_owned();
+        if name == "allowed_hosts" {
+            let list = RArray::from_value(value).ok_or_else(|| {
+                Error::new(
+                    ruby.exception_type_error(),
+                    "_operator_handle: allowed_hosts must be an Array of Strings",
+                )
+            })?;
+            for i in 0..list.len() {
+                let entry: Value = list.entry(i as isize)?;
+                let host = text(entry)?.unwrap_or_default();
+                builder
+                    .set(&name, OptionValue::Text(host))
+                    .map_err(|e| crate::error::to_ruby(ruby, e))?;
+            }
+            continue;
+        }
+        // A name the core does not know (None sets nothing else).
+        builder.set(&name, OptionValue::None).map_err(|e| {
+            let message = e
+                .message()
+                .replacen(&format!("{name:?}"), &format!(":{name}"), 1);
+            Error::new(
+                ruby.exception_arg_error(),
+                format!("_operator_handle: {message}"),
+            )
+        })?;
+        let value = crate::args::option_value(ruby, &name, value)?;
+        builder
+            .set(&name, value.clone())
+            .map_err(|e| crate::args::option_error(ruby, &value, e))?;
+    }
+    builder.build().map_err(|e| crate::error::to_ruby(ruby, e))
+}
+
+/// `_operator_options(options)`: the options checked by the core's rules,
+/// at construction; whether actions are enabled (`allow_actions` defaults
+/// to "a token or `authorize` was given").
+fn check_options(ruby: &Ruby, _rb_self: &RbLocks, options: RHash) -> Result<bool, Error> {
+    Ok(operator_options(ruby, options)?.allow_actions)
+}
+
 /// `hash[:name]`, `None` when absent or nil.
 fn get(ruby: &Ruby, hash: RHash, name: &str) -> Option<Value> {
     hash.get(ruby.to_symbol(name)).filter(|v| !v.is_nil())
@@ -98,7 +150,7 @@ fn text_field(ruby: &Ruby, hash: RHash, name: &str) -> Result<Option<String>, Er
 /// `[status, [[name, value], …], body]`.
 fn handle(ruby: &Ruby, rb_self: &RbLocks, request: RHash, options: RHash) -> Result<RArray, Error> {
     check_keys(ruby, "request", request, REQUEST_FIELDS)?;
-    check_keys(ruby, "option", options, OPTION_FIELDS)?;
+    let opts = operator_options(ruby, options)?;
     let field = |name: &str| text_field(ruby, request, name);
     let method = field("method")?.unwrap_or_else(|| "GET".to_owned());
     let path = field("path")?.unwrap_or_else(|| "/".to_owned());
@@ -125,30 +177,6 @@ fn handle(ruby: &Ruby, rb_self: &RbLocks, request: RHash, options: RHash) -> Res
         }
     };
     let host_authorized = get(ruby, request, "host_authorized").map(|v| v.to_bool());
-    let allowed_hosts = match get(ruby, options, "allowed_hosts") {
-        None => Vec::new(),
-        Some(v) => {
-            let list = RArray::from_value(v).ok_or_else(|| {
-                Error::new(
-                    ruby.exception_type_error(),
-                    "_operator_handle: allowed_hosts must be an Array of Strings",
-                )
-            })?;
-            let mut hosts = Vec::with_capacity(list.len());
-            for i in 0..list.len() {
-                let entry: Value = list.entry(i as isize)?;
-                hosts.push(text(entry)?.unwrap_or_default());
-            }
-            hosts
-        }
-    };
-    let opts = OperatorOptions {
-        prefix: text_field(ruby, options, "prefix")?.unwrap_or_default(),
-        allow_actions: get(ruby, options, "allow_actions").is_some_and(|v| v.to_bool()),
-        token: text_field(ruby, options, "token")?,
-        allowed_hosts,
-        trust_forwarded: get(ruby, options, "trust_forwarded").is_some_and(|v| v.to_bool()),
-    };
     let locks = rb_self.locks().clone();
     let response = nogvl(ruby, move || {
         let req = OperatorRequest {
@@ -188,6 +216,7 @@ fn stats_prometheus(rb_self: &RbLocks) -> String {
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Locks", ruby.class_object())?;
     class.define_private_method("_operator_handle", method!(handle, 2))?;
+    class.define_private_method("_operator_options", method!(check_options, 1))?;
     class.define_private_method("_stats_prometheus", method!(stats_prometheus, 0))?;
     module.const_set("OPERATOR_MAX_BODY", operator::MAX_BODY)?;
     Ok(())
