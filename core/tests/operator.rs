@@ -1212,3 +1212,51 @@ fn operator_options_by_name_carry_the_rules() {
         "an explicit false wins"
     );
 }
+
+/// A request's fields are read by name alike in every face: unknown names
+/// are refused with the nearest known one, what is not set has the
+/// defaults (GET /, scheme http).
+#[test]
+fn request_fields_by_name_have_one_set_of_defaults() {
+    use mistri_locks::operator::OperatorRequestFields;
+    use mistri_locks::OptionValue;
+    let mut fields = OperatorRequestFields::default();
+    let e = fields
+        .set("cookies", OptionValue::Text("x".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown request field \"cookies\"; did you mean \"cookie\"?"),
+        "{e}"
+    );
+    let e = fields
+        .set("host_authorized", OptionValue::Text("yes".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("host_authorized must be true or false"), "{e}");
+    let req = fields.request();
+    assert_eq!(
+        (req.method, req.path, req.scheme, req.query),
+        ("GET", "/", "http", "")
+    );
+    assert!(req.host.is_none() && req.body.is_empty() && req.host_authorized.is_none());
+    fields
+        .set("path", OptionValue::Text("/api/state".into()))
+        .unwrap();
+    fields
+        .set("host", OptionValue::Text("localhost".into()))
+        .unwrap();
+    fields
+        .set("host_authorized", OptionValue::Bool(false))
+        .unwrap();
+    fields.set_body(b"{}".to_vec());
+    let req = fields.request();
+    assert_eq!(
+        (req.path, req.host, req.body),
+        ("/api/state", Some("localhost"), &b"{}"[..])
+    );
+    assert_eq!(req.host_authorized, Some(false));
+    let locks = Locks::memory();
+    let served = handle(&locks, &OperatorOptions::default(), &fields.request());
+    assert_eq!(served.status, 200);
+}

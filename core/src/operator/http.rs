@@ -233,6 +233,103 @@ pub struct OperatorRequest<'a> {
     pub host_authorized: Option<bool>,
 }
 
+/// A request's fields given by name, owned (a Python dict, a Ruby Hash),
+/// with the defaults every face reads alike (`GET`, path `/`, scheme
+/// `http`, the rest empty or absent); [`OperatorRequestFields::request`]
+/// lends them as an [`OperatorRequest`].
+#[derive(Debug, Clone, Default)]
+pub struct OperatorRequestFields {
+    text: [Option<String>; 12],
+    body: Vec<u8>,
+    host_authorized: Option<bool>,
+}
+
+impl OperatorRequestFields {
+    /// The field names [`OperatorRequestFields::set`] knows; the first 12
+    /// are text.
+    pub const NAMES: [&'static str; 14] = [
+        "method",
+        "path",
+        "query",
+        "mount",
+        "scheme",
+        "host",
+        "forwarded_proto",
+        "forwarded_host",
+        "origin",
+        "authorization",
+        "csrf",
+        "cookie",
+        "body",
+        "host_authorized",
+    ];
+
+    /// Sets field `name` ([`OperatorRequestFields::NAMES`]): text for the
+    /// headers and the request line, text for `body` (bytes:
+    /// [`OperatorRequestFields::set_body`]), a bool for `host_authorized`;
+    /// `OptionValue::None` leaves the default.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] for an unknown name (with the
+    /// nearest known one) or a value of the wrong kind.
+    pub fn set(&mut self, name: &str, value: OptionValue) -> crate::Result<&mut Self> {
+        let Some(at) = Self::NAMES.iter().position(|n| *n == name) else {
+            let hint = crate::options::nearest(name, &Self::NAMES)
+                .map(|n| format!("; did you mean {n:?}?"))
+                .unwrap_or_default();
+            return Err(crate::Error::InvalidArgument(format!(
+                "unknown request field {name:?}{hint} (known: {})",
+                Self::NAMES.join(", ")
+            )));
+        };
+        match (at, value) {
+            (_, OptionValue::None) => {}
+            (12, OptionValue::Text(t)) => self.body = t.into_bytes(),
+            (13, OptionValue::Bool(b)) => self.host_authorized = Some(b),
+            (13, v) => {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "{name} must be true or false, got {v}"
+                )))
+            }
+            (i, OptionValue::Text(t)) => self.text[i] = Some(t),
+            (_, v) => {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "{name} must be text, got {v}"
+                )))
+            }
+        }
+        Ok(self)
+    }
+
+    /// Sets the body's bytes.
+    pub fn set_body(&mut self, body: Vec<u8>) -> &mut Self {
+        self.body = body;
+        self
+    }
+
+    /// The request, with the defaults for what was not set.
+    #[must_use]
+    pub fn request(&self) -> OperatorRequest<'_> {
+        let t = |i: usize| self.text[i].as_deref();
+        OperatorRequest {
+            method: t(0).unwrap_or("GET"),
+            path: t(1).unwrap_or("/"),
+            query: t(2).unwrap_or(""),
+            mount: t(3).unwrap_or(""),
+            scheme: t(4).unwrap_or("http"),
+            host: t(5),
+            forwarded_proto: t(6),
+            forwarded_host: t(7),
+            origin: t(8),
+            authorization: t(9),
+            csrf: t(10),
+            cookie: t(11),
+            body: &self.body,
+            host_authorized: self.host_authorized,
+        }
+    }
+}
+
 /// What to send back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorResponse {
