@@ -22,6 +22,7 @@ use crate::Failure;
 use mistri_locks::operator::wire::{self, HeadError};
 use mistri_locks::operator::{self, OperatorOptions, OperatorResponse};
 use mistri_locks::Locks;
+use mistri_locks::OptionValue;
 use std::collections::HashMap;
 use std::io::{BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -79,6 +80,20 @@ pub fn serve(locks: Locks, args: ServeArgs) -> Result<i32, Failure> {
         None => None,
         Some(path) => Some(read_token(path)?),
     };
+    // The core's rules (a token of at least 16 characters; actions need
+    // one): checked before listening.
+    let mut builder = OperatorOptions::builder();
+    let rule = |e: mistri_locks::Error| match &args.token_file {
+        Some(path) => Failure::usage(format!("--token-file {}: {e}", path.display())),
+        None => Failure::usage(format!("--allow-actions: {e} (give --token-file F)")),
+    };
+    builder
+        .set("prefix", OptionValue::Text(args.prefix.clone()))
+        .and_then(|b| b.set("allow_actions", OptionValue::Bool(args.allow_actions)))
+        .and_then(|b| b.set("token", token.map_or(OptionValue::None, OptionValue::Text)))
+        .and_then(|b| b.set("trust_forwarded", OptionValue::Bool(args.trust_forwarded)))
+        .map_err(rule)?;
+    builder.build().map_err(rule)?;
     let listener = TcpListener::bind(args.listen).map_err(|e| Failure {
         status: crate::EXIT_ERROR,
         message: format!("cannot listen on {}: {e}", args.listen),
@@ -91,13 +106,12 @@ pub fn serve(locks: Locks, args: ServeArgs) -> Result<i32, Failure> {
     let mut allowed_hosts = vec![addr.to_string()];
     allowed_hosts.extend(operator::LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()));
     allowed_hosts.extend(args.allow_host.iter().cloned());
-    let opts = Arc::new(OperatorOptions {
-        prefix: args.prefix,
-        allow_actions: args.allow_actions,
-        token,
-        allowed_hosts,
-        trust_forwarded: args.trust_forwarded,
-    });
+    for host in allowed_hosts {
+        builder
+            .set("allowed_hosts", OptionValue::Text(host))
+            .map_err(|e| Failure::usage(format!("--allow-host: {e}")))?;
+    }
+    let opts = Arc::new(builder.build().map_err(|e| Failure::usage(e.to_string()))?);
     if !addr.ip().is_loopback() {
         eprintln!("mistri-locks: serving on {addr}, reachable beyond this host");
         if args.allow_host.is_empty() {
@@ -176,11 +190,6 @@ fn read_token(path: &Path) -> Result<String, Failure> {
     if token.chars().any(char::is_whitespace) {
         return Err(Failure::usage(format!(
             "the token in {shown} has whitespace inside (more than one line?); a bearer token is one word"
-        )));
-    }
-    if token.len() < 16 {
-        return Err(Failure::usage(format!(
-            "the token in {shown} is shorter than 16 characters"
         )));
     }
     Ok(token)

@@ -349,6 +349,11 @@ fn the_token_file_is_checked_like_the_local_folder() {
     };
     let err = serve_fails(&["--allow-actions", "--token-file", &theirs]);
     assert!(err.contains("belongs to uid"), "{err}");
+    // The core's rule: a token under 16 characters is refused before
+    // listening (`--allow-actions` without `--token-file` is clap's refusal).
+    let short = token_file(&dir, "short", "0123456789abcde\n", 0o600);
+    let err = serve_fails(&["--allow-actions", "--token-file", &short]);
+    assert!(err.contains("at least 16 characters"), "{err}");
     // --token-file alone (it would be ignored) is an error.
     let err = serve_fails(&["--token-file", &good]);
     assert!(err.contains("--allow-actions"), "{err}");

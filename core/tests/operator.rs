@@ -1144,3 +1144,119 @@ fn concurrent_refreshes_share_one_listing() {
     handle(&locks, &on, &get("/api/state", ""));
     assert_eq!(scans(&mut client) - before, one);
 }
+
+/// The options are set by name and built with the rules: an unknown name
+/// (with the nearest known one), a short token, and actions with neither a
+/// token nor `authorize` are refused; actions default to on with either.
+#[test]
+fn operator_options_by_name_carry_the_rules() {
+    use mistri_locks::OptionValue;
+    let err =
+        |b: &mistri_locks::operator::OperatorOptionsBuilder| b.build().unwrap_err().to_string();
+    let mut b = OperatorOptions::builder();
+    let unknown = b
+        .set("allowed_host", OptionValue::Text("*".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unknown.contains("unknown option field \"allowed_host\""),
+        "{unknown}"
+    );
+    assert!(
+        unknown.contains("did you mean \"allowed_hosts\"?"),
+        "{unknown}"
+    );
+    let wrong = b
+        .set("allow_actions", OptionValue::Text("yes".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        wrong.contains("allow_actions must be true or false"),
+        "{wrong}"
+    );
+
+    let mut short = OperatorOptions::builder();
+    short
+        .set("token", OptionValue::Text("x".repeat(15)))
+        .unwrap();
+    assert!(
+        err(&short).contains("at least 16 characters"),
+        "{}",
+        err(&short)
+    );
+
+    let mut bare = OperatorOptions::builder();
+    bare.set("allow_actions", OptionValue::Bool(true)).unwrap();
+    assert!(
+        err(&bare).contains("needs authorize or token"),
+        "{}",
+        err(&bare)
+    );
+
+    let read_only = OperatorOptions::builder().build().unwrap();
+    assert!(!read_only.allow_actions && read_only.token.is_none());
+    let mut tok = OperatorOptions::builder();
+    tok.set("token", OptionValue::Text("x".repeat(16))).unwrap();
+    tok.set("allowed_hosts", OptionValue::Text("a.example".into()))
+        .unwrap();
+    tok.set("allowed_hosts", OptionValue::Text("b.example".into()))
+        .unwrap();
+    let built = tok.build().unwrap();
+    assert!(built.allow_actions, "a token enables actions by default");
+    assert_eq!(built.allowed_hosts, ["a.example", "b.example"]);
+    let mut host = OperatorOptions::builder();
+    host.set("authorize", OptionValue::Bool(true)).unwrap();
+    host.set("allow_actions", OptionValue::Bool(false)).unwrap();
+    assert!(
+        !host.build().unwrap().allow_actions,
+        "an explicit false wins"
+    );
+}
+
+/// A request's fields are read by name alike in every face: unknown names
+/// are refused with the nearest known one, what is not set has the
+/// defaults (GET /, scheme http).
+#[test]
+fn request_fields_by_name_have_one_set_of_defaults() {
+    use mistri_locks::operator::OperatorRequestFields;
+    use mistri_locks::OptionValue;
+    let mut fields = OperatorRequestFields::default();
+    let e = fields
+        .set("cookies", OptionValue::Text("x".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown request field \"cookies\"; did you mean \"cookie\"?"),
+        "{e}"
+    );
+    let e = fields
+        .set("host_authorized", OptionValue::Text("yes".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("host_authorized must be true or false"), "{e}");
+    let req = fields.request();
+    assert_eq!(
+        (req.method, req.path, req.scheme, req.query),
+        ("GET", "/", "http", "")
+    );
+    assert!(req.host.is_none() && req.body.is_empty() && req.host_authorized.is_none());
+    fields
+        .set("path", OptionValue::Text("/api/state".into()))
+        .unwrap();
+    fields
+        .set("host", OptionValue::Text("localhost".into()))
+        .unwrap();
+    fields
+        .set("host_authorized", OptionValue::Bool(false))
+        .unwrap();
+    fields.set_body(b"{}".to_vec());
+    let req = fields.request();
+    assert_eq!(
+        (req.path, req.host, req.body),
+        ("/api/state", Some("localhost"), &b"{}"[..])
+    );
+    assert_eq!(req.host_authorized, Some(false));
+    let locks = Locks::memory();
+    let served = handle(&locks, &OperatorOptions::default(), &fields.request());
+    assert_eq!(served.status, 200);
+}

@@ -7,7 +7,7 @@
 
 const ACTIONS = ['/api/stop', '/api/clear', '/api/break'];
 
-module.exports = ({ native, NATIVE, Locks, LocksError }) => {
+module.exports = ({ native, NATIVE, Locks, LocksError, call }) => {
   function invalid(message) {
     return new LocksError(message, 'MISTRI_INVALID_ARGUMENT');
   }
@@ -64,24 +64,20 @@ module.exports = ({ native, NATIVE, Locks, LocksError }) => {
     if (!(locks instanceof Locks)) throw new TypeError('operatorHandler takes a Locks (from open(url))');
     const { authorize, token, prefix = '', allowedHosts = [], trustForwarded = false } = options;
     let { allowActions } = options;
-    // The core's OperatorOptions has no by-name setter yet: these are the
-    // same checks the Python and Ruby faces make (docs/NODE.md).
     if (authorize !== undefined && typeof authorize !== 'function') {
       throw new TypeError('authorize must be a function (req) => boolean');
     }
-    if (token !== undefined && (typeof token !== 'string' || token.length < 16)) {
-      throw invalid('token must be a string of at least 16 characters');
-    }
+    if (token !== undefined && typeof token !== 'string') throw invalid('token must be a string');
     if (typeof prefix !== 'string') throw new TypeError('prefix must be a string');
     if (!Array.isArray(allowedHosts) || allowedHosts.some((h) => typeof h !== 'string' || h === '')) {
       throw new TypeError('allowedHosts must be an array of non-empty host names');
     }
     if (typeof trustForwarded !== 'boolean') throw new TypeError('trustForwarded must be a boolean');
-    if (allowActions === undefined) allowActions = authorize !== undefined || token !== undefined;
-    if (allowActions && authorize === undefined && token === undefined) {
-      throw invalid('allowActions needs authorize or token');
-    }
-    const served = { prefix, allowActions: Boolean(allowActions), token, allowedHosts, trustForwarded };
+    // The core's one parser holds the rules (the token's length; actions
+    // need a token or authorize; allowActions' default).
+    if (allowActions !== undefined) allowActions = Boolean(allowActions);
+    const served = { prefix, allowActions, token, authorize: authorize !== undefined, allowedHosts, trustForwarded };
+    call(() => native.operatorOptionsCheck(served));
     const n = NATIVE.get(locks);
     const max = native.operatorMaxBody();
 

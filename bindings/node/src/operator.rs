@@ -4,7 +4,8 @@
 //! The `node:http` / Express handler is JavaScript (`lib/index.cjs`).
 
 use crate::locks::NativeLocks;
-use mistri_locks::operator::{self, OperatorOptions, OperatorRequest};
+use mistri_locks::operator::{self, OperatorOptions, OperatorOptionsBuilder, OperatorRequest};
+use mistri_locks::OptionValue;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
@@ -33,6 +34,8 @@ pub struct OperatorOptionFields {
     pub prefix: Option<String>,
     pub allow_actions: Option<bool>,
     pub token: Option<String>,
+    /// The application checks each action itself (`authorize(req)`).
+    pub authorize: Option<bool>,
     pub allowed_hosts: Option<Vec<String>>,
     pub trust_forwarded: Option<bool>,
 }
@@ -67,6 +70,34 @@ fn answer(r: operator::OperatorResponse) -> OperatorAnswer {
     }
 }
 
+/// The options through the core's one parser, which holds the rules (the
+/// token's length; actions need a token or `authorize`).
+fn operator_options(o: OperatorOptionFields) -> Result<OperatorOptions> {
+    let text = |t: Option<String>| t.map_or(OptionValue::None, OptionValue::Text);
+    let flag = |b: Option<bool>| b.map_or(OptionValue::None, OptionValue::Bool);
+    let mut b = OperatorOptions::builder();
+    let set = |b: &mut OperatorOptionsBuilder, name: &str, v: OptionValue| {
+        b.set(name, v).map(|_| ()).map_err(|e| crate::js_error(&e))
+    };
+    set(&mut b, "prefix", text(o.prefix))?;
+    set(&mut b, "allow_actions", flag(o.allow_actions))?;
+    set(&mut b, "token", text(o.token))?;
+    set(&mut b, "authorize", flag(o.authorize))?;
+    set(&mut b, "trust_forwarded", flag(o.trust_forwarded))?;
+    for host in o.allowed_hosts.unwrap_or_default() {
+        set(&mut b, "allowed_hosts", OptionValue::Text(host))?;
+    }
+    b.build().map_err(|e| crate::js_error(&e))
+}
+
+/// The options checked by the core's rules (at construction): whether
+/// actions are enabled (`allowActions` defaults to "a token or `authorize`
+/// was given").
+#[napi]
+pub fn operator_options_check(options: OperatorOptionFields) -> Result<bool> {
+    Ok(operator_options(options)?.allow_actions)
+}
+
 /// One request through the core's handler; resolves with an `OperatorAnswer`.
 #[napi]
 pub fn operator_handle<'env>(
@@ -76,13 +107,7 @@ pub fn operator_handle<'env>(
     options: OperatorOptionFields,
 ) -> Result<Object<'env>> {
     let locks = locks.inner.clone();
-    let opts = OperatorOptions {
-        prefix: options.prefix.unwrap_or_default(),
-        allow_actions: options.allow_actions.unwrap_or(false),
-        token: options.token,
-        allowed_hosts: options.allowed_hosts.unwrap_or_default(),
-        trust_forwarded: options.trust_forwarded.unwrap_or(false),
-    };
+    let opts = operator_options(options)?;
     let body: Vec<u8> = request.body.map(|b| b.to_vec()).unwrap_or_default();
     crate::spawn_promise(env, move || {
         let req = OperatorRequest {

@@ -161,6 +161,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(signal::_deliver_pending, m)?)?;
     m.add_function(wrap_pyfunction!(signal::_stop_dispatch, m)?)?;
     m.add_function(wrap_pyfunction!(operator::_operator_handle, m)?)?;
+    m.add_function(wrap_pyfunction!(operator::_operator_options, m)?)?;
     m.add_function(wrap_pyfunction!(operator::_stats_prometheus, m)?)?;
     m.add("_OPERATOR_MAX_BODY", operator::MAX_BODY)?;
     let exc = error::exceptions(py)?;

@@ -5,7 +5,8 @@
 //! `python/mistri_locks/web.py` and `metrics.py`.
 
 use crate::locks::PyLocks;
-use mistri_locks::operator::{self, OperatorOptions, OperatorRequest};
+use mistri_locks::operator::{self, OperatorOptions, OperatorRequestFields};
+use mistri_locks::OptionValue;
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -14,48 +15,40 @@ use pyo3::types::{PyBytes, PyDict};
 /// `(status, [(header, value)], body)`.
 type Answer = (u16, Vec<(String, String)>, Vec<u8>);
 
-/// The request fields `_operator_handle` reads (by name).
-const REQUEST_FIELDS: &[&str] = &[
-    "method",
-    "path",
-    "query",
-    "mount",
-    "scheme",
-    "host",
-    "forwarded_proto",
-    "forwarded_host",
-    "origin",
-    "authorization",
-    "csrf",
-    "cookie",
-    "body",
-    "host_authorized",
-];
-
-/// The options `_operator_handle` reads (by name).
-const OPTION_FIELDS: &[&str] = &[
-    "prefix",
-    "allow_actions",
-    "token",
-    "allowed_hosts",
-    "trust_forwarded",
-];
-
-/// Refuses a key of `dict` that is not in `known` (a misspelt field would
-/// otherwise be read as absent).
-fn check_keys(what: &str, dict: &Bound<'_, PyDict>, known: &[&str]) -> PyResult<()> {
-    for key in dict.keys() {
-        let name: String = key.extract().map_err(|_| {
-            PyTypeError::new_err(format!("_operator_handle: {what} keys must be str"))
-        })?;
-        if !known.contains(&name.as_str()) {
-            return Err(PyTypeError::new_err(format!(
-                "_operator_handle: unknown {what} field {name:?} (known: {})",
-                known.join(", ")
-            )));
+/// The interface's options, by name, through the core's one parser (its
+/// rules: the token's length, actions need a token or `authorize`).
+fn operator_options(py: Python<'_>, options: &Bound<'_, PyDict>) -> PyResult<OperatorOptions> {
+    let mut builder = OperatorOptions::builder();
+    for (key, value) in options.iter() {
+        let name: String = key
+            .extract()
+            .map_err(|_| PyTypeError::new_err("_operator_handle: option keys must be str"))?;
+        // A name the core does not know (None sets nothing else).
+        builder
+            .set(&name, OptionValue::None)
+            .map_err(|e| PyTypeError::new_err(format!("_operator_handle: {}", e.message())))?;
+        if name == "allowed_hosts" {
+            for host in field::<Vec<String>>(options, &name)?.unwrap_or_default() {
+                builder
+                    .set(&name, OptionValue::Text(host))
+                    .map_err(|e| crate::error::map_error(py, e))?;
+            }
+            continue;
         }
+        let value = crate::args::option_value(&name, &value)?;
+        builder
+            .set(&name, value.clone())
+            .map_err(|e| crate::args::option_error(py, &value, e))?;
     }
-    Ok(())
+    builder.build().map_err(|e| crate::error::map_error(py, e))
+}
+
+/// `_operator_options(options)`: the options checked by the core's rules,
+/// at construction; returns whether actions are enabled (`allow_actions`
+/// defaults to "a token or `authorize` was given").
+#[pyfunction]
+pub fn _operator_options(py: Python<'_>, options: &Bound<'_, PyDict>) -> PyResult<bool> {
+    Ok(operator_options(py, options)?.allow_actions)
 }
 
 /// `dict[name]` as `T`, `None` when absent or None; a wrong type names the field.
@@ -89,60 +82,36 @@ pub fn _operator_handle(
     request: &Bound<'_, PyDict>,
     options: &Bound<'_, PyDict>,
 ) -> PyResult<Answer> {
-    check_keys("request", request, REQUEST_FIELDS)?;
-    check_keys("option", options, OPTION_FIELDS)?;
-    let text = |name: &str| -> PyResult<Option<String>> { field::<String>(request, name) };
-    let method = text("method")?.unwrap_or_else(|| "GET".to_owned());
-    let path = text("path")?.unwrap_or_else(|| "/".to_owned());
-    let query = text("query")?.unwrap_or_default();
-    let mount = text("mount")?.unwrap_or_default();
-    let scheme = text("scheme")?.unwrap_or_else(|| "http".to_owned());
-    let (host, forwarded_proto, forwarded_host) = (
-        text("host")?,
-        text("forwarded_proto")?,
-        text("forwarded_host")?,
-    );
-    let (origin, authorization, csrf, cookie) = (
-        text("origin")?,
-        text("authorization")?,
-        text("csrf")?,
-        text("cookie")?,
-    );
-    let body_value = request.get_item("body")?;
-    let body: &[u8] = match &body_value {
-        None => &[],
-        Some(v) if v.is_none() => &[],
-        Some(v) => v
-            .cast::<PyBytes>()
-            .map_err(|_| PyTypeError::new_err("_operator_handle: body must be bytes"))?
-            .as_bytes(),
-    };
-    let host_authorized = field::<bool>(request, "host_authorized")?;
-    let opts = OperatorOptions {
-        prefix: field::<String>(options, "prefix")?.unwrap_or_default(),
-        allow_actions: field::<bool>(options, "allow_actions")?.unwrap_or(false),
-        token: field::<String>(options, "token")?,
-        allowed_hosts: field::<Vec<String>>(options, "allowed_hosts")?.unwrap_or_default(),
-        trust_forwarded: field::<bool>(options, "trust_forwarded")?.unwrap_or(false),
-    };
-    let req = OperatorRequest {
-        method: &method,
-        path: &path,
-        query: &query,
-        mount: &mount,
-        scheme: &scheme,
-        host: host.as_deref(),
-        forwarded_proto: forwarded_proto.as_deref(),
-        forwarded_host: forwarded_host.as_deref(),
-        origin: origin.as_deref(),
-        authorization: authorization.as_deref(),
-        csrf: csrf.as_deref(),
-        cookie: cookie.as_deref(),
-        body,
-        host_authorized,
-    };
+    let opts = operator_options(py, options)?;
+    let mut fields = OperatorRequestFields::default();
+    for (key, value) in request.iter() {
+        let name: String = key
+            .extract()
+            .map_err(|_| PyTypeError::new_err("_operator_handle: request keys must be str"))?;
+        // A name the core does not know (None sets nothing).
+        fields
+            .set(&name, OptionValue::None)
+            .map_err(|e| PyTypeError::new_err(format!("_operator_handle: {}", e.message())))?;
+        if name == "body" {
+            if !value.is_none() {
+                let bytes = value
+                    .cast::<PyBytes>()
+                    .map_err(|_| PyTypeError::new_err("_operator_handle: body must be bytes"))?;
+                fields.set_body(bytes.as_bytes().to_vec());
+            }
+            continue;
+        }
+        let value = if name == "host_authorized" {
+            field::<bool>(request, &name)?.map_or(OptionValue::None, OptionValue::Bool)
+        } else {
+            field::<String>(request, &name)?.map_or(OptionValue::None, OptionValue::Text)
+        };
+        fields
+            .set(&name, value)
+            .map_err(|e| crate::error::map_error(py, e))?;
+    }
     let locks = locks.get().locks();
-    let r = py.detach(|| operator::handle(&locks, &opts, &req));
+    let r = py.detach(|| operator::handle(&locks, &opts, &fields.request()));
     Ok((r.status, r.headers, r.body))
 }
 

@@ -254,7 +254,7 @@ pub fn option_value(ruby: &Ruby, name: &str, v: Value) -> Result<OptionValue, Er
 /// (text for seconds, a Float for `limit`, a number for a key) is a
 /// TypeError, as Ruby's own arguments are; anything else (an unknown name,
 /// a value out of range) an ArgumentError.
-fn option_error(ruby: &Ruby, value: &OptionValue, e: mistri_locks::Error) -> Error {
+pub fn option_error(ruby: &Ruby, value: &OptionValue, e: mistri_locks::Error) -> Error {
     let message = e.message();
     let number = matches!(value, OptionValue::Int(_) | OptionValue::Float(_));
     let wrong_kind = (!number && message.contains(" must be a number of seconds, got "))

@@ -8,7 +8,8 @@ use crate::locks::RbLocks;
 use crate::nogvl::nogvl;
 use magnus::r_hash::ForEach;
 use magnus::{method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, Symbol, Value};
-use mistri_locks::operator::{self, OperatorOptions, OperatorRequest};
+use mistri_locks::operator::{self, OperatorOptions, OperatorRequestFields};
+use mistri_locks::OptionValue;
 
 fn text(v: Value) -> Result<Option<String>, Error> {
     if v.is_nil() {
@@ -20,73 +21,78 @@ fn text(v: Value) -> Result<Option<String>, Error> {
     Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
-/// The request fields `_operator_handle` reads (by name).
-const REQUEST_FIELDS: &[&str] = &[
-    "method",
-    "path",
-    "query",
-    "mount",
-    "scheme",
-    "host",
-    "forwarded_proto",
-    "forwarded_host",
-    "origin",
-    "authorization",
-    "csrf",
-    "cookie",
-    "body",
-    "host_authorized",
-];
-
-/// The options `_operator_handle` reads (by name).
-const OPTION_FIELDS: &[&str] = &[
-    "prefix",
-    "allow_actions",
-    "token",
-    "allowed_hosts",
-    "trust_forwarded",
-];
-
-/// Refuses a key of `hash` that is not a Symbol in `known` (a misspelt
-/// field would otherwise be read as absent).
-fn check_keys(ruby: &Ruby, what: &str, hash: RHash, known: &[&str]) -> Result<(), Error> {
-    let mut names = Vec::new();
-    hash.foreach(|key: Value, _: Value| {
-        names.push(Symbol::from_value(key).map(|s| s.name().map(|n| n.into_owned())));
+/// The entries of `hash`, whose keys must be Symbols, by name.
+fn entries(ruby: &Ruby, what: &str, hash: RHash) -> Result<Vec<(String, Value)>, Error> {
+    let mut raw = Vec::new();
+    hash.foreach(|key: Value, value: Value| {
+        raw.push((key, value));
         Ok(ForEach::Continue)
     })?;
-    for name in names {
-        match name {
-            Some(Ok(n)) if known.contains(&n.as_str()) => {}
-            Some(Ok(n)) => {
-                return Err(Error::new(
-                    ruby.exception_arg_error(),
-                    format!(
-                        "_operator_handle: unknown {what} field :{n} (known: {})",
-                        known.join(", ")
-                    ),
-                ))
-            }
-            Some(Err(e)) => return Err(e),
-            None => {
-                return Err(Error::new(
+    let mut out = Vec::with_capacity(raw.len());
+    for (key, value) in raw {
+        let name = Symbol::from_value(key)
+            .ok_or_else(|| {
+                Error::new(
                     ruby.exception_type_error(),
                     format!("_operator_handle: {what} keys must be Symbols"),
-                ))
-            }
-        }
+                )
+            })?
+            .name()?
+            .into_owned();
+        out.push((name, value));
     }
-    Ok(())
+    Ok(out)
 }
 
-/// `hash[:name]`, `None` when absent or nil.
-fn get(ruby: &Ruby, hash: RHash, name: &str) -> Option<Value> {
-    hash.get(ruby.to_symbol(name)).filter(|v| !v.is_nil())
+/// A name the core does not know, as Ruby spells it (`:name`).
+fn unknown(ruby: &Ruby, name: &str, e: &mistri_locks::Error) -> Error {
+    let message = e
+        .message()
+        .replacen(&format!("{name:?}"), &format!(":{name}"), 1);
+    Error::new(
+        ruby.exception_arg_error(),
+        format!("_operator_handle: {message}"),
+    )
 }
 
-/// `hash[:name]` as text (`None` when absent or nil).
-fn text_field(ruby: &Ruby, hash: RHash, name: &str) -> Result<Option<String>, Error> {
-    get(ruby, hash, name).map_or(Ok(None), text)
+/// The interface's options, by name, through the core's one parser (its
+/// rules: the token's length, actions need a token or `authorize`).
+fn operator_options(ruby: &Ruby, options: RHash) -> Result<OperatorOptions, Error> {
+    let mut builder = OperatorOptions::builder();
+    for (name, value) in entries(ruby, "option", options)? {
+        // A name the core does not know (None sets nothing else).
+        builder
+            .set(&name, OptionValue::None)
+            .map_err(|e| unknown(ruby, &name, &e))?;
+        if name == "allowed_hosts" && !value.is_nil() {
+            let list = RArray::from_value(value).ok_or_else(|| {
+                Error::new(
+                    ruby.exception_type_error(),
+                    "_operator_handle: allowed_hosts must be an Array of Strings",
+                )
+            })?;
+            for i in 0..list.len() {
+                let entry: Value = list.entry(i as isize)?;
+                let host = text(entry)?.unwrap_or_default();
+                builder
+                    .set(&name, OptionValue::Text(host))
+                    .map_err(|e| crate::error::to_ruby(ruby, e))?;
+            }
+            continue;
+        }
+        let value = crate::args::option_value(ruby, &name, value)?;
+        builder
+            .set(&name, value.clone())
+            .map_err(|e| crate::args::option_error(ruby, &value, e))?;
+    }
+    builder.build().map_err(|e| crate::error::to_ruby(ruby, e))
+}
+
+/// `_operator_options(options)`: the options checked by the core's rules,
+/// at construction; whether actions are enabled (`allow_actions` defaults
+/// to "a token or `authorize` was given").
+fn check_options(ruby: &Ruby, _rb_self: &RbLocks, options: RHash) -> Result<bool, Error> {
+    Ok(operator_options(ruby, options)?.allow_actions)
 }
 
 /// `_operator_handle(request, options)`: `request` holds the request's
@@ -97,77 +103,38 @@ fn text_field(ruby: &Ruby, hash: RHash, name: &str) -> Result<Option<String>, Er
 /// :allowed_hosts` (an Array of Strings), `:trust_forwarded`). Returns
 /// `[status, [[name, value], …], body]`.
 fn handle(ruby: &Ruby, rb_self: &RbLocks, request: RHash, options: RHash) -> Result<RArray, Error> {
-    check_keys(ruby, "request", request, REQUEST_FIELDS)?;
-    check_keys(ruby, "option", options, OPTION_FIELDS)?;
-    let field = |name: &str| text_field(ruby, request, name);
-    let method = field("method")?.unwrap_or_else(|| "GET".to_owned());
-    let path = field("path")?.unwrap_or_else(|| "/".to_owned());
-    let query = field("query")?.unwrap_or_default();
-    let mount = field("mount")?.unwrap_or_default();
-    let scheme = field("scheme")?.unwrap_or_else(|| "http".to_owned());
-    let (host, forwarded_proto, forwarded_host) = (
-        field("host")?,
-        field("forwarded_proto")?,
-        field("forwarded_host")?,
-    );
-    let (origin, authorization, csrf, cookie) = (
-        field("origin")?,
-        field("authorization")?,
-        field("csrf")?,
-        field("cookie")?,
-    );
-    let body = match get(ruby, request, "body") {
-        None => Vec::new(),
-        Some(v) => {
-            let b = RString::try_convert(v)?;
-            // SAFETY: copied at once, before any other Ruby code can run.
-            unsafe { b.as_slice() }.to_vec()
+    let opts = operator_options(ruby, options)?;
+    let mut fields = OperatorRequestFields::default();
+    for (name, value) in entries(ruby, "request", request)? {
+        // A name the core does not know (None sets nothing).
+        fields
+            .set(&name, OptionValue::None)
+            .map_err(|e| unknown(ruby, &name, &e))?;
+        if value.is_nil() {
+            continue;
         }
-    };
-    let host_authorized = get(ruby, request, "host_authorized").map(|v| v.to_bool());
-    let allowed_hosts = match get(ruby, options, "allowed_hosts") {
-        None => Vec::new(),
-        Some(v) => {
-            let list = RArray::from_value(v).ok_or_else(|| {
-                Error::new(
-                    ruby.exception_type_error(),
-                    "_operator_handle: allowed_hosts must be an Array of Strings",
-                )
-            })?;
-            let mut hosts = Vec::with_capacity(list.len());
-            for i in 0..list.len() {
-                let entry: Value = list.entry(i as isize)?;
-                hosts.push(text(entry)?.unwrap_or_default());
+        match name.as_str() {
+            "body" => {
+                let b = RString::try_convert(value)?;
+                // SAFETY: copied at once, before any other Ruby code can run.
+                fields.set_body(unsafe { b.as_slice() }.to_vec());
             }
-            hosts
+            "host_authorized" => {
+                fields
+                    .set(&name, OptionValue::Bool(value.to_bool()))
+                    .map_err(|e| crate::error::to_ruby(ruby, e))?;
+            }
+            _ => {
+                let t = text(value)?.map_or(OptionValue::None, OptionValue::Text);
+                fields
+                    .set(&name, t)
+                    .map_err(|e| crate::error::to_ruby(ruby, e))?;
+            }
         }
-    };
-    let opts = OperatorOptions {
-        prefix: text_field(ruby, options, "prefix")?.unwrap_or_default(),
-        allow_actions: get(ruby, options, "allow_actions").is_some_and(|v| v.to_bool()),
-        token: text_field(ruby, options, "token")?,
-        allowed_hosts,
-        trust_forwarded: get(ruby, options, "trust_forwarded").is_some_and(|v| v.to_bool()),
-    };
+    }
     let locks = rb_self.locks().clone();
     let response = nogvl(ruby, move || {
-        let req = OperatorRequest {
-            method: &method,
-            path: &path,
-            query: &query,
-            mount: &mount,
-            scheme: &scheme,
-            host: host.as_deref(),
-            forwarded_proto: forwarded_proto.as_deref(),
-            forwarded_host: forwarded_host.as_deref(),
-            origin: origin.as_deref(),
-            authorization: authorization.as_deref(),
-            csrf: csrf.as_deref(),
-            cookie: cookie.as_deref(),
-            body: &body,
-            host_authorized,
-        };
-        operator::handle(&locks, &opts, &req)
+        operator::handle(&locks, &opts, &fields.request())
     })?;
     let headers = ruby.ary_new();
     for (k, v) in response.headers {
@@ -188,6 +155,7 @@ fn stats_prometheus(rb_self: &RbLocks) -> String {
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Locks", ruby.class_object())?;
     class.define_private_method("_operator_handle", method!(handle, 2))?;
+    class.define_private_method("_operator_options", method!(check_options, 1))?;
     class.define_private_method("_stats_prometheus", method!(stats_prometheus, 0))?;
     module.const_set("OPERATOR_MAX_BODY", operator::MAX_BODY)?;
     Ok(())

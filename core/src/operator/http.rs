@@ -43,6 +43,7 @@ use super::{fleet_prometheus, json, state_json, stats_prometheus, PROMETHEUS_CON
 use crate::hold::FLAG_TTL;
 use crate::locks::stop::StopOutcome;
 use crate::locks::Locks;
+use crate::options::OptionValue;
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
@@ -76,6 +77,124 @@ pub struct OperatorOptions {
     /// Behind a TLS-terminating proxy: take the scheme and host from
     /// `X-Forwarded-Proto` and `X-Forwarded-Host` (`serve --trust-forwarded`).
     pub trust_forwarded: bool,
+}
+
+/// The shortest bearer token accepted: a shorter one is guessable.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+impl OperatorOptions {
+    /// The option names [`OperatorOptionsBuilder::set`] knows.
+    pub const NAMES: [&'static str; 6] = [
+        "prefix",
+        "allow_actions",
+        "token",
+        "authorize",
+        "allowed_hosts",
+        "trust_forwarded",
+    ];
+
+    /// Options set by name, checked by [`OperatorOptionsBuilder::build`].
+    #[must_use]
+    pub fn builder() -> OperatorOptionsBuilder {
+        OperatorOptionsBuilder::default()
+    }
+}
+
+/// [`OperatorOptions`] given by name (a Python keyword dict, a Ruby keyword
+/// Hash, the CLI's flags), with the rules every face serves by:
+/// - `token` is text of at least [`MIN_TOKEN_CHARS`] characters;
+/// - `allow_actions` defaults to "a `token` or an `authorize` was given",
+///   and enabling it without either is refused;
+/// - `authorize` (a bool): the host application checks each action itself
+///   (its answer is [`OperatorRequest::host_authorized`]);
+/// - `allowed_hosts`: each call with a text adds one name (a face passes
+///   its list entry by entry); an empty name is refused.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorOptionsBuilder {
+    prefix: String,
+    allow_actions: Option<bool>,
+    token: Option<String>,
+    authorize: bool,
+    allowed_hosts: Vec<String>,
+    trust_forwarded: bool,
+}
+
+impl OperatorOptionsBuilder {
+    /// Sets option `name` ([`OperatorOptions::NAMES`]); `OptionValue::None`
+    /// leaves the default.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] for an unknown name (with the
+    /// nearest known one) or a value of the wrong kind.
+    pub fn set(&mut self, name: &str, value: OptionValue) -> crate::Result<&mut Self> {
+        if !OperatorOptions::NAMES.contains(&name) {
+            return Err(unknown_option(name));
+        }
+        if value == OptionValue::None {
+            return Ok(self);
+        }
+        let wrong = |what: &str, v: &OptionValue| {
+            crate::Error::InvalidArgument(format!("{name} must be {what}, got {v}"))
+        };
+        match (name, value) {
+            ("prefix", OptionValue::Text(t)) => self.prefix = t,
+            ("token", OptionValue::Text(t)) => self.token = Some(t),
+            ("allowed_hosts", OptionValue::Text(t)) => {
+                if t.is_empty() {
+                    return Err(crate::Error::InvalidArgument(
+                        "allowed_hosts: each entry must be a non-empty host name".to_owned(),
+                    ));
+                }
+                self.allowed_hosts.push(t);
+            }
+            ("allow_actions", OptionValue::Bool(b)) => self.allow_actions = Some(b),
+            ("authorize", OptionValue::Bool(b)) => self.authorize = b,
+            ("trust_forwarded", OptionValue::Bool(b)) => self.trust_forwarded = b,
+            ("prefix" | "token" | "allowed_hosts", v) => return Err(wrong("text", &v)),
+            (_, v) => return Err(wrong("true or false", &v)),
+        }
+        Ok(self)
+    }
+
+    /// The options, with the rules checked.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`]: a token shorter than
+    /// [`MIN_TOKEN_CHARS`], or actions enabled with neither a token nor an
+    /// `authorize`.
+    pub fn build(&self) -> crate::Result<OperatorOptions> {
+        if let Some(token) = &self.token {
+            if token.chars().count() < MIN_TOKEN_CHARS {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "token must be a string of at least {MIN_TOKEN_CHARS} characters"
+                )));
+            }
+        }
+        let can_authorize = self.authorize || self.token.is_some();
+        let allow_actions = self.allow_actions.unwrap_or(can_authorize);
+        if allow_actions && !can_authorize {
+            return Err(crate::Error::InvalidArgument(
+                "allow_actions needs authorize or token".to_owned(),
+            ));
+        }
+        Ok(OperatorOptions {
+            prefix: self.prefix.clone(),
+            allow_actions,
+            token: self.token.clone(),
+            allowed_hosts: self.allowed_hosts.clone(),
+            trust_forwarded: self.trust_forwarded,
+        })
+    }
+}
+
+fn unknown_option(name: &str) -> crate::Error {
+    let hint = crate::options::nearest(name, &OperatorOptions::NAMES)
+        .map(|n| format!("; did you mean {n:?}?"))
+        .unwrap_or_default();
+    crate::Error::InvalidArgument(format!(
+        "unknown option field {name:?}{hint} (known: {})",
+        OperatorOptions::NAMES.join(", ")
+    ))
 }
 
 /// One request, as a server read it.
@@ -112,6 +231,103 @@ pub struct OperatorRequest<'a> {
     /// The host application's answer to "may this request act?" (its
     /// `authorize`), `None` where there is no host application.
     pub host_authorized: Option<bool>,
+}
+
+/// A request's fields given by name, owned (a Python dict, a Ruby Hash),
+/// with the defaults every face reads alike (`GET`, path `/`, scheme
+/// `http`, the rest empty or absent); [`OperatorRequestFields::request`]
+/// lends them as an [`OperatorRequest`].
+#[derive(Debug, Clone, Default)]
+pub struct OperatorRequestFields {
+    text: [Option<String>; 12],
+    body: Vec<u8>,
+    host_authorized: Option<bool>,
+}
+
+impl OperatorRequestFields {
+    /// The field names [`OperatorRequestFields::set`] knows; the first 12
+    /// are text.
+    pub const NAMES: [&'static str; 14] = [
+        "method",
+        "path",
+        "query",
+        "mount",
+        "scheme",
+        "host",
+        "forwarded_proto",
+        "forwarded_host",
+        "origin",
+        "authorization",
+        "csrf",
+        "cookie",
+        "body",
+        "host_authorized",
+    ];
+
+    /// Sets field `name` ([`OperatorRequestFields::NAMES`]): text for the
+    /// headers and the request line, text for `body` (bytes:
+    /// [`OperatorRequestFields::set_body`]), a bool for `host_authorized`;
+    /// `OptionValue::None` leaves the default.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] for an unknown name (with the
+    /// nearest known one) or a value of the wrong kind.
+    pub fn set(&mut self, name: &str, value: OptionValue) -> crate::Result<&mut Self> {
+        let Some(at) = Self::NAMES.iter().position(|n| *n == name) else {
+            let hint = crate::options::nearest(name, &Self::NAMES)
+                .map(|n| format!("; did you mean {n:?}?"))
+                .unwrap_or_default();
+            return Err(crate::Error::InvalidArgument(format!(
+                "unknown request field {name:?}{hint} (known: {})",
+                Self::NAMES.join(", ")
+            )));
+        };
+        match (at, value) {
+            (_, OptionValue::None) => {}
+            (12, OptionValue::Text(t)) => self.body = t.into_bytes(),
+            (13, OptionValue::Bool(b)) => self.host_authorized = Some(b),
+            (13, v) => {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "{name} must be true or false, got {v}"
+                )))
+            }
+            (i, OptionValue::Text(t)) => self.text[i] = Some(t),
+            (_, v) => {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "{name} must be text, got {v}"
+                )))
+            }
+        }
+        Ok(self)
+    }
+
+    /// Sets the body's bytes.
+    pub fn set_body(&mut self, body: Vec<u8>) -> &mut Self {
+        self.body = body;
+        self
+    }
+
+    /// The request, with the defaults for what was not set.
+    #[must_use]
+    pub fn request(&self) -> OperatorRequest<'_> {
+        let t = |i: usize| self.text[i].as_deref();
+        OperatorRequest {
+            method: t(0).unwrap_or("GET"),
+            path: t(1).unwrap_or("/"),
+            query: t(2).unwrap_or(""),
+            mount: t(3).unwrap_or(""),
+            scheme: t(4).unwrap_or("http"),
+            host: t(5),
+            forwarded_proto: t(6),
+            forwarded_host: t(7),
+            origin: t(8),
+            authorization: t(9),
+            csrf: t(10),
+            cookie: t(11),
+            body: &self.body,
+            host_authorized: self.host_authorized,
+        }
+    }
 }
 
 /// What to send back.

@@ -27,8 +27,8 @@ pub mod wire;
 
 pub use hosts::LOOPBACK as LOOPBACK_HOSTS;
 pub use http::{
-    handle, query_param, too_large, OperatorOptions, OperatorRequest, OperatorResponse,
-    CSRF_COOKIE, MAX_BODY, PAGE,
+    handle, query_param, too_large, OperatorOptions, OperatorOptionsBuilder, OperatorRequest,
+    OperatorRequestFields, OperatorResponse, CSRF_COOKIE, MAX_BODY, MIN_TOKEN_CHARS, PAGE,
 };
 pub use metrics::{fleet_prometheus, stats_prometheus, PROMETHEUS_CONTENT_TYPE};
 pub use state::{holder_is_stuck, keys_json, state_json};

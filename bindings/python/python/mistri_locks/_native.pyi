@@ -33,6 +33,7 @@ __all__ = [
     "_deliver_pending",
     "_stop_dispatch",
     "_operator_handle",
+    "_operator_options",
     "_stats_prometheus",
     "_OPERATOR_MAX_BODY",
     "Error",
@@ -285,6 +286,7 @@ def _operator_handle(
     request: dict[str, Any],
     options: dict[str, Any],
 ) -> tuple[int, list[tuple[str, str]], bytes]: ...
+def _operator_options(options: dict[str, Any]) -> bool: ...
 def _stats_prometheus(locks: Locks) -> str: ...
 
 _OPERATOR_MAX_BODY: int

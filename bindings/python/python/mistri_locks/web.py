@@ -60,18 +60,9 @@ class _Options:
     ) -> None:
         if authorize is not None and not callable(authorize):
             raise TypeError("authorize must be callable (request -> bool)")
-        if token is not None and (not isinstance(token, str) or len(token) < 16):
-            raise ValueError("token must be a string of at least 16 characters")
         if not isinstance(prefix, str):
             raise TypeError("prefix must be a str")
         self.authorize = authorize
-        self.token = token
-        if allow_actions is None:
-            allow_actions = authorize is not None or token is not None
-        if allow_actions and authorize is None and token is None:
-            raise ValueError("allow_actions needs authorize= or token=")
-        self.allow_actions = bool(allow_actions)
-        self.prefix = prefix
         if isinstance(allowed_hosts, (str, bytes)):
             raise TypeError("allowed_hosts must be a list of host names, not one string")
         hosts = list(allowed_hosts)
@@ -80,13 +71,17 @@ class _Options:
                 raise TypeError(f"allowed_hosts: each entry must be a non-empty str, got {host!r}")
         if not isinstance(trust_forwarded, bool):
             raise TypeError("trust_forwarded must be a bool")
+        # The core's one parser holds the rules (the token's length;
+        # actions need a token or authorize; allow_actions' default).
         self.options: Dict[str, Any] = {
             "prefix": prefix,
-            "allow_actions": self.allow_actions,
+            "allow_actions": allow_actions,
             "token": token,
+            "authorize": authorize is not None,
             "allowed_hosts": hosts,
             "trust_forwarded": trust_forwarded,
         }
+        _native._operator_options(self.options)
 
 
 def _respond(

@@ -53,9 +53,6 @@ module MistriLocks
       end
       authorize ||= block
       raise TypeError, "authorize must respond to call(request)" if authorize && !authorize.respond_to?(:call)
-      if token && (!token.is_a?(String) || token.length < 16)
-        raise ArgumentError, "token must be a String of at least 16 characters"
-      end
       raise TypeError, "prefix must be a String" unless prefix.is_a?(String)
       raise TypeError, "allowed_hosts must be an Array of host names, got #{allowed_hosts.class}" unless allowed_hosts.is_a?(Array)
 
@@ -64,16 +61,14 @@ module MistriLocks
       end
       raise TypeError, "trust_forwarded must be true or false" unless [true, false].include?(trust_forwarded)
 
-      allow_actions = !authorize.nil? || !token.nil? if allow_actions.nil?
-      raise ArgumentError, "allow_actions needs authorize (a block) or token:" if allow_actions && !authorize && !token
-
       @locks = locks
       @authorize = authorize
-      @token = token
-      @allow_actions = allow_actions ? true : false
       @prefix = prefix
-      @options = { prefix: prefix, allow_actions: @allow_actions, token: token,
+      # The core's one parser holds the rules (the token's length; actions
+      # need a token or authorize; allow_actions' default).
+      @options = { prefix: prefix, allow_actions: allow_actions, token: token, authorize: !authorize.nil?,
                    allowed_hosts: allowed_hosts.map { |h| h.dup.freeze }.freeze, trust_forwarded: trust_forwarded }.freeze
+      locks.send(:_operator_options, @options)
     end
 
     def call(env)
