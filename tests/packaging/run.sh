@@ -271,8 +271,11 @@ ok "installed in $(python3 -c "print(f'{$(date +%s.%N) - $started:.1f}')") s"
   { cat "$work/npm.log"; die "npm tried the registry or skipped an optional dependency"; }
 (cd "$app" && nocc npm ls "${npm_offline[@]}" --all) >"$work/npm-ls.txt" 2>&1 ||
   { cat "$work/npm-ls.txt"; die "npm ls reports a problem in the installed tree"; }
-grep -q "@mistri-locks/linux-x64-gnu@$version" "$work/npm-ls.txt" ||
-  die "npm ls does not show @mistri-locks/linux-x64-gnu@$version: $(cat "$work/npm-ls.txt")"
+# npm skips an optional dependency it cannot get without a word, and npm ls
+# then says UNMET OPTIONAL DEPENDENCY (exit 0): mistri-locks' edge must be
+# met by the installed platform package (deduped).
+! grep -q UNMET "$work/npm-ls.txt" && grep -q "@mistri-locks/linux-x64-gnu@$version deduped" "$work/npm-ls.txt" ||
+  die "mistri-locks' optional dependency is not the installed @mistri-locks/linux-x64-gnu@$version: $(cat "$work/npm-ls.txt")"
 [ "$(node -p 'JSON.stringify(require(process.argv[1]).optionalDependencies)' \
       "$app/node_modules/mistri-locks/package.json")" = "{\"@mistri-locks/linux-x64-gnu\":\"$version\"}" ] ||
   die "mistri-locks does not name @mistri-locks/linux-x64-gnu $version as its optional dependency"
