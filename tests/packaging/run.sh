@@ -17,10 +17,14 @@
 #     compiled against it via pkg-config (gcc by absolute path: a C user
 #     needs a compiler for their own program) and run with no compiler on
 #     PATH; the tarball's mistri-locks shows the C hold and stops it.
-#   - Node: a fresh project, `npm install --offline` of the npm tarball;
-#     the addon loaded is the tarball's prebuilt .node (same sha256), and
-#     tests/packaging/quickstart.mjs holds, is stopped from another process
-#     and releases, on Redis and Local.
+#   - Node: a fresh project, `npm install --offline` of both npm tarballs
+#     (mistri-locks and its optional dependency @mistri-locks/linux-x64-gnu)
+#     in one command with the registry unreachable; npm fetched nothing,
+#     the addon loaded is the platform package's prebuilt .node (same
+#     sha256), and tests/packaging/quickstart.mjs holds, is stopped from
+#     another process and releases, on Redis and Local. Without the
+#     platform package, importing mistri-locks fails with MISTRI_NO_ADDON
+#     naming both places it looked.
 #   - One version: the workspace Cargo.toml's, in every artifact's name,
 #     version.rb, CHANGELOG.md, the wheel's metadata and __version__,
 #     MistriLocks::VERSION, mistri_version(), MISTRI_LOCKS_VERSION,
@@ -67,11 +71,12 @@ source_gem="$dist/mistri_locks-$version.gem"
 sdist="$dist/mistri_locks-$version.tar.gz"
 tarball="$dist/mistri_locks-$version-x86_64-linux-gnu.tar.gz"
 npm_tgz="$dist/mistri-locks-$version.tgz"
-for f in "$wheel" "$platform_gem" "$source_gem" "$sdist" "$tarball" "$npm_tgz"; do
+npm_platform_tgz="$dist/mistri-locks-linux-x64-gnu-$version.tgz"
+for f in "$wheel" "$platform_gem" "$source_gem" "$sdist" "$tarball" "$npm_tgz" "$npm_platform_tgz"; do
   [ -f "$f" ] || die "dist/ lacks $(basename "$f") (run scripts/package)"
   printf '   %8s  %s\n' "$(du -h --apparent-size "$f" | cut -f1)" "$(basename "$f")"
 done
-[ "$(ls "$dist" | wc -l)" -eq 6 ] || die "dist/ holds other versions or files: $(ls "$dist" | tr '\n' ' ')"
+[ "$(ls "$dist" | wc -l)" -eq 7 ] || die "dist/ holds other versions or files: $(ls "$dist" | tr '\n' ' ')"
 rb_version="$(ruby -r ./bindings/ruby/lib/mistri_locks/version -e 'print MistriLocks::VERSION')"
 [ "$rb_version" = "$version" ] || die "bindings/ruby/lib/mistri_locks/version.rb says $rb_version, Cargo.toml $version"
 grep -q "^## \[$version\]" CHANGELOG.md || die "CHANGELOG.md has no section for $version"
@@ -248,26 +253,51 @@ for url in "$redis_url" "$local_path"; do
 done
 
 # ---------------------------------------------------------------- Node
-say "Node: npm install --offline $(basename "$npm_tgz") (fresh project, no compiler)"
+say "Node: npm install --offline $(basename "$npm_tgz") $(basename "$npm_platform_tgz") (fresh project, no compiler, no registry)"
+# Both tarballs in one command: the platform package satisfies mistri-locks'
+# optional dependency, so npm needs nothing from a registry, and the
+# registry given (a closed port) could not answer if it asked. A failed
+# optional dependency is only a warning to npm: the checks below are what
+# prove the platform package is the one installed and loaded.
+npm_offline=(--offline --registry http://127.0.0.1:9 --no-audit --no-fund)
 app="$work/node-app"
 mkdir -p "$app"
 printf '{"name": "app", "private": true, "type": "module"}\n' >"$app/package.json"
 started=$(date +%s.%N)
-(cd "$app" && nocc npm install --offline --no-audit --no-fund --loglevel=error "$npm_tgz") >"$work/npm.log" 2>&1 ||
-  { cat "$work/npm.log"; die "npm install of the npm tarball failed"; }
+(cd "$app" && nocc npm install "${npm_offline[@]}" "$npm_tgz" "$npm_platform_tgz") >"$work/npm.log" 2>&1 ||
+  { cat "$work/npm.log"; die "npm install of the npm tarballs failed"; }
 ok "installed in $(python3 -c "print(f'{$(date +%s.%N) - $started:.1f}')") s"
-addon="$app/node_modules/mistri-locks/mistri_locks.linux-x64-gnu.node"
-want="$(tar -xzOf "$npm_tgz" package/mistri_locks.linux-x64-gnu.node | sha256sum | cut -d' ' -f1)"
-[ "$(sha256sum "$addon" | cut -d' ' -f1)" = "$want" ] || die "the installed addon is not the tarball's"
+! grep -Eiq 'ENOTCACHED|ECONNREFUSED|127\.0\.0\.1:9|optional' "$work/npm.log" ||
+  { cat "$work/npm.log"; die "npm tried the registry or skipped an optional dependency"; }
+(cd "$app" && nocc npm ls "${npm_offline[@]}" --all) >"$work/npm-ls.txt" 2>&1 ||
+  { cat "$work/npm-ls.txt"; die "npm ls reports a problem in the installed tree"; }
+# npm skips an optional dependency it cannot get without a word, and npm ls
+# then says UNMET OPTIONAL DEPENDENCY (exit 0): mistri-locks' edge must be
+# met by the installed platform package (deduped).
+! grep -q UNMET "$work/npm-ls.txt" && grep -q "@mistri-locks/linux-x64-gnu@$version deduped" "$work/npm-ls.txt" ||
+  die "mistri-locks' optional dependency is not the installed @mistri-locks/linux-x64-gnu@$version: $(cat "$work/npm-ls.txt")"
+[ "$(node -p 'JSON.stringify(require(process.argv[1]).optionalDependencies)' \
+      "$app/node_modules/mistri-locks/package.json")" = "{\"@mistri-locks/linux-x64-gnu\":\"$version\"}" ] ||
+  die "mistri-locks does not name @mistri-locks/linux-x64-gnu $version as its optional dependency"
+[ -z "$(find "$app/node_modules/mistri-locks" -name '*.node')" ] || die "the mistri-locks package carries an addon"
+[ -f "$app/node_modules/mistri-locks/lib/index.d.ts" ] || die "the mistri-locks package lacks its TypeScript declarations"
+ok "npm ls: mistri-locks@$version with @mistri-locks/linux-x64-gnu@$version (its optional dependency), nothing fetched; lib/index.d.ts ships, no addon in mistri-locks itself"
+addon="$app/node_modules/@mistri-locks/linux-x64-gnu/mistri_locks.linux-x64-gnu.node"
+want="$(tar -xzOf "$npm_platform_tgz" package/mistri_locks.linux-x64-gnu.node | sha256sum | cut -d' ' -f1)"
+[ "$(sha256sum "$addon" | cut -d' ' -f1)" = "$want" ] || die "the installed addon is not the platform tarball's"
 loaded="$(cd "$app" && nocc node --input-type=module -e '
   import { createRequire } from "node:module";
+  import { createHash } from "node:crypto";
+  import { readFileSync } from "node:fs";
   const ml = await import("mistri-locks");
   const cjs = createRequire(process.cwd() + "/x.js")("mistri-locks");
   if (cjs.open !== ml.open) throw new Error("import and require differ");
-  const addon = Object.keys(createRequire(process.cwd() + "/x.js").cache).find((f) => f.endsWith(".node"));
-  console.log(addon, ml.version);')" || die "the installed package does not load"
-[ "$loaded" = "$addon $version" ] || die "loaded: $loaded (wanted $addon $version)"
-ok "import and require load ${addon/$work/\$work}, the tarball's prebuilt addon; version $version"
+  const addons = Object.keys(createRequire(process.cwd() + "/x.js").cache).filter((f) => f.endsWith(".node"));
+  if (addons.length !== 1) throw new Error(`loaded addons: ${addons}`);
+  console.log(addons[0], createHash("sha256").update(readFileSync(addons[0])).digest("hex"), ml.version);')" ||
+  die "the installed package does not load"
+[ "$loaded" = "$addon $want $version" ] || die "loaded: $loaded (wanted $addon $want $version)"
+ok "import and require load ${addon/$work/\$work} (sha256 ${want:0:12}…, the platform tarball's); version $version"
 [ -z "$(find "$app" -name '*.rlib' -o -name 'target' -type d)" ] || die "a build happened under $app"
 cp "$here/quickstart.mjs" "$app/"  # ESM resolves 'mistri-locks' from the importing file's folder
 for url in "$redis_url" "$local_path"; do
@@ -275,6 +305,21 @@ for url in "$redis_url" "$local_path"; do
   grep -q '^HELD [0-9]' <<<"$out" && grep -q '^STOPPED stop flag' <<<"$out" || die "Node quick start on $url said: $out"
   ok "Node quick start on ${url/$work/\$work}: $(tr '\n' ' ' <<<"$out")"
 done
+
+say "Node: mistri-locks without its platform package (npm install --omit=optional)"
+bare="$work/node-bare"
+mkdir -p "$bare"
+printf '{"name": "bare", "private": true, "type": "module"}\n' >"$bare/package.json"
+(cd "$bare" && nocc npm install "${npm_offline[@]}" --omit=optional "$npm_tgz") >"$work/npm-bare.log" 2>&1 ||
+  { cat "$work/npm-bare.log"; die "npm install --omit=optional of $(basename "$npm_tgz") failed"; }
+[ ! -e "$bare/node_modules/@mistri-locks" ] || die "--omit=optional installed the platform package"
+err="$(cd "$bare" && nocc node -e '
+  try { require("mistri-locks"); console.log("LOADED"); }
+  catch (e) { console.log(e.code, e.message); }')" || die "node exited with an error: $err"
+for part in MISTRI_NO_ADDON "mistri_locks.linux-x64-gnu.node" "@mistri-locks/linux-x64-gnu" "npm run build"; do
+  grep -qF -- "$part" <<<"$err" || die "without the platform package, import said: $err (no '$part')"
+done
+ok "require fails with MISTRI_NO_ADDON naming the package folder's file, @mistri-locks/linux-x64-gnu and npm run build"
 
 # ---------------------------------------------------------------- from source (figures)
 if [ "${PACKAGING_FROM_SOURCE:-0}" = 1 ]; then
