@@ -454,7 +454,14 @@ fn issue(counter: &mut u64, floor: u64, at: Instant) -> u64 {
     loop {
         let high = ISSUED.load(Ordering::Acquire);
         let fence = crate::contract::fence::next(high.max(*counter), now_floor);
-        let over = fence.saturating_sub(now_floor.saturating_add(lead));
+        let mut over = fence.saturating_sub(now_floor.saturating_add(lead));
+        if over > 0 {
+            // Judged against the wall clock read now: the derived floor
+            // may lag it (a preemption between its pair's two readings),
+            // and a lag must not make the rate's lead look like a step.
+            let wall = crate::contract::fence::floor_now().max(now_floor);
+            over = fence.saturating_sub(wall.saturating_add(lead));
+        }
         if over > 0 && over <= lead {
             std::hint::spin_loop();
             let since = Instant::now().saturating_duration_since(at).as_micros();

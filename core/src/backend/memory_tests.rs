@@ -51,7 +51,9 @@ fn settle() {
 fn a_fence_never_runs_more_than_a_millisecond_ahead_of_the_clock() {
     let lead = MAX_FENCE_LEAD.as_micros() as u64;
     let m = Memory::new();
-    for extra in [1, 200, 999, 1_000] {
+    // Up to 900 µs past the bound: the rate's lead (a wait); the test's own
+    // reads come first, so the acquire sees at most that much.
+    for extra in [1, 200, 900] {
         settle();
         let ahead = wall_us() + lead + extra;
         m.state().lock().fence = ahead;
