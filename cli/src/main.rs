@@ -26,7 +26,7 @@ mod serve;
 mod show;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use mistri_locks::{Error, Family, Locks, OpenOptions};
+use mistri_locks::{Error, Family, Locks, OpenOptions, StopOutcome};
 use show::term;
 use std::io::Write;
 use std::time::Duration;
@@ -396,17 +396,9 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
         Command::List { prefix, view } => show::list(&locks, &prefix, &view),
         Command::Stop {
             holder_of: Some(key),
+            ttl,
             ..
-        } => match mistri_locks::operator::stop_holders(&locks, &key)? {
-            Ok(message) => {
-                emit(&format!("{}\n", term(&message)));
-                Ok(0)
-            }
-            Err((_, message)) => Err(Failure {
-                status: EXIT_ERROR,
-                message: term(&message).into_owned(),
-            }),
-        },
+        } => stop_holders(&locks, &key, ttl),
         Command::Stop { flag, ttl, .. } => {
             let flag = flag.unwrap_or_default();
             locks.set_flag(&flag, ttl)?;
@@ -432,6 +424,32 @@ fn execute(cli: Cli) -> Result<i32, Failure> {
         Command::Run(args) => run::run(&locks, args),
         Command::Serve(args) => serve::serve(locks, args),
         Command::Completions { .. } | Command::Schema { .. } => Ok(0),
+    }
+}
+
+/// `stop --holder-of KEY`: the core's [`Locks::stop_holders`] (each
+/// holder's stop key raised once, for `ttl`), its outcome said as the
+/// page's Stop says it. Nothing raised is a failure (exit 1).
+fn stop_holders(locks: &Locks, key: &str, ttl: Duration) -> Result<i32, Failure> {
+    let shown = term(key);
+    let nothing = |message: String| {
+        Err(Failure {
+            status: EXIT_ERROR,
+            message,
+        })
+    };
+    match locks.stop_holders(key, ttl)? {
+        StopOutcome::Raised(stops) => {
+            let stops: Vec<_> = stops.iter().map(|s| term(s)).collect();
+            emit(&format!("raised {}\n", stops.join(", ")));
+            Ok(0)
+        }
+        StopOutcome::NotHeld => nothing(format!("no live lease on {shown}")),
+        // NoStopKey (Outside needs a prefix, and the CLI acts on every
+        // key), and any outcome added later: nothing was raised.
+        _ => nothing(format!(
+            "the holder of {shown} watches no stop key (Break deletes the lease instead)"
+        )),
     }
 }
 

@@ -537,6 +537,88 @@ fn on_mysql() {
     all(&Backend::mysql(&server));
 }
 
+/// `stop --holder-of KEY` calls the core's `Locks::stop_holders`: each
+/// holder's stop key raised once for `--ttl` (exit 0, "raised …"); a key
+/// nobody holds, or whose holder watches no stop key, raises nothing
+/// (exit 1, one line saying which); a backend that cannot be reached is
+/// exit 1 with its error; a bad key is usage (exit 2).
+fn stop_holder_of(b: &Backend) {
+    let locks = b.locks();
+    let key = unique("held");
+    let stop = format!("{key}:stop");
+    // Two holders of a 2-holder lease watching the same stop key, and a
+    // third key whose holder watches none.
+    let watching = |limit| HoldOptions {
+        stop_key: Some(stop.clone()),
+        limit,
+        ..HoldOptions::default()
+    };
+    let first = locks.hold(&key, watching(2)).unwrap().expect("free");
+    let second = locks.hold(&key, watching(2)).unwrap().expect("a slot");
+    let out = b.output(&["stop", "--holder-of", &key, "--ttl", "10s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Raised once, however many holders watch it.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("raised {stop}\n")
+    );
+    assert!(locks.flag(&stop).unwrap(), "the stop key is not up");
+    // For --ttl (10 s), not the 300 s default.
+    let doc = json(&b.output(&["list", "--json", &stop]));
+    let left = doc["flags"][0]["time_left_s"].as_f64().unwrap();
+    assert!(left > 0.0 && left <= 10.0, "{doc}");
+    first.release().unwrap();
+    second.release().unwrap();
+    locks.clear_flag(&stop).unwrap();
+
+    // Nobody holds it: nothing raised, exit 1.
+    let out = b.output(&["stop", "--holder-of", &key]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        stderr(&out),
+        format!("mistri-locks: no live lease on {key}\n")
+    );
+    assert!(!locks.flag(&stop).unwrap());
+
+    // Held by a plain lease: no stop key to raise, exit 1.
+    let plain = locks
+        .hold(&key, HoldOptions::default())
+        .unwrap()
+        .expect("free");
+    let out = b.output(&["stop", "--holder-of", &key]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains(&format!("the holder of {key} watches no stop key")),
+        "{}",
+        stderr(&out)
+    );
+    plain.release().unwrap();
+
+    // A bad key is usage.
+    let out = b.output(&["stop", "--holder-of", ""]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn stop_holder_of_on_local_and_redis() {
+    stop_holder_of(&Backend::local());
+    let server = RedisServer::start();
+    stop_holder_of(&Backend::redis(&server));
+    // The backend's error: a redis-server that is gone.
+    let gone = Backend::redis(&server);
+    drop(server);
+    let out = gone.output(&["stop", "--holder-of", "k"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    let text = stderr(&out);
+    assert!(
+        text.starts_with("mistri-locks: ") && text.lines().count() == 1,
+        "{text}"
+    );
+}
+
 /// `mistri-locks schema` prints DDL that a DBA runs (twice: idempotent);
 /// the application's handle then finds its tables there.
 #[test]
