@@ -148,6 +148,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<locks::Postgres>()?;
     m.add_class::<Hold>()?;
     m.add_class::<signal::PyAbortSignal>()?;
+    m.add_class::<operator::PyOperatorOptions>()?;
     m.add_function(wrap_pyfunction!(locks::open, m)?)?;
     m.add_function(wrap_pyfunction!(locks::postgres_url, m)?)?;
     m.add_function(wrap_pyfunction!(locks::mysql_url, m)?)?;

@@ -22,13 +22,15 @@ fn operator_options(py: Python<'_>, options: &Bound<'_, PyDict>) -> PyResult<Ope
     for (key, value) in options.iter() {
         let name: String = key
             .extract()
-            .map_err(|_| PyTypeError::new_err("_operator_handle: option keys must be str"))?;
+            .map_err(|_| PyTypeError::new_err("_operator_options: option keys must be str"))?;
         // A name the core does not know (None sets nothing else).
         builder
             .set(&name, OptionValue::None)
-            .map_err(|e| PyTypeError::new_err(format!("_operator_handle: {}", e.message())))?;
+            .map_err(|e| PyTypeError::new_err(format!("_operator_options: {}", e.message())))?;
         if name == "allowed_hosts" {
-            for host in field::<Vec<String>>(options, &name)?.unwrap_or_default() {
+            for host in
+                field::<Vec<String>>("_operator_options", options, &name)?.unwrap_or_default()
+            {
                 builder
                     .set(&name, OptionValue::Text(host))
                     .map_err(|e| crate::error::map_error(py, e))?;
@@ -43,16 +45,40 @@ fn operator_options(py: Python<'_>, options: &Bound<'_, PyDict>) -> PyResult<Ope
     builder.build().map_err(|e| crate::error::map_error(py, e))
 }
 
-/// `_operator_options(options)`: the options checked by the core's rules,
-/// at construction; returns whether actions are enabled (`allow_actions`
-/// defaults to "a token or `authorize` was given").
+/// The interface's options, built once by the core's parser when the app
+/// is made (`_operator_options`) and held by it: a request passes only its
+/// own fields.
+#[pyclass(frozen, module = "mistri_locks", name = "_OperatorOptions")]
+pub struct PyOperatorOptions {
+    opts: OperatorOptions,
+}
+
+#[pymethods]
+impl PyOperatorOptions {
+    /// Whether Stop, Clear and Break are enabled (`allow_actions` defaults
+    /// to "a token or `authorize` was given").
+    #[getter]
+    fn allow_actions(&self) -> bool {
+        self.opts.allow_actions
+    }
+}
+
+/// `_operator_options(options)`: the options checked by the core's rules
+/// and built, at construction (`prefix`, `allow_actions`, `token`,
+/// `authorize`: bool, `allowed_hosts`: a list of str, `trust_forwarded`).
 #[pyfunction]
-pub fn _operator_options(py: Python<'_>, options: &Bound<'_, PyDict>) -> PyResult<bool> {
-    Ok(operator_options(py, options)?.allow_actions)
+pub fn _operator_options(
+    py: Python<'_>,
+    options: &Bound<'_, PyDict>,
+) -> PyResult<PyOperatorOptions> {
+    Ok(PyOperatorOptions {
+        opts: operator_options(py, options)?,
+    })
 }
 
 /// `dict[name]` as `T`, `None` when absent or None; a wrong type names the field.
 fn field<'py, T: FromPyObjectOwned<'py>>(
+    function: &str,
     dict: &Bound<'py, PyDict>,
     name: &str,
 ) -> PyResult<Option<T>> {
@@ -61,7 +87,7 @@ fn field<'py, T: FromPyObjectOwned<'py>>(
         Some(v) if v.is_none() => Ok(None),
         Some(v) => v.extract::<T>().map(Some).map_err(|_| {
             PyTypeError::new_err(format!(
-                "_operator_handle: {name} has the wrong type ({})",
+                "{function}: {name} has the wrong type ({})",
                 crate::args::type_name(&v)
             ))
         }),
@@ -72,17 +98,16 @@ fn field<'py, T: FromPyObjectOwned<'py>>(
 /// request's fields by name (`method`, `path`, `query`, `mount`, `scheme`,
 /// `host`, `forwarded_proto`, `forwarded_host`, `origin`,
 /// `authorization`, `csrf`, `cookie`: str or None; `body`: bytes;
-/// `host_authorized`: bool or None), `options` the interface's options
-/// (`prefix`, `allow_actions`, `token`, `allowed_hosts`: a list of str,
-/// `trust_forwarded`). Returns `(status, [(header, value)], body)`.
+/// `host_authorized`: bool or None), `options` the app's
+/// `_operator_options(…)`. Returns `(status, [(header, value)], body)`.
 #[pyfunction]
 pub fn _operator_handle(
     py: Python<'_>,
     locks: &Bound<'_, PyLocks>,
     request: &Bound<'_, PyDict>,
-    options: &Bound<'_, PyDict>,
+    options: &Bound<'_, PyOperatorOptions>,
 ) -> PyResult<Answer> {
-    let opts = operator_options(py, options)?;
+    let opts = &options.get().opts;
     let mut fields = OperatorRequestFields::default();
     for (key, value) in request.iter() {
         let name: String = key
@@ -102,16 +127,18 @@ pub fn _operator_handle(
             continue;
         }
         let value = if name == "host_authorized" {
-            field::<bool>(request, &name)?.map_or(OptionValue::None, OptionValue::Bool)
+            field::<bool>("_operator_handle", request, &name)?
+                .map_or(OptionValue::None, OptionValue::Bool)
         } else {
-            field::<String>(request, &name)?.map_or(OptionValue::None, OptionValue::Text)
+            field::<String>("_operator_handle", request, &name)?
+                .map_or(OptionValue::None, OptionValue::Text)
         };
         fields
             .set(&name, value)
             .map_err(|e| crate::error::map_error(py, e))?;
     }
     let locks = locks.get().locks();
-    let r = py.detach(|| operator::handle(&locks, &opts, &fields.request()));
+    let r = py.detach(|| operator::handle(&locks, opts, &fields.request()));
     Ok((r.status, r.headers, r.body))
 }
 

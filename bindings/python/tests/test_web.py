@@ -262,13 +262,37 @@ def test_host_options_are_checked_and_passed_by_name() -> None:
         web.app(locks, trust_forwarded="yes")  # type: ignore[arg-type]
     native = mistri_locks._native
     with pytest.raises(TypeError, match='unknown option field "allowed_host"'):
-        native._operator_handle(locks, {"method": "GET"}, {"allowed_host": ["*"]})
+        native._operator_options({"allowed_host": ["*"]})
     with pytest.raises(TypeError, match='unknown request field "hots"'):
-        native._operator_handle(locks, {"hots": "x"}, {})
+        native._operator_handle(locks, {"hots": "x"}, native._operator_options({}))
     with pytest.raises(TypeError, match="allowed_hosts"):
-        native._operator_handle(locks, {"method": "GET"}, {"allowed_hosts": "app.example"})
+        native._operator_options({"allowed_hosts": "app.example"})
     status, _, _ = native._operator_handle(
-        locks, {"method": "GET", "path": "/api/state", "host": "app.example"}, {"allowed_hosts": ["*"]})
+        locks, {"method": "GET", "path": "/api/state", "host": "app.example"},
+        native._operator_options({"allowed_hosts": ["*"]}))
+    assert status == 200
+
+
+def test_a_bad_option_fails_when_the_app_is_made() -> None:
+    """The options are built once, by the core's parser, when the app is
+    made, and the app holds the native result: a 15-character token is the
+    core's ValueError from ``app(...)`` and ``django_urls(...)``, before
+    any request; a request passes only its own fields (the options are the
+    built object, not a dict read again per request)."""
+    locks = mistri_locks.Memory()
+    native = mistri_locks._native
+    fifteen = "0123456789abcde"
+    with pytest.raises(ValueError, match="token must be a string of at least 16 characters"):
+        web.app(locks, token=fifteen, allowed_hosts=HOSTS)
+    with pytest.raises(ValueError, match="token must be a string of at least 16 characters"):
+        web.django_urls(locks, token=fifteen, allowed_hosts=HOSTS)
+    built = native._operator_options({"token": fifteen + "f", "allowed_hosts": HOSTS})
+    assert isinstance(built, native._OperatorOptions) and built.allow_actions
+    # A dict is no longer read per request.
+    with pytest.raises(TypeError):
+        native._operator_handle(locks, {"method": "GET"}, {"allowed_hosts": HOSTS})  # type: ignore[arg-type]
+    status, _, _ = native._operator_handle(
+        locks, {"method": "GET", "path": "/api/state", "host": "app.example"}, built)
     assert status == 200
 
 

@@ -10,6 +10,7 @@ use magnus::r_hash::ForEach;
 use magnus::{method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, Symbol, Value};
 use mistri_locks::operator::{self, OperatorOptions, OperatorRequestFields};
 use mistri_locks::OptionValue;
+use std::sync::Arc;
 
 fn text(v: Value) -> Result<Option<String>, Error> {
     if v.is_nil() {
@@ -34,7 +35,7 @@ fn entries(ruby: &Ruby, what: &str, hash: RHash) -> Result<Vec<(String, Value)>,
             .ok_or_else(|| {
                 Error::new(
                     ruby.exception_type_error(),
-                    format!("_operator_handle: {what} keys must be Symbols"),
+                    format!("{what} keys must be Symbols"),
                 )
             })?
             .name()?
@@ -45,30 +46,27 @@ fn entries(ruby: &Ruby, what: &str, hash: RHash) -> Result<Vec<(String, Value)>,
 }
 
 /// A name the core does not know, as Ruby spells it (`:name`).
-fn unknown(ruby: &Ruby, name: &str, e: &mistri_locks::Error) -> Error {
+fn unknown(ruby: &Ruby, function: &str, name: &str, e: &mistri_locks::Error) -> Error {
     let message = e
         .message()
         .replacen(&format!("{name:?}"), &format!(":{name}"), 1);
-    Error::new(
-        ruby.exception_arg_error(),
-        format!("_operator_handle: {message}"),
-    )
+    Error::new(ruby.exception_arg_error(), format!("{function}: {message}"))
 }
 
 /// The interface's options, by name, through the core's one parser (its
 /// rules: the token's length, actions need a token or `authorize`).
 fn operator_options(ruby: &Ruby, options: RHash) -> Result<OperatorOptions, Error> {
     let mut builder = OperatorOptions::builder();
-    for (name, value) in entries(ruby, "option", options)? {
+    for (name, value) in entries(ruby, "_operator_options: option", options)? {
         // A name the core does not know (None sets nothing else).
         builder
             .set(&name, OptionValue::None)
-            .map_err(|e| unknown(ruby, &name, &e))?;
+            .map_err(|e| unknown(ruby, "_operator_options", &name, &e))?;
         if name == "allowed_hosts" && !value.is_nil() {
             let list = RArray::from_value(value).ok_or_else(|| {
                 Error::new(
                     ruby.exception_type_error(),
-                    "_operator_handle: allowed_hosts must be an Array of Strings",
+                    "_operator_options: allowed_hosts must be an Array of Strings",
                 )
             })?;
             for i in 0..list.len() {
@@ -88,28 +86,53 @@ fn operator_options(ruby: &Ruby, options: RHash) -> Result<OperatorOptions, Erro
     builder.build().map_err(|e| crate::error::to_ruby(ruby, e))
 }
 
-/// `_operator_options(options)`: the options checked by the core's rules,
-/// at construction; whether actions are enabled (`allow_actions` defaults
-/// to "a token or `authorize` was given").
-fn check_options(ruby: &Ruby, _rb_self: &RbLocks, options: RHash) -> Result<bool, Error> {
-    Ok(operator_options(ruby, options)?.allow_actions)
+/// The interface's options, built once by the core's parser when the app
+/// is made (`Locks#_operator_options`) and held by it: a request passes
+/// only its own fields.
+#[magnus::wrap(class = "MistriLocks::OperatorOptions", free_immediately, size)]
+pub struct RbOperatorOptions(Arc<OperatorOptions>);
+
+impl RbOperatorOptions {
+    /// Whether Stop, Clear and Break are enabled (`allow_actions` defaults
+    /// to "a token or `authorize` was given").
+    fn allow_actions(&self) -> bool {
+        self.0.allow_actions
+    }
+}
+
+/// `_operator_options(options)` -> MistriLocks::OperatorOptions: the
+/// options (`:prefix, :allow_actions, :token, :authorize, :allowed_hosts`
+/// (an Array of Strings), `:trust_forwarded`) checked by the core's rules
+/// and built, at construction.
+fn build_options(
+    ruby: &Ruby,
+    _rb_self: &RbLocks,
+    options: RHash,
+) -> Result<RbOperatorOptions, Error> {
+    Ok(RbOperatorOptions(Arc::new(operator_options(
+        ruby, options,
+    )?)))
 }
 
 /// `_operator_handle(request, options)`: `request` holds the request's
 /// fields by name (`:method, :path, :query, :mount, :scheme, :host,
 /// :forwarded_proto, :forwarded_host, :origin, :authorization, :csrf,
 /// :cookie, :body` (Strings or nil), `:host_authorized` (true, false or
-/// nil)), `options` the interface's (`:prefix, :allow_actions, :token,
-/// :allowed_hosts` (an Array of Strings), `:trust_forwarded`). Returns
+/// nil)), `options` the app's `_operator_options(…)`. Returns
 /// `[status, [[name, value], …], body]`.
-fn handle(ruby: &Ruby, rb_self: &RbLocks, request: RHash, options: RHash) -> Result<RArray, Error> {
-    let opts = operator_options(ruby, options)?;
+fn handle(
+    ruby: &Ruby,
+    rb_self: &RbLocks,
+    request: RHash,
+    options: &RbOperatorOptions,
+) -> Result<RArray, Error> {
+    let opts = Arc::clone(&options.0);
     let mut fields = OperatorRequestFields::default();
-    for (name, value) in entries(ruby, "request", request)? {
+    for (name, value) in entries(ruby, "_operator_handle: request", request)? {
         // A name the core does not know (None sets nothing).
         fields
             .set(&name, OptionValue::None)
-            .map_err(|e| unknown(ruby, &name, &e))?;
+            .map_err(|e| unknown(ruby, "_operator_handle", &name, &e))?;
         if value.is_nil() {
             continue;
         }
@@ -155,8 +178,14 @@ fn stats_prometheus(rb_self: &RbLocks) -> String {
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Locks", ruby.class_object())?;
     class.define_private_method("_operator_handle", method!(handle, 2))?;
-    class.define_private_method("_operator_options", method!(check_options, 1))?;
+    class.define_private_method("_operator_options", method!(build_options, 1))?;
     class.define_private_method("_stats_prometheus", method!(stats_prometheus, 0))?;
     module.const_set("OPERATOR_MAX_BODY", operator::MAX_BODY)?;
+    let options = module.define_class("OperatorOptions", ruby.class_object())?;
+    options.undef_default_alloc_func();
+    options.define_method(
+        "allow_actions?",
+        method!(RbOperatorOptions::allow_actions, 0),
+    )?;
     Ok(())
 }

@@ -284,13 +284,34 @@ class WebHostTest < Minitest::Test
     assert_raises(TypeError) { MistriLocks::Web.new(@locks, allowed_hosts: "app.example") }
     assert_raises(TypeError) { MistriLocks::Web.new(@locks, allowed_hosts: [""]) }
     assert_raises(TypeError) { MistriLocks::Web.new(@locks, trust_forwarded: "yes") }
-    e = assert_raises(ArgumentError) { @locks.send(:_operator_handle, { method: "GET" }, { allowed_host: ["*"] }) }
+    e = assert_raises(ArgumentError) { @locks.send(:_operator_options, { allowed_host: ["*"] }) }
     assert_match(/unknown option field :allowed_host/, e.message)
-    e = assert_raises(ArgumentError) { @locks.send(:_operator_handle, { hots: "x" }, {}) }
+    plain = @locks.send(:_operator_options, {})
+    e = assert_raises(ArgumentError) { @locks.send(:_operator_handle, { hots: "x" }, plain) }
     assert_match(/unknown request field :hots/, e.message)
-    assert_raises(TypeError) { @locks.send(:_operator_handle, { method: "GET" }, { allowed_hosts: "app.example" }) }
-    assert_raises(TypeError) { @locks.send(:_operator_handle, { "method" => "GET" }, {}) }
-    status, = @locks.send(:_operator_handle, { method: "GET", path: "/api/state", host: "x.example" }, { allowed_hosts: ["*"] })
+    assert_raises(TypeError) { @locks.send(:_operator_options, { allowed_hosts: "app.example" }) }
+    assert_raises(TypeError) { @locks.send(:_operator_handle, { "method" => "GET" }, plain) }
+    any_host = @locks.send(:_operator_options, { allowed_hosts: ["*"] })
+    status, = @locks.send(:_operator_handle, { method: "GET", path: "/api/state", host: "x.example" }, any_host)
+    assert_equal 200, status
+  end
+
+  # The options are built once, by the core's parser, when the app is made,
+  # and the app holds the native result: a 15-character token is the core's
+  # ArgumentError from Web.new, before any request; a request passes only
+  # its own fields (the options are the built object, not a Hash read again
+  # per request).
+  def test_a_bad_option_fails_when_the_app_is_made
+    fifteen = "0123456789abcde"
+    e = assert_raises(ArgumentError) { MistriLocks::Web.new(@locks, token: fifteen, allowed_hosts: HOSTS) }
+    assert_match(/token must be a string of at least 16 characters/, e.message)
+    built = @locks.send(:_operator_options, { token: "#{fifteen}f", allowed_hosts: HOSTS })
+    assert_instance_of MistriLocks::OperatorOptions, built
+    assert built.allow_actions?
+    assert_raises(TypeError) { MistriLocks::OperatorOptions.new }
+    # A Hash is no longer read per request.
+    assert_raises(TypeError) { @locks.send(:_operator_handle, { method: "GET" }, { allowed_hosts: HOSTS }) }
+    status, = @locks.send(:_operator_handle, { method: "GET", path: "/api/state", host: HOSTS.first }, built)
     assert_equal 200, status
   end
 end

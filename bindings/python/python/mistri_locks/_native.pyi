@@ -34,6 +34,7 @@ __all__ = [
     "_stop_dispatch",
     "_operator_handle",
     "_operator_options",
+    "_OperatorOptions",
     "_stats_prometheus",
     "_OPERATOR_MAX_BODY",
     "Error",
@@ -281,12 +282,17 @@ def _hold(
 ) -> Optional[Hold]: ...
 def _deliver_pending(timeout: Optional[_Seconds] = None) -> bool: ...
 def _stop_dispatch() -> None: ...
+@final
+class _OperatorOptions:
+    @property
+    def allow_actions(self) -> bool: ...
+
 def _operator_handle(
     locks: Locks,
     request: dict[str, Any],
-    options: dict[str, Any],
+    options: _OperatorOptions,
 ) -> tuple[int, list[tuple[str, str]], bytes]: ...
-def _operator_options(options: dict[str, Any]) -> bool: ...
+def _operator_options(options: dict[str, Any]) -> _OperatorOptions: ...
 def _stats_prometheus(locks: Locks) -> str: ...
 
 _OPERATOR_MAX_BODY: int

@@ -71,17 +71,18 @@ class _Options:
                 raise TypeError(f"allowed_hosts: each entry must be a non-empty str, got {host!r}")
         if not isinstance(trust_forwarded, bool):
             raise TypeError("trust_forwarded must be a bool")
-        # The core's one parser holds the rules (the token's length;
-        # actions need a token or authorize; allow_actions' default).
-        self.options: Dict[str, Any] = {
+        # Built once, here, by the core's one parser, which holds the rules
+        # (the token's length; actions need a token or authorize;
+        # allow_actions' default): a bad option fails now, and a request
+        # passes only its own fields.
+        self.options = _native._operator_options({
             "prefix": prefix,
             "allow_actions": allow_actions,
             "token": token,
             "authorize": authorize is not None,
             "allowed_hosts": hosts,
             "trust_forwarded": trust_forwarded,
-        }
-        _native._operator_options(self.options)
+        })
 
 
 def _respond(

@@ -64,11 +64,13 @@ module MistriLocks
       @locks = locks
       @authorize = authorize
       @prefix = prefix
-      # The core's one parser holds the rules (the token's length; actions
-      # need a token or authorize; allow_actions' default).
-      @options = { prefix: prefix, allow_actions: allow_actions, token: token, authorize: !authorize.nil?,
-                   allowed_hosts: allowed_hosts.map { |h| h.dup.freeze }.freeze, trust_forwarded: trust_forwarded }.freeze
-      locks.send(:_operator_options, @options)
+      # Built once, here, by the core's one parser, which holds the rules
+      # (the token's length; actions need a token or authorize;
+      # allow_actions' default): a bad option fails now, and a request
+      # passes only its own fields.
+      @options = locks.send(:_operator_options, { prefix: prefix, allow_actions: allow_actions, token: token,
+                                                  authorize: !authorize.nil?, allowed_hosts: allowed_hosts,
+                                                  trust_forwarded: trust_forwarded })
     end
 
     def call(env)
