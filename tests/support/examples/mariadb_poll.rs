@@ -10,12 +10,11 @@
 //!
 //! Each "process" is a thread with its own TCP connection (the server
 //! cannot tell the two apart); each watches `KEYS` keys of its own. The
-//! client is a minimal MySQL-protocol client (below), so nothing but the
-//! server is measured. Results are in docs/MYSQL.md.
+//! client is the testkit's minimal MySQL-protocol client
+//! ([`MariaDbClient`]), so nothing but the server is measured. Results
+//! are in docs/MYSQL.md.
 
-use mistri_locks_testkit::MariaDbServer;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use mistri_locks_testkit::{MariaDbClient, MariaDbRow, MariaDbServer};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,170 +26,17 @@ const DESIGN: &str = include_str!("../tests/mariadb_design.sql");
 /// waits in).
 const KEYS: usize = 10;
 
-// ---- a minimal client: handshake with an empty password, COM_QUERY ----
-
-struct Conn {
-    s: TcpStream,
-    id: u64,
+/// Runs a statement the study needs to succeed.
+trait Exec {
+    fn exec(&mut self, sql: &str);
 }
 
-type Row = Vec<Option<String>>;
-
-impl Conn {
-    fn open(port: u16, user: &str) -> Result<Conn, String> {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-        s.set_nodelay(true).map_err(|e| e.to_string())?;
-        let (_, hello) = read_packet(&mut s)?;
-        if hello.first() != Some(&10) {
-            return Err(format!("not a protocol-10 greeting: {hello:?}"));
-        }
-        let nul = hello[1..]
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or("bad greeting")?
-            + 1;
-        let id_bytes: [u8; 4] = hello[nul + 1..nul + 5].try_into().map_err(|_| "short")?;
-        let id = u64::from(u32::from_le_bytes(id_bytes));
-        // PROTOCOL_41 | SECURE_CONNECTION | CONNECT_WITH_DB | PLUGIN_AUTH
-        // | TRANSACTIONS | LONG_PASSWORD | MULTI_RESULTS (for CALL)
-        let caps: u32 = 0x200 | 0x8000 | 0x8 | 0x80000 | 0x2000 | 0x1 | MULTI_RESULTS;
-        let mut p = Vec::new();
-        p.extend_from_slice(&caps.to_le_bytes());
-        p.extend_from_slice(&(16u32 << 20).to_le_bytes());
-        p.push(45); // utf8mb4_general_ci
-        p.extend_from_slice(&[0; 23]);
-        p.extend_from_slice(user.as_bytes());
-        p.push(0);
-        p.push(0); // empty auth response
-        p.extend_from_slice(b"mistri\0mysql_native_password\0");
-        write_packet(&mut s, 1, &p)?;
-        let (_, ok) = read_packet(&mut s)?;
-        match ok.first() {
-            Some(0) => Ok(Conn { s, id }),
-            _ => Err(format!("login refused: {}", String::from_utf8_lossy(&ok))),
-        }
-    }
-
-    /// Runs one statement; the rows of every result it returns (a CALL
-    /// returns its SELECT's and then an OK), or the server's error text.
-    fn query(&mut self, sql: &str) -> Result<Vec<Row>, String> {
-        let mut p = vec![3u8];
-        p.extend_from_slice(sql.as_bytes());
-        write_packet(&mut self.s, 0, &p)?;
-        let mut rows = Vec::new();
-        while self.read_result(&mut rows)? & MORE_RESULTS != 0 {}
-        Ok(rows)
-    }
-
-    /// Reads one result into `rows`; returns its status flags.
-    fn read_result(&mut self, rows: &mut Vec<Row>) -> Result<u16, String> {
-        let (_, first) = read_packet(&mut self.s)?;
-        match first.first() {
-            Some(0) => {
-                // OK: affected rows, last insert id, then the status.
-                let mut at = 1;
-                lenenc(&first, &mut at).ok_or("bad OK")?;
-                lenenc(&first, &mut at).ok_or("bad OK")?;
-                return Ok(status_at(&first, at));
-            }
-            Some(0xff) => return Err(error_text(&first)),
-            _ => {}
-        }
-        let mut at = 0;
-        let columns = lenenc(&first, &mut at).ok_or("bad column count")?;
-        for _ in 0..columns {
-            read_packet(&mut self.s)?;
-        }
-        let (_, eof) = read_packet(&mut self.s)?;
-        if eof.first() != Some(&0xfe) {
-            return Err("no EOF after the columns".into());
-        }
-        loop {
-            let (_, p) = read_packet(&mut self.s)?;
-            match p.first() {
-                // EOF: warnings, then the status.
-                Some(0xfe) if p.len() < 9 => return Ok(status_at(&p, 3)),
-                Some(0xff) => return Err(error_text(&p)),
-                _ => {}
-            }
-            let mut at = 0;
-            let mut row = Vec::new();
-            for _ in 0..columns {
-                if p.get(at) == Some(&0xfb) {
-                    at += 1;
-                    row.push(None);
-                    continue;
-                }
-                let n = usize::try_from(lenenc(&p, &mut at).ok_or("bad row")?).unwrap_or(0);
-                let cell = p.get(at..at + n).ok_or("short row")?;
-                row.push(Some(String::from_utf8_lossy(cell).into_owned()));
-                at += n;
-            }
-            rows.push(row);
-        }
-    }
-
+impl Exec for MariaDbClient {
     fn exec(&mut self, sql: &str) {
         if let Err(e) = self.query(sql) {
             panic!("{sql}: {e}");
         }
     }
-}
-
-const MULTI_RESULTS: u32 = 0x20000;
-const MORE_RESULTS: u16 = 0x0008;
-
-fn status_at(p: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([
-        p.get(at).copied().unwrap_or(0),
-        p.get(at + 1).copied().unwrap_or(0),
-    ])
-}
-
-fn error_text(p: &[u8]) -> String {
-    let code = u16::from_le_bytes([
-        p.get(1).copied().unwrap_or(0),
-        p.get(2).copied().unwrap_or(0),
-    ]);
-    format!(
-        "{code}: {}",
-        String::from_utf8_lossy(p.get(9..).unwrap_or(&[]))
-    )
-}
-
-fn lenenc(p: &[u8], at: &mut usize) -> Option<u64> {
-    let first = *p.get(*at)?;
-    *at += 1;
-    let width = match first {
-        0..=0xfa => return Some(u64::from(first)),
-        0xfc => 2,
-        0xfd => 3,
-        0xfe => 8,
-        _ => return None,
-    };
-    let mut v = 0u64;
-    for i in 0..width {
-        v |= u64::from(*p.get(*at + i)?) << (8 * i);
-    }
-    *at += width;
-    Some(v)
-}
-
-fn read_packet(s: &mut TcpStream) -> Result<(u8, Vec<u8>), String> {
-    let mut head = [0u8; 4];
-    s.read_exact(&mut head).map_err(|e| e.to_string())?;
-    let len = usize::from(head[0]) | usize::from(head[1]) << 8 | usize::from(head[2]) << 16;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).map_err(|e| e.to_string())?;
-    Ok((head[3], body))
-}
-
-fn write_packet(s: &mut TcpStream, seq: u8, body: &[u8]) -> Result<(), String> {
-    let len = u32::try_from(body.len()).map_err(|_| "too long")?;
-    let mut out = len.to_le_bytes()[..3].to_vec();
-    out.push(seq);
-    out.extend_from_slice(body);
-    s.write_all(&out).map_err(|e| e.to_string())
 }
 
 // ---- measuring ----
@@ -210,7 +56,7 @@ fn server_cpu(pid: u32) -> Duration {
     Duration::from_millis(ticks * 1000 / hz.max(1))
 }
 
-fn questions(c: &mut Conn) -> u64 {
+fn questions(c: &mut MariaDbClient) -> u64 {
     let rows = c
         .query("SHOW GLOBAL STATUS LIKE 'Questions'")
         .expect("status");
@@ -223,7 +69,7 @@ struct Cost {
     cpu: f64,
 }
 
-fn measure(server: &MariaDbServer, admin: &mut Conn, f: impl FnOnce()) -> Cost {
+fn measure(server: &MariaDbServer, admin: &mut MariaDbClient, f: impl FnOnce()) -> Cost {
     let q0 = questions(admin);
     let c0 = server_cpu(server.pid());
     let t0 = Instant::now();
@@ -319,13 +165,13 @@ fn listeners(port: u16, n: usize, mode: Mode, raised: Log) -> Run {
             ready.clone(),
         );
         threads.push(std::thread::spawn(move || {
-            let mut c = Conn::open(port, "study").expect("listener connects");
+            let mut c = MariaDbClient::connect(port, "study").expect("listener connects");
             let keys = keys_of(p);
             let list = in_list(&keys);
-            ids.lock().unwrap().push((p, c.id));
+            ids.lock().unwrap().push((p, c.id()));
             ready.fetch_add(1, Ordering::SeqCst);
             let watch = format!("SELECT k FROM flags WHERE k IN ({list})");
-            let on_rows = |c: &mut Conn, rows: Vec<Row>| {
+            let on_rows = |c: &mut MariaDbClient, rows: Vec<MariaDbRow>| {
                 for row in rows {
                     let Some(k) = row.first().cloned().flatten() else {
                         continue;
@@ -445,7 +291,7 @@ fn listeners(port: u16, n: usize, mode: Mode, raised: Log) -> Run {
 }
 
 impl Run {
-    fn finish(self, admin: &mut Conn, doorbell: bool) -> (Vec<f64>, u64, u64) {
+    fn finish(self, admin: &mut MariaDbClient, doorbell: bool) -> (Vec<f64>, u64, u64) {
         self.stop.store(true, Ordering::SeqCst);
         let woken = self.woken.load(Ordering::SeqCst);
         if doorbell {
@@ -473,7 +319,7 @@ fn raise_flags(
     doorbell: bool,
     bell_table: bool,
 ) -> (Vec<f64>, u64) {
-    let mut c = Conn::open(port, "study").expect("raiser connects");
+    let mut c = MariaDbClient::connect(port, "study").expect("raiser connects");
     let mut statements = 0u64;
     let mut rng = Rng(0xDEAD_BEEF_CAFE_F00D);
     let mut raise_ms = Vec::new();
@@ -558,7 +404,7 @@ fn main() {
          INSERT INTO bell VALUES (1, 0)",
     );
     let port = server.port();
-    let mut admin = Conn::open(port, "study").expect("connect");
+    let mut admin = MariaDbClient::connect(port, "study").expect("connect");
     // Unrelated flags so the index is not trivially empty.
     for chunk in 0..10 {
         let values: Vec<String> = (0..1000)
@@ -780,20 +626,20 @@ fn main() {
 
     // Who may ring whom: KILL QUERY of another user's connection needs
     // CONNECTION ADMIN (MariaDB 10.5.2+) or SUPER.
-    let mut victim = Conn::open(port, "study").expect("connect");
-    let mut stranger = Conn::open(port, "other").expect("connect");
-    let mut same_user = Conn::open(port, "study").expect("connect");
+    let mut victim = MariaDbClient::connect(port, "study").expect("connect");
+    let mut stranger = MariaDbClient::connect(port, "other").expect("connect");
+    let mut same_user = MariaDbClient::connect(port, "study").expect("connect");
     println!("\n(c) privileges: KILL QUERY of a parked connection of user `study`");
     println!(
         "    by user `study` (no PROCESS/CONNECTION ADMIN): {}",
-        match same_user.query(&format!("KILL QUERY {}", victim.id)) {
+        match same_user.query(&format!("KILL QUERY {}", victim.id())) {
             Ok(_) => "allowed".to_owned(),
             Err(e) => format!("refused ({e})"),
         }
     );
     println!(
         "    by user `other` (no PROCESS/CONNECTION ADMIN): {}",
-        match stranger.query(&format!("KILL QUERY {}", victim.id)) {
+        match stranger.query(&format!("KILL QUERY {}", victim.id())) {
             Ok(_) => "allowed".to_owned(),
             Err(e) => format!("refused ({e})"),
         }
@@ -803,7 +649,7 @@ fn main() {
 }
 
 /// Each listener registers its connection id against each key it watches.
-fn register_bells(admin: &mut Conn, run: &Run) {
+fn register_bells(admin: &mut MariaDbClient, run: &Run) {
     let ids = run.ids.lock().unwrap().clone();
     for chunk in ids.chunks(50) {
         let values: Vec<String> = chunk
@@ -824,7 +670,7 @@ fn register_bells(admin: &mut Conn, run: &Run) {
 /// its line may take the key (by its poll or its parked statement ending)
 /// and acquires with a higher fence. Release start -> fence in hand, ms.
 fn hand_off(port: u16, mode: Mode, rounds: usize) -> Vec<f64> {
-    let mut holder = Conn::open(port, "study").expect("holder connects");
+    let mut holder = MariaDbClient::connect(port, "study").expect("holder connects");
     let mut rng = Rng(0x5151_7777_1234_9876);
     let mut out = Vec::new();
     for round in 0..rounds {
@@ -844,13 +690,13 @@ fn hand_off(port: u16, mode: Mode, rounds: usize) -> Vec<f64> {
         let waiter_key = key.clone();
         let waiter = std::thread::spawn(move || {
             let key = waiter_key;
-            let mut w = Conn::open(port, "study").expect("waiter connects");
+            let mut w = MariaDbClient::connect(port, "study").expect("waiter connects");
             let acquire = format!(
                 "CALL mistri_acquire('h', '{key}', 'tokW', 60000, 'waiter', 1000, 1, 'lineW', \
                  60000, {})",
-                w.id
+                w.id()
             );
-            let fence = |rows: Vec<Row>| -> i64 {
+            let fence = |rows: Vec<MariaDbRow>| -> i64 {
                 rows[0][0].as_deref().unwrap_or("0").parse().unwrap_or(0)
             };
             assert_eq!(

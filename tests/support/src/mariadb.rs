@@ -728,11 +728,13 @@ impl crate::FaultServer for MariaDbServer {
 /// A minimal MySQL-protocol client for benchmarks' baselines and tests
 /// that need a session of their own (`GET_LOCK`, a hand-written `UPDATE`):
 /// the handshake for a user with NO password (create one with
-/// [`MariaDbServer::sql`]), then `COM_QUERY` with text results. The same
-/// code as `examples/mariadb_poll.rs`; std only, blocking, no deadline
-/// beyond the socket timeouts given.
+/// [`MariaDbServer::sql`]), then `COM_QUERY` with text results (also the
+/// client of `examples/mariadb_poll.rs`); std only, blocking, no deadline
+/// beyond the socket timeouts given. A server error is `"CODE: message"`
+/// (e.g. `1317: Query execution was interrupted`).
 pub struct MariaDbClient {
     s: TcpStream,
+    id: u64,
 }
 
 /// One row of a [`MariaDbClient`] result: text cells, `None` for NULL.
@@ -749,6 +751,17 @@ impl MariaDbClient {
         if hello.first() != Some(&10) {
             return Err(format!("not a protocol-10 greeting: {hello:?}"));
         }
+        // The server version (NUL-ended), then the connection id.
+        let nul = hello[1..]
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or("bad greeting")?
+            + 1;
+        let id_bytes: [u8; 4] = hello
+            .get(nul + 1..nul + 5)
+            .and_then(|b| b.try_into().ok())
+            .ok_or("short greeting")?;
+        let id = u64::from(u32::from_le_bytes(id_bytes));
         // PROTOCOL_41 | SECURE_CONNECTION | CONNECT_WITH_DB | PLUGIN_AUTH
         // | TRANSACTIONS | LONG_PASSWORD | MULTI_STATEMENTS | MULTI_RESULTS
         let caps: u32 = 0x200 | 0x8000 | 0x8 | 0x80000 | 0x2000 | 0x1 | 0x10000 | 0x20000;
@@ -765,13 +778,19 @@ impl MariaDbClient {
         client_write(&mut s, 1, &p)?;
         let (_, ok) = client_read(&mut s)?;
         match ok.first() {
-            Some(0) => Ok(MariaDbClient { s }),
+            Some(0) => Ok(MariaDbClient { s, id }),
             _ => Err(format!("login refused: {}", String::from_utf8_lossy(&ok))),
         }
     }
 
+    /// The server's id of this connection (`CONNECTION_ID()`, what
+    /// `KILL QUERY` takes), from the greeting.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Runs `sql` (statements separated by `;` allowed): the rows of every
-    /// result, or the server's error as text.
+    /// result, or the server's error as `"CODE: message"`.
     pub fn query(&mut self, sql: &str) -> Result<Vec<MariaDbRow>, String> {
         let mut p = vec![3u8];
         p.extend_from_slice(sql.as_bytes());
@@ -786,9 +805,7 @@ impl MariaDbClient {
                     client_lenenc(&first, &mut at).ok_or("bad OK")?;
                     client_status(&first, at)
                 }
-                Some(0xff) => {
-                    return Err(String::from_utf8_lossy(first.get(9..).unwrap_or(&[])).into_owned())
-                }
+                Some(0xff) => return Err(client_error(&first)),
                 _ => {
                     let mut at = 0;
                     let columns = client_lenenc(&first, &mut at).ok_or("bad column count")?;
@@ -800,11 +817,7 @@ impl MariaDbClient {
                         let (_, p) = client_read(&mut self.s)?;
                         match p.first() {
                             Some(0xfe) if p.len() < 9 => break client_status(&p, 3),
-                            Some(0xff) => {
-                                return Err(
-                                    String::from_utf8_lossy(p.get(9..).unwrap_or(&[])).into_owned()
-                                )
-                            }
+                            Some(0xff) => return Err(client_error(&p)),
                             _ => {}
                         }
                         let mut at = 0;
@@ -829,6 +842,19 @@ impl MariaDbClient {
             }
         }
     }
+}
+
+/// An ERR packet as `"CODE: message"` (after the code, `#` and the
+/// five-character SQL state).
+fn client_error(p: &[u8]) -> String {
+    let code = u16::from_le_bytes([
+        p.get(1).copied().unwrap_or(0),
+        p.get(2).copied().unwrap_or(0),
+    ]);
+    format!(
+        "{code}: {}",
+        String::from_utf8_lossy(p.get(9..).unwrap_or(&[]))
+    )
 }
 
 fn client_status(p: &[u8], at: usize) -> u16 {

@@ -8,7 +8,8 @@
 //! ```
 
 use mistri_locks_testkit::{
-    mariadb_program, FaultServer, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER,
+    mariadb_program, FaultServer, MariaDbClient, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD,
+    MARIADB_USER,
 };
 use std::net::TcpStream;
 use std::process::Command;
@@ -127,6 +128,57 @@ fn starts_answers_and_cleans_up() {
     assert!(!dir.exists(), "folder removed");
     assert!(!alive(pid), "no process left: {pid}");
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+/// The testkit's client (the one `examples/mariadb_poll.rs` and the core's
+/// MySQL benchmarks use): its `id()` is the server's `CONNECTION_ID()`, so
+/// another connection's `KILL QUERY` ends a parked statement, which comes
+/// back as the coded error `1317: …`; rows are text, NULL is `None`.
+#[test]
+fn the_client_knows_its_connection_id_and_codes_errors() {
+    let server = MariaDbServer::start();
+    server.sql("CREATE USER 'bare'@'%'; GRANT ALL ON mistri.* TO 'bare'@'%'");
+    let port = server.port();
+    let mut parked = MariaDbClient::connect(port, "bare").unwrap();
+    let mut other = MariaDbClient::connect(port, "bare").unwrap();
+    let rows = parked.query("SELECT CONNECTION_ID(), NULL, 'a'").unwrap();
+    assert_eq!(
+        rows,
+        vec![vec![
+            Some(parked.id().to_string()),
+            None,
+            Some("a".to_owned())
+        ]]
+    );
+    assert_ne!(parked.id(), other.id());
+    let id = parked.id();
+    let park = std::thread::spawn(move || {
+        let r = parked.query("SELECT SLEEP(20)");
+        (r, parked)
+    });
+    // KILL QUERY once the statement runs (a KILL before it would be lost).
+    let running = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id} AND INFO LIKE 'SELECT SLEEP%'"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.sql(&running) != "1" {
+        assert!(Instant::now() < deadline, "the statement never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    other.query(&format!("KILL QUERY {id}")).unwrap();
+    let (r, mut parked) = park.join().unwrap();
+    // Interrupted: SLEEP returns 1, or the statement fails with 1317.
+    match r {
+        Ok(rows) => assert_eq!(rows, vec![vec![Some("1".to_owned())]]),
+        Err(e) => assert!(e.starts_with("1317: "), "{e}"),
+    }
+    // The connection still answers; a syntax error is 1064 with its text.
+    let e = parked.query("SELEC 1").unwrap_err();
+    assert!(e.starts_with("1064: ") && e.contains("SQL syntax"), "{e}");
+    assert_eq!(
+        parked.query("SELECT 2").unwrap(),
+        vec![vec![Some("2".to_owned())]]
+    );
 }
 
 #[test]
