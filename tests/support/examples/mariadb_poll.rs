@@ -19,9 +19,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The proposed schema and procedures, as the harness's tests load them.
-const DESIGN: &str = include_str!("../tests/mariadb_design.sql");
-
 /// Keys each process watches (its holds' stop flags and the lines it
 /// waits in).
 const KEYS: usize = 10;
@@ -570,59 +567,9 @@ fn main() {
         admin.exec("DELETE FROM flags WHERE k LIKE 'p%'");
     }
 
-    // Hand-off with the proposed procedures (tests/support/tests/mariadb_design.sql).
-    server
-        .try_sql_delimited(DESIGN, "$$", Duration::from_secs(60))
-        .expect("the proposed schema loads");
-    println!(
-        "\n(b2) hand-off with the proposed SQL, {raises} rounds: CALL mistri_release by the \
-         holder -> the queued waiter's CALL mistri_acquire returned its fence; ms"
-    );
-    println!(
-        "    {:<52} {:>8} {:>8} {:>8} {:>8}",
-        "", "p50", "p99", "max", "rounds"
-    );
-    for (background, mode, name) in [
-        (
-            0,
-            Mode::Poll(Duration::from_millis(200)),
-            "waiter polls its line every 200 ms",
-        ),
-        (
-            many,
-            Mode::Poll(Duration::from_millis(200)),
-            "waiter polls its line every 200 ms",
-        ),
-        (
-            0,
-            Mode::Doorbell {
-                park: Duration::from_secs(5),
-            },
-            "waiter parked, release rings it",
-        ),
-        (
-            many,
-            Mode::Doorbell {
-                park: Duration::from_secs(5),
-            },
-            "waiter parked, release rings it",
-        ),
-    ] {
-        let doorbell = matches!(mode, Mode::Doorbell { .. });
-        // Other processes idling in the same mode, as load.
-        let run = listeners(port, background, mode, log());
-        let lat = hand_off(port, mode, raises);
-        let (_, errors, _) = run.finish(&mut admin, doorbell);
-        assert_eq!(errors, 0, "{name}: {errors} queries failed");
-        println!(
-            "    {:<52} {:>8.1} {:>8.1} {:>8.1} {:>8}",
-            format!("{name}, {} processes", background + 2),
-            percentile(&lat, 0.5),
-            percentile(&lat, 0.99),
-            lat.last().copied().unwrap_or(f64::NAN),
-            lat.len(),
-        );
-    }
+    // (b2), the hand-off through the study's procedures, is gone with
+    // them: the shipped backend's hand-off is measured by the core's
+    // `my_latency` example (docs/MYSQL.md).
 
     // Who may ring whom: KILL QUERY of another user's connection needs
     // CONNECTION ADMIN (MariaDB 10.5.2+) or SUPER.
@@ -662,116 +609,4 @@ fn register_bells(admin: &mut MariaDbClient, run: &Run) {
             .collect();
         admin.exec(&format!("INSERT INTO bells VALUES {}", values.join(",")));
     }
-}
-
-/// `rounds` hand-offs of a fresh key: a holder takes it, a waiter's
-/// refused acquire queues its line (with its connection as doorbell), the
-/// holder releases (and rings the returned doorbell), the waiter learns
-/// its line may take the key (by its poll or its parked statement ending)
-/// and acquires with a higher fence. Release start -> fence in hand, ms.
-fn hand_off(port: u16, mode: Mode, rounds: usize) -> Vec<f64> {
-    let mut holder = MariaDbClient::connect(port, "study").expect("holder connects");
-    let mut rng = Rng(0x5151_7777_1234_9876);
-    let mut out = Vec::new();
-    for round in 0..rounds {
-        let key = format!("handoff-{round}");
-        let first: i64 = holder
-            .query(&format!(
-                "CALL mistri_acquire('h', '{key}', 'tokH', 60000, 'holder', 1000, 1, NULL, 0, NULL)"
-            ))
-            .expect("holder acquires")[0][0]
-            .as_deref()
-            .unwrap_or("0")
-            .parse()
-            .unwrap_or(0);
-        assert!(first > 0, "the holder got {first}");
-        let (queued_tx, queued_rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let waiter_key = key.clone();
-        let waiter = std::thread::spawn(move || {
-            let key = waiter_key;
-            let mut w = MariaDbClient::connect(port, "study").expect("waiter connects");
-            let acquire = format!(
-                "CALL mistri_acquire('h', '{key}', 'tokW', 60000, 'waiter', 1000, 1, 'lineW', \
-                 60000, {})",
-                w.id()
-            );
-            let fence = |rows: Vec<MariaDbRow>| -> i64 {
-                rows[0][0].as_deref().unwrap_or("0").parse().unwrap_or(0)
-            };
-            assert_eq!(
-                fence(w.query(&acquire).expect("queues")),
-                0,
-                "taken: queued"
-            );
-            queued_tx.send(()).unwrap();
-            let now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
-            let may_take = format!(
-                "NOT EXISTS (SELECT 1 FROM mistri_leases l WHERE l.ns = 'h' AND l.k = '{key}' \
-                   AND l.expires_us > {now}) \
-                 AND NOT EXISTS (SELECT 1 FROM mistri_queue q JOIN mistri_queue p \
-                   ON p.ns = q.ns AND p.k = q.k AND (p.queued_us, p.line) < (q.queued_us, q.line) \
-                   WHERE q.ns = 'h' AND q.k = '{key}' AND q.line = 'lineW')"
-            );
-            let mut next = Instant::now() + Duration::from_millis(rng_ms(&key, 200));
-            loop {
-                let free = match mode {
-                    Mode::Poll(every) => {
-                        let wait = next.saturating_duration_since(Instant::now());
-                        std::thread::sleep(wait);
-                        next += every;
-                        let rows = w.query(&format!("SELECT {may_take}")).expect("poll");
-                        rows[0][0].as_deref() == Some("1")
-                    }
-                    Mode::Doorbell { park } => {
-                        let q = format!(
-                            "SELECT 1 FROM DUAL WHERE {may_take} UNION ALL SELECT 0 FROM DUAL \
-                             WHERE NOT ({may_take}) AND SLEEP({}) < 0",
-                            park.as_secs_f64()
-                        );
-                        match w.query(&q) {
-                            Ok(rows) => !rows.is_empty(),
-                            Err(e) if e.starts_with("1317") => false,
-                            Err(e) => panic!("parked statement: {e}"),
-                        }
-                    }
-                    _ => unreachable!("hand-off modes: poll and doorbell"),
-                };
-                if free {
-                    let f = fence(w.query(&acquire).expect("acquires"));
-                    if f > 0 {
-                        done_tx.send((Instant::now(), f)).unwrap();
-                        let _ = w.query(&format!("CALL mistri_release('h', '{key}', 'tokW')"));
-                        return;
-                    }
-                }
-            }
-        });
-        queued_rx.recv().expect("the waiter queued");
-        std::thread::sleep(Duration::from_millis(50 + rng.below(100)));
-        let t0 = Instant::now();
-        let rows = holder
-            .query(&format!("CALL mistri_release('h', '{key}', 'tokH')"))
-            .expect("release");
-        assert_eq!(rows[0][0].as_deref(), Some("1"), "a live release");
-        if matches!(mode, Mode::Doorbell { .. }) {
-            if let Some(id) = rows[0][1].as_deref() {
-                let _ = holder.query(&format!("KILL QUERY {id}"));
-            }
-        }
-        let (t1, second) = done_rx.recv().expect("the waiter acquired");
-        assert!(second > first, "fence {second} after {first}");
-        out.push(t1.duration_since(t0).as_secs_f64() * 1000.0);
-        waiter.join().expect("waiter");
-    }
-    out.sort_by(f64::total_cmp);
-    out
-}
-
-/// A phase in [0, ms) from a name, so the waiter's ticks fall anywhere.
-fn rng_ms(name: &str, ms: u64) -> u64 {
-    let mut r = Rng(name.bytes().fold(0x9E37_79B9u64, |h, b| {
-        h.wrapping_mul(31).wrapping_add(u64::from(b))
-    }) | 1);
-    r.below(ms)
 }

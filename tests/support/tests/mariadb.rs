@@ -286,21 +286,12 @@ fn a_server_dies_with_the_thread_that_started_it() {
     assert!(gone, "mariadbd {pid} outlived the thread that started it");
 }
 
-// ---- the proposed backend SQL (docs/MYSQL.md, "Proposed SQL"), checked ----
+// ---- MariaDB's behaviour the shipped backend relies on ----
+// (The shipped schema, core/src/backend/mysql/sql.rs, is tested where it
+// lives: core/tests/mysql.rs and the contract suite. The testkit cannot
+// depend on the core, which dev-depends on it.)
 
-const DESIGN: &str = include_str!("mariadb_design.sql");
-
-fn load_design(server: &MariaDbServer) {
-    server
-        .try_sql_delimited(DESIGN, "$$", Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("the proposed schema does not load: {e}"));
-}
-
-fn call(server: &MariaDbServer, sql: &str) -> String {
-    server.sql(sql)
-}
-
-/// The database clock in microseconds, as the design reads it.
+/// The database clock in microseconds, as the backend reads it.
 fn db_now_us(server: &MariaDbServer) -> i64 {
     server
         .sql("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))")
@@ -308,8 +299,11 @@ fn db_now_us(server: &MariaDbServer) -> i64 {
         .unwrap()
 }
 
+/// The throwaway server starts with MariaDB's defaults for the settings
+/// the backend's connect checks (read_only, autocommit, the isolation) and
+/// for wait_timeout and semi-sync: what core/tests/mysql.rs changes from.
 #[test]
-fn proposed_design_connect_checks_read_every_setting() {
+fn the_server_has_the_default_settings_a_connect_reads() {
     let server = MariaDbServer::start();
     // One portable statement per scope (information_schema.GLOBAL_VARIABLES
     // is gone in MySQL 8; SHOW ... WHERE is in both). A name the server
@@ -354,23 +348,13 @@ fn proposed_design_connect_checks_read_every_setting() {
         wait, 28800,
         "the default: 8 hours, longer than any lease ttl"
     );
-    // The schema loads, twice (idempotent), and every table is InnoDB.
-    load_design(&server);
-    load_design(&server);
-    let engines = server.sql(
-        "SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'mistri\\_%' ORDER BY 1",
-    );
-    assert_eq!(
-        engines,
-        "mistri_fences\tInnoDB\nmistri_flags\tInnoDB\nmistri_leases\tInnoDB\n\
-         mistri_meta\tInnoDB\nmistri_queue\tInnoDB"
-    );
-    assert_eq!(server.sql("SELECT version FROM mistri_meta"), "1");
 }
 
+/// Inside a procedure each statement reads the clock anew (the header of
+/// core/src/backend/mysql/sql.rs relies on it), in UTC whatever the
+/// session's zone.
 #[test]
-fn proposed_design_clock_is_read_per_statement_inside_a_procedure() {
+fn the_clock_is_read_per_statement_inside_a_procedure() {
     let server = MariaDbServer::start();
     server
         .try_sql_delimited(
@@ -397,268 +381,4 @@ fn proposed_design_clock_is_read_per_statement_inside_a_procedure() {
         .parse()
         .unwrap();
     assert!((b - a).abs() < 60_000_000, "{a} vs {b}");
-}
-
-#[test]
-fn proposed_design_acquire_renew_release_queue_and_fences() {
-    let mut server = MariaDbServer::start();
-    load_design(&server);
-    let before = db_now_us(&server);
-    // Exclusive acquire: a fence at the clock floor.
-    let f1: i64 = call(
-        &server,
-        "CALL mistri_acquire('ns', 'k', 'tokA', 5000, 'host a pid 1', 1000, 1, NULL, 0, NULL)",
-    )
-    .parse()
-    .unwrap();
-    assert!(f1 >= before, "fence {f1} below the clock {before}");
-    // Taken: a refused try with a line queues it (with its doorbell).
-    let refused = call(
-        &server,
-        "CALL mistri_acquire('ns', 'k', 'tokB', 5000, 'host b', 1000, 1, 'lineB', 10000, 4242)",
-    );
-    assert_eq!(refused, "0");
-    assert_eq!(
-        server.sql("SELECT line, bell_conn FROM mistri_queue"),
-        "lineB\t4242"
-    );
-    // Renew: 1; refused as late when less than p_min_ms is left: -1; a
-    // stranger's token: 0.
-    assert_eq!(
-        call(&server, "CALL mistri_renew('ns', 'k', 'tokA', 5000, 0)"),
-        "1"
-    );
-    assert_eq!(
-        call(&server, "CALL mistri_renew('ns', 'k', 'tokA', 5000, 60000)"),
-        "-1"
-    );
-    assert_eq!(
-        call(&server, "CALL mistri_renew('ns', 'k', 'nobody', 5000, 0)"),
-        "0"
-    );
-    // The holder description is kept.
-    assert_eq!(
-        server.sql("SELECT label, lim, ttl_ms FROM mistri_leases WHERE token = 'tokA'"),
-        "host a pid 1\t1\t5000"
-    );
-    // Release: live, and the first line's doorbell to ring.
-    assert_eq!(
-        call(&server, "CALL mistri_release('ns', 'k', 'tokA')"),
-        "1\t4242"
-    );
-    assert_eq!(
-        call(&server, "CALL mistri_release('ns', 'k', 'tokA')"),
-        "0\tNULL"
-    );
-    // Someone else without a line may not jump the queue...
-    assert_eq!(
-        call(
-            &server,
-            "CALL mistri_acquire('ns', 'k', 'tokC', 5000, 'c', 1000, 1, NULL, 0, NULL)"
-        ),
-        "0"
-    );
-    // ...the head of the line takes it, with a higher fence, and leaves the queue.
-    let f2: i64 = call(
-        &server,
-        "CALL mistri_acquire('ns', 'k', 'tokB', 5000, 'host b', 1000, 1, 'lineB', 10000, 4242)",
-    )
-    .parse()
-    .unwrap();
-    assert!(f2 > f1, "{f2} <= {f1}");
-    assert_eq!(server.sql("SELECT COUNT(*) FROM mistri_queue"), "0");
-    // An expired lease is pruned by the next acquire (ttl 1 ms).
-    let _ = call(&server, "CALL mistri_release('ns', 'k', 'tokB')");
-    assert_ne!(
-        call(
-            &server,
-            "CALL mistri_acquire('ns', 'short', 't1', 1, 'x', 1, 1, NULL, 0, NULL)"
-        ),
-        "0"
-    );
-    std::thread::sleep(Duration::from_millis(5));
-    assert_ne!(
-        call(
-            &server,
-            "CALL mistri_acquire('ns', 'short', 't2', 5000, 'x', 1, 1, NULL, 0, NULL)"
-        ),
-        "0"
-    );
-    // N holders: 2 slots, a third is refused, an exclusive try too.
-    for t in ["s1", "s2"] {
-        assert_ne!(
-            call(
-                &server,
-                &format!(
-                    "CALL mistri_acquire('ns', 'slots', '{t}', 5000, 'x', 1000, 2, NULL, 0, NULL)"
-                )
-            ),
-            "0"
-        );
-    }
-    assert_eq!(
-        call(
-            &server,
-            "CALL mistri_acquire('ns', 'slots', 's3', 5000, 'x', 1000, 2, NULL, 0, NULL)"
-        ),
-        "0"
-    );
-    // Fences strictly rise across a crash-restart and an emptied table.
-    let last: i64 = server
-        .sql("SELECT MAX(fence) FROM mistri_fences WHERE k = 'k'")
-        .parse()
-        .unwrap();
-    FaultServer::crash_restart(&mut server);
-    let f3: i64 = call(
-        &server,
-        "CALL mistri_acquire('ns', 'k', 'tokD', 5000, 'd', 1000, 1, NULL, 0, NULL)",
-    )
-    .parse()
-    .unwrap();
-    assert!(f3 > last, "{f3} <= {last} after a crash");
-    server.sql("DELETE FROM mistri_leases; DELETE FROM mistri_fences");
-    let f4: i64 = call(
-        &server,
-        "CALL mistri_acquire('ns', 'k', 'tokE', 5000, 'e', 1000, 1, NULL, 0, NULL)",
-    )
-    .parse()
-    .unwrap();
-    assert!(f4 > f3, "{f4} <= {f3} after the table was emptied");
-}
-
-#[test]
-fn proposed_design_flags_tick_poll_and_batched_beat() {
-    let server = MariaDbServer::start();
-    load_design(&server);
-    // Raise a flag (upsert, database clock), and the tick poll: one
-    // statement for every key a process watches and every line it waits in.
-    server.sql(
-        "INSERT INTO mistri_flags (ns, k, raised_us, expires_us) \
-         SELECT 'ns', 'job-7', t, t + 60000000 FROM (SELECT TIMESTAMPDIFF(MICROSECOND, \
-           '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) AS t) c \
-         ON DUPLICATE KEY UPDATE raised_us = VALUES(raised_us), expires_us = VALUES(expires_us)",
-    );
-    assert_ne!(
-        call(
-            &server,
-            "CALL mistri_acquire('ns', 'busy', 'h', 5000, 'x', 1000, 1, NULL, 0, NULL)"
-        ),
-        "0"
-    );
-    assert_eq!(
-        call(
-            &server,
-            "CALL mistri_acquire('ns', 'busy', 'w', 5000, 'x', 1000, 1, 'L1', 10000, NULL)"
-        ),
-        "0"
-    );
-    let tick = "SELECT 'flag', f.k, f.raised_us > 0 FROM mistri_flags f \
-         WHERE f.ns = 'ns' AND f.k IN ('job-7', 'job-8') \
-           AND f.expires_us > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
-         UNION ALL \
-         SELECT 'line', q.k, NOT EXISTS (SELECT 1 FROM mistri_leases l WHERE l.ns = q.ns \
-             AND l.k = q.k AND l.expires_us > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
-             UTC_TIMESTAMP(6))) \
-           AND NOT EXISTS (SELECT 1 FROM mistri_queue p WHERE p.ns = q.ns AND p.k = q.k \
-             AND (p.queued_us, p.line) < (q.queued_us, q.line)) \
-         FROM mistri_queue q WHERE q.ns = 'ns' AND (q.k, q.line) IN (('busy', 'L1'))";
-    assert_eq!(server.sql(tick), "flag\tjob-7\t1\nline\tbusy\t0");
-    assert_eq!(
-        call(&server, "CALL mistri_release('ns', 'busy', 'h')"),
-        "1\tNULL"
-    );
-    assert_eq!(server.sql(tick), "flag\tjob-7\t1\nline\tbusy\t1");
-    // The batched beat: 10,000 holds renewed by one UPDATE (row
-    // constructors IN), then read back in the same round trip.
-    server.sql(
-        "INSERT INTO mistri_leases SELECT 'ns', CONCAT('b', seq), CONCAT('t', seq), seq, 1, \
-           TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) + 5000000, 0, 0, \
-           5000, 1000, 'beat' FROM seq_1_to_10000",
-    );
-    let tuples: Vec<String> = (1..=10_000)
-        .map(|i| format!("('ns','b{i}','t{i}')"))
-        .collect();
-    let beat = format!(
-        "UPDATE mistri_leases SET expires_us = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
-           UTC_TIMESTAMP(6)) + ttl_ms * 1000, renewed_us = TIMESTAMPDIFF(MICROSECOND, \
-           '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
-         WHERE (ns, k, token) IN ({list}) AND expires_us > TIMESTAMPDIFF(MICROSECOND, \
-           '1970-01-01 00:00:00', UTC_TIMESTAMP(6)); \
-         SELECT ROW_COUNT();\n",
-        list = tuples.join(",")
-    );
-    // Too long for one argv string: through a file the client sources.
-    let file = server.dir().join("beat.sql");
-    std::fs::write(&file, beat).unwrap();
-    let began = Instant::now();
-    let renewed = server.sql(&format!("source {}", file.display()));
-    let took = began.elapsed();
-    assert_eq!(renewed, "10000");
-    assert_eq!(
-        server.sql("SELECT COUNT(*) FROM mistri_leases WHERE label = 'beat' AND renewed_us > 0"),
-        "10000"
-    );
-    eprintln!("batched beat of 10,000 holds through the mariadb client: {took:?}");
-}
-
-#[test]
-fn proposed_design_concurrent_acquires_never_make_two_holders() {
-    let server = std::sync::Arc::new(MariaDbServer::start());
-    load_design(&server);
-    // Four clients race for one exclusive key; whoever gets it checks it is
-    // alone, then releases. Errors (a deadlock, 1213) are refused tries.
-    let threads: Vec<_> = (0..4)
-        .map(|t| {
-            let server = server.clone();
-            std::thread::spawn(move || {
-                let mut fences = Vec::new();
-                let mut refused = 0;
-                for i in 0..12 {
-                    let token = format!("t{t}-{i}");
-                    let got = server.try_sql(
-                        &format!(
-                            "CALL mistri_acquire('ns', 'race', '{token}', 60000, 'x', 1000, 1, \
-                             NULL, 0, NULL)"
-                        ),
-                        Duration::from_secs(20),
-                    );
-                    match got.as_deref().map(str::parse::<i64>) {
-                        Ok(Ok(f)) if f > 0 => {
-                            let alone = server.sql(
-                                "SELECT GROUP_CONCAT(token) FROM mistri_leases WHERE k = 'race'",
-                            );
-                            assert_eq!(alone, token, "two holders at once");
-                            fences.push(f);
-                            assert_eq!(
-                                server
-                                    .sql(&format!("CALL mistri_release('ns', 'race', '{token}')")),
-                                "1\tNULL"
-                            );
-                        }
-                        Ok(Ok(_)) => refused += 1,
-                        other => {
-                            let text = format!("{other:?}");
-                            assert!(text.contains("1213") || text.contains("Deadlock"), "{text}");
-                            refused += 1;
-                        }
-                    }
-                }
-                (fences, refused)
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    let mut refused = 0;
-    for t in threads {
-        let (fences, r) = t.join().unwrap();
-        all.extend(fences);
-        refused += r;
-    }
-    eprintln!("race: {} acquired, {refused} refused", all.len());
-    assert!(!all.is_empty());
-    // Every grant had its own fence.
-    let n = all.len();
-    all.sort_unstable();
-    all.dedup();
-    assert_eq!(all.len(), n, "a fence was handed out twice");
 }
