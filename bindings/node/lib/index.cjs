@@ -419,7 +419,7 @@ function jobStopKey(id) {
   return call(() => native.jobStopKey(id));
 }
 
-const { operatorHandler } = require('./operator.cjs')({ native, NATIVE, Locks, LocksError, call });
+const { operatorHandler } = require('./operator.cjs')({ native, NATIVE, Locks, LocksError, call, checkSeconds });
 
 module.exports = {
   open,

@@ -200,6 +200,8 @@ export interface OperatorOptions {
   allowedHosts?: string[];
   /** Take scheme and host from X-Forwarded-Proto / X-Forwarded-Host. */
   trustForwarded?: boolean;
+  /** A request whose body is not complete within this of the handler's call gets 408 and a closed connection (default 10). */
+  requestTimeout?: Seconds;
 }
 
 /** The operator's page as a `node:http` / Express handler. */

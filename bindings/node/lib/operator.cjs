@@ -7,7 +7,10 @@
 
 const ACTIONS = ['/api/stop', '/api/clear', '/api/break'];
 
-module.exports = ({ native, NATIVE, Locks, LocksError, call }) => {
+// setTimeout's largest delay (about 24.8 days); a longer one would fire at once.
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+module.exports = ({ native, NATIVE, Locks, LocksError, call, checkSeconds }) => {
   function invalid(message) {
     return new LocksError(message, 'MISTRI_INVALID_ARGUMENT');
   }
@@ -30,27 +33,36 @@ module.exports = ({ native, NATIVE, Locks, LocksError, call }) => {
     return { status, reason, headers: [['Content-Type', 'application/json']], body };
   }
 
-  /** The body, at most `max` bytes; null when it is longer. */
-  function readBody(req, max) {
+  const TIMED_OUT = Symbol('timed out');
+
+  /**
+   * The body, at most `max` bytes; null when it is longer; TIMED_OUT when it
+   * is not complete within `ms` of the call.
+   */
+  function readBody(req, max, ms) {
     return new Promise((resolve, reject) => {
       const chunks = [];
       let size = 0;
       let done = false;
+      const finish = (settle, value) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        settle(value);
+      };
+      const timer = setTimeout(() => finish(resolve, TIMED_OUT), ms);
       req.on('data', (chunk) => {
         if (done) return;
         size += chunk.length;
         if (size > max) {
-          done = true;
-          resolve(null);
+          finish(resolve, null);
           req.resume();
           return;
         }
         chunks.push(chunk);
       });
-      req.on('end', () => {
-        if (!done) resolve(Buffer.concat(chunks));
-      });
-      req.on('error', reject);
+      req.on('end', () => finish(resolve, Buffer.concat(chunks)));
+      req.on('error', (e) => finish(reject, e));
     });
   }
 
@@ -58,11 +70,17 @@ module.exports = ({ native, NATIVE, Locks, LocksError, call }) => {
    * A request handler `(req, res[, next])` serving the operator's page for
    * `locks`. Read-only unless `token` (Authorization: Bearer) or `authorize(req)`
    * is given; `allowedHosts` (default: the loopback names), `trustForwarded`
-   * and `prefix` as `mistri-locks serve` has them (docs/OPERATING.md).
+   * and `prefix` as `mistri-locks serve` has them (docs/OPERATING.md). A
+   * request whose body is not complete within `requestTimeout` seconds of
+   * the call (default 10, as `serve`) is answered 408, its connection
+   * closed, and nothing done for it.
    */
   function operatorHandler(locks, options = {}) {
     if (!(locks instanceof Locks)) throw new TypeError('operatorHandler takes a Locks (from open(url))');
-    const { authorize, token, prefix = '', allowedHosts = [], trustForwarded = false } = options;
+    const { authorize, token, prefix = '', allowedHosts = [], trustForwarded = false, requestTimeout = 10 } = options;
+    checkSeconds('requestTimeout', requestTimeout);
+    call(() => native.checkSeconds('requestTimeout', requestTimeout));
+    const timeoutMs = Math.min(Math.ceil(requestTimeout * 1000), MAX_TIMER_MS);
     let { allowActions } = options;
     if (authorize !== undefined && typeof authorize !== 'function') {
       throw new TypeError('authorize must be a function (req) => boolean');
@@ -87,7 +105,12 @@ module.exports = ({ native, NATIVE, Locks, LocksError, call }) => {
         return refusal(400, 'Bad Request', 'Content-Length must be a non-negative decimal integer');
       }
       if (length !== undefined && Number(length) > max) return native.operatorTooLarge();
-      const body = await readBody(req, max);
+      const body = await readBody(req, max, timeoutMs);
+      if (body === TIMED_OUT) {
+        const late = refusal(408, 'Request Timeout', `the request body did not arrive within ${requestTimeout} s`);
+        late.headers.push(['Connection', 'close']);
+        return late;
+      }
       if (body === null) return native.operatorTooLarge();
       // Express strips its mount point from req.url and keeps it in req.baseUrl.
       const url = new URL(req.url || '/', 'http://mount.invalid');

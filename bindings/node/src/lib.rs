@@ -86,6 +86,14 @@ pub fn job_stop_key(id: String) -> Result<String> {
     mistri_locks::job::stop_key(&id).map_err(|e| js_error(&e))
 }
 
+/// `seconds` checked by the core's one rule for a duration option named
+/// `what` (positive, finite, at most `MAX_SECS`); returns it.
+#[napi]
+pub fn check_seconds(what: String, seconds: f64) -> Result<f64> {
+    mistri_locks::args::duration_from_secs(&what, seconds).map_err(|e| js_error(&e))?;
+    Ok(seconds)
+}
+
 /// The face's own threads (`src/pool.rs`): `[calls, idle calls, waits,
 /// idle waits, most call threads, most wait threads]` (tests read it).
 #[napi]

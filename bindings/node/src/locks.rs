@@ -56,6 +56,20 @@ fn flag_ttl(ttl: Option<f64>) -> Result<Duration> {
     ttl.map_or(Ok(mistri_locks::FLAG_TTL), |t| secs("ttl", t))
 }
 
+impl NativeLocks {
+    /// Runs `work` on this handle's backend off the JS thread
+    /// ([`spawn_promise`]: the face's call threads, the core's error as a
+    /// rejection); every method that may touch the backend goes through it.
+    pub(crate) fn call<'env, T, F>(&self, env: &'env Env, work: F) -> Result<Object<'env>>
+    where
+        T: ToNapiValue + Send + 'static,
+        F: FnOnce(&Locks) -> mistri_locks::Result<T> + Send + 'static,
+    {
+        let locks = self.inner.clone();
+        spawn_promise(env, move || work(&locks))
+    }
+}
+
 #[napi]
 impl NativeLocks {
     /// The backend family's stable name (`memory`, `local`, `redis`, `postgres`, …).
@@ -92,26 +106,24 @@ impl NativeLocks {
 
     #[napi]
     pub fn acquire<'env>(&self, env: &'env Env, key: String, ttl: f64) -> Result<Object<'env>> {
-        let (l, ttl) = (self.inner.clone(), secs("ttl", ttl)?);
-        spawn_promise(env, move || l.acquire(&key, ttl))
+        let ttl = secs("ttl", ttl)?;
+        self.call(env, move |l| l.acquire(&key, ttl))
     }
 
     #[napi]
     pub fn renew<'env>(&self, env: &'env Env, key: String, ttl: f64) -> Result<Object<'env>> {
-        let (l, ttl) = (self.inner.clone(), secs("ttl", ttl)?);
-        spawn_promise(env, move || l.renew(&key, ttl))
+        let ttl = secs("ttl", ttl)?;
+        self.call(env, move |l| l.renew(&key, ttl))
     }
 
     #[napi]
     pub fn release<'env>(&self, env: &'env Env, key: String) -> Result<Object<'env>> {
-        let l = self.inner.clone();
-        spawn_promise(env, move || l.release(&key))
+        self.call(env, move |l| l.release(&key))
     }
 
     #[napi]
     pub fn held<'env>(&self, env: &'env Env, key: String) -> Result<Object<'env>> {
-        let l = self.inner.clone();
-        spawn_promise(env, move || l.held(&key))
+        self.call(env, move |l| l.held(&key))
     }
 
     /// This handle's fence for `key` (no I/O: what it was issued), or null.
@@ -129,32 +141,28 @@ impl NativeLocks {
         key: String,
         ttl: Option<f64>,
     ) -> Result<Object<'env>> {
-        let (l, ttl) = (self.inner.clone(), flag_ttl(ttl)?);
-        spawn_promise(env, move || l.set_flag(&key, ttl))
+        let ttl = flag_ttl(ttl)?;
+        self.call(env, move |l| l.set_flag(&key, ttl))
     }
 
     #[napi]
     pub fn flag<'env>(&self, env: &'env Env, key: String) -> Result<Object<'env>> {
-        let l = self.inner.clone();
-        spawn_promise(env, move || l.flag(&key))
+        self.call(env, move |l| l.flag(&key))
     }
 
     #[napi]
     pub fn clear_flag<'env>(&self, env: &'env Env, key: String) -> Result<Object<'env>> {
-        let l = self.inner.clone();
-        spawn_promise(env, move || l.clear_flag(&key))
+        self.call(env, move |l| l.clear_flag(&key))
     }
 
     #[napi]
     pub fn break_lease<'env>(&self, env: &'env Env, key: String) -> Result<Object<'env>> {
-        let l = self.inner.clone();
-        spawn_promise(env, move || l.break_lease(&key))
+        self.call(env, move |l| l.break_lease(&key))
     }
 
     #[napi]
     pub fn info<'env>(&self, env: &'env Env, key: String) -> Result<Object<'env>> {
-        let l = self.inner.clone();
-        spawn_promise(env, move || {
+        self.call(env, move |l| {
             Ok(match l.info(&key)? {
                 Some(info) => convert::lease_info(&info),
                 None => serde_json::Value::Null,
@@ -164,8 +172,7 @@ impl NativeLocks {
 
     #[napi]
     pub fn list<'env>(&self, env: &'env Env, prefix: String) -> Result<Object<'env>> {
-        let l = self.inner.clone();
-        spawn_promise(env, move || Ok(convert::listing(&l.list(&prefix)?)))
+        self.call(env, move |l| Ok(convert::listing(&l.list(&prefix)?)))
     }
 
     /// The core's stop-the-holders: resolves with `{outcome, flags, stopKey}`.
@@ -176,8 +183,8 @@ impl NativeLocks {
         key: String,
         ttl: Option<f64>,
     ) -> Result<Object<'env>> {
-        let (l, ttl) = (self.inner.clone(), flag_ttl(ttl)?);
-        spawn_promise(env, move || {
+        let ttl = flag_ttl(ttl)?;
+        self.call(env, move |l| {
             use mistri_locks::StopOutcome as S;
             Ok(match l.stop_holders(&key, ttl)? {
                 S::Raised(flags) => serde_json::json!({"outcome": "raised", "flags": flags}),
@@ -199,8 +206,8 @@ impl NativeLocks {
         id: String,
         ttl: Option<f64>,
     ) -> Result<Object<'env>> {
-        let (l, ttl) = (self.inner.clone(), flag_ttl(ttl)?);
-        spawn_promise(env, move || l.stop_job(&id, ttl))
+        let ttl = flag_ttl(ttl)?;
+        self.call(env, move |l| l.stop_job(&id, ttl))
     }
 
     /// This handle's counters by the core's names (in memory, no I/O).

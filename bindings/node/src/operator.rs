@@ -106,10 +106,9 @@ pub fn operator_handle<'env>(
     request: OperatorRequestFields,
     options: OperatorOptionFields,
 ) -> Result<Object<'env>> {
-    let locks = locks.inner.clone();
     let opts = operator_options(options)?;
     let body: Vec<u8> = request.body.map(|b| b.to_vec()).unwrap_or_default();
-    crate::spawn_promise(env, move || {
+    locks.call(env, move |locks| {
         let req = OperatorRequest {
             method: &request.method,
             path: &request.path,
@@ -126,6 +125,6 @@ pub fn operator_handle<'env>(
             body: &body,
             host_authorized: request.host_authorized,
         };
-        Ok(answer(operator::handle(&locks, &opts, &req)))
+        Ok(answer(operator::handle(locks, &opts, &req)))
     })
 }

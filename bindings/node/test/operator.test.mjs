@@ -1,10 +1,11 @@
 // The operator's page mounted in a node:http server and in Express by the
 // same handler, over real HTTP: the core's one handler answers (the page,
 // /api/state, /metrics, actions behind a token or authorize + same origin +
-// the page's CSRF token, the Host check, the body limit).
+// the page's CSRF token, the Host check, the body limit, the request deadline).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import { once } from 'node:events';
 import express from 'express';
 import { open, operatorHandler, LocksError } from '../lib/index.mjs';
@@ -33,6 +34,55 @@ function request(port, method, path, { headers = {}, body } = {}) {
     });
     req.on('error', reject);
     req.end(body);
+  });
+}
+
+/**
+ * A POST whose head goes at once and whose body goes one byte every
+ * `everyMs`; the client ends its side once every byte is sent. Resolves at
+ * the connection's close with what came back and how many body bytes were
+ * sent when the answer arrived and when the connection closed.
+ */
+function trickle(port, path, headers, body, everyMs) {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    const chunks = [];
+    let sent = 0;
+    let sentAtAnswer = null;
+    let error = null;
+    let timer;
+    socket.on('connect', () => {
+      const head = [
+        `POST ${path} HTTP/1.1`,
+        `Host: 127.0.0.1:${port}`,
+        `Content-Length: ${body.length}`,
+        ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+        '',
+        '',
+      ].join('\r\n');
+      socket.write(head);
+      timer = setInterval(() => {
+        if (socket.destroyed || !socket.writable) return clearInterval(timer);
+        socket.write(body[sent]);
+        sent += 1;
+        if (sent === body.length) {
+          clearInterval(timer);
+          socket.end();
+        }
+      }, everyMs);
+    });
+    socket.on('data', (c) => {
+      if (sentAtAnswer === null) sentAtAnswer = sent;
+      chunks.push(c);
+    });
+    // A write racing the server's close may fail (EPIPE, ECONNRESET).
+    socket.on('error', (e) => {
+      error = e;
+    });
+    socket.on('close', () => {
+      clearInterval(timer);
+      resolve({ text: Buffer.concat(chunks).toString(), sentAtAnswer, sentAtClose: sent, error });
+    });
   });
 }
 
@@ -144,6 +194,36 @@ for (const [name, mount, serve] of [
       withAuthorize.close();
     }
   });
+
+  test(`a body trickled past requestTimeout in ${name}: 408, the connection closed, nothing done`, { timeout: 60_000 }, async () => {
+    const namespace = uniqueNamespace();
+    const locks = await open(redis.url, { namespace });
+    const other = await open(redis.url, { namespace });
+    const server = serve(operatorHandler(locks, { token: TOKEN, requestTimeout: 0.5 }));
+    const port = await listen(server);
+    try {
+      const lease = await other.hold('job:2', { ttl: 30, stopKey: 'stop:job:2', ifAvailable: true });
+      // 60 bytes, one every 200 ms: the whole body would take 12 s, the
+      // deadline is 0.5 s from the head.
+      const body = JSON.stringify({ key: 'job:2' }).padEnd(60, ' ');
+      const headers = { Authorization: `Bearer ${TOKEN}`, 'Content-Type': 'application/json' };
+      const slow = await trickle(port, `${mount}/api/stop`, headers, body, 200);
+      assert.match(slow.text, /^HTTP\/1\.1 408 Request Timeout\r\n/, slow.text);
+      assert.match(slow.text, /\r\nConnection: close\r\n/i, slow.text);
+      assert.match(slow.text, /did not arrive within 0\.5 s/, slow.text);
+      assert.ok(slow.sentAtAnswer < body.length, `408 after ${slow.sentAtAnswer} of ${body.length} bytes`);
+      assert.ok(slow.sentAtClose < body.length, `closed after ${slow.sentAtClose} of ${body.length} bytes: the server closed it`);
+      assert.equal(await other.flag('stop:job:2'), false, 'the trickled stop was not performed');
+      assert.equal(lease.signal.aborted, false);
+      // The same handler serves a request whose body comes at once.
+      const stopped = await request(port, 'POST', `${mount}/api/stop`, { headers, body });
+      assert.equal(stopped.status, 200, stopped.body);
+      assert.equal(await other.flag('stop:job:2'), true);
+      await lease.release();
+    } finally {
+      server.close();
+    }
+  });
 }
 
 test('operatorHandler refuses what the other faces refuse', async () => {
@@ -152,4 +232,15 @@ test('operatorHandler refuses what the other faces refuse', async () => {
   assert.throws(() => operatorHandler(locks, { allowActions: true }), LocksError);
   assert.throws(() => operatorHandler('not a handle'), TypeError);
   assert.throws(() => operatorHandler(locks, { allowedHosts: 'localhost' }), TypeError);
+  for (const bad of [0, -1, NaN, Infinity, 2e9]) {
+    assert.throws(
+      () => operatorHandler(locks, { requestTimeout: bad }),
+      (e) => e instanceof LocksError && e.code === 'MISTRI_INVALID_ARGUMENT' && /^requestTimeout must be /.test(e.message),
+      String(bad),
+    );
+  }
+  for (const bad of ['10', null, 10n]) {
+    assert.throws(() => operatorHandler(locks, { requestTimeout: bad }), /requestTimeout must be a number of seconds/);
+  }
+  assert.equal(typeof operatorHandler(locks, { requestTimeout: 1e9 }), 'function');
 });
