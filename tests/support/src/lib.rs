@@ -9,6 +9,7 @@
 //! PgBouncer in transaction pooling mode; [`PgClient`] is a minimal std-only
 //! client for them (the benchmark's baselines, tests that read tables).
 
+mod server_process;
 mod pg_client;
 pub use pg_client::{Notification, PgClient, Rows};
 mod postgres;
