@@ -428,3 +428,118 @@ fn wait_gone(pids: &[i32], within: Duration) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SH: Kind = Kind {
+        name: "sh",
+        install: "it comes with the system",
+        start_within: Duration::from_secs(10),
+        stop_within: Duration::from_secs(10),
+        poll: Duration::from_millis(5),
+        death_signal: libc::SIGKILL,
+    };
+
+    /// A shell with two children of its own, like a postmaster.
+    fn shell_with_children() -> ServerProcess {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 600 & sleep 600 & wait"])
+            .stdin(Stdio::null());
+        let mut process = ServerProcess::new(&SH);
+        process
+            .spawn(cmd, None, |pid| {
+                children_of(i32::try_from(pid).unwrap()).len() == 2
+            })
+            .expect("sh starts");
+        process
+    }
+
+    fn state(pid: i32) -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat_fields(&stat).0.map(str::to_owned)
+    }
+
+    #[test]
+    fn a_freeze_stops_the_child_and_its_children_a_thaw_resumes_them() {
+        let process = shell_with_children();
+        let pids = process.pids();
+        assert_eq!(pids.len(), 3, "{pids:?}");
+        process.freeze();
+        assert!(process.is_frozen());
+        for &pid in &pids {
+            // freeze returns only once each one shows stopped.
+            assert_eq!(state(pid).as_deref(), Some("T"), "pid {pid}");
+        }
+        process.thaw();
+        assert!(!process.is_frozen());
+        let deadline = Instant::now() + SH.stop_within;
+        while pids.iter().any(|&p| state(p).as_deref() == Some("T")) {
+            assert!(Instant::now() < deadline, "not resumed: {pids:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn kill_ends_a_frozen_child_and_its_children() {
+        let mut process = shell_with_children();
+        let pids = process.pids();
+        process.freeze();
+        process.kill();
+        assert_eq!(process.pid(), None);
+        assert!(!process.is_frozen());
+        for &pid in &pids[1..] {
+            // Gone, or a zombie of whoever inherited it.
+            assert!(
+                matches!(state(pid).as_deref(), None | Some("Z")),
+                "pid {pid} lives on: {:?}",
+                state(pid)
+            );
+        }
+    }
+
+    #[test]
+    fn a_shutdown_sends_the_signal_and_a_spawn_can_follow() {
+        let mut process = ServerProcess::new(&SH);
+        let mut cmd = Command::new("sleep");
+        cmd.arg("600");
+        process.spawn(cmd, None, |_| true).expect("sleep starts");
+        let first = process.pid().unwrap();
+        process.freeze();
+        // Thawed first, else a stopped process would sit on SIGTERM.
+        process.shutdown(libc::SIGTERM);
+        assert_eq!(process.pid(), None);
+        assert_eq!(state(i32::try_from(first).unwrap()), None, "reaped");
+        let mut cmd = Command::new("sleep");
+        cmd.arg("600");
+        process.spawn(cmd, None, |_| true).expect("spawns again");
+        assert_ne!(process.pid(), Some(first));
+    }
+
+    #[test]
+    fn a_spawn_fails_when_the_child_exits_or_is_never_ready() {
+        let dir = fresh_folder(&std::env::temp_dir(), "mistri-sp-test", free_port()).unwrap();
+        let log = dir.join("log");
+        std::fs::write(&log, "the last words").unwrap();
+        let mut process = ServerProcess::new(&SH);
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "exit 3"]);
+        let err = process.spawn(cmd, Some(&log), |_| false).unwrap_err();
+        assert!(err.starts_with("sh exited early"), "{err}");
+        assert!(err.ends_with("; log: the last words"), "{err}");
+        assert_eq!(process.pid(), None);
+
+        const IMPATIENT: Kind = Kind {
+            start_within: Duration::from_millis(100),
+            ..SH
+        };
+        let mut process = ServerProcess::new(&IMPATIENT);
+        let mut cmd = Command::new("sleep");
+        cmd.arg("600");
+        let err = process.spawn(cmd, None, |_| false).unwrap_err();
+        assert!(err.starts_with("sh was not ready within 100ms"), "{err}");
+        assert_eq!(process.pid(), None, "killed and reaped");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
