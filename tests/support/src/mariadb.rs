@@ -16,7 +16,9 @@
 //!   spawned directly and told to die with the thread that started it
 //!   (`PR_SET_PDEATHSIG`, SIGKILL), so a test killed outright leaves no
 //!   server behind. [`Drop`] (also while a panicking test unwinds) kills it
-//!   and removes the folder.
+//!   and removes the folder. The process handling (spawn, readiness
+//!   deadline, freeze, shutdown, kill) is `server_process`'s, shared with
+//!   the other harnesses; this module says what is MariaDB's.
 //! - **Accounts**: `root` has no password and is reached over the unix
 //!   socket inside the temporary folder ([`MariaDbServer::sql`]); the
 //!   clients under test get a database `mistri` and a user `mistri` with a
@@ -46,8 +48,8 @@
 //! socket as root, with a wall-clock deadline: [`MariaDbServer::sql`].
 
 use crate::server_process::{
-    first_success, free_port, fresh_folder, log_tail, percent_encode, retry_for, run_within, Kind,
-    ServerProcess,
+    client_output, first_success, free_port, fresh_folder, log_tail, percent_encode, retry_for,
+    run_within, Kind, ServerProcess,
 };
 use std::io::Read;
 use std::net::TcpStream;
@@ -452,10 +454,7 @@ impl MariaDbServer {
         if let Some(db) = db {
             cmd.arg(format!("--database={db}"));
         }
-        match run_within(cmd, within)? {
-            (true, out, _) => Ok(out.trim_end_matches('\n').to_owned()),
-            (false, out, err) => Err(format!("{}{}", err.trim(), out.trim())),
-        }
+        client_output(cmd, within)
     }
 
     /// Stops the server with SIGSTOP (every thread): connections stay

@@ -19,7 +19,9 @@
 //!   thread that started it (`PR_SET_PDEATHSIG`), so a test killed outright
 //!   leaves nothing behind; its backends notice their postmaster's death
 //!   and exit too. [`Drop`] (also while a panicking test unwinds) stops the
-//!   server and removes the folder.
+//!   server and removes the folder. The process handling (spawn, readiness
+//!   deadline, freeze, shutdown, kill) is `server_process`'s, shared with
+//!   the other harnesses; this module says what is PostgreSQL's.
 //! - **Settings**: trust auth on the unix socket (inside the temporary
 //!   folder) and, unless [`PgConfig::password`] is set, over TCP;
 //!   `fsync=off` and `full_page_writes=off` for speed; `synchronous_commit`
@@ -31,8 +33,8 @@
 //! unix socket, with a wall-clock deadline: [`PgServer::sql`].
 
 use crate::server_process::{
-    first_success, free_port, fresh_folder, percent_encode, retry_for, run_within, Kind,
-    ServerProcess,
+    client_output, first_success, free_port, fresh_folder, percent_encode, retry_for, run_within,
+    Kind, ServerProcess,
 };
 use std::ffi::CString;
 use std::net::TcpStream;
@@ -377,7 +379,7 @@ impl PgServer {
             .env("PGCONNECT_TIMEOUT", "5")
             .env_remove("PGPASSWORD")
             .env_remove("PGSERVICE");
-        psql_output(cmd, within)
+        client_output(cmd, within)
     }
 
     /// Stops the postmaster and every backend with SIGSTOP: connections
@@ -452,14 +454,6 @@ fn pid_file_ready(data: &Path, pid: u32) -> bool {
     let lines: Vec<&str> = text.lines().collect();
     lines.first().map(|l| l.trim()) == Some(&pid.to_string())
         && lines.get(7).map(|l| l.trim()) == Some("ready")
-}
-
-/// Runs a psql command within `within`: its output or its error.
-fn psql_output(cmd: Command, within: Duration) -> Result<String, String> {
-    match run_within(cmd, within)? {
-        (true, out, _) => Ok(out.trim_end_matches('\n').to_owned()),
-        (false, out, err) => Err(format!("{}{}", err.trim(), out.trim())),
-    }
 }
 
 /// A throwaway PgBouncer in `pool_mode = transaction` in front of a
@@ -581,7 +575,7 @@ impl PgBouncer {
             Some(p) => cmd.env("PGPASSWORD", p),
             None => cmd.env_remove("PGPASSWORD"),
         };
-        psql_output(cmd, SQL_WITHIN).unwrap_or_else(|e| panic!("psql via pgbouncer failed: {e}"))
+        client_output(cmd, SQL_WITHIN).unwrap_or_else(|e| panic!("psql via pgbouncer failed: {e}"))
     }
 
     /// Stops it (SIGINT: immediate shutdown) and removes its folder.

@@ -23,8 +23,8 @@
 //!   children are gone, so the port and the data folder are free for a
 //!   restart. Dropping a [`ServerProcess`] kills what is left.
 //!
-//! Around it: [`free_port`], [`fresh_folder`], [`run_within`] (a helper
-//! program with a deadline), [`log_tail`], [`retry_for`] and
+//! Around it: [`free_port`], [`fresh_folder`], [`run_within`] and
+//! [`client_output`] (a helper program with a deadline), [`log_tail`], [`retry_for`] and
 //! [`first_success`] (the retries of a restart and of a first start).
 
 use std::io::Read;
@@ -148,6 +148,15 @@ pub(crate) fn run_within(
     match status {
         Some(status) => Ok((status.success(), out, err)),
         None => Err(format!("{cmd:?} did not finish within {within:?}: {err}")),
+    }
+}
+
+/// Runs a client program (`psql`, `mariadb`) within `within`: its
+/// output (the last newline dropped), or its error (stderr, then stdout).
+pub(crate) fn client_output(cmd: Command, within: Duration) -> Result<String, String> {
+    match run_within(cmd, within)? {
+        (true, out, _) => Ok(out.trim_end_matches('\n').to_owned()),
+        (false, out, err) => Err(format!("{}{}", err.trim(), out.trim())),
     }
 }
 
