@@ -10,6 +10,7 @@
 //! client for them (the benchmark's baselines, tests that read tables).
 
 mod pg_client;
+mod server_process;
 pub use pg_client::{Notification, PgClient, Rows};
 mod postgres;
 pub use postgres::{pg_bindir, PgAuth, PgBouncer, PgConfig, PgServer};
@@ -26,19 +27,29 @@ pub use fault_server::FaultServer;
 mod topology;
 pub use topology::{command_on, RedisCluster, RedisSentinels};
 
+use server_process::{first_success, free_port, fresh_folder, retry_for, Kind, ServerProcess};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// How a `redis-server` process is run (nothing is persisted: a stop is
+/// SIGKILL, with nothing to wait for).
+pub(crate) const REDIS: Kind = Kind {
+    name: "redis-server",
+    install: "install it: apt-get install redis-server",
+    start_within: Duration::from_secs(10),
+    stop_within: Duration::from_secs(10),
+    poll: Duration::from_millis(5),
+    death_signal: libc::SIGTERM,
+};
 
 /// A running throwaway `redis-server`.
 pub struct RedisServer {
-    child: Child,
+    process: ServerProcess,
     port: u16,
     dir: PathBuf,
-    password: Option<String>,
-    tls: bool,
     config: RedisConfig,
 }
 
@@ -53,11 +64,6 @@ pub struct RedisConfig {
     pub tls: bool,
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr").port()
-}
-
 impl RedisServer {
     /// Starts a server with default settings. Panics (it is a test helper)
     /// if `redis-server` is missing or won't come up.
@@ -67,35 +73,30 @@ impl RedisServer {
 
     /// Starts a server with `config`.
     pub fn start_with(config: RedisConfig) -> RedisServer {
-        let mut last_err = String::new();
-        for _ in 0..5 {
-            match Self::try_start(&config) {
-                Ok(server) => return server,
-                Err(e) => last_err = e,
-            }
-        }
-        panic!("could not start redis-server: {last_err}");
+        first_success(5, "redis-server", || Self::try_start(&config))
     }
 
     fn try_start(config: &RedisConfig) -> Result<RedisServer, String> {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("mistri-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let made = if config.tls {
-            make_certificate(&dir)
-        } else {
-            Ok(())
+        let dir = fresh_folder(&std::env::temp_dir(), "mistri-redis", port)?;
+        // From here on, `server`'s Drop removes the folder on failure.
+        let mut server = RedisServer {
+            process: ServerProcess::new(&REDIS),
+            port,
+            dir,
+            config: config.clone(),
         };
-        let started = made.and_then(|()| Self::spawn_on(config, port, dir.clone()));
-        if started.is_err() {
-            let _ = std::fs::remove_dir_all(&dir);
+        if config.tls {
+            make_certificate(&server.dir)?;
         }
-        started
+        server.spawn()?;
+        Ok(server)
     }
 
-    /// Starts `redis-server` on `port`, in `dir` (which holds the
-    /// certificate for TLS), and waits for it to answer.
-    fn spawn_on(config: &RedisConfig, port: u16, dir: PathBuf) -> Result<RedisServer, String> {
+    /// Starts `redis-server` on `self.port`, in `self.dir` (which holds
+    /// the certificate for TLS), and waits for it to answer.
+    fn spawn(&mut self) -> Result<(), String> {
+        let (port, dir, config) = (self.port, &self.dir, &self.config);
         // A TLS server is judged ready by its log: start from an empty one.
         let _ = std::fs::remove_file(dir.join("redis.log"));
         let mut cmd = Command::new("redis-server");
@@ -109,7 +110,7 @@ impl RedisServer {
                 "yes",
             ])
             .arg("--dir")
-            .arg(&dir)
+            .arg(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -127,76 +128,9 @@ impl RedisServer {
                 .arg(dir.join("ca.pem"));
         }
         cmd.arg("--logfile").arg(dir.join("redis.log"));
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: prctl is async-signal-safe and touches no memory of
-            // ours; it runs in the child between fork and exec.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                    Ok(())
-                });
-            }
-        }
-        let child = cmd.spawn().map_err(|e| {
-            format!("redis-server not runnable (install it: apt-get install redis-server): {e}")
-        })?;
-        let mut server = RedisServer {
-            child,
-            port,
-            dir,
-            password: config.password.clone(),
-            tls: config.tls,
-            config: config.clone(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut failure = "redis-server did not answer PING within 10 s".to_owned();
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                failure = format!("redis-server exited early: {status}");
-                break;
-            }
-            if server.ping() {
-                return Ok(server);
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        // Stop this attempt but keep `dir`: the caller decides (a restart
-        // retries in it).
-        let _ = server.child.kill();
-        let _ = server.child.wait();
-        std::mem::forget(server); // its Drop would remove `dir`
-        Err(failure)
-    }
-
-    fn ping(&self) -> bool {
-        if self.tls {
-            // No TLS client here: trust the server's own word.
-            return std::fs::read_to_string(self.dir.join("redis.log"))
-                .is_ok_and(|log| log.contains("Ready to accept connections"));
-        }
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-        let mut req = String::new();
-        if let Some(p) = &self.password {
-            req.push_str(&format!("AUTH {p}\r\n"));
-        }
-        req.push_str("PING\r\n");
-        if s.write_all(req.as_bytes()).is_err() {
-            return false;
-        }
-        let mut buf = [0u8; 64];
-        let mut got = String::new();
-        while !got.contains("PONG") {
-            match s.read(&mut buf) {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
-            }
-        }
-        true
+        let log = dir.join("redis.log");
+        self.process
+            .spawn(cmd, Some(&log), |_| ping(port, config, &log))
     }
 
     /// The port it listens on (127.0.0.1 only).
@@ -207,8 +141,8 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT/0` (`rediss://` for TLS), with the password
     /// if one is set.
     pub fn url(&self) -> String {
-        let scheme = if self.tls { "rediss" } else { "redis" };
-        match &self.password {
+        let scheme = if self.config.tls { "rediss" } else { "redis" };
+        match &self.config.password {
             Some(p) => format!("{scheme}://:{p}@127.0.0.1:{}/0", self.port),
             None => format!("{scheme}://127.0.0.1:{}/0", self.port),
         }
@@ -227,7 +161,7 @@ impl RedisServer {
         s.set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
         let mut req = String::new();
-        if let Some(p) = &self.password {
+        if let Some(p) = &self.config.password {
             req.push_str(&format!("AUTH {p}\r\n"));
         }
         req.push_str(line);
@@ -235,7 +169,7 @@ impl RedisServer {
         s.write_all(req.as_bytes()).expect("write");
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
-        let out = match &self.password {
+        let out = match &self.config.password {
             Some(_) => out.strip_prefix("+OK\r\n").unwrap_or(&out),
             None => &out,
         };
@@ -243,30 +177,22 @@ impl RedisServer {
         out.strip_suffix("+OK\r\n").unwrap_or(out).to_owned()
     }
 
-    /// The server's process id.
+    /// The server's process id (panics if it is stopped).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid().expect("server is running")
     }
 
-    /// Stops the server process with SIGSTOP: connections stay open, the
-    /// kernel still accepts and buffers, nothing answers. Its clock (and so
-    /// key expiry) keeps running.
+    /// Stops the server process with SIGSTOP (returns once every thread
+    /// shows stopped): connections stay open, the kernel still accepts and
+    /// buffers, nothing answers. Its clock (and so key expiry) keeps
+    /// running.
     pub fn freeze(&self) {
-        self.signal(libc::SIGSTOP);
+        self.process.freeze();
     }
 
     /// Resumes a frozen server (SIGCONT); it then serves what was buffered.
     pub fn thaw(&self) {
-        self.signal(libc::SIGCONT);
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
-        // SAFETY: kill takes no pointers; `pid` is our own child, not yet
-        // reaped (we reap it only in `stop`/`restart`), so it names that
-        // process and no other.
-        let rc = unsafe { libc::kill(pid, signal) };
-        assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+        self.process.thaw();
     }
 
     /// Kills the server (SIGKILL) and starts a fresh one on the same port,
@@ -279,34 +205,50 @@ impl RedisServer {
     /// [`RedisServer::restart`] with the port left dead for `downtime`
     /// between the kill and the new start (connections are refused then).
     pub fn restart_after(&mut self, downtime: Duration) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
         std::thread::sleep(downtime);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match Self::spawn_on(&self.config, self.port, self.dir.clone()) {
-                Ok(mut fresh) => {
-                    // Take over the new process. `fresh` now owns the old,
-                    // reaped one; its Drop would remove our `dir`, so it
-                    // is forgotten (a few bytes).
-                    std::mem::swap(&mut self.child, &mut fresh.child);
-                    std::mem::forget(fresh);
-                    return;
-                }
-                Err(e) if Instant::now() >= deadline => {
-                    panic!("redis-server did not come back on port {}: {e}", self.port)
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
+        retry_for(Duration::from_secs(5), Duration::from_millis(20), || {
+            self.spawn()
+        })
+        .unwrap_or_else(|e| panic!("redis-server did not come back on port {}: {e}", self.port));
     }
 
     /// Stops the server (SIGKILL for speed: nothing is persisted).
     pub fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Whether the server on `port` answers PING (a TLS server: whether its
+/// `log` says it is ready).
+fn ping(port: u16, config: &RedisConfig, log: &Path) -> bool {
+    if config.tls {
+        // No TLS client here: trust the server's own word.
+        return std::fs::read_to_string(log)
+            .is_ok_and(|log| log.contains("Ready to accept connections"));
+    }
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut req = String::new();
+    if let Some(p) = &config.password {
+        req.push_str(&format!("AUTH {p}\r\n"));
+    }
+    req.push_str("PING\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    let mut got = String::new();
+    while !got.contains("PONG") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+    true
 }
 
 impl Drop for RedisServer {

@@ -16,7 +16,9 @@
 //!   spawned directly and told to die with the thread that started it
 //!   (`PR_SET_PDEATHSIG`, SIGKILL), so a test killed outright leaves no
 //!   server behind. [`Drop`] (also while a panicking test unwinds) kills it
-//!   and removes the folder.
+//!   and removes the folder. The process handling (spawn, readiness
+//!   deadline, freeze, shutdown, kill) is `server_process`'s, shared with
+//!   the other harnesses; this module says what is MariaDB's.
 //! - **Accounts**: `root` has no password and is reached over the unix
 //!   socket inside the temporary folder ([`MariaDbServer::sql`]); the
 //!   clients under test get a database `mistri` and a user `mistri` with a
@@ -45,16 +47,27 @@
 //! SQL from the tests goes through the `mariadb` client over the unix
 //! socket as root, with a wall-clock deadline: [`MariaDbServer::sql`].
 
+use crate::server_process::{
+    client_output, first_success, free_port, fresh_folder, log_tail, percent_encode, retry_for,
+    run_within, Kind, ServerProcess,
+};
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// How long `mariadb-install-db`, or a start, or a stop may take.
-const START_WITHIN: Duration = Duration::from_secs(60);
-const STOP_WITHIN: Duration = Duration::from_secs(20);
+/// How long `mariadb-install-db`, or a start, or a stop may take;
+/// `mariadbd` dies of SIGKILL with the test's thread.
+const MARIADBD: Kind = Kind {
+    name: "mariadbd",
+    install: "bash scripts/setup",
+    start_within: Duration::from_secs(60),
+    stop_within: Duration::from_secs(20),
+    poll: Duration::from_millis(10),
+    death_signal: libc::SIGKILL,
+};
 /// Default deadline of [`MariaDbServer::sql`].
 const SQL_WITHIN: Duration = Duration::from_secs(20);
 
@@ -93,11 +106,6 @@ pub fn mariadb_program(name: &str) -> PathBuf {
 fn is_root() -> bool {
     // SAFETY: geteuid takes no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr").port()
 }
 
 /// Where the temporary folders go: `/dev/shm` (a tmpfs, where an fsync
@@ -185,94 +193,11 @@ fn program(name: &str, dir: &Path) -> Command {
     cmd
 }
 
-/// Runs `cmd` to completion within `within`, killing it past that.
-/// Returns (success, stdout, stderr).
-fn run_within(mut cmd: Command, within: Duration) -> Result<(bool, String, String), String> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{cmd:?} not runnable: {e}"))?;
-    let mut out_pipe = child.stdout.take().expect("stdout piped");
-    let mut err_pipe = child.stderr.take().expect("stderr piped");
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out_pipe.read_to_string(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err_pipe.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let out = out.join().unwrap_or_default();
-    let err = err.join().unwrap_or_default();
-    match status {
-        Some(status) => Ok((status.success(), out, err)),
-        None => Err(format!("did not finish within {within:?}: {err}")),
-    }
-}
-
-fn signal(pid: u32, sig: libc::c_int) {
-    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
-    // SAFETY: kill takes no pointers; `pid` is our own child, not yet
-    // reaped (it is reaped only where `child` is taken), so it names that
-    // process and no other.
-    unsafe {
-        libc::kill(pid, sig);
-    }
-}
-
-/// Whether every thread of `pid` is stopped (state `T`), or the process
-/// is gone.
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return true;
-    };
-    dir.flatten().all(|task| {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            return true;
-        };
-        let state = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .next();
-        matches!(state, Some("T" | "t" | "Z" | "X"))
-    })
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// A running throwaway MariaDB server (module header).
 pub struct MariaDbServer {
-    child: Option<Child>,
+    process: ServerProcess,
     port: u16,
     base: PathBuf,
-    frozen: bool,
     /// Serves TLS too (`start_tls`): a certificate for 127.0.0.1 from a
     /// throwaway CA in the folder.
     tls: bool,
@@ -301,31 +226,22 @@ impl MariaDbServer {
     }
 
     fn start_with(tls: bool) -> MariaDbServer {
-        let mut last = String::new();
-        for _ in 0..3 {
-            match Self::try_start(tls) {
-                Ok(server) => return server,
-                Err(e) => last = e,
-            }
-        }
-        panic!("could not start a MariaDB server: {last}");
+        first_success(3, "a MariaDB server", || Self::try_start(tls))
     }
 
     fn try_start(tls: bool) -> Result<MariaDbServer, String> {
         let port = free_port();
-        let base = scratch_parent().join(format!("mistri-mariadb-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
-        std::fs::create_dir_all(base.join("tmp")).map_err(|e| format!("create {base:?}: {e}"))?;
+        let base = fresh_folder(&scratch_parent(), "mistri-mariadb", port)?;
         // From here on, `server`'s Drop removes the folder on failure.
         let mut server = MariaDbServer {
-            child: None,
+            process: ServerProcess::new(&MARIADBD),
             port,
             base,
-            frozen: false,
             tls,
             install_took: Duration::ZERO,
             start_took: Duration::ZERO,
         };
+        std::fs::create_dir(server.base.join("tmp")).map_err(|e| format!("create tmp: {e}"))?;
         let began = Instant::now();
         server.install()?;
         server.install_took = began.elapsed();
@@ -362,7 +278,7 @@ impl MariaDbServer {
         if is_root() {
             cmd.arg("--user=root");
         }
-        match run_within(cmd, START_WITHIN)? {
+        match run_within(cmd, MARIADBD.start_within)? {
             (true, _, _) => Ok(()),
             (false, out, err) => Err(format!("mariadb-install-db failed: {err}{out}")),
         }
@@ -419,57 +335,21 @@ impl MariaDbServer {
             }
         }
         if is_root() {
+            // mariadbd keeps its credentials (`--user` names the current
+            // user), so PR_SET_PDEATHSIG is not cleared later.
             cmd.arg("--user=root");
         }
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: prctl is async-signal-safe and touches no memory of
-            // ours; it runs in the child between fork and exec. mariadbd
-            // keeps its credentials (`--user` names the current user or is
-            // absent), so the setting is not cleared later.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("mariadbd not runnable (bash scripts/setup): {e}"))?;
-        self.child = Some(child);
-        let deadline = Instant::now() + START_WITHIN;
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                return Err(format!(
-                    "mariadbd exited early ({status}): {}",
-                    self.log_tail()
-                ));
-            }
-            if self.greets() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                self.kill();
-                return Err(format!(
-                    "mariadbd did not answer within {START_WITHIN:?}: {}",
-                    self.log_tail()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let port = self.port;
+        self.process
+            .spawn(cmd, Some(&self.base.join("error.log")), |_| {
+                Self::greets(port)
+            })
     }
 
     /// Whether the port answers with a protocol-10 handshake (mariadbd
     /// opens its port only once it is ready to serve).
-    fn greets(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+    fn greets(port: u16) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
@@ -479,9 +359,7 @@ impl MariaDbServer {
 
     /// The last 2,000 bytes of the server's error log.
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.base.join("error.log")).unwrap_or_default();
-        let start = log.len().saturating_sub(2000);
-        log.get(start..).unwrap_or(&log).to_owned()
+        log_tail(&self.base.join("error.log"))
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -521,7 +399,7 @@ impl MariaDbServer {
 
     /// The server's process id (panics if it is stopped).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("server is running").id()
+        self.process.pid().expect("server is running")
     }
 
     /// Runs `sql` (one or more `;`-separated statements) with the `mariadb`
@@ -576,45 +454,24 @@ impl MariaDbServer {
         if let Some(db) = db {
             cmd.arg(format!("--database={db}"));
         }
-        match run_within(cmd, within)? {
-            (true, out, _) => Ok(out.trim_end_matches('\n').to_owned()),
-            (false, out, err) => Err(format!("{}{}", err.trim(), out.trim())),
-        }
+        client_output(cmd, within)
     }
 
     /// Stops the server with SIGSTOP (every thread): connections stay
     /// open, the kernel still accepts and buffers, nothing answers. Its
     /// clock keeps running. Returns once every thread shows stopped.
     pub fn freeze(&mut self) {
-        if self.frozen {
-            return;
-        }
-        let Some(pid) = self.child.as_ref().map(Child::id) else {
-            return;
-        };
-        signal(pid, libc::SIGSTOP);
-        let until = Instant::now() + STOP_WITHIN;
-        while !all_threads_stopped(pid) {
-            assert!(Instant::now() < until, "mariadbd {pid} never stopped");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        self.frozen = true;
+        self.process.freeze();
     }
 
     /// Resumes a frozen server (SIGCONT); it then serves what was buffered.
     pub fn thaw(&mut self) {
-        if !self.frozen {
-            return;
-        }
-        if let Some(child) = &self.child {
-            signal(child.id(), libc::SIGCONT);
-        }
-        self.frozen = false;
+        self.process.thaw();
     }
 
     /// Whether [`MariaDbServer::freeze`] is in force.
     pub fn is_frozen(&self) -> bool {
-        self.frozen
+        self.process.is_frozen()
     }
 
     /// A normal shutdown (SIGTERM: connections are closed, InnoDB flushes)
@@ -627,7 +484,7 @@ impl MariaDbServer {
     /// [`MariaDbServer::restart`] with the port left dead for `downtime`
     /// in between (connections are refused then).
     pub fn restart_after(&mut self, downtime: Duration) {
-        self.shutdown();
+        self.process.shutdown(libc::SIGTERM);
         std::thread::sleep(downtime);
         self.respawn();
     }
@@ -636,57 +493,21 @@ impl MariaDbServer {
     /// port and data folder; InnoDB recovers committed transactions from
     /// its redo log.
     pub fn crash_restart(&mut self) {
-        self.kill();
+        self.process.kill();
         self.respawn();
     }
 
     fn respawn(&mut self) {
-        let deadline = Instant::now() + START_WITHIN;
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(e) if Instant::now() >= deadline => {
-                    panic!("mariadbd did not come back on port {}: {e}", self.port)
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        retry_for(MARIADBD.start_within, Duration::from_millis(50), || {
+            self.spawn()
+        })
+        .unwrap_or_else(|e| panic!("mariadbd did not come back on port {}: {e}", self.port));
     }
 
-    /// SIGTERM and wait (SIGKILL past [`STOP_WITHIN`]).
-    fn shutdown(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        if self.frozen {
-            signal(child.id(), libc::SIGCONT);
-            self.frozen = false;
-        }
-        signal(child.id(), libc::SIGTERM);
-        let deadline = Instant::now() + STOP_WITHIN;
-        while !matches!(child.try_wait(), Ok(Some(_))) {
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// SIGKILL and reap (a stopped process dies of SIGKILL too).
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.frozen = false;
-    }
-
-    /// Kills the server (its data is thrown away) and removes its folder.
-    /// Idempotent; Drop calls it.
+    /// Kills the server (SIGKILL: its data is thrown away) and removes its
+    /// folder. Idempotent; Drop calls it.
     pub fn stop(&mut self) {
-        self.kill();
+        self.process.kill();
         let _ = std::fs::remove_dir_all(&self.base);
     }
 }

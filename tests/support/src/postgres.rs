@@ -19,7 +19,9 @@
 //!   thread that started it (`PR_SET_PDEATHSIG`), so a test killed outright
 //!   leaves nothing behind; its backends notice their postmaster's death
 //!   and exit too. [`Drop`] (also while a panicking test unwinds) stops the
-//!   server and removes the folder.
+//!   server and removes the folder. The process handling (spawn, readiness
+//!   deadline, freeze, shutdown, kill) is `server_process`'s, shared with
+//!   the other harnesses; this module says what is PostgreSQL's.
 //! - **Settings**: trust auth on the unix socket (inside the temporary
 //!   folder) and, unless [`PgConfig::password`] is set, over TCP;
 //!   `fsync=off` and `full_page_writes=off` for speed; `synchronous_commit`
@@ -30,16 +32,32 @@
 //! SQL from the tests goes through `psql` (from the same bindir) over the
 //! unix socket, with a wall-clock deadline: [`PgServer::sql`].
 
+use crate::server_process::{
+    client_output, first_success, free_port, fresh_folder, percent_encode, retry_for, run_within,
+    Kind, ServerProcess,
+};
 use std::ffi::CString;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How long a server gets to come up (initdb excluded) or go down.
-const START_WITHIN: Duration = Duration::from_secs(30);
-const STOP_WITHIN: Duration = Duration::from_secs(10);
+/// How long a server gets to come up (initdb excluded) or go down; the
+/// postmaster and its backends die of SIGTERM with the test's thread.
+const POSTGRES: Kind = Kind {
+    name: "postgres",
+    install: "bash scripts/setup",
+    start_within: Duration::from_secs(30),
+    stop_within: Duration::from_secs(10),
+    poll: Duration::from_millis(10),
+    death_signal: libc::SIGTERM,
+};
+/// The same for pgbouncer.
+const PGBOUNCER: Kind = Kind {
+    name: "pgbouncer",
+    ..POSTGRES
+};
 /// Default deadline of [`PgServer::sql`].
 const SQL_WITHIN: Duration = Duration::from_secs(20);
 
@@ -128,11 +146,6 @@ pub fn pg_bindir() -> PathBuf {
     .clone()
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr").port()
-}
-
 /// A temporary folder the server user can use: under `TMPDIR` unless we
 /// are root and that is not reachable by others, then under `/tmp`.
 fn make_base(prefix: &str, port: u16, owner: Option<RunAs>) -> PathBuf {
@@ -146,9 +159,7 @@ fn make_base(prefix: &str, port: u16, owner: Option<RunAs>) -> PathBuf {
             parent = PathBuf::from("/tmp");
         }
     }
-    let base = parent.join(format!("{prefix}-{}-{port}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(&base).expect("create temporary folder");
+    let base = fresh_folder(&parent, prefix, port).expect("create temporary folder");
     std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     if let Some(o) = owner {
         std::os::unix::fs::chown(&base, Some(o.uid), Some(o.gid)).expect("chown to postgres");
@@ -169,73 +180,12 @@ fn command(program: &Path, dir: &Path) -> Command {
     cmd
 }
 
-/// [`command`] that dies with the thread that spawns it.
-fn dying_with_thread(mut cmd: Command) -> Command {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: prctl is async-signal-safe and touches no memory of
-        // ours; it runs in the child between fork and exec, after std has
-        // changed the uid (which would clear the setting), so it sticks.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
-    }
-    cmd
-}
-
-/// Runs `cmd` to completion within `within`, killing it past that.
-/// Returns (success, stdout, stderr).
-fn run_within(mut cmd: Command, within: Duration) -> Result<(bool, String, String), String> {
-    use std::io::Read;
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{cmd:?} not runnable: {e}"))?;
-    // Drain both pipes on threads so a chatty child never blocks.
-    let mut out_pipe = child.stdout.take().expect("stdout piped");
-    let mut err_pipe = child.stderr.take().expect("stderr piped");
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out_pipe.read_to_string(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err_pipe.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let out = out.join().unwrap_or_default();
-    let err = err.join().unwrap_or_default();
-    match status {
-        Some(status) => Ok((status.success(), out, err)),
-        None => Err(format!("{cmd:?} did not finish within {within:?}: {err}")),
-    }
-}
-
 /// A running throwaway PostgreSQL server.
 pub struct PgServer {
-    child: Option<Child>,
+    process: ServerProcess,
     port: u16,
     base: PathBuf,
     config: PgConfig,
-    frozen: bool,
 }
 
 impl PgServer {
@@ -257,14 +207,7 @@ impl PgServer {
 
     /// Starts a server with `config`.
     pub fn start_with(config: PgConfig) -> PgServer {
-        let mut last = String::new();
-        for _ in 0..3 {
-            match Self::try_start(&config) {
-                Ok(server) => return server,
-                Err(e) => last = e,
-            }
-        }
-        panic!("could not start a PostgreSQL server: {last}");
+        first_success(3, "a PostgreSQL server", || Self::try_start(&config))
     }
 
     fn try_start(config: &PgConfig) -> Result<PgServer, String> {
@@ -272,11 +215,10 @@ impl PgServer {
         let owner = run_as();
         let base = make_base("mistri-pg", port, owner);
         let mut server = PgServer {
-            child: None,
+            process: ServerProcess::new(&POSTGRES),
             port,
             base,
             config: config.clone(),
-            frozen: false,
         };
         // On failure, `server`'s Drop removes the folder.
         server.initdb()?;
@@ -362,55 +304,11 @@ impl PgServer {
         }
         let err_log = log.try_clone().map_err(|e| e.to_string())?;
         cmd.stdout(log).stderr(err_log);
-        let child = dying_with_thread(cmd)
-            .spawn()
-            .map_err(|e| format!("postgres not runnable: {e}"))?;
-        self.child = Some(child);
-        self.frozen = false;
-        let deadline = Instant::now() + START_WITHIN;
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                return Err(format!(
-                    "postgres exited early ({status}); log: {}",
-                    self.log_tail()
-                ));
-            }
-            if self.pid_file_ready() && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                self.halt();
-                return Err(format!(
-                    "postgres did not come up within {START_WITHIN:?}; log: {}",
-                    self.log_tail()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// `postmaster.pid` names our child and says `ready`.
-    fn pid_file_ready(&self) -> bool {
-        let Some(child) = &self.child else {
-            return false;
-        };
-        let Ok(text) = std::fs::read_to_string(self.data_dir().join("postmaster.pid")) else {
-            return false;
-        };
-        let lines: Vec<&str> = text.lines().collect();
-        lines.first().map(|l| l.trim()) == Some(&child.id().to_string())
-            && lines.get(7).map(|l| l.trim()) == Some("ready")
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.base.join("postgres.log")).unwrap_or_default();
-        let start = log.len().saturating_sub(2000);
-        log.get(start..).unwrap_or(&log).to_owned()
+        let port = self.port;
+        self.process
+            .spawn(cmd, Some(&self.base.join("postgres.log")), |pid| {
+                pid_file_ready(&data, pid) && TcpStream::connect(("127.0.0.1", port)).is_ok()
+            })
     }
 
     /// The port it listens on (127.0.0.1 only).
@@ -444,19 +342,13 @@ impl PgServer {
 
     /// The postmaster's process id (panics if it is stopped).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("server is running").id()
+        self.process.pid().expect("server is running")
     }
 
     /// The server's processes: the postmaster first, then its live
     /// children (backends and auxiliary processes), read from /proc.
     pub fn pids(&self) -> Vec<i32> {
-        let Some(child) = &self.child else {
-            return Vec::new();
-        };
-        let pm = i32::try_from(child.id()).expect("pid fits i32");
-        let mut pids = vec![pm];
-        pids.extend(children_of(pm));
-        pids
+        self.process.pids()
     }
 
     /// Runs `sql` with psql over the unix socket (as `postgres`, trust)
@@ -487,70 +379,25 @@ impl PgServer {
             .env("PGCONNECT_TIMEOUT", "5")
             .env_remove("PGPASSWORD")
             .env_remove("PGSERVICE");
-        psql_output(cmd, within)
+        client_output(cmd, within)
     }
 
     /// Stops the postmaster and every backend with SIGSTOP: connections
     /// stay open, the kernel still accepts and buffers, nothing answers.
     /// Its clock keeps running. No-op if already frozen.
     pub fn freeze(&mut self) {
-        if self.frozen {
-            return;
-        }
-        // The postmaster first, so it forks no new backend meanwhile; then
-        // its children, read again until none is left running.
-        let Some(child) = &self.child else { return };
-        let pm = i32::try_from(child.id()).expect("pid fits i32");
-        signal(pm, libc::SIGSTOP);
-        for _ in 0..3 {
-            for pid in children_of(pm) {
-                signal(pid, libc::SIGSTOP);
-            }
-        }
-        // kill() returns before the target has stopped (a busy process on
-        // the other core stops at its next trip through the kernel): the
-        // freeze is not done until every process shows state T, so a caller
-        // that times a silence from here times a real one.
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            let running: Vec<i32> = std::iter::once(pm)
-                .chain(children_of(pm))
-                .filter(|&pid| !process_stopped(pid))
-                .collect();
-            if running.is_empty() {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < until,
-                "processes {running:?} of the server never stopped"
-            );
-            for pid in running {
-                signal(pid, libc::SIGSTOP);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        self.frozen = true;
+        self.process.freeze();
     }
 
     /// Resumes a frozen server (SIGCONT, the backends first); it then
     /// serves what was buffered.
     pub fn thaw(&mut self) {
-        if !self.frozen {
-            return;
-        }
-        if let Some(child) = &self.child {
-            let pm = i32::try_from(child.id()).expect("pid fits i32");
-            for pid in children_of(pm) {
-                signal(pid, libc::SIGCONT);
-            }
-            signal(pm, libc::SIGCONT);
-        }
-        self.frozen = false;
+        self.process.thaw();
     }
 
     /// Whether [`PgServer::freeze`] is in force.
     pub fn is_frozen(&self) -> bool {
-        self.frozen
+        self.process.is_frozen()
     }
 
     /// Stops the server (fast shutdown: open connections are closed) and
@@ -563,7 +410,7 @@ impl PgServer {
     /// [`PgServer::restart`] with the port left dead for `downtime` in
     /// between (connections are refused then).
     pub fn restart_after(&mut self, downtime: Duration) {
-        self.shutdown(libc::SIGINT);
+        self.process.shutdown(libc::SIGINT);
         std::thread::sleep(downtime);
         self.respawn();
     }
@@ -572,76 +419,23 @@ impl PgServer {
     /// every backend) and starts it again on the same port; it recovers
     /// committed data from its WAL.
     pub fn crash_restart(&mut self) {
-        let pids = self.pids();
-        for pid in &pids {
-            signal(*pid, libc::SIGKILL);
-        }
-        if let Some(mut child) = self.child.take() {
-            let _ = child.wait();
-        }
-        // Backends of a killed postmaster exit on their own; make sure.
-        wait_gone(pids.get(1..).unwrap_or(&[]));
-        self.frozen = false;
+        // Backends of a killed postmaster exit on their own; kill() makes
+        // sure.
+        self.process.kill();
         self.respawn();
     }
 
     fn respawn(&mut self) {
-        let deadline = Instant::now() + START_WITHIN;
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(e) if Instant::now() >= deadline => {
-                    panic!("postgres did not come back on port {}: {e}", self.port)
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        retry_for(POSTGRES.start_within, Duration::from_millis(50), || {
+            self.spawn()
+        })
+        .unwrap_or_else(|e| panic!("postgres did not come back on port {}: {e}", self.port));
     }
 
-    /// Shuts down with `sig` (SIGINT fast, SIGQUIT immediate) and waits;
-    /// SIGKILL to every process past [`STOP_WITHIN`].
-    fn shutdown(&mut self, sig: libc::c_int) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let pm = i32::try_from(child.id()).expect("pid fits i32");
-        let backends = children_of(pm);
-        if self.frozen {
-            for pid in &backends {
-                signal(*pid, libc::SIGCONT);
-            }
-            signal(pm, libc::SIGCONT);
-            self.frozen = false;
-        }
-        signal(pm, sig);
-        let deadline = Instant::now() + STOP_WITHIN;
-        loop {
-            if let Ok(Some(_)) = child.try_wait() {
-                break;
-            }
-            if Instant::now() >= deadline {
-                for pid in children_of(pm) {
-                    signal(pid, libc::SIGKILL);
-                }
-                let _ = child.kill();
-                let _ = child.wait();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        wait_gone(&backends);
-    }
-
-    /// Stops right away (immediate shutdown), without waiting for a
-    /// checkpoint.
-    fn halt(&mut self) {
-        self.shutdown(libc::SIGQUIT);
-    }
-
-    /// Stops the server (immediate shutdown) and removes its folder.
-    /// Idempotent; Drop calls it.
+    /// Stops the server (immediate shutdown: SIGQUIT, without waiting for
+    /// a checkpoint) and removes its folder. Idempotent; Drop calls it.
     pub fn stop(&mut self) {
-        self.halt();
+        self.process.shutdown(libc::SIGQUIT);
         let _ = std::fs::remove_dir_all(&self.base);
     }
 }
@@ -652,81 +446,14 @@ impl Drop for PgServer {
     }
 }
 
-/// Runs a psql command within `within`: its output or its error.
-fn psql_output(cmd: Command, within: Duration) -> Result<String, String> {
-    match run_within(cmd, within)? {
-        (true, out, _) => Ok(out.trim_end_matches('\n').to_owned()),
-        (false, out, err) => Err(format!("{}{}", err.trim(), out.trim())),
-    }
-}
-
-/// Process ids whose parent is `parent` (Linux: /proc/PID/stat).
-fn children_of(parent: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
+/// `postmaster.pid` in `data` names `pid` and says `ready`.
+fn pid_file_ready(data: &Path, pid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(data.join("postmaster.pid")) else {
+        return false;
     };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid ...": comm may hold spaces or ')'.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let ppid = fields.next().and_then(|s| s.parse().ok());
-        // A zombie is an exited backend its postmaster has not reaped yet.
-        if ppid == Some(parent) && state != Some("Z") {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-fn signal(pid: i32, sig: libc::c_int) {
-    // SAFETY: kill takes no pointers. `pid` is our child (not yet reaped)
-    // or one of its children read from /proc just now; a child that has
-    // exited meanwhile makes kill fail with ESRCH, which is ignored.
-    unsafe {
-        libc::kill(pid, sig);
-    }
-}
-
-/// Waits (up to [`STOP_WITHIN`]) until none of `pids` exists any more.
-fn wait_gone(pids: &[i32]) {
-    let deadline = Instant::now() + STOP_WITHIN;
-    while Instant::now() < deadline {
-        let alive = pids.iter().any(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .map(|s| !s.contains(") Z "))
-                .unwrap_or(false)
-        });
-        if !alive {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    let lines: Vec<&str> = text.lines().collect();
+    lines.first().map(|l| l.trim()) == Some(&pid.to_string())
+        && lines.get(7).map(|l| l.trim()) == Some("ready")
 }
 
 /// A throwaway PgBouncer in `pool_mode = transaction` in front of a
@@ -734,7 +461,7 @@ fn percent_encode(s: &str) -> String {
 /// advisory locks, prepared statements across transactions) does not
 /// survive between transactions through it, as with a production pooler.
 pub struct PgBouncer {
-    child: Option<Child>,
+    process: ServerProcess,
     port: u16,
     base: PathBuf,
     password: Option<String>,
@@ -751,14 +478,7 @@ impl PgBouncer {
     /// [`PgBouncer::start`] with `pool_size` server connections per
     /// user and database.
     pub fn start_with_pool(server: &PgServer, pool_size: u32) -> PgBouncer {
-        let mut last = String::new();
-        for _ in 0..3 {
-            match Self::try_start(server, pool_size) {
-                Ok(bouncer) => return bouncer,
-                Err(e) => last = e,
-            }
-        }
-        panic!("could not start pgbouncer: {last}");
+        first_success(3, "pgbouncer", || Self::try_start(server, pool_size))
     }
 
     fn try_start(server: &PgServer, pool_size: u32) -> Result<PgBouncer, String> {
@@ -766,7 +486,7 @@ impl PgBouncer {
         let owner = run_as();
         let base = make_base("mistri-pgbouncer", port, owner);
         let mut bouncer = PgBouncer {
-            child: None,
+            process: ServerProcess::new(&PGBOUNCER),
             port,
             base,
             password: server.password().map(str::to_owned),
@@ -816,30 +536,11 @@ impl PgBouncer {
         cmd.arg(bouncer.base.join("pgbouncer.ini"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = dying_with_thread(cmd)
-            .spawn()
-            .map_err(|e| format!("pgbouncer not runnable (bash scripts/setup): {e}"))?;
-        bouncer.child = Some(child);
-        let deadline = Instant::now() + START_WITHIN;
-        loop {
-            if let Some(status) = bouncer
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                bouncer.child = None;
-                let log =
-                    std::fs::read_to_string(bouncer.base.join("pgbouncer.log")).unwrap_or_default();
-                return Err(format!("pgbouncer exited early ({status}): {log}"));
-            }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(bouncer);
-            }
-            if Instant::now() >= deadline {
-                return Err("pgbouncer did not listen within 30 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let log = bouncer.base.join("pgbouncer.log");
+        bouncer.process.spawn(cmd, Some(&log), |_| {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })?;
+        Ok(bouncer)
     }
 
     /// The port it listens on (127.0.0.1 only).
@@ -874,24 +575,12 @@ impl PgBouncer {
             Some(p) => cmd.env("PGPASSWORD", p),
             None => cmd.env_remove("PGPASSWORD"),
         };
-        psql_output(cmd, SQL_WITHIN).unwrap_or_else(|e| panic!("psql via pgbouncer failed: {e}"))
+        client_output(cmd, SQL_WITHIN).unwrap_or_else(|e| panic!("psql via pgbouncer failed: {e}"))
     }
 
     /// Stops it (SIGINT: immediate shutdown) and removes its folder.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let pid = i32::try_from(child.id()).expect("pid fits i32");
-            signal(pid, libc::SIGINT);
-            let deadline = Instant::now() + STOP_WITHIN;
-            while !matches!(child.try_wait(), Ok(Some(_))) {
-                if Instant::now() >= deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
+        self.process.shutdown(libc::SIGINT);
         let _ = std::fs::remove_dir_all(&self.base);
     }
 }
@@ -912,19 +601,4 @@ fn pgbouncer_binary() -> PathBuf {
         .unwrap_or_else(|| {
             panic!("pgbouncer not found (install it: bash scripts/setup, or apt-get install pgbouncer)")
         })
-}
-
-/// Whether `pid` is stopped (state `T` in `/proc/PID/stat`), or gone: a
-/// process that exited can't answer either.
-fn process_stopped(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
-    let state = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .next();
-    matches!(state, Some("T" | "t" | "Z" | "X"))
 }

@@ -5,10 +5,11 @@
 //! with the test thread that started it (`PR_SET_PDEATHSIG`), and is
 //! stopped on drop.
 
+use crate::server_process::ServerProcess;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -45,27 +46,20 @@ fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-fn spawn(args: &[String], dir: &PathBuf) -> Child {
+/// A `redis-server` with `args`, in `dir`, not waited for (the topology
+/// waits for its nodes together).
+fn spawn(args: &[String], dir: &PathBuf) -> ServerProcess {
     let mut cmd = Command::new("redis-server");
     cmd.args(args)
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: prctl is async-signal-safe and touches no memory of ours;
-        // it runs in the child between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
-    }
-    cmd.spawn()
-        .expect("redis-server not runnable (install it: apt-get install redis-server)")
+    let mut process = ServerProcess::new(&crate::REDIS);
+    process
+        .spawn(cmd, None, |_| true)
+        .unwrap_or_else(|e| panic!("{e}"));
+    process
 }
 
 /// Sends one inline command to 127.0.0.1:`port` and returns the raw reply
@@ -126,22 +120,21 @@ fn temp_dir(kind: &str) -> PathBuf {
 
 /// One node of a topology.
 struct Node {
-    child: Child,
+    process: ServerProcess,
     port: u16,
 }
 
 impl Node {
     fn pause(&self, on: bool) {
-        let signal = if on { libc::SIGSTOP } else { libc::SIGCONT };
-        // SAFETY: kill takes no pointers; the pid is our own child's.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        if on {
+            self.process.freeze();
+        } else {
+            self.process.thaw();
+        }
     }
 
     fn stop(&mut self) {
-        // SAFETY: kill takes no pointers; the pid is our own child's.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGCONT) };
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 }
 
@@ -193,7 +186,7 @@ impl RedisCluster {
                 .map(|s| s.to_string())
                 .collect();
                 Node {
-                    child: spawn(&args, &node_dir),
+                    process: spawn(&args, &node_dir),
                     port,
                 }
             })
@@ -461,7 +454,7 @@ impl RedisSentinels {
             .collect()
         };
         let master = Node {
-            child: spawn(
+            process: spawn(
                 &base(ports[0]),
                 &node_dir(&dir, format!("master-{}", ports[0])),
             ),
@@ -477,7 +470,7 @@ impl RedisSentinels {
                     ports[0].to_string(),
                 ]);
                 Node {
-                    child: spawn(&args, &node_dir(&dir, format!("replica-{port}"))),
+                    process: spawn(&args, &node_dir(&dir, format!("replica-{port}"))),
                     port,
                 }
             })
@@ -524,7 +517,7 @@ impl RedisSentinels {
                 .expect("sentinel.conf");
                 let args = vec![conf.display().to_string(), "--sentinel".to_string()];
                 Node {
-                    child: spawn(&args, &d),
+                    process: spawn(&args, &d),
                     port,
                 }
             })
