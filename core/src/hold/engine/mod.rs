@@ -124,6 +124,20 @@
 //! not be read) is counted (`settings_checks_failed`) and stands as a risk
 //! of its own until a check finds them safe: fail closed.
 //!
+//! Wakes: the scheduler records under the state lock when it plans to wake
+//! ([`state::Sleep`]: awake, until an instant, or until notified) and
+//! sleeps on the condvar in the same critical section. Who changes the
+//! schedule notifies it only when the new work is due before that planned
+//! wake (or it waits with no plan): a [`Engine::register`] whose entry's
+//! earliest timer (or a tick from now, the clocks' reading) comes first,
+//! a push making reads due now, the I/O thread at the end of each batch
+//! (renewals and reads are not planned while one is in flight), queued
+//! deletes and settings verdicts. [`Engine::unregister`] never notifies:
+//! the scheduler wakes at its planned time, finds the entry gone and plans
+//! again. A change made while the scheduler is awake (mid-batch, tripping
+//! signals) is seen when it plans under the lock. A short hold thus wakes
+//! no engine thread, where each register and unregister used to.
+//!
 //! Both threads exit after [`IDLE_EXIT`] with nothing to do and are started
 //! again by the next registration.
 
@@ -153,6 +167,7 @@ use slab::Entry;
 use slab::Guard;
 use slab::NOWHERE;
 use state::Shared;
+use status::instant;
 use status::intervals;
 use status::ms;
 use status::ns;
@@ -263,6 +278,21 @@ impl Engine {
         if let (Some(every), None) = (shared.settings_every, state.settings_due) {
             state.settings_due = Some(ms(std::time::Instant::now() + every));
         }
+        // The earliest work of the new entry the scheduler acts on: its
+        // renewals and reads wait while a batch is in flight (the I/O
+        // thread wakes the scheduler when it is done), its deadline never.
+        let mut due = entry.safe_deadline;
+        if !state.io_busy {
+            due = due.min(entry.next_renew);
+            if watches.is_some() {
+                due = due.min(entry.next_check);
+            }
+            if let Some(at) = state.settings_due {
+                due = due.min(at);
+            }
+        }
+        // Clocks are read at least once a tick while there are holds.
+        let due = instant(due).min(std::time::Instant::now() + MAX_TICK);
         let id = state.entries.insert(entry);
         state.arm(Kind::Renew, id);
         state.arm(Kind::Deadline, id);
@@ -270,7 +300,9 @@ impl Engine {
             state.arm(Kind::Check, id);
             state.watch_key(key, id);
         }
-        shared.wake.notify_one();
+        if state.must_wake_for(due) {
+            shared.wake.notify_one();
+        }
         Ok(id)
     }
 
@@ -280,11 +312,10 @@ impl Engine {
     pub(crate) fn unregister(&self, id: u64) -> Unregistered {
         let shared = self.shared();
         let mut state = shared.state.lock();
+        // No notify: the scheduler wakes at its planned time, finds the
+        // entry gone and plans again (module header, "Wakes").
         match state.remove_entry(id) {
-            Some(_) => {
-                shared.wake.notify_one();
-                Unregistered::Removed
-            }
+            Some(_) => Unregistered::Removed,
             None => Unregistered::Gone,
         }
     }

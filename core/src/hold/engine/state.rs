@@ -5,6 +5,7 @@ use super::slab::index_of;
 use super::slab::Entry;
 use super::slab::Slab;
 use super::status::dur;
+use super::status::instant;
 use super::status::ms;
 use super::status::HoldStatus;
 use super::status::Ms;
@@ -73,9 +74,39 @@ pub(crate) struct State {
     pub(crate) suspend: SuspendWatch,
     /// The server's clock as the beats saw it ([`super::clocks`]).
     pub(crate) server_clock: ServerClock,
+    /// What the scheduler is doing ([`Sleep`]): who changes the schedule
+    /// notifies it only when it would otherwise wake too late.
+    pub(crate) sleep: Sleep,
+    /// How many times the scheduler's wait returned (for tests).
+    pub(crate) scheduler_wakes: u64,
+}
+
+/// The scheduler's plan, recorded under the state lock (module header,
+/// "Wakes").
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) enum Sleep {
+    /// Awake (or not started): it looks at the state under the lock before
+    /// it sleeps again, so a change made meanwhile needs no notify.
+    #[default]
+    Awake,
+    /// Waiting until this instant (or a notify).
+    Until(Instant),
+    /// Waiting for a notify, with no planned wake.
+    Forever,
 }
 
 impl State {
+    /// Whether work due at `due` needs the scheduler woken: it is waiting
+    /// and plans to wake later than that (or not at all). A scheduler that
+    /// is awake re-plans under the lock before it waits again.
+    pub(crate) fn must_wake_for(&self, due: Instant) -> bool {
+        match self.sleep {
+            Sleep::Awake => false,
+            Sleep::Until(at) => due < at,
+            Sleep::Forever => true,
+        }
+    }
+
     /// `id` no longer watches `key`.
     pub(crate) fn unwatch(&mut self, key: &str, id: u64) {
         if let Some(ids) = self.watching.get_mut(key) {
@@ -206,7 +237,8 @@ impl Shared {
             }
             state.schedule(Kind::Check, id, now);
         }
-        if !ids.is_empty() {
+        // A batch in flight: the I/O thread wakes the scheduler when done.
+        if !ids.is_empty() && !state.io_busy && state.must_wake_for(instant(now)) {
             self.wake.notify_one();
         }
     }

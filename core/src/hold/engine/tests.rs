@@ -256,3 +256,67 @@ fn a_server_clock_jump_ahead_tells_the_holds_whose_margin_it_exceeds() {
     );
     assert!(told[0].2.contains("jumped ahead by 4.99"), "{}", told[0].2);
 }
+
+/// Issue 40, item 7: a short hold wakes no engine thread. Register
+/// notifies the scheduler only when the new entry is due before its
+/// planned wake, and unregister never does, so holds whose first renewal
+/// is seconds away cost no scheduler wake: it wakes at its planned times
+/// only, at most once per [`MAX_TICK`] while it has holds or is idle
+/// (plus the first registration, which starts it). Before, every register
+/// and every unregister notified it: two wakes per hold.
+#[test]
+fn short_holds_do_not_wake_the_scheduler() {
+    let adapter: Arc<dyn crate::Adapter> = Arc::new(crate::Memory::new());
+    let engine = Engine::new(adapter.clone());
+    let hold = |key: &str| {
+        let lease = adapter
+            .acquire(key, Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        let now = Instant::now();
+        engine
+            .register(Registration {
+                status: Arc::new(HoldStatus::new(lease, now + Duration::from_secs(30))),
+                ttl: Duration::from_secs(30),
+                heartbeat: Duration::from_secs(10),
+                margin: Duration::from_secs(1),
+                stop_key: None,
+                signal: AbortSignal::new(),
+                sent: now,
+                confirmed: now,
+                max_hold: None,
+                progress_timeout: None,
+            })
+            .unwrap()
+    };
+    // The first hold starts the scheduler; wait until it sleeps.
+    let first = hold("first");
+    let asleep = |engine: &Engine| engine.shared().state.lock().sleep != state::Sleep::Awake;
+    let started = Instant::now();
+    while !asleep(&engine) && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(asleep(&engine), "the scheduler never went to sleep");
+    let before = engine.shared().state.lock().scheduler_wakes;
+    let t0 = Instant::now();
+    const HOLDS: u32 = 40;
+    for i in 0..HOLDS {
+        let id = hold(&format!("k{i}"));
+        // Time for a notified scheduler to run (the old rule woke it here
+        // and below; the new rule must not).
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(engine.unregister(id), Unregistered::Removed);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let wakes = engine.shared().state.lock().scheduler_wakes - before;
+    // Its planned wakes: at most one per MAX_TICK of the time that passed,
+    // and the one in progress.
+    let ticks = t0.elapsed().as_nanos().div_ceil(MAX_TICK.as_nanos()) as u64;
+    assert!(
+        wakes <= ticks + 1,
+        "{HOLDS} short holds woke the scheduler {wakes} times in {:?} (planned wakes: {})",
+        t0.elapsed(),
+        ticks + 1
+    );
+    assert_eq!(engine.unregister(first), Unregistered::Removed);
+}
