@@ -393,11 +393,22 @@ impl Hold {
             return hold_waiting(engine, key, opts)?.wait();
         }
         let sent = Instant::now();
-        let Some(lease) = Hold::try_acquire(engine, key, &opts, None)? else {
+        let got = match &opts.stop_key {
+            // The acquire's round trip reads the flag where it can.
+            Some(flag) => engine.adapter().acquire_reading_flag(
+                key,
+                opts.ttl,
+                &Hold::identity(&opts),
+                opts.limit,
+                flag,
+            )?,
+            None => Hold::try_acquire(engine, key, &opts, None)?.map(|lease| (lease, None)),
+        };
+        let Some((lease, stop_up)) = got else {
             Hold::refused(engine, key);
             return Ok(None);
         };
-        Hold::adopt(engine, lease, opts, sent).map(Some)
+        Hold::adopt(engine, lease, opts, sent, stop_up).map(Some)
     }
 
     /// The identity a hold with `opts` stores with its lease.
@@ -434,12 +445,15 @@ impl Hold {
     }
 
     /// Starts renewing `lease`, acquired with `opts` by a request sent at
-    /// `sent` (its answer came just now). On failure the lease is released.
+    /// `sent` (its answer came just now); `stop_up`: the stop flag as that
+    /// round trip read it ([`Registration::stop_up`]). On failure the
+    /// lease is released.
     pub(crate) fn adopt(
         engine: &Engine,
         lease: Lease,
         opts: HoldOptions,
         sent: Instant,
+        stop_up: Option<bool>,
     ) -> Result<Hold> {
         let confirmed = Instant::now();
         let adapter = engine.adapter();
@@ -455,6 +469,7 @@ impl Hold {
             heartbeat: opts.heartbeat,
             margin,
             stop_key: opts.stop_key,
+            stop_up,
             signal: signal.clone(),
             status: status.clone(),
             sent,
@@ -715,7 +730,7 @@ pub(crate) fn hold_waiting(
                 let opts = opts.take().ok_or_else(|| {
                     Error::InvalidArgument("this wait has already finished".into())
                 })?;
-                Hold::adopt(&engine, lease, opts, sent).map(Some)
+                Hold::adopt(&engine, lease, opts, sent, None).map(Some)
             }
             None => {
                 Hold::refused(&engine, &key);

@@ -76,6 +76,7 @@ fn insert_sent(
             heartbeat: Duration::from_secs(10),
             margin: MARGIN,
             stop_key: None,
+            stop_up: None,
             signal: signal.clone(),
             sent,
             confirmed: sent,

@@ -207,7 +207,26 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::System`] if a thread cannot be started.
-    pub(crate) fn register(&self, reg: Registration) -> Result<u64> {
+    pub(crate) fn register(&self, mut reg: Registration) -> Result<u64> {
+        // A flag the acquire found up: the hold is stopped at once, with
+        // no read of its own and no watch (as a read that finds it up).
+        let raised = match reg.stop_up {
+            Some(true) => reg.stop_key.take(),
+            _ => None,
+        };
+        let (signal, status) = (reg.signal.clone(), reg.status.clone());
+        let id = self.insert(reg)?;
+        if let Some(key) = raised {
+            let reason = format!("stop flag {key:?} raised");
+            state::stopped(&self.stats, &status, &reason);
+            state::trip_all(vec![(signal, reason)]);
+            self.stats.flush();
+        }
+        Ok(id)
+    }
+
+    /// [`Engine::register`]'s entry, its timers and its watch.
+    fn insert(&self, reg: Registration) -> Result<u64> {
         let (renew_every, tick) = intervals(reg.ttl, reg.heartbeat);
         let guard = (reg.max_hold.is_some() || reg.progress_timeout.is_some()).then(|| {
             Box::new(Guard {
@@ -224,8 +243,12 @@ impl Engine {
                 .unwrap_or(reg.sent)),
             rtt: ns(reg.confirmed.saturating_duration_since(reg.sent)),
             last_error: None,
-            // Read the stop flag right away: it may be up already.
-            next_check: ms(reg.confirmed),
+            // Read the stop flag right away (it may be up already), unless
+            // the acquire's round trip read it ([`Registration::stop_up`]).
+            next_check: match reg.stop_up {
+                Some(false) => ms(reg.confirmed + tick),
+                _ => ms(reg.confirmed),
+            },
             recheck: false,
             in_flight: false,
             status: reg.status,

@@ -244,13 +244,13 @@ impl Shared {
     }
 }
 
-/// Counts a stop flag seen for `e` and queues its `stopped` event.
-pub(crate) fn stopped(stats: &Stats, e: &Entry, reason: &str) {
-    e.status.mark_stopped();
+/// Counts a stop flag seen for a hold and queues its `stopped` event.
+pub(crate) fn stopped(stats: &Stats, status: &HoldStatus, reason: &str) {
+    status.mark_stopped();
     bump(&stats.stop_flags_seen, 1);
     stats.emit(|| Event {
         reason: Some(reason.to_owned()),
-        ..Event::new(EventKind::Stopped, e.lease().key(), e.lease().fence())
+        ..Event::new(EventKind::Stopped, status.lease.key(), status.lease.fence())
     });
 }
 

@@ -212,6 +212,11 @@ pub(crate) struct Registration {
     pub heartbeat: Duration,
     pub margin: Duration,
     pub stop_key: Option<String>,
+    /// The stop flag as the acquire's own round trip read it
+    /// ([`crate::Adapter::acquire_reading_flag`]): up stops the hold at
+    /// once, down makes its first read due a tick after the acquire;
+    /// `None` (not read): the engine reads it at once.
+    pub stop_up: Option<bool>,
     pub signal: AbortSignal,
     /// When the acquire was sent, and when its answer came.
     pub sent: Instant,

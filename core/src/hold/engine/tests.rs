@@ -281,6 +281,7 @@ fn short_holds_do_not_wake_the_scheduler() {
                 heartbeat: Duration::from_secs(10),
                 margin: Duration::from_secs(1),
                 stop_key: None,
+                stop_up: None,
                 signal: AbortSignal::new(),
                 sent: now,
                 confirmed: now,

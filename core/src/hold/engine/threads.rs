@@ -571,7 +571,7 @@ pub(crate) fn apply(
                     continue;
                 };
                 let reason = format!("stop flag {key:?} raised");
-                stopped(&state.stats, e, &reason);
+                stopped(&state.stats, &e.status, &reason);
                 trips.push((e.signal.clone(), reason));
                 state.unwatch(&key, id);
                 state.disarm(Kind::Check, id);
