@@ -85,7 +85,14 @@
 //! scheduler retires. The stop-key index (`watching`) is also the
 //! engine's interest list: a key's first watcher asks the listener for it
 //! ([`crate::contract::push::FlagWatch::watch_flag`]), its last one gives it up, so
-//! the process subscribes exactly the stop keys its holds watch. The listener's thread calls in: `raised(key)` (a
+//! the process subscribes exactly the stop keys its holds watch. A hold
+//! whose acquire read its flag ([`Registration::stop_up`]) asks for its
+//! key only once it is [`SUBSCRIBE_AFTER`] old (its check timer marks the
+//! moment; the scheduler is not woken for it before twice that), so a
+//! shorter hold never subscribes; the listener's confirmation read covers
+//! what was raised since the acquire. A hold joining a key already asked
+//! for reads its flag at once if a push or poll came after its acquire was
+//! sent (`last_push`: it was not watching yet), else at its tick. The listener's thread calls in: `raised(key)` (a
 //! push: a hint anyone able to publish could send, never a verdict) makes
 //! the reads of the holds watching `key` due now, and only a flag that read
 //! finds raised trips them; `poll_flag(key)` (its subscription just became live) makes that key's
@@ -153,7 +160,7 @@ mod threads;
 mod timers;
 
 pub(crate) use state::Unregistered;
-pub use status::{default_margin, MAX_TICK, MIN_HEARTBEAT};
+pub use status::{default_margin, MAX_TICK, MIN_HEARTBEAT, SUBSCRIBE_AFTER};
 pub(crate) use status::{HoldStatus, Registration};
 
 #[cfg(doc)]
@@ -251,6 +258,7 @@ impl Engine {
             },
             recheck: false,
             in_flight: false,
+            subscribe_pending: false,
             status: reg.status,
             ttl: ns(reg.ttl),
             margin: ns(reg.margin),
@@ -278,8 +286,10 @@ impl Engine {
                 // Keys watched while there was no registration (the
                 // listener could not be started before).
                 if let Some(watch) = &state.watch {
-                    for key in state.watching.keys() {
-                        watch.watch_flag(key);
+                    for (key, w) in &state.watching {
+                        if w.subscribed {
+                            watch.watch_flag(key);
+                        }
                     }
                 }
             }
@@ -294,6 +304,32 @@ impl Engine {
                 None => Arc::from(key),
             });
         let watches = entry.stop_key.clone();
+        // When its key is asked of the listener (module header, "Push"):
+        // at once unless the acquire read the flag; else, unless the key
+        // is asked for already, once the hold is SUBSCRIBE_AFTER old (its
+        // check timer marks the moment; a hold that ends before never
+        // subscribes).
+        let mut check_due = entry.next_check;
+        let subscribe_now = match (&watches, reg.stop_up) {
+            (Some(key), Some(false)) => {
+                if state.subscribed(key) {
+                    // A push or poll since the acquire was sent may have
+                    // passed this hold by (it was not watching yet).
+                    if state.last_push.is_some_and(|at| at >= reg.sent) {
+                        entry.next_check = ms(reg.confirmed);
+                        check_due = entry.next_check;
+                    }
+                } else {
+                    entry.subscribe_pending = true;
+                    entry.next_check = ms(reg.confirmed + SUBSCRIBE_AFTER);
+                    // The scheduler is not woken for it before the next
+                    // SUBSCRIBE_AFTER: any wake meanwhile takes it.
+                    check_due = ms(reg.confirmed + 2 * SUBSCRIBE_AFTER);
+                }
+                false
+            }
+            _ => true,
+        };
         if let Some(risk) = &state.settings_risk {
             // A settings check found a risk that still stands.
             state::tell_at_risk(&state.stats, &entry, risk);
@@ -308,7 +344,7 @@ impl Engine {
         if !state.io_busy {
             due = due.min(entry.next_renew);
             if watches.is_some() {
-                due = due.min(entry.next_check);
+                due = due.min(check_due);
             }
             if let Some(at) = state.settings_due {
                 due = due.min(at);
@@ -321,7 +357,7 @@ impl Engine {
         state.arm(Kind::Deadline, id);
         if let Some(key) = watches {
             state.arm(Kind::Check, id);
-            state.watch_key(key, id);
+            state.watch_key(key, id, subscribe_now);
         }
         if state.must_wake_for(due) {
             shared.wake.notify_one();

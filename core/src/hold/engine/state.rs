@@ -61,8 +61,12 @@ pub(crate) struct State {
     pub(crate) stats: Arc<Stats>,
     pub(crate) sched: Schedule,
     /// The entries watching each stop key (so a push finds them without a
-    /// scan of every hold).
-    pub(crate) watching: HashMap<Arc<str>, rustc_hash::FxHashSet<u64>>,
+    /// scan of every hold), and whether the listener was asked for it.
+    pub(crate) watching: HashMap<Arc<str>, Watchers>,
+    /// When a push or a poll of the listener last made reads due
+    /// ([`Shared::read_now`]): a hold whose acquire was sent before it may
+    /// have missed it (module header, "Push").
+    pub(crate) last_push: Option<Instant>,
     /// When the backend's settings are read next (while there are holds
     /// and the adapter asks for it: [`Adapter::settings_check_every`]).
     pub(crate) settings_due: Option<Ms>,
@@ -79,6 +83,16 @@ pub(crate) struct State {
     pub(crate) sleep: Sleep,
     /// How many times the scheduler's wait returned (for tests).
     pub(crate) scheduler_wakes: u64,
+}
+
+/// The entries that watch one stop key.
+#[derive(Default)]
+pub(crate) struct Watchers {
+    pub(crate) ids: rustc_hash::FxHashSet<u64>,
+    /// The listener was asked for the key ([`FlagWatch::watch_flag`]):
+    /// once the oldest watcher is [`super::SUBSCRIBE_AFTER`] old, or at
+    /// once for a hold whose acquire did not read its flag.
+    pub(crate) subscribed: bool,
 }
 
 /// The scheduler's plan, recorded under the state lock (module header,
@@ -109,27 +123,43 @@ impl State {
 
     /// `id` no longer watches `key`.
     pub(crate) fn unwatch(&mut self, key: &str, id: u64) {
-        if let Some(ids) = self.watching.get_mut(key) {
-            ids.remove(&id);
-            if ids.is_empty() {
+        if let Some(w) = self.watching.get_mut(key) {
+            w.ids.remove(&id);
+            if w.ids.is_empty() {
+                let subscribed = w.subscribed;
                 self.watching.remove(key);
-                if let Some(watch) = &self.watch {
+                if let (true, Some(watch)) = (subscribed, &self.watch) {
                     watch.unwatch_flag(key);
                 }
             }
         }
     }
 
-    /// `id` watches `key` (the listener subscribes a key's channel while
-    /// any entry watches it: crate::contract::push).
-    pub(crate) fn watch_key(&mut self, key: Arc<str>, id: u64) {
-        let ids = self.watching.entry(key.clone()).or_default();
-        ids.insert(id);
-        if ids.len() == 1 {
-            if let Some(watch) = &self.watch {
-                watch.watch_flag(&key);
+    /// `id` watches `key`; `subscribe`: ask the listener for it now (the
+    /// listener subscribes a key's channel while it is asked for:
+    /// crate::contract::push), else [`State::subscribe`] does later.
+    pub(crate) fn watch_key(&mut self, key: Arc<str>, id: u64, subscribe: bool) {
+        self.watching.entry(key.clone()).or_default().ids.insert(id);
+        if subscribe {
+            self.subscribe(&key);
+        }
+    }
+
+    /// Asks the listener for `key` (once while anyone watches it).
+    pub(crate) fn subscribe(&mut self, key: &str) {
+        if let Some(w) = self.watching.get_mut(key) {
+            if !w.subscribed {
+                w.subscribed = true;
+                if let Some(watch) = &self.watch {
+                    watch.watch_flag(key);
+                }
             }
         }
+    }
+
+    /// Whether the listener was asked for `key`.
+    pub(crate) fn subscribed(&self, key: &str) -> bool {
+        self.watching.get(key).is_some_and(|w| w.subscribed)
     }
 
     /// (Re)arms timer `kind` of entry `id` at its entry's time.
@@ -210,7 +240,13 @@ impl FlagWatcher for Shared {
 
     fn poll_now(&self) {
         // The stop-key index names exactly the entries that watch a flag.
-        self.read_now(|state| state.watching.values().flatten().copied().collect());
+        self.read_now(|state| {
+            state
+                .watching
+                .values()
+                .flat_map(|w| w.ids.iter().copied())
+                .collect()
+        });
     }
 
     fn poll_flag(&self, key: &str) {
@@ -218,7 +254,7 @@ impl FlagWatcher for Shared {
             state
                 .watching
                 .get(key)
-                .map(|ids| ids.iter().copied().collect())
+                .map(|w| w.ids.iter().copied().collect())
                 .unwrap_or_default()
         });
     }
@@ -229,6 +265,7 @@ impl Shared {
     /// again if one is in flight) and wakes the scheduler.
     pub(crate) fn read_now(&self, which: impl FnOnce(&State) -> Vec<u64>) {
         let mut state = self.state.lock();
+        state.last_push = Some(Instant::now());
         let now = ms(Instant::now());
         let ids = which(&state);
         for &id in &ids {

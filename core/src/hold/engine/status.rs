@@ -11,6 +11,14 @@ use std::time::{Duration, Instant};
 
 /// Upper bound of the stop-flag tick.
 pub const MAX_TICK: Duration = Duration::from_secs(1);
+/// How old a hold whose acquire read its stop flag
+/// ([`crate::Adapter::acquire_reading_flag`]) is before its stop key is
+/// asked of the push listener (the scheduler asks between this and twice
+/// this): a hold shorter than that never subscribes, and a stop raised in
+/// its first moments is heard once the subscription is confirmed (its
+/// read covers the gap), or at the tick poll (docs/RELIABILITY.md, the
+/// stop-latency promise).
+pub const SUBSCRIBE_AFTER: Duration = Duration::from_millis(1);
 /// The engine's resolution: shorter heartbeats are treated as this.
 pub const MIN_HEARTBEAT: Duration = Duration::from_millis(1);
 /// The least default safety margin (unless a quarter of the ttl is less):

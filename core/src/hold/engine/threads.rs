@@ -129,8 +129,13 @@ pub(crate) fn renew_early(e: &Entry) -> Ms {
     e.renew_every / 2 / 1_000_000
 }
 
-/// How early a flag read may go: half its tick.
+/// How early a flag read may go: half its tick (a pending subscription:
+/// not early, so a hold shorter than [`super::SUBSCRIBE_AFTER`] never
+/// subscribes).
 pub(crate) fn check_early(e: &Entry) -> Ms {
+    if e.subscribe_pending {
+        return 0;
+    }
     e.tick / 2 / 1_000_000
 }
 
@@ -192,15 +197,31 @@ pub(crate) fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) ->
                 dur(e.margin.saturating_add(e.rtt)),
             ));
         }
+        let mut subscribe = Vec::new();
         for index in sched.check_due.take_ready(entries, now_ms, check_early) {
             let id = entries.id_of(index);
             let e = entries.at(index);
             let Some(stop_key) = &e.stop_key else {
                 continue;
             };
+            if e.subscribe_pending {
+                // Old enough: its key is asked of the listener, whose
+                // confirmation makes the read (SUBSCRIBE_AFTER).
+                e.subscribe_pending = false;
+                subscribe.push((id, stop_key.clone(), ms(now + dur(e.tick)), e.recheck));
+                if !e.recheck {
+                    continue;
+                }
+            }
             job.check_ids.push(id);
             job.checks.push(stop_key.clone());
             e.recheck = false;
+        }
+        for (id, key, next, reading) in subscribe {
+            state.subscribe(&key);
+            if !reading {
+                state.schedule(Kind::Check, id, next);
+            }
         }
     }
     job.deletes = std::mem::take(&mut state.deletes);
