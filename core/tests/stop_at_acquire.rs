@@ -26,23 +26,37 @@ fn opts(stop: &str) -> HoldOptions {
 /// the engine made no beat for it (its renewal is 10 s away; the read was
 /// the acquire's).
 fn stopped_as_it_is_made(locks: &Locks) {
-    let stop = unique("stop");
-    locks.set_flag(&stop, Duration::from_secs(60)).unwrap();
-    let hold = locks.hold(&unique("job"), opts(&stop)).unwrap().unwrap();
-    assert!(
-        hold.signal().is_aborted(),
-        "a flag up at the acquire must stop the hold as it is made"
-    );
-    assert_eq!(
-        hold.interruption(),
-        Some(Interruption::Stopped {
-            flag: Some(stop.clone())
-        })
-    );
-    assert!(hold.signal().reason().unwrap().starts_with("stop flag"));
-    assert_eq!(locks.stats().beats, 0, "no read of its own");
-    assert_eq!(locks.stats().stop_flags_seen, 1);
-    hold.release().unwrap();
+    // One try, and the faces' one try (`Locks::start_hold`: a wait of
+    // zero). A try from a waiting line (`acquire_queued`) does not read
+    // the flag: the engine reads it at once.
+    for (n, wait) in [None, Some(Duration::ZERO)].into_iter().enumerate() {
+        let stop = unique("stop");
+        locks.set_flag(&stop, Duration::from_secs(60)).unwrap();
+        let hold = locks
+            .hold(
+                &unique("job"),
+                HoldOptions {
+                    wait,
+                    ..opts(&stop)
+                },
+            )
+            .unwrap()
+            .unwrap();
+        assert!(
+            hold.signal().is_aborted(),
+            "a flag up at the acquire must stop the hold as it is made (wait {wait:?})"
+        );
+        assert_eq!(
+            hold.interruption(),
+            Some(Interruption::Stopped {
+                flag: Some(stop.clone())
+            })
+        );
+        assert!(hold.signal().reason().unwrap().starts_with("stop flag"));
+        assert_eq!(locks.stats().beats, 0, "no read of its own");
+        assert_eq!(locks.stats().stop_flags_seen, n as u64 + 1);
+        hold.release().unwrap();
+    }
 }
 
 #[test]

@@ -712,13 +712,31 @@ pub(crate) fn hold_waiting(
     let wait = opts.wait.unwrap_or(Duration::ZERO);
     let signal = opts.signal.clone();
     let (adapter, ttl, limit) = (engine.adapter().clone(), opts.ttl, opts.limit);
+    // The stop flag as the last successful try read it (a try from a
+    // waiting line does not read it): 0 not read, 1 down, 2 up.
+    let stop_up = Arc::new(std::sync::atomic::AtomicU8::new(0));
     let attempt = {
         let engine = engine.clone();
         let key = key.to_owned();
         let opts = opts.clone();
+        let stop_up = stop_up.clone();
         Box::new(move |line: Option<&str>| {
             let sent = Instant::now();
-            Ok(Hold::try_acquire(&engine, &key, &opts, line)?.map(|lease| (lease, sent)))
+            let got = match (&opts.stop_key, line) {
+                (Some(flag), None) => engine.adapter().acquire_reading_flag(
+                    &key,
+                    opts.ttl,
+                    &Hold::identity(&opts),
+                    opts.limit,
+                    flag,
+                )?,
+                _ => Hold::try_acquire(&engine, &key, &opts, line)?.map(|lease| (lease, None)),
+            };
+            Ok(got.map(|(lease, up)| {
+                let code = up.map_or(0, |up| 1 + u8::from(up));
+                stop_up.store(code, Ordering::SeqCst);
+                (lease, sent)
+            }))
         })
     };
     let finish = {
@@ -730,7 +748,11 @@ pub(crate) fn hold_waiting(
                 let opts = opts.take().ok_or_else(|| {
                     Error::InvalidArgument("this wait has already finished".into())
                 })?;
-                Hold::adopt(&engine, lease, opts, sent, None).map(Some)
+                let up = match stop_up.load(Ordering::SeqCst) {
+                    0 => None,
+                    code => Some(code == 2),
+                };
+                Hold::adopt(&engine, lease, opts, sent, up).map(Some)
             }
             None => {
                 Hold::refused(&engine, &key);
