@@ -143,7 +143,11 @@
 //! the scheduler wakes at its planned time, finds the entry gone and plans
 //! again. A change made while the scheduler is awake (mid-batch, tripping
 //! signals) is seen when it plans under the lock. A short hold thus wakes
-//! no engine thread, where each register and unregister used to.
+//! no engine thread, where each register and unregister used to. While
+//! holds whose subscription waits ([`SUBSCRIBE_AFTER`]) keep coming, the
+//! scheduler plans its wakes at most `SUBSCRIBE_AFTER` ahead (until
+//! `2 × SUBSCRIBE_AFTER` after the last of them), so a stream of short
+//! jobs costs one scheduler wake per `SUBSCRIBE_AFTER`, not two per job.
 //!
 //! Both threads exit after [`IDLE_EXIT`] with nothing to do and are started
 //! again by the next registration.
@@ -325,6 +329,7 @@ impl Engine {
                     // The scheduler is not woken for it before the next
                     // SUBSCRIBE_AFTER: any wake meanwhile takes it.
                     check_due = ms(reg.confirmed + 2 * SUBSCRIBE_AFTER);
+                    state.churn_until = Some(reg.confirmed + 2 * SUBSCRIBE_AFTER);
                 }
                 false
             }

@@ -83,6 +83,12 @@ pub(crate) struct State {
     pub(crate) sleep: Sleep,
     /// How many times the scheduler's wait returned (for tests).
     pub(crate) scheduler_wakes: u64,
+    /// Until when the scheduler plans a wake at most
+    /// [`super::SUBSCRIBE_AFTER`] ahead: holds whose subscription waits
+    /// keep coming (a stream of short jobs), so each one's register finds
+    /// a wake planned in time and needs no notify (module header,
+    /// "Wakes").
+    pub(crate) churn_until: Option<Instant>,
 }
 
 /// The entries that watch one stop key.

@@ -409,3 +409,54 @@ fn a_stop_key_is_subscribed_once_its_hold_is_old_enough() {
     }
     assert!(shared.state.lock().watching.is_empty());
 }
+
+/// Issue 40, item 7: a stream of short holds whose subscriptions wait
+/// ([`SUBSCRIBE_AFTER`]) costs the scheduler at most one wake per
+/// `SUBSCRIBE_AFTER`: it keeps pace with them, so their registers find a
+/// wake planned in time and need no notify. Without the pace, each hold
+/// after a quiet wake notified it and each left a timer wake behind:
+/// about two wakes per `SUBSCRIBE_AFTER` at this spacing.
+#[test]
+fn a_stream_of_short_holds_costs_one_scheduler_wake_per_subscribe_after() {
+    let adapter: Arc<dyn crate::Adapter> = Arc::new(crate::Memory::new());
+    let engine = Engine::new(adapter.clone());
+    let hold = |key: &str| {
+        let lease = adapter
+            .acquire(key, Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        let now = Instant::now();
+        engine
+            .register(Registration {
+                status: Arc::new(HoldStatus::new(lease, now + Duration::from_secs(30))),
+                ttl: Duration::from_secs(30),
+                heartbeat: Duration::from_secs(10),
+                margin: Duration::from_secs(1),
+                stop_key: Some(format!("{key}:stop")),
+                stop_up: Some(false),
+                signal: AbortSignal::new(),
+                sent: now,
+                confirmed: now,
+                max_hold: None,
+                progress_timeout: None,
+            })
+            .unwrap()
+    };
+    let first = hold("first");
+    std::thread::sleep(Duration::from_millis(20));
+    let before = engine.shared().state.lock().scheduler_wakes;
+    let t0 = Instant::now();
+    for i in 0..40 {
+        let id = hold(&format!("k{i}"));
+        assert_eq!(engine.unregister(id), Unregistered::Removed);
+        std::thread::sleep(SUBSCRIBE_AFTER / 2);
+    }
+    let wakes = engine.shared().state.lock().scheduler_wakes - before;
+    let paced = t0.elapsed().as_nanos().div_ceil(SUBSCRIBE_AFTER.as_nanos()) as u64;
+    assert!(
+        wakes <= paced + 2,
+        "40 short holds in {:?} woke the scheduler {wakes} times (one per {SUBSCRIBE_AFTER:?}: {paced})",
+        t0.elapsed()
+    );
+    assert_eq!(engine.unregister(first), Unregistered::Removed);
+}

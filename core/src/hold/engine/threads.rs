@@ -20,6 +20,7 @@ use super::status::ms;
 use super::status::ns;
 use super::status::Ms;
 use super::status::MAX_TICK;
+use super::status::SUBSCRIBE_AFTER;
 use super::timers::Kind;
 use crate::contract::adapter::{Lease, Renewal, Renewed};
 use crate::error::{Error, Result};
@@ -311,6 +312,16 @@ pub(crate) fn plan(
         wake_at = Some((since + IDLE_EXIT).min(now + MAX_TICK));
     } else {
         *idle_since = None;
+    }
+    // Short holds keep coming: keep pace with their subscriptions, so
+    // their registers need no notify (one wake per SUBSCRIBE_AFTER).
+    match state.churn_until {
+        Some(until) if now < until => {
+            let pace = now + SUBSCRIBE_AFTER;
+            wake_at = Some(wake_at.map_or(pace, |at| at.min(pace)));
+        }
+        Some(_) => state.churn_until = None,
+        None => {}
     }
     Some(wake_at)
 }
