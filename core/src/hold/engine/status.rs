@@ -19,9 +19,10 @@ pub const MAX_TICK: Duration = Duration::from_secs(1);
 /// read covers the gap), or at the tick poll (docs/RELIABILITY.md, the
 /// stop-latency promise). 5 ms: short against the listener's own
 /// subscribe time, long enough that a stream of short jobs (about one per
-/// millisecond on one Sidekiq thread) costs the scheduler about two wakes
-/// per 5 ms instead of two per job (1 ms measured 2.3 context switches
-/// per job, 5 ms 0.7: issue 40, item 7).
+/// millisecond on one Sidekiq thread) costs the scheduler one wake per
+/// 5 ms instead of two per job (bench_jobs.rb, concurrency 1: 1 ms cost
+/// 2.3 context switches per job; 5 ms with the scheduler keeping pace,
+/// 0.2: issue 40, item 7).
 pub const SUBSCRIBE_AFTER: Duration = Duration::from_millis(5);
 /// The engine's resolution: shorter heartbeats are treated as this.
 pub const MIN_HEARTBEAT: Duration = Duration::from_millis(1);
