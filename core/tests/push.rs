@@ -164,6 +164,45 @@ fn redis_flag_set_without_publish_is_seen_within_a_tick() {
     assert!(hold.signal().reason().unwrap().starts_with("stop flag"));
 }
 
+/// A stop raised as the hold starts (within its first
+/// `SUBSCRIBE_AFTER`, before its key is asked of the listener) is heard:
+/// once the subscription is confirmed (its read covers the gap), at the
+/// latest at the tick poll (1 s here). Then the key is subscribed like
+/// any other: a later stop of a second hold arrives by push.
+#[test]
+fn redis_stop_raised_as_the_hold_starts_is_heard() {
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:push").unwrap();
+    let stop = unique("stop");
+    let hold = locks
+        .hold(&unique("job"), stop_opts(&stop))
+        .unwrap()
+        .unwrap();
+    let start = Instant::now();
+    locks.set_flag(&stop, secs(60.0)).unwrap();
+    // The protocol's floor is the tick (1 s): 1.6 s leaves the room the
+    // tick test above leaves for a busy machine.
+    assert!(
+        hold.signal().wait(Some(secs(1.6))),
+        "not heard within a tick"
+    );
+    println!(
+        "redis, stop at the start: heard after {:?}",
+        start.elapsed()
+    );
+    assert!(hold.signal().reason().unwrap().starts_with("stop flag"));
+    // Its key is subscribed (the hold lived past SUBSCRIBE_AFTER).
+    let later = unique("stop");
+    let other = locks
+        .hold(&unique("job"), stop_opts(&later))
+        .unwrap()
+        .unwrap();
+    wait_numsub(&server, &format!("mistri:push:raised:{{{later}}}"), 1);
+    let raised = raise_elsewhere("raise-redis", &server.url(), &later);
+    let told = told_at(&other, secs(3.0));
+    assert!(told - raised < PUSHED.as_nanos() as i64);
+}
+
 #[test]
 fn redis_restart_resubscribes_and_later_stops_arrive() {
     let mut server = RedisServer::start();

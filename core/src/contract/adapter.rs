@@ -219,6 +219,31 @@ pub trait Adapter: Send + Sync + 'static {
         self.acquire_limited(key, ttl, who, limit)
     }
 
+    /// [`Adapter::acquire_limited`] for a hold that watches the stop flag
+    /// `flag`: where the backend can, the acquire's own round trip also
+    /// reads the flag, after the acquire is applied (`Some(up)` with the
+    /// lease), so the hold's first read of its flag costs no round trip of
+    /// its own; `None` with the lease: not read (the engine reads it at
+    /// once, as it does for every hold with a stop key). The default reads
+    /// nothing.
+    ///
+    /// # Errors
+    /// As [`Adapter::acquire_limited`]; a failed read of the flag is
+    /// `None`, not an error (the engine reads it again).
+    fn acquire_reading_flag(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        flag: &str,
+    ) -> Result<Option<(Lease, Option<bool>)>> {
+        let _ = flag;
+        Ok(self
+            .acquire_limited(key, ttl, who, limit)?
+            .map(|lease| (lease, None)))
+    }
+
     /// Takes `line` out of the backend's queue for `key` (its last waiter
     /// left without the lease). Best effort, one bounded round trip; the
     /// default does nothing.

@@ -393,11 +393,22 @@ impl Hold {
             return hold_waiting(engine, key, opts)?.wait();
         }
         let sent = Instant::now();
-        let Some(lease) = Hold::try_acquire(engine, key, &opts, None)? else {
+        let got = match &opts.stop_key {
+            // The acquire's round trip reads the flag where it can.
+            Some(flag) => engine.adapter().acquire_reading_flag(
+                key,
+                opts.ttl,
+                &Hold::identity(&opts),
+                opts.limit,
+                flag,
+            )?,
+            None => Hold::try_acquire(engine, key, &opts, None)?.map(|lease| (lease, None)),
+        };
+        let Some((lease, stop_up)) = got else {
             Hold::refused(engine, key);
             return Ok(None);
         };
-        Hold::adopt(engine, lease, opts, sent).map(Some)
+        Hold::adopt(engine, lease, opts, sent, stop_up).map(Some)
     }
 
     /// The identity a hold with `opts` stores with its lease.
@@ -434,12 +445,15 @@ impl Hold {
     }
 
     /// Starts renewing `lease`, acquired with `opts` by a request sent at
-    /// `sent` (its answer came just now). On failure the lease is released.
+    /// `sent` (its answer came just now); `stop_up`: the stop flag as that
+    /// round trip read it ([`Registration::stop_up`]). On failure the
+    /// lease is released.
     pub(crate) fn adopt(
         engine: &Engine,
         lease: Lease,
         opts: HoldOptions,
         sent: Instant,
+        stop_up: Option<bool>,
     ) -> Result<Hold> {
         let confirmed = Instant::now();
         let adapter = engine.adapter();
@@ -455,6 +469,7 @@ impl Hold {
             heartbeat: opts.heartbeat,
             margin,
             stop_key: opts.stop_key,
+            stop_up,
             signal: signal.clone(),
             status: status.clone(),
             sent,
@@ -697,13 +712,31 @@ pub(crate) fn hold_waiting(
     let wait = opts.wait.unwrap_or(Duration::ZERO);
     let signal = opts.signal.clone();
     let (adapter, ttl, limit) = (engine.adapter().clone(), opts.ttl, opts.limit);
+    // The stop flag as the last successful try read it (a try from a
+    // waiting line does not read it): 0 not read, 1 down, 2 up.
+    let stop_up = Arc::new(std::sync::atomic::AtomicU8::new(0));
     let attempt = {
         let engine = engine.clone();
         let key = key.to_owned();
         let opts = opts.clone();
+        let stop_up = stop_up.clone();
         Box::new(move |line: Option<&str>| {
             let sent = Instant::now();
-            Ok(Hold::try_acquire(&engine, &key, &opts, line)?.map(|lease| (lease, sent)))
+            let got = match (&opts.stop_key, line) {
+                (Some(flag), None) => engine.adapter().acquire_reading_flag(
+                    &key,
+                    opts.ttl,
+                    &Hold::identity(&opts),
+                    opts.limit,
+                    flag,
+                )?,
+                _ => Hold::try_acquire(&engine, &key, &opts, line)?.map(|lease| (lease, None)),
+            };
+            Ok(got.map(|(lease, up)| {
+                let code = up.map_or(0, |up| 1 + u8::from(up));
+                stop_up.store(code, Ordering::SeqCst);
+                (lease, sent)
+            }))
         })
     };
     let finish = {
@@ -715,7 +748,11 @@ pub(crate) fn hold_waiting(
                 let opts = opts.take().ok_or_else(|| {
                     Error::InvalidArgument("this wait has already finished".into())
                 })?;
-                Hold::adopt(&engine, lease, opts, sent).map(Some)
+                let up = match stop_up.load(Ordering::SeqCst) {
+                    0 => None,
+                    code => Some(code == 2),
+                };
+                Hold::adopt(&engine, lease, opts, sent, up).map(Some)
             }
             None => {
                 Hold::refused(&engine, &key);

@@ -45,11 +45,31 @@ impl Redis {
         who: &Identity,
         line: Option<&str>,
     ) -> Result<Option<Lease>> {
+        Ok(self
+            .acquire_exclusive_reading(key, ttl, who, line, None)?
+            .map(|(lease, _)| lease))
+    }
+
+    /// [`Redis::acquire_exclusive`], reading the flag `flag` (if given) in
+    /// the same round trip, after the script ([`Adapter::acquire_reading_flag`]).
+    fn acquire_exclusive_reading(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        line: Option<&str>,
+        flag: Option<&str>,
+    ) -> Result<Option<(Lease, Option<bool>)>> {
         let token = mint_token()?;
         let argc = if line.is_some() { 6 } else { 4 };
-        let (fence, acked): (u64, bool) = self.with_con(|con, deadline| {
-            let reply =
-                self.eval_with(con, deadline, &self.acquire, ACQUIRE_LUA, (5, argc), |w| {
+        let (fence, acked, up) = self.with_con(|con, deadline| {
+            let (reply, up) = self.eval_reading(
+                con,
+                deadline,
+                &self.acquire,
+                ACQUIRE_LUA,
+                (5, argc),
+                |w| {
                     w.key(&self.namespace, "lease", key)
                         .key(&self.namespace, "fence", key)
                         .key(&self.namespace, "slots", key)
@@ -62,15 +82,19 @@ impl Redis {
                     if let Some(line) = line {
                         w.bulk(line.as_bytes()).int(queue_ttl_ms());
                     }
-                })?;
+                },
+                flag,
+            )?;
             let fence: u64 = ::redis::from_redis_value(reply)?;
             let acked = self.wait_replicas(con, deadline, fence > 0)?;
-            Ok((fence, acked))
+            // A failed read is no answer: the engine reads the flag itself.
+            let up = up.and_then(|v| flag_from(&v, &self.addr).ok());
+            Ok((fence, acked, up))
         })?;
         let lease = (fence > 0).then(|| Lease::new(key, token, fence));
         match lease {
             Some(lease) if !acked => Err(self.unreplicated_acquire(&lease)),
-            lease => Ok(lease),
+            lease => Ok(lease.map(|lease| (lease, up))),
         }
     }
 }
@@ -113,6 +137,25 @@ impl Redis {
 
 impl Adapter for Redis {
     acquire_dispatch!();
+
+    /// The exclusive acquire pipelines an `EXISTS` of the flag after its
+    /// script: one round trip (a single server, or Sentinel's primary; the
+    /// Cluster does not, its keys are in other slots).
+    fn acquire_reading_flag(
+        &self,
+        key: &str,
+        ttl: Duration,
+        who: &Identity,
+        limit: u32,
+        flag: &str,
+    ) -> Result<Option<(Lease, Option<bool>)>> {
+        if limit > 1 {
+            return Ok(self
+                .acquire_limited(key, ttl, who, limit)?
+                .map(|lease| (lease, None)));
+        }
+        self.acquire_exclusive_reading(key, ttl, who, None, Some(flag))
+    }
 
     fn name(&self) -> &'static str {
         "redis"

@@ -340,22 +340,50 @@ impl Redis {
         (keys, argc): (usize, usize),
         args: impl Fn(&mut Resp<'_>),
     ) -> ::redis::RedisResult<Value> {
+        self.eval_reading(con, deadline, script, source, (keys, argc), args, None)
+            .map(|(reply, _)| reply)
+    }
+
+    /// [`Redis::eval_with`], then `EXISTS` of the flag `flag` in the same
+    /// round trip (pipelined: read after the script ran), its reply second
+    /// (`None` without a flag).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn eval_reading(
+        &self,
+        con: &mut Con,
+        deadline: Instant,
+        script: &Script,
+        source: &str,
+        (keys, argc): (usize, usize),
+        args: impl Fn(&mut Resp<'_>),
+        flag: Option<&str>,
+    ) -> ::redis::RedisResult<(Value, Option<Value>)> {
         let send = |con: &mut Con, source: Option<&str>| {
             con.buf.clear();
             let mut w = Resp::new(&mut con.buf);
             w.eval(script.get_hash(), source, keys, argc);
             args(&mut w);
-            con.con.req_packed_command(&con.buf)
+            let Some(flag) = flag else {
+                return con.con.req_packed_command(&con.buf).map(|v| (v, None));
+            };
+            w.command(2)
+                .bulk(b"EXISTS")
+                .key(&self.namespace, "flag", flag);
+            con.con.send_packed_command(&con.buf)?;
+            let reply = con.con.recv_response()?;
+            let up = con.con.recv_response()?;
+            Ok((reply, Some(up)))
         };
         match send(con, None)? {
-            Value::ServerError(e) if e.code() == "NOSCRIPT" => {
+            (Value::ServerError(e), _) if e.code() == "NOSCRIPT" => {
                 if let Some(left) = deadline.checked_duration_since(Instant::now()) {
                     con.aimed = None;
                     con.con.set_read_timeout(Some(left.max(MIN_IO)))?;
                 }
-                send(con, Some(source))?.extract_error()
+                let (reply, up) = send(con, Some(source))?;
+                Ok((reply.extract_error()?, up))
             }
-            other => other.extract_error(),
+            (reply, up) => Ok((reply.extract_error()?, up)),
         }
     }
 

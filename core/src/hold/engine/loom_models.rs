@@ -16,7 +16,7 @@
 //! threads are marked running before the first insert, so none starts.
 
 use super::state::{trip_all, Job, Shared, Trips};
-use super::threads::{apply, collect_due, expire};
+use super::threads::{apply, collect_due, expire, plan, sleep};
 use super::{Engine, HoldStatus, Registration, Unregistered};
 use crate::contract::adapter::{Adapter, Lease, Renewal};
 use crate::signal::AbortSignal;
@@ -52,8 +52,22 @@ fn engine() -> (Engine, Arc<dyn Adapter>) {
 /// A hold on `key`: the lease taken now; the engine is told it was sent
 /// 20 s ago, so its renewal is due now and its safe deadline is 9 s away.
 fn insert(engine: &Engine, adapter: &Arc<dyn Adapter>, key: &str) -> (u64, Lease, AbortSignal) {
+    insert_sent(
+        engine,
+        adapter,
+        key,
+        Instant::now() - Duration::from_secs(20),
+    )
+}
+
+/// A hold on `key` whose acquire the engine is told was sent at `sent`.
+fn insert_sent(
+    engine: &Engine,
+    adapter: &Arc<dyn Adapter>,
+    key: &str,
+    sent: Instant,
+) -> (u64, Lease, AbortSignal) {
     let lease = adapter.acquire(key, TTL).unwrap().expect("the key is free");
-    let sent = Instant::now() - Duration::from_secs(20);
     let signal = AbortSignal::new();
     let id = engine
         .register(Registration {
@@ -62,6 +76,7 @@ fn insert(engine: &Engine, adapter: &Arc<dyn Adapter>, key: &str) -> (u64, Lease
             heartbeat: Duration::from_secs(10),
             margin: MARGIN,
             stop_key: None,
+            stop_up: None,
             signal: signal.clone(),
             sent,
             confirmed: sent,
@@ -264,5 +279,51 @@ fn fork_while_the_state_mutex_is_held() {
         assert_eq!(engine.unregister(mine), Unregistered::Removed);
         assert!(adapter.release(&lease).unwrap());
         holder.join().unwrap();
+    });
+}
+
+/// The scheduler going to sleep (as `run_scheduler`: collect what is due,
+/// plan its wake, record the plan and wait, all in one critical section)
+/// races a register whose renewal is due before that plan: the scheduler
+/// either sees the entry before it plans (and collects its renewal), or
+/// the register sees the recorded plan and notifies it. A register that
+/// did not notify would leave the scheduler waiting for its planned wake,
+/// which under loom never comes: loom reports the deadlock. Either way
+/// the renewal is collected in time (on the scheduler's first look after
+/// the register). Meanwhile an older hold due seconds later is released
+/// without a notify.
+#[test]
+fn a_register_due_before_the_planned_wake_races_the_scheduler_going_to_sleep() {
+    loom::model(|| {
+        let (engine, adapter) = engine();
+        // Renewal due in 10 s: the scheduler plans a tick from now.
+        let (old, old_lease, _) = insert_sent(&engine, &adapter, "a", Instant::now());
+        let shared = engine.shared().clone();
+        let scheduler = {
+            let shared = shared.clone();
+            thread::spawn(move || {
+                let mut idle_since = None;
+                let mut state = shared.state.lock();
+                loop {
+                    let mut trips = Trips::new();
+                    if let Some(job) = collect_due(&mut state, Instant::now(), &mut trips) {
+                        assert!(trips.is_empty());
+                        return job.renew_ids;
+                    }
+                    let wake_at = plan(&mut state, Instant::now(), &mut idle_since)
+                        .expect("not idle: it has holds");
+                    assert!(wake_at.is_some(), "a tick at the latest");
+                    state = sleep(&shared, state, wake_at);
+                }
+            })
+        };
+        let (new, new_lease, new_signal) = insert(&engine, &adapter, "b");
+        assert_eq!(engine.unregister(old), Unregistered::Removed);
+        assert!(adapter.release(&old_lease).unwrap());
+        let renewing = scheduler.join().unwrap();
+        assert_eq!(renewing, vec![new], "the new hold's renewal is collected");
+        assert!(!new_signal.is_aborted());
+        assert_eq!(engine.unregister(new), Unregistered::Removed);
+        assert!(adapter.release(&new_lease).unwrap());
     });
 }

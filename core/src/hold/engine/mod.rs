@@ -85,7 +85,14 @@
 //! scheduler retires. The stop-key index (`watching`) is also the
 //! engine's interest list: a key's first watcher asks the listener for it
 //! ([`crate::contract::push::FlagWatch::watch_flag`]), its last one gives it up, so
-//! the process subscribes exactly the stop keys its holds watch. The listener's thread calls in: `raised(key)` (a
+//! the process subscribes exactly the stop keys its holds watch. A hold
+//! whose acquire read its flag ([`Registration::stop_up`]) asks for its
+//! key only once it is [`SUBSCRIBE_AFTER`] old (its check timer marks the
+//! moment; the scheduler is not woken for it before twice that), so a
+//! shorter hold never subscribes; the listener's confirmation read covers
+//! what was raised since the acquire. A hold joining a key already asked
+//! for reads its flag at once if a push or poll came after its acquire was
+//! sent (`last_push`: it was not watching yet), else at its tick. The listener's thread calls in: `raised(key)` (a
 //! push: a hint anyone able to publish could send, never a verdict) makes
 //! the reads of the holds watching `key` due now, and only a flag that read
 //! finds raised trips them; `poll_flag(key)` (its subscription just became live) makes that key's
@@ -124,6 +131,24 @@
 //! not be read) is counted (`settings_checks_failed`) and stands as a risk
 //! of its own until a check finds them safe: fail closed.
 //!
+//! Wakes: the scheduler records under the state lock when it plans to wake
+//! ([`state::Sleep`]: awake, until an instant, or until notified) and
+//! sleeps on the condvar in the same critical section. Who changes the
+//! schedule notifies it only when the new work is due before that planned
+//! wake (or it waits with no plan): a [`Engine::register`] whose entry's
+//! earliest timer (or a tick from now, the clocks' reading) comes first,
+//! a push making reads due now, the I/O thread at the end of each batch
+//! (renewals and reads are not planned while one is in flight), queued
+//! deletes and settings verdicts. [`Engine::unregister`] never notifies:
+//! the scheduler wakes at its planned time, finds the entry gone and plans
+//! again. A change made while the scheduler is awake (mid-batch, tripping
+//! signals) is seen when it plans under the lock. A short hold thus wakes
+//! no engine thread, where each register and unregister used to. While
+//! holds whose subscription waits ([`SUBSCRIBE_AFTER`]) keep coming, the
+//! scheduler plans its wakes at most `SUBSCRIBE_AFTER` ahead (until
+//! `2 × SUBSCRIBE_AFTER` after the last of them), so a stream of short
+//! jobs costs one scheduler wake per `SUBSCRIBE_AFTER`, not two per job.
+//!
 //! Both threads exit after [`IDLE_EXIT`] with nothing to do and are started
 //! again by the next registration.
 
@@ -139,7 +164,7 @@ mod threads;
 mod timers;
 
 pub(crate) use state::Unregistered;
-pub use status::{default_margin, MAX_TICK, MIN_HEARTBEAT};
+pub use status::{default_margin, MAX_TICK, MIN_HEARTBEAT, SUBSCRIBE_AFTER};
 pub(crate) use status::{HoldStatus, Registration};
 
 #[cfg(doc)]
@@ -153,6 +178,7 @@ use slab::Entry;
 use slab::Guard;
 use slab::NOWHERE;
 use state::Shared;
+use status::instant;
 use status::intervals;
 use status::ms;
 use status::ns;
@@ -192,7 +218,26 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::System`] if a thread cannot be started.
-    pub(crate) fn register(&self, reg: Registration) -> Result<u64> {
+    pub(crate) fn register(&self, mut reg: Registration) -> Result<u64> {
+        // A flag the acquire found up: the hold is stopped at once, with
+        // no read of its own and no watch (as a read that finds it up).
+        let raised = match reg.stop_up {
+            Some(true) => reg.stop_key.take(),
+            _ => None,
+        };
+        let (signal, status) = (reg.signal.clone(), reg.status.clone());
+        let id = self.insert(reg)?;
+        if let Some(key) = raised {
+            let reason = format!("stop flag {key:?} raised");
+            state::stopped(&self.stats, &status, &reason);
+            state::trip_all(vec![(signal, reason)]);
+            self.stats.flush();
+        }
+        Ok(id)
+    }
+
+    /// [`Engine::register`]'s entry, its timers and its watch.
+    fn insert(&self, reg: Registration) -> Result<u64> {
         let (renew_every, tick) = intervals(reg.ttl, reg.heartbeat);
         let guard = (reg.max_hold.is_some() || reg.progress_timeout.is_some()).then(|| {
             Box::new(Guard {
@@ -209,10 +254,15 @@ impl Engine {
                 .unwrap_or(reg.sent)),
             rtt: ns(reg.confirmed.saturating_duration_since(reg.sent)),
             last_error: None,
-            // Read the stop flag right away: it may be up already.
-            next_check: ms(reg.confirmed),
+            // Read the stop flag right away (it may be up already), unless
+            // the acquire's round trip read it ([`Registration::stop_up`]).
+            next_check: match reg.stop_up {
+                Some(false) => ms(reg.confirmed + tick),
+                _ => ms(reg.confirmed),
+            },
             recheck: false,
             in_flight: false,
+            subscribe_pending: false,
             status: reg.status,
             ttl: ns(reg.ttl),
             margin: ns(reg.margin),
@@ -240,8 +290,10 @@ impl Engine {
                 // Keys watched while there was no registration (the
                 // listener could not be started before).
                 if let Some(watch) = &state.watch {
-                    for key in state.watching.keys() {
-                        watch.watch_flag(key);
+                    for (key, w) in &state.watching {
+                        if w.subscribed {
+                            watch.watch_flag(key);
+                        }
                     }
                 }
             }
@@ -256,6 +308,33 @@ impl Engine {
                 None => Arc::from(key),
             });
         let watches = entry.stop_key.clone();
+        // When its key is asked of the listener (module header, "Push"):
+        // at once unless the acquire read the flag; else, unless the key
+        // is asked for already, once the hold is SUBSCRIBE_AFTER old (its
+        // check timer marks the moment; a hold that ends before never
+        // subscribes).
+        let mut check_due = entry.next_check;
+        let subscribe_now = match (&watches, reg.stop_up) {
+            (Some(key), Some(false)) => {
+                if state.subscribed(key) {
+                    // A push or poll since the acquire was sent may have
+                    // passed this hold by (it was not watching yet).
+                    if state.last_push.is_some_and(|at| at >= reg.sent) {
+                        entry.next_check = ms(reg.confirmed);
+                        check_due = entry.next_check;
+                    }
+                } else {
+                    entry.subscribe_pending = true;
+                    entry.next_check = ms(reg.confirmed + SUBSCRIBE_AFTER);
+                    // The scheduler is not woken for it before the next
+                    // SUBSCRIBE_AFTER: any wake meanwhile takes it.
+                    check_due = ms(reg.confirmed + 2 * SUBSCRIBE_AFTER);
+                    state.churn_until = Some(reg.confirmed + 2 * SUBSCRIBE_AFTER);
+                }
+                false
+            }
+            _ => true,
+        };
         if let Some(risk) = &state.settings_risk {
             // A settings check found a risk that still stands.
             state::tell_at_risk(&state.stats, &entry, risk);
@@ -263,14 +342,31 @@ impl Engine {
         if let (Some(every), None) = (shared.settings_every, state.settings_due) {
             state.settings_due = Some(ms(std::time::Instant::now() + every));
         }
+        // The earliest work of the new entry the scheduler acts on: its
+        // renewals and reads wait while a batch is in flight (the I/O
+        // thread wakes the scheduler when it is done), its deadline never.
+        let mut due = entry.safe_deadline;
+        if !state.io_busy {
+            due = due.min(entry.next_renew);
+            if watches.is_some() {
+                due = due.min(check_due);
+            }
+            if let Some(at) = state.settings_due {
+                due = due.min(at);
+            }
+        }
+        // Clocks are read at least once a tick while there are holds.
+        let due = instant(due).min(std::time::Instant::now() + MAX_TICK);
         let id = state.entries.insert(entry);
         state.arm(Kind::Renew, id);
         state.arm(Kind::Deadline, id);
         if let Some(key) = watches {
             state.arm(Kind::Check, id);
-            state.watch_key(key, id);
+            state.watch_key(key, id, subscribe_now);
         }
-        shared.wake.notify_one();
+        if state.must_wake_for(due) {
+            shared.wake.notify_one();
+        }
         Ok(id)
     }
 
@@ -280,11 +376,10 @@ impl Engine {
     pub(crate) fn unregister(&self, id: u64) -> Unregistered {
         let shared = self.shared();
         let mut state = shared.state.lock();
+        // No notify: the scheduler wakes at its planned time, finds the
+        // entry gone and plans again (module header, "Wakes").
         match state.remove_entry(id) {
-            Some(_) => {
-                shared.wake.notify_one();
-                Unregistered::Removed
-            }
+            Some(_) => Unregistered::Removed,
             None => Unregistered::Gone,
         }
     }

@@ -43,6 +43,9 @@ pub(crate) struct Entry {
     pub(crate) recheck: bool,
     /// A renewal of it is with the I/O thread.
     pub(crate) in_flight: bool,
+    /// Its stop key's subscription is not asked for yet: its check timer
+    /// is the moment to ask ([`super::SUBSCRIBE_AFTER`]), not a read.
+    pub(crate) subscribe_pending: bool,
 }
 
 /// The hung-holder guard of one hold.

@@ -5,6 +5,7 @@ use super::slab::index_of;
 use super::slab::Entry;
 use super::slab::Slab;
 use super::status::dur;
+use super::status::instant;
 use super::status::ms;
 use super::status::HoldStatus;
 use super::status::Ms;
@@ -60,8 +61,12 @@ pub(crate) struct State {
     pub(crate) stats: Arc<Stats>,
     pub(crate) sched: Schedule,
     /// The entries watching each stop key (so a push finds them without a
-    /// scan of every hold).
-    pub(crate) watching: HashMap<Arc<str>, rustc_hash::FxHashSet<u64>>,
+    /// scan of every hold), and whether the listener was asked for it.
+    pub(crate) watching: HashMap<Arc<str>, Watchers>,
+    /// When a push or a poll of the listener last made reads due
+    /// ([`Shared::read_now`]): a hold whose acquire was sent before it may
+    /// have missed it (module header, "Push").
+    pub(crate) last_push: Option<Instant>,
     /// When the backend's settings are read next (while there are holds
     /// and the adapter asks for it: [`Adapter::settings_check_every`]).
     pub(crate) settings_due: Option<Ms>,
@@ -73,32 +78,94 @@ pub(crate) struct State {
     pub(crate) suspend: SuspendWatch,
     /// The server's clock as the beats saw it ([`super::clocks`]).
     pub(crate) server_clock: ServerClock,
+    /// What the scheduler is doing ([`Sleep`]): who changes the schedule
+    /// notifies it only when it would otherwise wake too late.
+    pub(crate) sleep: Sleep,
+    /// How many times the scheduler's wait returned (for tests).
+    pub(crate) scheduler_wakes: u64,
+    /// Until when the scheduler plans a wake at most
+    /// [`super::SUBSCRIBE_AFTER`] ahead: holds whose subscription waits
+    /// keep coming (a stream of short jobs), so each one's register finds
+    /// a wake planned in time and needs no notify (module header,
+    /// "Wakes").
+    pub(crate) churn_until: Option<Instant>,
+}
+
+/// The entries that watch one stop key.
+#[derive(Default)]
+pub(crate) struct Watchers {
+    pub(crate) ids: rustc_hash::FxHashSet<u64>,
+    /// The listener was asked for the key ([`FlagWatch::watch_flag`]):
+    /// once the oldest watcher is [`super::SUBSCRIBE_AFTER`] old, or at
+    /// once for a hold whose acquire did not read its flag.
+    pub(crate) subscribed: bool,
+}
+
+/// The scheduler's plan, recorded under the state lock (module header,
+/// "Wakes").
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) enum Sleep {
+    /// Awake (or not started): it looks at the state under the lock before
+    /// it sleeps again, so a change made meanwhile needs no notify.
+    #[default]
+    Awake,
+    /// Waiting until this instant (or a notify).
+    Until(Instant),
+    /// Waiting for a notify, with no planned wake.
+    Forever,
 }
 
 impl State {
+    /// Whether work due at `due` needs the scheduler woken: it is waiting
+    /// and plans to wake later than that (or not at all). A scheduler that
+    /// is awake re-plans under the lock before it waits again.
+    pub(crate) fn must_wake_for(&self, due: Instant) -> bool {
+        match self.sleep {
+            Sleep::Awake => false,
+            Sleep::Until(at) => due < at,
+            Sleep::Forever => true,
+        }
+    }
+
     /// `id` no longer watches `key`.
     pub(crate) fn unwatch(&mut self, key: &str, id: u64) {
-        if let Some(ids) = self.watching.get_mut(key) {
-            ids.remove(&id);
-            if ids.is_empty() {
+        if let Some(w) = self.watching.get_mut(key) {
+            w.ids.remove(&id);
+            if w.ids.is_empty() {
+                let subscribed = w.subscribed;
                 self.watching.remove(key);
-                if let Some(watch) = &self.watch {
+                if let (true, Some(watch)) = (subscribed, &self.watch) {
                     watch.unwatch_flag(key);
                 }
             }
         }
     }
 
-    /// `id` watches `key` (the listener subscribes a key's channel while
-    /// any entry watches it: crate::contract::push).
-    pub(crate) fn watch_key(&mut self, key: Arc<str>, id: u64) {
-        let ids = self.watching.entry(key.clone()).or_default();
-        ids.insert(id);
-        if ids.len() == 1 {
-            if let Some(watch) = &self.watch {
-                watch.watch_flag(&key);
+    /// `id` watches `key`; `subscribe`: ask the listener for it now (the
+    /// listener subscribes a key's channel while it is asked for:
+    /// crate::contract::push), else [`State::subscribe`] does later.
+    pub(crate) fn watch_key(&mut self, key: Arc<str>, id: u64, subscribe: bool) {
+        self.watching.entry(key.clone()).or_default().ids.insert(id);
+        if subscribe {
+            self.subscribe(&key);
+        }
+    }
+
+    /// Asks the listener for `key` (once while anyone watches it).
+    pub(crate) fn subscribe(&mut self, key: &str) {
+        if let Some(w) = self.watching.get_mut(key) {
+            if !w.subscribed {
+                w.subscribed = true;
+                if let Some(watch) = &self.watch {
+                    watch.watch_flag(key);
+                }
             }
         }
+    }
+
+    /// Whether the listener was asked for `key`.
+    pub(crate) fn subscribed(&self, key: &str) -> bool {
+        self.watching.get(key).is_some_and(|w| w.subscribed)
     }
 
     /// (Re)arms timer `kind` of entry `id` at its entry's time.
@@ -179,7 +246,13 @@ impl FlagWatcher for Shared {
 
     fn poll_now(&self) {
         // The stop-key index names exactly the entries that watch a flag.
-        self.read_now(|state| state.watching.values().flatten().copied().collect());
+        self.read_now(|state| {
+            state
+                .watching
+                .values()
+                .flat_map(|w| w.ids.iter().copied())
+                .collect()
+        });
     }
 
     fn poll_flag(&self, key: &str) {
@@ -187,7 +260,7 @@ impl FlagWatcher for Shared {
             state
                 .watching
                 .get(key)
-                .map(|ids| ids.iter().copied().collect())
+                .map(|w| w.ids.iter().copied().collect())
                 .unwrap_or_default()
         });
     }
@@ -198,6 +271,7 @@ impl Shared {
     /// again if one is in flight) and wakes the scheduler.
     pub(crate) fn read_now(&self, which: impl FnOnce(&State) -> Vec<u64>) {
         let mut state = self.state.lock();
+        state.last_push = Some(Instant::now());
         let now = ms(Instant::now());
         let ids = which(&state);
         for &id in &ids {
@@ -206,19 +280,20 @@ impl Shared {
             }
             state.schedule(Kind::Check, id, now);
         }
-        if !ids.is_empty() {
+        // A batch in flight: the I/O thread wakes the scheduler when done.
+        if !ids.is_empty() && !state.io_busy && state.must_wake_for(instant(now)) {
             self.wake.notify_one();
         }
     }
 }
 
-/// Counts a stop flag seen for `e` and queues its `stopped` event.
-pub(crate) fn stopped(stats: &Stats, e: &Entry, reason: &str) {
-    e.status.mark_stopped();
+/// Counts a stop flag seen for a hold and queues its `stopped` event.
+pub(crate) fn stopped(stats: &Stats, status: &HoldStatus, reason: &str) {
+    status.mark_stopped();
     bump(&stats.stop_flags_seen, 1);
     stats.emit(|| Event {
         reason: Some(reason.to_owned()),
-        ..Event::new(EventKind::Stopped, e.lease().key(), e.lease().fence())
+        ..Event::new(EventKind::Stopped, status.lease.key(), status.lease.fence())
     });
 }
 

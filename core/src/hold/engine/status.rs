@@ -11,6 +11,19 @@ use std::time::{Duration, Instant};
 
 /// Upper bound of the stop-flag tick.
 pub const MAX_TICK: Duration = Duration::from_secs(1);
+/// How old a hold whose acquire read its stop flag
+/// ([`crate::Adapter::acquire_reading_flag`]) is before its stop key is
+/// asked of the push listener (the scheduler asks between this and twice
+/// this): a hold shorter than that never subscribes, and a stop raised in
+/// its first moments is heard once the subscription is confirmed (its
+/// read covers the gap), or at the tick poll (docs/RELIABILITY.md, the
+/// stop-latency promise). 5 ms: short against the listener's own
+/// subscribe time, long enough that a stream of short jobs (about one per
+/// millisecond on one Sidekiq thread) costs the scheduler one wake per
+/// 5 ms instead of two per job (bench_jobs.rb, concurrency 1: 1 ms cost
+/// 2.3 context switches per job; 5 ms with the scheduler keeping pace,
+/// 0.2: issue 40, item 7).
+pub const SUBSCRIBE_AFTER: Duration = Duration::from_millis(5);
 /// The engine's resolution: shorter heartbeats are treated as this.
 pub const MIN_HEARTBEAT: Duration = Duration::from_millis(1);
 /// The least default safety margin (unless a quarter of the ttl is less):
@@ -212,6 +225,11 @@ pub(crate) struct Registration {
     pub heartbeat: Duration,
     pub margin: Duration,
     pub stop_key: Option<String>,
+    /// The stop flag as the acquire's own round trip read it
+    /// ([`crate::Adapter::acquire_reading_flag`]): up stops the hold at
+    /// once, down makes its first read due a tick after the acquire;
+    /// `None` (not read): the engine reads it at once.
+    pub stop_up: Option<bool>,
     pub signal: AbortSignal,
     /// When the acquire was sent, and when its answer came.
     pub sent: Instant,

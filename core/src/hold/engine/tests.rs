@@ -5,6 +5,7 @@ use super::threads::renew_early;
 use super::timers::Kind;
 use super::*;
 use crate::contract::adapter::Lease;
+use crate::contract::push::FlagWatcher;
 use crate::signal::AbortSignal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +33,7 @@ fn entry(at: Ms) -> Entry {
         deadline_pos: NOWHERE,
         recheck: false,
         in_flight: false,
+        subscribe_pending: false,
     }
 }
 
@@ -255,4 +257,206 @@ fn a_server_clock_jump_ahead_tells_the_holds_whose_margin_it_exceeds() {
         (EventKind::AtRisk, "tight")
     );
     assert!(told[0].2.contains("jumped ahead by 4.99"), "{}", told[0].2);
+}
+
+/// Issue 40, item 7: a short hold wakes no engine thread. Register
+/// notifies the scheduler only when the new entry is due before its
+/// planned wake, and unregister never does, so holds whose first renewal
+/// is seconds away cost no scheduler wake: it wakes at its planned times
+/// only, at most once per [`MAX_TICK`] while it has holds or is idle
+/// (plus the first registration, which starts it). Before, every register
+/// and every unregister notified it: two wakes per hold.
+#[test]
+fn short_holds_do_not_wake_the_scheduler() {
+    let adapter: Arc<dyn crate::Adapter> = Arc::new(crate::Memory::new());
+    let engine = Engine::new(adapter.clone());
+    let hold = |key: &str| {
+        let lease = adapter
+            .acquire(key, Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        let now = Instant::now();
+        engine
+            .register(Registration {
+                status: Arc::new(HoldStatus::new(lease, now + Duration::from_secs(30))),
+                ttl: Duration::from_secs(30),
+                heartbeat: Duration::from_secs(10),
+                margin: Duration::from_secs(1),
+                stop_key: None,
+                stop_up: None,
+                signal: AbortSignal::new(),
+                sent: now,
+                confirmed: now,
+                max_hold: None,
+                progress_timeout: None,
+            })
+            .unwrap()
+    };
+    // The first hold starts the scheduler; wait until it sleeps.
+    let first = hold("first");
+    let asleep = |engine: &Engine| engine.shared().state.lock().sleep != state::Sleep::Awake;
+    let started = Instant::now();
+    while !asleep(&engine) && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(asleep(&engine), "the scheduler never went to sleep");
+    let before = engine.shared().state.lock().scheduler_wakes;
+    let t0 = Instant::now();
+    const HOLDS: u32 = 40;
+    for i in 0..HOLDS {
+        let id = hold(&format!("k{i}"));
+        // Time for a notified scheduler to run (the old rule woke it here
+        // and below; the new rule must not).
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(engine.unregister(id), Unregistered::Removed);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let wakes = engine.shared().state.lock().scheduler_wakes - before;
+    // Its planned wakes: at most one per MAX_TICK of the time that passed,
+    // and the one in progress.
+    let ticks = t0.elapsed().as_nanos().div_ceil(MAX_TICK.as_nanos()) as u64;
+    assert!(
+        wakes <= ticks + 1,
+        "{HOLDS} short holds woke the scheduler {wakes} times in {:?} (planned wakes: {})",
+        t0.elapsed(),
+        ticks + 1
+    );
+    assert_eq!(engine.unregister(first), Unregistered::Removed);
+}
+
+/// Issue 40, item 7: a hold whose acquire read its stop flag asks the
+/// push listener for its key only once it is [`SUBSCRIBE_AFTER`] old (a
+/// shorter hold never subscribes); a later hold of a key already asked
+/// for reads its flag at its tick, unless a push or poll came after its
+/// acquire was sent (then at once: it was not watching yet). Driven by
+/// hand: the engine's threads are marked running, so none starts.
+#[test]
+fn a_stop_key_is_subscribed_once_its_hold_is_old_enough() {
+    let adapter: Arc<dyn crate::Adapter> = Arc::new(crate::Memory::new());
+    let engine = Engine::new(adapter.clone());
+    {
+        let mut state = engine.shared().state.lock();
+        state.scheduler_running = true;
+        state.io_running = true;
+    }
+    let hold = |key: &str, sent: Instant| {
+        let lease = adapter
+            .acquire(key, Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        engine
+            .register(Registration {
+                status: Arc::new(HoldStatus::new(lease, sent + Duration::from_secs(30))),
+                ttl: Duration::from_secs(30),
+                heartbeat: Duration::from_secs(10),
+                margin: Duration::from_secs(1),
+                stop_key: Some("job:1:stop".into()),
+                stop_up: Some(false),
+                signal: AbortSignal::new(),
+                sent,
+                confirmed: sent,
+                max_hold: None,
+                progress_timeout: None,
+            })
+            .unwrap()
+    };
+    let shared = engine.shared().clone();
+    let t0 = Instant::now();
+    let first = hold("a", t0);
+    let collect = |at: Instant| {
+        let mut trips = Vec::new();
+        let mut state = shared.state.lock();
+        let job = super::threads::collect_due(&mut state, at, &mut trips);
+        (job.map(|j| j.check_ids), state.subscribed("job:1:stop"))
+    };
+    {
+        let state = shared.state.lock();
+        assert!(!state.subscribed("job:1:stop"), "asked for at once");
+        assert!(state.entries.get(first).unwrap().subscribe_pending);
+    }
+    // Before SUBSCRIBE_AFTER: nothing (not even early, as reads may be).
+    assert_eq!(collect(t0), (None, false));
+    // Old enough: asked for, and no read of its own (the listener's
+    // confirmation makes it); its next read a tick on.
+    let (job, subscribed) = collect(t0 + SUBSCRIBE_AFTER + Duration::from_millis(1));
+    assert_eq!((job, subscribed), (None, true));
+    {
+        let state = shared.state.lock();
+        let e = state.entries.get(first).unwrap();
+        assert!(!e.subscribe_pending);
+        assert!(e.next_check >= ms(t0 + Duration::from_millis(1000)));
+    }
+    // A second hold of the asked-for key: its read at its tick.
+    let t1 = Instant::now();
+    let second = hold("b", t1);
+    {
+        let state = shared.state.lock();
+        let e = state.entries.get(second).unwrap();
+        assert!(!e.subscribe_pending);
+        assert_eq!(e.next_check, ms(t1 + Duration::from_secs(1)));
+    }
+    // A poll (the listener's confirmation) after a third hold's acquire
+    // was sent but before it registered: that hold reads at once.
+    let t2 = Instant::now();
+    shared.poll_flag("job:1:stop");
+    let third = hold("c", t2);
+    {
+        let state = shared.state.lock();
+        assert_eq!(state.entries.get(third).unwrap().next_check, ms(t2));
+    }
+    for id in [first, second, third] {
+        assert_eq!(engine.unregister(id), Unregistered::Removed);
+    }
+    assert!(shared.state.lock().watching.is_empty());
+}
+
+/// Issue 40, item 7: a stream of short holds whose subscriptions wait
+/// ([`SUBSCRIBE_AFTER`]) costs the scheduler at most one wake per
+/// `SUBSCRIBE_AFTER`: it keeps pace with them, so their registers find a
+/// wake planned in time and need no notify. Without the pace, each hold
+/// after a quiet wake notified it and each left a timer wake behind:
+/// about two wakes per `SUBSCRIBE_AFTER` at this spacing.
+#[test]
+fn a_stream_of_short_holds_costs_one_scheduler_wake_per_subscribe_after() {
+    let adapter: Arc<dyn crate::Adapter> = Arc::new(crate::Memory::new());
+    let engine = Engine::new(adapter.clone());
+    let hold = |key: &str| {
+        let lease = adapter
+            .acquire(key, Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        let now = Instant::now();
+        engine
+            .register(Registration {
+                status: Arc::new(HoldStatus::new(lease, now + Duration::from_secs(30))),
+                ttl: Duration::from_secs(30),
+                heartbeat: Duration::from_secs(10),
+                margin: Duration::from_secs(1),
+                stop_key: Some(format!("{key}:stop")),
+                stop_up: Some(false),
+                signal: AbortSignal::new(),
+                sent: now,
+                confirmed: now,
+                max_hold: None,
+                progress_timeout: None,
+            })
+            .unwrap()
+    };
+    let first = hold("first");
+    std::thread::sleep(Duration::from_millis(20));
+    let before = engine.shared().state.lock().scheduler_wakes;
+    let t0 = Instant::now();
+    for i in 0..40 {
+        let id = hold(&format!("k{i}"));
+        assert_eq!(engine.unregister(id), Unregistered::Removed);
+        std::thread::sleep(SUBSCRIBE_AFTER / 2);
+    }
+    let wakes = engine.shared().state.lock().scheduler_wakes - before;
+    let paced = t0.elapsed().as_nanos().div_ceil(SUBSCRIBE_AFTER.as_nanos()) as u64;
+    assert!(
+        wakes <= paced + 2,
+        "40 short holds in {:?} woke the scheduler {wakes} times (one per {SUBSCRIBE_AFTER:?}: {paced})",
+        t0.elapsed()
+    );
+    assert_eq!(engine.unregister(first), Unregistered::Removed);
 }

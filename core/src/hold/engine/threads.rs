@@ -10,6 +10,7 @@ use super::state::stopped;
 use super::state::trip_all;
 use super::state::Job;
 use super::state::Shared;
+use super::state::Sleep;
 use super::state::State;
 use super::state::Trips;
 use super::status::dur;
@@ -19,9 +20,11 @@ use super::status::ms;
 use super::status::ns;
 use super::status::Ms;
 use super::status::MAX_TICK;
+use super::status::SUBSCRIBE_AFTER;
 use super::timers::Kind;
 use crate::contract::adapter::{Lease, Renewal, Renewed};
 use crate::error::{Error, Result};
+use crate::runtime::sync::MutexGuard;
 use crate::runtime::IDLE_EXIT;
 use crate::stats::{bump, Event, EventKind, LostCause};
 use std::sync::atomic::Ordering;
@@ -127,8 +130,13 @@ pub(crate) fn renew_early(e: &Entry) -> Ms {
     e.renew_every / 2 / 1_000_000
 }
 
-/// How early a flag read may go: half its tick.
+/// How early a flag read may go: half its tick (a pending subscription:
+/// not early, so a hold shorter than [`super::SUBSCRIBE_AFTER`] never
+/// subscribes).
 pub(crate) fn check_early(e: &Entry) -> Ms {
+    if e.subscribe_pending {
+        return 0;
+    }
     e.tick / 2 / 1_000_000
 }
 
@@ -190,15 +198,31 @@ pub(crate) fn collect_due(state: &mut State, now: Instant, trips: &mut Trips) ->
                 dur(e.margin.saturating_add(e.rtt)),
             ));
         }
+        let mut subscribe = Vec::new();
         for index in sched.check_due.take_ready(entries, now_ms, check_early) {
             let id = entries.id_of(index);
             let e = entries.at(index);
             let Some(stop_key) = &e.stop_key else {
                 continue;
             };
+            if e.subscribe_pending {
+                // Old enough: its key is asked of the listener, whose
+                // confirmation makes the read (SUBSCRIBE_AFTER).
+                e.subscribe_pending = false;
+                subscribe.push((id, stop_key.clone(), ms(now + dur(e.tick)), e.recheck));
+                if !e.recheck {
+                    continue;
+                }
+            }
             job.check_ids.push(id);
             job.checks.push(stop_key.clone());
             e.recheck = false;
+        }
+        for (id, key, next, reading) in subscribe {
+            state.subscribe(&key);
+            if !reading {
+                state.schedule(Kind::Check, id, next);
+            }
         }
     }
     job.deletes = std::mem::take(&mut state.deletes);
@@ -239,44 +263,85 @@ pub(crate) fn run_scheduler(shared: Arc<Shared>) {
             state = shared.state.lock();
             continue;
         }
-        let idle = state.entries.len == 0 && !state.io_busy && state.deletes.is_empty();
-        let sched = &state.sched;
-        let mut wake_at = sched.deadlines.first();
-        if !state.io_busy {
-            let renew = sched.renew_due.first();
-            let check = sched.check_due.first();
-            let settings = state.settings_due;
-            wake_at = [wake_at, renew, check, settings]
-                .into_iter()
-                .flatten()
-                .min();
-        }
-        let mut wake_at = wake_at.map(instant);
-        if state.entries.len > 0 {
-            // Read the clocks at least once a tick (super::clocks).
-            let tick = now + MAX_TICK;
-            wake_at = Some(wake_at.map_or(tick, |at| at.min(tick)));
-        }
-        if idle {
-            let since = *idle_since.get_or_insert(now);
-            if now >= since + IDLE_EXIT {
-                state.scheduler_running = false;
-                // The listener closes its channel once nobody watches.
-                state.watch = None;
-                // The next hold starts the settings checks afresh.
-                state.settings_due = None;
-                state.settings_risk = None;
-                return;
-            }
-            wake_at = Some(since + IDLE_EXIT);
-        } else {
-            idle_since = None;
-        }
-        state = match wake_at {
-            Some(at) => shared.wake.wait_until(state, at).0,
-            None => shared.wake.wait(state),
+        let Some(wake_at) = plan(&mut state, now, &mut idle_since) else {
+            return;
         };
+        state = sleep(&shared, state, wake_at);
     }
+}
+
+/// When the scheduler wakes next (`None` inside: only when notified);
+/// `None`: it retires (idle for [`IDLE_EXIT`]; its state is reset here,
+/// under the lock).
+pub(crate) fn plan(
+    state: &mut State,
+    now: Instant,
+    idle_since: &mut Option<Instant>,
+) -> Option<Option<Instant>> {
+    let idle = state.entries.len == 0 && !state.io_busy && state.deletes.is_empty();
+    let sched = &state.sched;
+    let mut wake_at = sched.deadlines.first();
+    if !state.io_busy {
+        let renew = sched.renew_due.first();
+        let check = sched.check_due.first();
+        let settings = state.settings_due;
+        wake_at = [wake_at, renew, check, settings]
+            .into_iter()
+            .flatten()
+            .min();
+    }
+    let mut wake_at = wake_at.map(instant);
+    if state.entries.len > 0 {
+        // Read the clocks at least once a tick (super::clocks).
+        let tick = now + MAX_TICK;
+        wake_at = Some(wake_at.map_or(tick, |at| at.min(tick)));
+    }
+    if idle {
+        let since = *idle_since.get_or_insert(now);
+        if now >= since + IDLE_EXIT {
+            state.scheduler_running = false;
+            // The listener closes its channel once nobody watches.
+            state.watch = None;
+            // The next hold starts the settings checks afresh.
+            state.settings_due = None;
+            state.settings_risk = None;
+            return None;
+        }
+        // At least once a tick while idle too: a hold registered meanwhile
+        // is then within a tick of its clock reading without a notify.
+        wake_at = Some((since + IDLE_EXIT).min(now + MAX_TICK));
+    } else {
+        *idle_since = None;
+    }
+    // Short holds keep coming: keep pace with their subscriptions, so
+    // their registers need no notify (one wake per SUBSCRIBE_AFTER).
+    match state.churn_until {
+        Some(until) if now < until => {
+            let pace = now + SUBSCRIBE_AFTER;
+            wake_at = Some(wake_at.map_or(pace, |at| at.min(pace)));
+        }
+        Some(_) => state.churn_until = None,
+        None => {}
+    }
+    Some(wake_at)
+}
+
+/// The scheduler waits until `wake_at` (or a notify), its plan recorded
+/// under the lock (module header, "Wakes"): who adds work due earlier
+/// notifies it; nobody else needs to.
+pub(crate) fn sleep<'a>(
+    shared: &Shared,
+    mut state: MutexGuard<'a, State>,
+    wake_at: Option<Instant>,
+) -> MutexGuard<'a, State> {
+    state.sleep = wake_at.map_or(Sleep::Forever, Sleep::Until);
+    let mut state = match wake_at {
+        Some(at) => shared.wake.wait_until(state, at).0,
+        None => shared.wake.wait(state),
+    };
+    state.sleep = Sleep::Awake;
+    state.scheduler_wakes += 1;
+    state
 }
 
 pub(crate) fn run_io(shared: Arc<Shared>) {
@@ -538,7 +603,7 @@ pub(crate) fn apply(
                     continue;
                 };
                 let reason = format!("stop flag {key:?} raised");
-                stopped(&state.stats, e, &reason);
+                stopped(&state.stats, &e.status, &reason);
                 trips.push((e.signal.clone(), reason));
                 state.unwatch(&key, id);
                 state.disarm(Kind::Check, id);
