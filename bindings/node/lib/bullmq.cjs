@@ -26,10 +26,10 @@
 //
 // The job's identity is `<queue name>:<job id>`: BullMQ numbers jobs per
 // queue (1, 2, 3 ... in every queue), so a bare id would name a job of
-// every queue. Its stop key is the core's job stop key of that identity,
-// `job:<queue>:<id>:stop` — the key Python (`locks.stop_job("reports:7")`),
-// Ruby (`locks.stop_job("reports:7")`), C (`mistri_locks_stop_job`) and
-// `mistri-locks stop job:reports:7:stop` raise. The lease carries it in its
+// every queue. Its stop key is the core's job stop key of that identity
+// (`jobStopKey`, docs/PROTOCOL.md "Jobs"): the key Python
+// (`locks.stop_job("reports:7")`), Ruby (`locks.stop_job("reports:7")`), C
+// (`mistri_locks_stop_job`) and the CLI raise. The lease carries it in its
 // holder description, so `mistri-locks stop --holder-of KEY` and
 // `locks.stopHolders(KEY)` stop whatever job holds KEY.
 //
