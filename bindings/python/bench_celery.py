@@ -6,7 +6,7 @@ redis-server (broker, results, leases, celery-once's locks), three
 variants of the same short task, measured interleaved in the same run:
 
 - ``plain``: ``@app.task``, no lock (the baseline);
-- ``leased``: ``base=mistri_locks.celery.LeasedTask`` (acquire, renew on
+- ``leased``: ``base=mistri_locks.integrations.celery.LeasedTask`` (acquire, renew on
   the heartbeat, watch the stop flag, release);
 - ``once``: celery-once's ``base=QueueOnce`` (a Redis lock taken at
   ``apply_async`` and deleted when the task returns).
@@ -46,7 +46,7 @@ if os.environ.get("BENCH_CELERY_BROKER"):
     from celery_once import QueueOnce
 
     import mistri_locks
-    from mistri_locks.celery import LeasedTask
+    from mistri_locks.integrations.celery import LeasedTask
 
     broker = os.environ["BENCH_CELERY_BROKER"]
     app = Celery("bench_celery", broker=broker, backend=broker)

@@ -25,7 +25,7 @@ tools=("maturin>=1.16,<1.17" "pytest>=8,<10" "mypy>=1.18,<3" "typing_extensions>
        "psycopg[binary]>=3.1,<4"
        # PyMySQL: tests/test_mysql.py writes through mistri_fence_check as an app would.
        "PyMySQL>=1.1,<2"
-       # The task faces (mistri_locks.celery, .django, .dramatiq) run against the
+       # The task faces (mistri_locks.integrations.celery, .django, .dramatiq) run against the
        # real frameworks; celery_once is the benchmark's peer (bench_celery.py).
        "celery[redis]>=5.4,<6" "django>=4.2,<6" "dramatiq[redis]>=1.17,<2" "rq>=1.16,<3"
        "celery_once>=3,<4"

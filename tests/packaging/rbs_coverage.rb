@@ -9,6 +9,10 @@
 # tests/packaging/run.sh with the installed platform gem.
 require "rbs"
 require "mistri_locks"
+# The integrations that load no framework of their own (Sidekiq would).
+require "mistri_locks/integrations/active_job"
+require "mistri_locks/integrations/rails_cache"
+require "mistri_locks/integrations/web"
 
 sig_dir = ARGV.fetch(0)
 REQUIRED = %w[

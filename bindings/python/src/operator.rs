@@ -1,8 +1,8 @@
-//! The operator's interface for Python hosts (`mistri_locks.web`,
+//! The operator's interface for Python hosts (`mistri_locks.integrations.web`,
 //! `mistri_locks.metrics`): the core's `operator::handle` and
 //! `operator::stats_prometheus`, called without the GIL (a request lists
 //! the backend). The WSGI app and the collector are Python, in
-//! `python/mistri_locks/web.py` and `metrics.py`.
+//! `python/mistri_locks/integrations/web.py` and `python/mistri_locks/metrics.py`.
 
 use crate::locks::PyLocks;
 use mistri_locks::operator::{self, OperatorOptions, OperatorRequestFields};

@@ -15,7 +15,7 @@ from celery import Celery
 
 import mistri_locks
 from mistri_locks import Interrupted, current_lease
-from mistri_locks.celery import LeasedTask
+from mistri_locks.integrations.celery import LeasedTask
 
 TTL = 1.0
 HEARTBEAT = 0.2

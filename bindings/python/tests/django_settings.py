@@ -6,7 +6,7 @@ import os
 
 SECRET_KEY = "test"
 USE_TZ = True
-INSTALLED_APPS = ["mistri_locks.django"]
+INSTALLED_APPS = ["mistri_locks.integrations.django"]
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",

@@ -1,4 +1,4 @@
-"""``mistri_locks.celery`` with a real Celery worker (prefork, 4 children)
+"""``mistri_locks.integrations.celery`` with a real Celery worker (prefork, 4 children)
 on the session's throwaway redis-server (broker, results and leases):
 serial tasks of one key, ``kill -9`` of a pool child, a stop by task id
 from another process and from the CLI (or Ruby, when its extension is
@@ -20,7 +20,7 @@ import pytest
 from celery import Celery
 
 import mistri_locks
-from mistri_locks.celery import LeasedTask, stop_key
+from mistri_locks.integrations.celery import LeasedTask, stop_key
 from conftest import RedisServer, free_port, python_child
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -189,11 +189,11 @@ def stop_and_check(worker: Worker, record: str, raise_flag: Callable[[str], tupl
 
 
 STOPPER = """
-import sys, time, mistri_locks, mistri_locks.celery
+import sys, time, mistri_locks, mistri_locks.integrations.celery
 mistri_locks.configure(mistri_locks.Redis(sys.argv[1], namespace=sys.argv[2]))
 mistri_locks.locks().flag("warm")  # connect first: the timing covers the SET only
 t = time.time()
-mistri_locks.celery.stop(sys.argv[3])
+mistri_locks.integrations.celery.stop(sys.argv[3])
 print(t, time.time(), flush=True)
 """
 
@@ -307,7 +307,7 @@ def test_bad_lease_options_fail_when_celery_creates_the_task() -> None:
     with pytest.raises(ValueError, match="countdown"):
         register(key="report:{account_id}", countdown=-1)
     with pytest.raises(ValueError, match="job id must not be empty"):  # the core's words
-        mistri_locks.celery.stop_key("")
+        mistri_locks.integrations.celery.stop_key("")
     # Finding 8: a task watches its job stop key; a stop_key of its own
     # would be ignored, so it is refused.
     with pytest.raises(TypeError, match="'stop_key' is not honoured"):

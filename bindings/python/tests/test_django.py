@@ -1,4 +1,4 @@
-"""``mistri_locks.django`` on the session's throwaway PostgreSQL: the
+"""``mistri_locks.integrations.django`` on the session's throwaway PostgreSQL: the
 backend defaults to the ``default`` database, ``manage.py mistri_locks``
 lists and stops, and a stale fence is refused inside ``atomic()``."""
 
@@ -32,7 +32,7 @@ def django_pg(postgres_server: throwaway_postgres.Server) -> Iterator[throwaway_
         settings.configure(
             SECRET_KEY="test",
             USE_TZ=True,
-            INSTALLED_APPS=["mistri_locks.django"],
+            INSTALLED_APPS=["mistri_locks.integrations.django"],
             DATABASES={"default": {
                 "ENGINE": "django.db.backends.postgresql",
                 "NAME": throwaway_postgres.DB,
@@ -43,7 +43,7 @@ def django_pg(postgres_server: throwaway_postgres.Server) -> Iterator[throwaway_
             MISTRI_LOCKS={"NAMESPACE": NAMESPACE},
         )
         django.setup()
-    import mistri_locks.django as mld
+    import mistri_locks.integrations.django as mld
 
     mld.reset()
     yield postgres_server
@@ -54,7 +54,7 @@ def django_pg(postgres_server: throwaway_postgres.Server) -> Iterator[throwaway_
 
 
 def test_the_backend_defaults_to_the_default_database(django_pg: throwaway_postgres.Server) -> None:
-    from mistri_locks.django import backend_url, leased, locks
+    from mistri_locks.integrations.django import backend_url, leased, locks
 
     assert backend_url() == f"postgres://postgres@127.0.0.1:{django_pg.port}/{throwaway_postgres.DB}"
     handle = locks()
@@ -78,7 +78,7 @@ def test_other_settings_choose_other_backends(django_pg: throwaway_postgres.Serv
     from django.conf import settings
     from django.test import override_settings
 
-    import mistri_locks.django as mld
+    import mistri_locks.integrations.django as mld
 
     try:
         with override_settings(MISTRI_LOCKS={"URL": "redis://127.0.0.1:1/0"}):
@@ -108,7 +108,7 @@ def test_the_database_url_comes_from_the_core(django_pg: throwaway_postgres.Serv
 
     from django.test import override_settings
 
-    import mistri_locks.django as mld
+    import mistri_locks.integrations.django as mld
 
     password = "p@ss:w/rd?#% &="
     v6 = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "app", "USER": "me",
@@ -149,7 +149,7 @@ def call(*args: str) -> str:
 def test_the_command_lists_and_stops(django_pg: throwaway_postgres.Server) -> None:
     from django.core.management import CommandError
 
-    from mistri_locks.django import locks
+    from mistri_locks.integrations.django import locks
 
     handle = locks()
     hold = handle.hold("nightly:7", ttl=5, heartbeat=0.2, stop_key="nightly:7:stop")
@@ -185,7 +185,7 @@ def test_a_mysql_default_database_puts_the_leases_in_mysql(
     whose password must be percent-encoded). ``URL`` still wins."""
     from django.test import override_settings
 
-    import mistri_locks.django as mld
+    import mistri_locks.integrations.django as mld
 
     ns = f"mistri:test:{uuid.uuid4().hex}"
     direct = mistri_locks.open(mariadb_server.url, namespace=ns)
@@ -225,7 +225,7 @@ def test_a_mysql_default_database_puts_the_leases_in_mysql(
 
 def test_django_admin_runs_the_command(django_pg: throwaway_postgres.Server) -> None:
     """As an operator runs it: ``django-admin`` (manage.py) in its own process."""
-    from mistri_locks.django import locks
+    from mistri_locks.integrations.django import locks
 
     env = dict(
         os.environ,
@@ -254,7 +254,7 @@ def test_django_admin_runs_the_command(django_pg: throwaway_postgres.Server) -> 
 def test_a_stale_fence_is_refused_inside_atomic(django_pg: throwaway_postgres.Server) -> None:
     from django.db import DatabaseError, connection, transaction
 
-    from mistri_locks.django import leased, locks
+    from mistri_locks.integrations.django import leased, locks
 
     with connection.cursor() as c:
         c.execute("CREATE TABLE IF NOT EXISTS dj_reports (id text PRIMARY KEY, body text)")
@@ -298,7 +298,7 @@ def test_a_stale_fence_is_refused_inside_atomic(django_pg: throwaway_postgres.Se
 
 
 def test_leased_threads_in_django_see_their_own_lease(django_pg: throwaway_postgres.Server) -> None:
-    from mistri_locks.django import leased
+    from mistri_locks.integrations.django import leased
 
     seen: dict[str, Any] = {}
     both = threading.Barrier(2, timeout=20)
@@ -324,7 +324,7 @@ def test_the_migration_creates_the_schema_in_the_default_database(
     from django.db import connection
     from django.test import override_settings
 
-    import mistri_locks.django as mld
+    import mistri_locks.integrations.django as mld
 
     schema = f"dj_{uuid.uuid4().hex[:8]}"
 

@@ -1,4 +1,4 @@
-"""``mistri_locks.dramatiq.Leased`` on a real Dramatiq worker (in this
+"""``mistri_locks.integrations.dramatiq.Leased`` on a real Dramatiq worker (in this
 process, its own worker threads) with the session's throwaway redis-server
 as broker and lease backend."""
 
@@ -14,7 +14,7 @@ import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
 import mistri_locks
-from mistri_locks.dramatiq import Leased, stop, stop_key
+from mistri_locks.integrations.dramatiq import Leased, stop, stop_key
 from conftest import RedisServer, free_port
 
 TTL = 1.0

@@ -16,7 +16,7 @@ import pytest
 
 import mistri_locks
 from mistri_locks import _native
-from mistri_locks.celery import stop_key as celery_stop_key
+from mistri_locks.integrations.celery import stop_key as celery_stop_key
 
 
 def wait_for(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]

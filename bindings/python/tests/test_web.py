@@ -1,4 +1,4 @@
-"""The operator's page under WSGI (mistri_locks.web) and the metrics
+"""The operator's page under WSGI (mistri_locks.integrations.web) and the metrics
 (mistri_locks.metrics): the same JSON, actions and refusals as
 `mistri-locks serve`, driven through the WSGI protocol itself; the
 Prometheus text and the prometheus_client collector checked by promtool."""
@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 import mistri_locks
-from mistri_locks import metrics, web
+from mistri_locks import metrics
+from mistri_locks.integrations import web
 
 TOKEN = "0123456789abcdef-token"
 HOST = "app.example:8000"
@@ -348,11 +349,11 @@ settings.configure(ALLOWED_HOSTS=["*"], ROOT_URLCONF="__main__", DEBUG=False, SE
 django.setup()
 from django.test import Client
 from django.urls import include, path
-import mistri_locks, mistri_locks.web
+import mistri_locks, mistri_locks.integrations.web
 
 locks = mistri_locks.Memory()
 locks.set_flag("stop:x", ttl=60)
-urlpatterns = [path("locks/", include(mistri_locks.web.django_urls(locks, authorize=lambda request: True)))]
+urlpatterns = [path("locks/", include(mistri_locks.integrations.web.django_urls(locks, authorize=lambda request: True)))]
 client = Client(HTTP_HOST="app.example:8000")
 r = client.get("/locks/")
 assert r.status_code == 200, r.status_code
@@ -370,7 +371,7 @@ assert r.status_code == 200, r.content
 assert not locks.flag("stop:x")
 # allowed_hosts defaults to settings.ALLOWED_HOSTS ("*" here); an explicit
 # list that leaves out this host is refused by the core (421).
-urlpatterns.append(path("narrow/", include(mistri_locks.web.django_urls(locks, allowed_hosts=["other.example"]))))
+urlpatterns.append(path("narrow/", include(mistri_locks.integrations.web.django_urls(locks, allowed_hosts=["other.example"]))))
 assert client.get("/locks/api/state").status_code == 200
 assert client.get("/narrow/api/state").status_code == 421
 print("django ok")

@@ -36,16 +36,16 @@ require_relative "mistri_locks/postgres"
 require_relative "mistri_locks/events"
 
 module MistriLocks
-  # The drop-in for Mistri::Locks::RailsCache (loaded on first use).
-  autoload :RailsCache, "mistri_locks/rails_cache"
-  # Jobs (loaded on first use; neither loads ActiveJob, and only
-  # MistriLocks::Sidekiq loads Sidekiq): `include MistriLocks::Job` in an
-  # ActiveJob, MistriLocks::Sidekiq::ServerMiddleware for plain Sidekiq.
+  # The job rules every job face shares (loaded on first use; loads no
+  # framework), and Prometheus text.
   autoload :Job, "mistri_locks/job"
-  autoload :Sidekiq, "mistri_locks/sidekiq"
-  # The operator's page as a Rack app, and Prometheus text (loaded on first use).
-  autoload :Web, "mistri_locks/web"
   autoload :Metrics, "mistri_locks/metrics"
+  # The framework integrations are not loaded from here; each is required by
+  # its own path (lib/mistri_locks/integrations/):
+  #   require "mistri_locks/integrations/active_job"  # include MistriLocks::Job in an ActiveJob
+  #   require "mistri_locks/integrations/sidekiq"     # MistriLocks::Sidekiq::ServerMiddleware (loads Sidekiq)
+  #   require "mistri_locks/integrations/rails_cache" # MistriLocks::RailsCache, the drop-in for Mistri::Locks::RailsCache
+  #   require "mistri_locks/integrations/web"         # MistriLocks::Web, the operator's page as a Rack app
 
   @locks = nil
 

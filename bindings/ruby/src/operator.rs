@@ -2,7 +2,7 @@
 //! `MistriLocks::Metrics`): private `Locks#_operator_handle` (the core's
 //! `operator::handle`, run without the GVL: a request lists the backend)
 //! and `Locks#_stats_prometheus`. The Rack app is Ruby, in
-//! `lib/mistri_locks/web.rb`.
+//! `lib/mistri_locks/integrations/web.rb`.
 
 use crate::locks::RbLocks;
 use crate::nogvl::nogvl;

@@ -19,6 +19,7 @@
 require_relative "test_helper"
 require "minitest/mock"
 require "uri"
+require "mistri_locks/integrations/rails_cache"
 begin
   require "active_record"
   require "active_support/cache"

@@ -7,6 +7,7 @@
 
 require_relative "test_helper"
 require_relative "mistri_compat_test"
+require "mistri_locks/integrations/rails_cache"
 begin
   require "active_support"
   require "active_support/cache"

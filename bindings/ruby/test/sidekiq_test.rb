@@ -9,6 +9,7 @@
 
 require_relative "test_helper"
 require_relative "scripts/job_support"
+require "mistri_locks/integrations/sidekiq"
 
 class SidekiqMiddlewareTest < Minitest::Test
   TTL = JobTiming::TTL

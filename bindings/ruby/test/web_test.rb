@@ -10,6 +10,7 @@ require "json"
 require "open3"
 require "rack"
 require "rack/test"
+require "mistri_locks/integrations/web"
 
 module OperatorTestHelpers
   TOKEN = "0123456789abcdef-token"

@@ -47,8 +47,8 @@ Functions and tasks: ``@mistri_locks.leased("report:{account_id}", ttl=60)``
 runs each call while holding the lease named from its arguments
 (``current_lease()`` is the hold inside; ``Hold.checkpoint()`` raises
 ``Interrupted`` when stopped or lost; ``Conflict`` for
-``on_conflict="raise"``). ``mistri_locks.celery``, ``mistri_locks.django``
-and ``mistri_locks.dramatiq`` are imported only when asked for.
+``on_conflict="raise"``). ``mistri_locks.integrations.celery``, ``mistri_locks.integrations.django``
+and ``mistri_locks.integrations.dramatiq`` are imported only when asked for.
 
 asyncio: ``async with mistri_locks.hold_async(key, ...) as h`` (``h`` is None
 when the lease is held elsewhere), ``adapter.hold_async(...)``,

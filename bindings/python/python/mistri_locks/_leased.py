@@ -7,7 +7,7 @@ its bound arguments, starts a ``Hold`` (which renews the lease on the
 heartbeat and watches the stop flag), runs the function with the hold as
 ``current_lease()``, and releases the lease when the function returns or
 raises (an ``async def`` also when its task is cancelled). The Celery,
-Django and Dramatiq faces (``mistri_locks.celery`` ...) reuse ``LeaseSpec``
+Django and Dramatiq faces (``mistri_locks.integrations.celery`` ...) reuse ``LeaseSpec``
 so that their ``lease=`` option takes exactly these options.
 
 Why a contextvar: a thread started inside the function, or an asyncio task

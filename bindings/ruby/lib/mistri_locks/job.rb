@@ -3,21 +3,12 @@
 require "mistri_locks"
 
 module MistriLocks
-  # A lease around a job's perform, for ActiveJob (include MistriLocks::Job)
-  # and plain Sidekiq (MistriLocks::Sidekiq::ServerMiddleware):
-  #
-  #   class NightlyReportJob < ApplicationJob
-  #     include MistriLocks::Job
-  #     holds_lease key: ->(account_id) { "report:#{account_id}" }, ttl: 60, heartbeat: 10,
-  #                 limit: 1, wait: 0, on_conflict: :retry
-  #
-  #     def perform(account_id)
-  #       batches(account_id).each do |batch|
-  #         lease.checkpoint!                 # raises Interrupted when stopped or lost
-  #         write(batch, fence: lease.fence)
-  #       end
-  #     end
-  #   end
+  # A lease around a job's perform: the rules every Ruby job face shares,
+  # loading no framework. The faces are integrations:
+  # `require "mistri_locks/integrations/active_job"` for ActiveJob
+  # (`include MistriLocks::Job` and `holds_lease`), and
+  # `require "mistri_locks/integrations/sidekiq"` for plain Sidekiq
+  # (MistriLocks::Sidekiq::ServerMiddleware).
   #
   #   MistriLocks::Job.stop(job_id)           # from any process
   #
@@ -36,14 +27,14 @@ module MistriLocks
   # The hold watches the job's stop key, Job.stop_key(id) (the core's
   # format, docs/PROTOCOL.md "Jobs"; id: ActiveJob's job_id, Sidekiq's
   # jid): Job.stop(id) raises it, and so do Python's
-  # mistri_locks.celery.stop(id), C's mistri_locks_stop_job and
+  # mistri_locks.integrations.celery.stop(id), C's mistri_locks_stop_job and
   # `mistri-locks stop`. The
   # lease's holder description carries that stop key (`stop_key` in
   # `info`/`list`, stored with the lease), so Job.stop_holder(key) and
   # `mistri-locks stop --holder-of KEY` stop whatever job holds a key.
   #
-  # Nothing here loads ActiveJob or Sidekiq: `require "mistri_locks/job"`
-  # (or the MistriLocks::Job autoload) reads them only if the app has them.
+  # Nothing here loads ActiveJob or Sidekiq (ActiveSupport::Notifications is
+  # used only if the app has loaded it).
   module Job
     # Raised by Hold#checkpoint! (the lease inside perform) when the hold's
     # signal has tripped. #reason is :stopped (its stop key was raised) or
@@ -395,44 +386,6 @@ module MistriLocks
       end
     end
 
-    # --- ActiveJob ------------------------------------------------------
-
-    def self.included(base)
-      base.extend(ClassMethods)
-      base.around_perform { |job, block| job.__send__(:mistri_lease_perform, &block) }
-      # Prepended so it comes before ActiveJob::Continuable's checkpoint!,
-      # whichever was included first.
-      base.prepend(ContinuableCheckpoint)
-    end
-
-    # Class methods of a job that includes MistriLocks::Job.
-    module ClassMethods
-      # Declares the job's lease (see MistriLocks::Job). Checked now: an
-      # unknown option, a ttl <= 0 or a key lambda that can't take perform's
-      # arguments raise ArgumentError while the class loads.
-      def holds_lease(**options)
-        @mistri_lease = LeaseOptions.new(self, :splat, options)
-        @mistri_lease.check_perform(instance_method(:perform)) if method_defined?(:perform, false)
-        @mistri_lease
-      end
-
-      # The job's LeaseOptions: its holds_lease, else its parent's (with
-      # this class's name as the default key), else the defaults.
-      def mistri_lease
-        @mistri_lease ||= if superclass.respond_to?(:mistri_lease)
-                            superclass.mistri_lease.inherit(self)
-                          else
-                            LeaseOptions.new(self, :splat, {})
-                          end
-      end
-
-      # perform defined after holds_lease: check the key lambda now.
-      def method_added(name)
-        super
-        @mistri_lease&.check_perform(instance_method(:perform)) if name == :perform
-      end
-    end
-
     # The readers a leased perform uses, for ActiveJob and (through
     # MistriLocks::Sidekiq::Leased) plain Sidekiq jobs alike.
     module Leased
@@ -449,54 +402,14 @@ module MistriLocks
     end
     include Leased
 
-    # Conflict retries are counted in the job's payload.
-    def serialize
-      super.merge("mistri_lease_attempts" => @mistri_lease_attempts.to_i)
-    end
+    # `include MistriLocks::Job` is the ActiveJob face, defined in the file
+    # mistri_locks/integrations/active_job.rb; without it loaded, including the
+    # module would give a job no lease at all, so it is refused.
+    def self.included(base)
+      return ActiveJobFace.attach(base) if const_defined?(:ActiveJobFace, false)
 
-    def deserialize(job_data)
-      super
-      @mistri_lease_attempts = job_data.fetch("mistri_lease_attempts", 0).to_i
-    end
-
-    # Where ActiveJob::Continuable is included (Rails 8.1+): its checkpoint!
-    # (between steps, and step.checkpoint!) also asks the lease. A stop or a
-    # loss whose policy is :retry interrupts the job the Continuable way
-    # (interrupt!, so it resumes from its cursor); otherwise the lease's
-    # checkpoint! raises Interrupted and the policy applies.
-    module ContinuableCheckpoint
-      def checkpoint!
-        reason = stopping?
-        if reason
-          options = self.class.mistri_lease
-          policy = reason == :lost ? options.on_lost : options.on_stopped
-          if policy == :retry && respond_to?(:interrupt!, true)
-            Job.instrument({ event: :interrupted, key: lease.key, job_id: job_id, job_class: self.class.name,
-                             reason: reason })
-            interrupt!(reason: reason)
-          end
-          lease.checkpoint!
-        end
-        super if defined?(super)
-      end
-    end
-
-    private
-
-    def mistri_lease_perform(&block)
-      Job.perform_leased(self.class.mistri_lease, args: arguments, job_id: job_id, job_class: self.class.name,
-                                                  attempts: @mistri_lease_attempts.to_i, logger: logger,
-                                                  reenqueue: lambda { |wait, attempts|
-                                                    @mistri_lease_attempts = attempts
-                                                    retry_job(wait: wait)
-                                                  }) do |hold|
-        @mistri_lease_hold = hold
-        begin
-          block.call
-        ensure
-          @mistri_lease_hold = nil
-        end
-      end
+      raise MistriLocks::Error, "include MistriLocks::Job in #{base} needs the ActiveJob integration: " \
+                                'require "mistri_locks/integrations/active_job" first'
     end
   end
 end

@@ -12,7 +12,7 @@
 
 require "active_job"
 require "mistri_locks"
-require "mistri_locks/job"
+require "mistri_locks/integrations/active_job"
 
 module JobTiming
   TTL = Float(ENV.fetch("JOB_TTL", "0.5"))
@@ -115,7 +115,7 @@ end
 
 # Plain Sidekiq (no ActiveJob), when Sidekiq is loaded.
 if defined?(Sidekiq)
-  require "mistri_locks/sidekiq"
+  require "mistri_locks/integrations/sidekiq"
 
   class SidekiqSerialJob
     include Sidekiq::Worker

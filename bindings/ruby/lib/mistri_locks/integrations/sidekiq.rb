@@ -6,7 +6,7 @@ require "sidekiq"
 module MistriLocks
   # A lease around a plain Sidekiq job's perform (no ActiveJob):
   #
-  #   require "mistri_locks/sidekiq"
+  #   require "mistri_locks/integrations/sidekiq"
   #   Sidekiq.configure_server do |config|
   #     config.server_middleware { |chain| chain.add MistriLocks::Sidekiq::ServerMiddleware }
   #   end

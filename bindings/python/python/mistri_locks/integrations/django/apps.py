@@ -1,4 +1,4 @@
-"""The Django app ``mistri_locks.django`` (label ``mistri_locks``): it
+"""The Django app ``mistri_locks.integrations.django`` (label ``mistri_locks``): it
 brings the ``mistri_locks`` management command."""
 
 from __future__ import annotations
@@ -7,6 +7,6 @@ from django.apps import AppConfig  # type: ignore[import-untyped, import-not-fou
 
 
 class MistriLocksConfig(AppConfig):  # type: ignore[misc]
-    name = "mistri_locks.django"
+    name = "mistri_locks.integrations.django"
     label = "mistri_locks"
     verbose_name = "mistri_locks"

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "mistri_locks"
 require "securerandom"
 require "uri"
 

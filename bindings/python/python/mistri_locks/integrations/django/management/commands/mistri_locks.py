@@ -1,5 +1,5 @@
 """``manage.py mistri_locks status|list|stop KEY|clear KEY|stop-task TASK_ID``
-on the backend the settings choose (see ``mistri_locks.django``): what the
+on the backend the settings choose (see ``mistri_locks.integrations.django``): what the
 ``mistri-locks`` operator command does, without a URL to pass."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.core.management.base import (  # type: ignore[import-untyped, import
 
 from mistri_locks import FLAG_TTL, Error
 from mistri_locks import job_stop_key
-from mistri_locks.django import locks
+from mistri_locks.integrations.django import locks
 
 
 def _seconds(value: Any) -> str:

@@ -14,7 +14,7 @@ from django.db import migrations  # type: ignore[import-untyped, import-not-foun
 
 def create_schema(apps: Any, schema_editor: Any) -> None:
     from mistri_locks import Postgres
-    from mistri_locks.django import default_database_schema
+    from mistri_locks.integrations.django import default_database_schema
 
     schema = default_database_schema()
     if schema is None or schema_editor.connection.alias != "default":

@@ -1,7 +1,7 @@
 """Django: the backend from settings, ``leased`` on it, and
 ``manage.py mistri_locks``.
 
-Add ``"mistri_locks.django"`` to ``INSTALLED_APPS`` for the management
+Add ``"mistri_locks.integrations.django"`` to ``INSTALLED_APPS`` for the management
 command. The backend is chosen once per process (and again in a forked
 child), from ``settings.MISTRI_LOCKS``:
 
@@ -20,7 +20,7 @@ child), from ``settings.MISTRI_LOCKS``:
 - otherwise Local: an SQLite file ``mistri_locks.db`` beside ``BASE_DIR``
   (``PATH`` overrides), or in the temp dir when there is no ``BASE_DIR``.
 
-``mistri_locks.django.leased`` is ``mistri_locks.leased`` with that
+``mistri_locks.integrations.django.leased`` is ``mistri_locks.leased`` with that
 backend: it decorates views, commands' helpers and any function.
 
 A write can refuse a stale holder inside its own transaction (Postgres
@@ -39,11 +39,11 @@ import tempfile
 import threading
 from typing import Any, Callable, Optional, TypeVar
 
-from .._leased import leased as _leased
-from .._native import Locks
-from .._native import open as _open
-from .._native import mysql_url as _mysql_url_of
-from .._native import postgres_url as _postgres_url_of
+from ..._leased import leased as _leased
+from ..._native import Locks
+from ..._native import open as _open
+from ..._native import mysql_url as _mysql_url_of
+from ..._native import postgres_url as _postgres_url_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "mistri_locks"
+
 module MistriLocks
   # The operator's page as a Rack app: the same page, JSON, actions and
   # metrics as `mistri-locks serve` (routes and refusals are written once,

@@ -1,7 +1,7 @@
 """Dramatiq actors that run while holding a lease, and a stop by message id.
 
     import dramatiq, mistri_locks
-    from mistri_locks.dramatiq import Leased
+    from mistri_locks.integrations.dramatiq import Leased
 
     broker.add_middleware(Leased())          # before the actors are declared
 
@@ -12,7 +12,7 @@
         ...
         lease.checkpoint()
 
-    mistri_locks.dramatiq.stop(message.message_id)   # from any process
+    mistri_locks.integrations.dramatiq.stop(message.message_id)   # from any process
 
 ``lease=`` takes the options of ``mistri_locks.leased`` (checked when the
 actor is declared). The middleware starts the hold in
@@ -30,7 +30,7 @@ Dramatiq's ``Retries`` middleware retries it with its backoff (bounded by
 the actor's ``max_retries``): the message is not lost.
 
 Each message watches the job stop key ``stop_key(message_id)`` (the
-core's, the same in every face, see ``mistri_locks.celery``); a ``stop_key`` option is refused
+core's, the same in every face, see ``mistri_locks.integrations.celery``); a ``stop_key`` option is refused
 at declaration. Unlike Dramatiq's
 ``ConcurrentRateLimiter`` (no owner, a fixed TTL), the lease is renewed
 while the actor runs and is owned: a stale worker can't release a new
@@ -47,9 +47,9 @@ import dramatiq
 from dramatiq.logging import get_logger
 from dramatiq.middleware import MiddlewareError, SkipMessage
 
-from ._leased import Conflict, LeaseSpec, _current, stop_job
-from ._native import job_stop_key
-from ._native import FLAG_TTL, ConnectionError, Error, Hold, Locks
+from .._leased import Conflict, LeaseSpec, _current, stop_job
+from .._native import job_stop_key
+from .._native import FLAG_TTL, ConnectionError, Error, Hold, Locks
 
 #: The stop flag a leased message watches (the core's job stop key).
 stop_key = job_stop_key
@@ -108,7 +108,7 @@ class Leased(dramatiq.Middleware):  # type: ignore[misc, unused-ignore]
         if "stop_key" in options:
             raise LeaseOptionsTypeError(
                 f"Leased: {actor.actor_name}: lease option 'stop_key' is not honoured: each message "
-                "watches the job stop key mistri_locks.dramatiq.stop_key(message_id)"
+                "watches the job stop key mistri_locks.integrations.dramatiq.stop_key(message_id)"
             )
         if self.locks is not None and "locks" not in options:
             options = {**options, "locks": self.locks}

@@ -1,6 +1,6 @@
 """Celery tasks that run while holding a lease, and a stop by task id.
 
-    from mistri_locks.celery import LeasedTask
+    from mistri_locks.integrations.celery import LeasedTask
 
     @app.task(base=LeasedTask, bind=True,
               lease={"key": "report:{account_id}", "ttl": 60, "on_conflict": "retry"})
@@ -10,7 +10,7 @@
             lease.checkpoint()          # Interrupted when stopped or lost
             write(batch, fence=lease.fence)
 
-    mistri_locks.celery.stop(result.id)  # from any process
+    mistri_locks.integrations.celery.stop(result.id)  # from any process
 
 ``lease=`` takes the options of ``mistri_locks.leased`` (``key``, ``ttl``,
 ``heartbeat``, ``limit``, ``wait``, ``on_conflict``, ``locks``; the key is
@@ -56,9 +56,9 @@ from celery import Task  # type: ignore[import-untyped, import-not-found, unused
 
 from celery.utils.log import get_task_logger  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from ._leased import Conflict, LeaseSpec, run_held, stop_job
-from ._native import job_stop_key
-from ._native import FLAG_TTL, ConnectionError, Locks
+from .._leased import Conflict, LeaseSpec, run_held, stop_job
+from .._native import job_stop_key
+from .._native import FLAG_TTL, ConnectionError, Locks
 
 logger = get_task_logger(__name__)
 
@@ -120,7 +120,7 @@ class LeasedTask(Task):  # type: ignore[misc]
         if "stop_key" in options:
             raise TypeError(
                 "LeasedTask: lease option 'stop_key' is not honoured: each task call watches "
-                "the job stop key mistri_locks.celery.stop_key(task_id)"
+                "the job stop key mistri_locks.integrations.celery.stop_key(task_id)"
             )
         fn, signature = _run_signature(cls)
         spec = LeaseSpec(

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from . import _native
-from ._native import Locks
+from .. import _native
+from .._native import Locks
 
 __all__ = ["app", "django_urls", "WSGIApp"]
 
@@ -204,7 +204,7 @@ def django_urls(
     """URL patterns serving the page in Django::
 
         urlpatterns = [
-            path("locks/", include(mistri_locks.web.django_urls(
+            path("locks/", include(mistri_locks.integrations.web.django_urls(
                 locks, authorize=lambda request: request.user.is_staff))),
         ]
 
