@@ -382,3 +382,64 @@ fn pipe() -> (std::fs::File, std::fs::File) {
         )
     }
 }
+
+/// After a quiet spell (no new interest for `HOT_FOR`, so the listener
+/// sits in a `COLD_SLICE` read that redis-rs cannot cut short), a hold on
+/// a new stop key that lives past `SUBSCRIBE_AFTER` rings the listener's
+/// own channel: its key is subscribed at once, and a stop raised right
+/// after the subscription was asked is heard within a few round trips,
+/// not at the end of the slice (before the bell: about 400 ms here).
+fn a_new_key_reaches_a_cold_listener_at_once(url: &str, ns: &str, master: &dyn Fn(&str) -> String) {
+    use mistri_locks::internals::{COLD_SLICE, HOT_FOR, SUBSCRIBE_AFTER};
+    let locks = Locks::redis(url, ns).unwrap();
+    // A long hold keeps the listener running.
+    let keeper = unique("stop");
+    let _keep = locks
+        .hold(&unique("job"), stop_opts(&keeper))
+        .unwrap()
+        .unwrap();
+    let channel = format!("{ns}:raised:{{{keeper}}}");
+    let waited = Instant::now();
+    while !master(&format!("PUBSUB NUMSUB {channel}")).contains(":1") {
+        assert!(waited.elapsed() < secs(5.0), "the keeper never subscribed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The quiet spell: past HOT_FOR, and a fifth into the cold read.
+    std::thread::sleep(HOT_FOR + COLD_SLICE / 5);
+    let stop = unique("stop");
+    let hold = locks
+        .hold(&unique("job"), stop_opts(&stop))
+        .unwrap()
+        .unwrap();
+    // The engine asks for the subscription once the hold is
+    // SUBSCRIBE_AFTER old (its scheduler keeps that pace: up to two).
+    std::thread::sleep(SUBSCRIBE_AFTER * 2);
+    let raised = Instant::now();
+    locks.set_flag(&stop, secs(60.0)).unwrap();
+    assert!(hold.signal().wait(Some(secs(3.0))), "not heard");
+    let heard = raised.elapsed();
+    println!("{url}: a new key after a quiet spell, stop heard after {heard:?}");
+    assert!(hold.signal().reason().unwrap().starts_with("stop flag"));
+    assert!(
+        heard < COLD_SLICE / 2,
+        "heard after {heard:?}: the listener was not woken (COLD_SLICE {COLD_SLICE:?})"
+    );
+}
+
+#[test]
+fn redis_new_key_reaches_a_cold_listener_at_once() {
+    let server = RedisServer::start();
+    a_new_key_reaches_a_cold_listener_at_once(&server.url(), "mistri:push", &|line| {
+        server.command(line)
+    });
+    // One subscribed connection still (the bell's ringer subscribes none).
+    assert_eq!(numpat(&server), 1);
+}
+
+#[test]
+fn sentinel_new_key_reaches_a_cold_listener_at_once() {
+    let set = mistri_locks_testkit::RedisSentinels::start_with(1);
+    a_new_key_reaches_a_cold_listener_at_once(&set.url(), "mistri:push", &|line| {
+        set.command(set.master_port(), line)
+    });
+}
