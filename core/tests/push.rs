@@ -443,3 +443,26 @@ fn sentinel_new_key_reaches_a_cold_listener_at_once() {
         set.command(set.master_port(), line)
     });
 }
+
+/// A user whose ACL names the key channels only cannot subscribe the
+/// listener's bell: the listener runs without it (a new key after a
+/// quiet spell then waits for the slice, as before), and stops still
+/// arrive by push.
+#[test]
+fn redis_listener_without_its_bell_channel_still_listens() {
+    let server = RedisServer::start();
+    let ok =
+        server.command("ACL SETUSER limited on >pw ~* resetchannels &mistri:push:raised:* +@all");
+    assert!(ok.contains("OK"), "{ok}");
+    let url = server.url().replace("redis://", "redis://limited:pw@");
+    let locks = Locks::redis(&url, "mistri:push").unwrap();
+    let stop = unique("stop");
+    let hold = locks
+        .hold(&unique("job"), stop_opts(&stop))
+        .unwrap()
+        .unwrap();
+    wait_numsub(&server, &format!("mistri:push:raised:{{{stop}}}"), 1);
+    let raised = raise_elsewhere("raise-redis", &server.url(), &stop);
+    let told = told_at(&hold, secs(3.0));
+    assert!(told - raised < PUSHED.as_nanos() as i64);
+}

@@ -187,7 +187,8 @@ fn bell_id() -> String {
 impl Channels {
     /// `con`'s bell: subscribes its channel on `con` (confirmed), and opens
     /// the connection that rings it. `None` (no bell: the slice is the
-    /// floor) when that second connection cannot be opened.
+    /// floor) when that second connection cannot be opened or the
+    /// subscription is refused.
     fn bell(&self, con: &mut Connection, deadline: Instant) -> Result<Option<Arc<Bell>>> {
         let Ok((ringer, _)) = self.at.connect(deadline) else {
             return Ok(None);
@@ -199,10 +200,9 @@ impl Channels {
         aim(con, deadline)?;
         let packed = ::redis::cmd("SUBSCRIBE").arg(&channel).get_packed_command();
         con.send_packed_command(&packed).map_err(|e| self.lost(e))?;
-        if let Value::ServerError(e) = con.recv_response().map_err(|e| self.lost(e))? {
-            return Err(Error::Connection(format!(
-                "the Redis listener's SUBSCRIBE was refused: {e:?}"
-            )));
+        if let Value::ServerError(_) = con.recv_response().map_err(|e| self.lost(e))? {
+            // Refused (an ACL that names the key channels only): no bell.
+            return Ok(None);
         }
         Ok(Some(Arc::new(Bell {
             ring: ::redis::cmd("PUBLISH")
