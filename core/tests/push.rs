@@ -389,9 +389,12 @@ fn pipe() -> (std::fs::File, std::fs::File) {
 /// own channel: its key is subscribed at once, and a stop raised right
 /// after the subscription was asked is heard within a few round trips,
 /// not at the end of the slice (before the bell: about 400 ms here).
-fn a_new_key_reaches_a_cold_listener_at_once(url: &str, ns: &str, master: &dyn Fn(&str) -> String) {
+fn a_new_key_reaches_a_cold_listener_at_once(
+    locks: &Locks,
+    ns: &str,
+    master: &dyn Fn(&str) -> String,
+) {
     use mistri_locks::internals::{COLD_SLICE, HOT_FOR, SUBSCRIBE_AFTER};
-    let locks = Locks::redis(url, ns).unwrap();
     // A long hold keeps the listener running.
     let keeper = unique("stop");
     let _keep = locks
@@ -418,7 +421,7 @@ fn a_new_key_reaches_a_cold_listener_at_once(url: &str, ns: &str, master: &dyn F
     locks.set_flag(&stop, secs(60.0)).unwrap();
     assert!(hold.signal().wait(Some(secs(3.0))), "not heard");
     let heard = raised.elapsed();
-    println!("{url}: a new key after a quiet spell, stop heard after {heard:?}");
+    println!("a new key after a quiet spell, stop heard after {heard:?}");
     assert!(hold.signal().reason().unwrap().starts_with("stop flag"));
     assert!(
         heard < COLD_SLICE / 2,
@@ -429,9 +432,8 @@ fn a_new_key_reaches_a_cold_listener_at_once(url: &str, ns: &str, master: &dyn F
 #[test]
 fn redis_new_key_reaches_a_cold_listener_at_once() {
     let server = RedisServer::start();
-    a_new_key_reaches_a_cold_listener_at_once(&server.url(), "mistri:push", &|line| {
-        server.command(line)
-    });
+    let locks = Locks::redis(&server.url(), "mistri:push").unwrap();
+    a_new_key_reaches_a_cold_listener_at_once(&locks, "mistri:push", &|line| server.command(line));
     // One subscribed connection still (the bell's ringer subscribes none).
     assert_eq!(numpat(&server), 1);
 }
@@ -439,9 +441,40 @@ fn redis_new_key_reaches_a_cold_listener_at_once() {
 #[test]
 fn sentinel_new_key_reaches_a_cold_listener_at_once() {
     let set = mistri_locks_testkit::RedisSentinels::start_with(1);
-    a_new_key_reaches_a_cold_listener_at_once(&set.url(), "mistri:push", &|line| {
+    let locks = Locks::redis(&set.url(), "mistri:push").unwrap();
+    a_new_key_reaches_a_cold_listener_at_once(&locks, "mistri:push", &|line| {
         set.command(set.master_port(), line)
     });
+}
+
+/// The bell's own connection killed (as a server that closes idle
+/// clients would): the listener's next `PING` (every `PING_EVERY`) finds
+/// it gone and opens another, and a new key after a quiet spell again
+/// reaches the listener at once.
+#[test]
+fn redis_bell_comes_back_after_its_connection_is_killed() {
+    use mistri_locks::internals::{LISTENER_IDLE, PING_EVERY};
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:push").unwrap();
+    let first = unique("stop");
+    let _first = locks
+        .hold(&unique("job"), stop_opts(&first))
+        .unwrap()
+        .unwrap();
+    wait_numsub(&server, &format!("mistri:push:raised:{{{first}}}"), 1);
+    let list = server.command("CLIENT LIST");
+    let id = list
+        .lines()
+        .find(|l| l.contains(" name=mistri-bell "))
+        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("id=")))
+        .unwrap_or_else(|| panic!("no mistri-bell connection: {list}"))
+        .to_owned();
+    assert!(server
+        .command(&format!("CLIENT KILL ID {id}"))
+        .contains(":1"));
+    // The listener pings within PING_EVERY of its start, plus one idle check.
+    std::thread::sleep(PING_EVERY + LISTENER_IDLE * 3 / 2);
+    a_new_key_reaches_a_cold_listener_at_once(&locks, "mistri:push", &|line| server.command(line));
 }
 
 /// A user whose ACL names the key channels only cannot subscribe the

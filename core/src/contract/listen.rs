@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 /// How long an idle listener (no watcher registered) lingers, and the
 /// longest it waits between liveness checks of its channel.
-pub(crate) const LISTENER_IDLE: Duration = Duration::from_secs(1);
+pub const LISTENER_IDLE: Duration = Duration::from_secs(1);
 
 /// How often a listener whose socket read cannot be woken (redis-rs) looks
 /// for new interests while they keep coming (within [`HOT_FOR`] of the
@@ -70,7 +70,7 @@ pub const HOT_FOR: Duration = Duration::from_secs(1);
 /// while idle, so not every second: a broken connection fails a read at
 /// once; this is for one that went silent, and until it is found the tick
 /// poll is the floor).
-pub(crate) const PING_EVERY: Duration = Duration::from_secs(5);
+pub const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// Messages read, channel and payload, in the order they arrived.
 pub(crate) type Heard = Vec<(String, Vec<u8>)>;

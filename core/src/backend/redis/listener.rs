@@ -153,20 +153,45 @@ impl Bell {
     /// On the listener's thread: reads the replies of the rings sent (each
     /// arrives with, or just after, its message).
     fn drain(&self, deadline: Instant) {
+        drained(&mut self.ringer.lock(), deadline);
+    }
+
+    /// On the listener's thread, with its `PING`: checks the ringing
+    /// connection, and opens another (`reopen`) when it is gone (a server
+    /// that closes idle clients, a `CLIENT KILL`), so a dead one costs
+    /// the cold slice at most until the next ping.
+    fn keepalive(&self, deadline: Instant, reopen: impl FnOnce() -> Option<Connection>) {
         let mut ringer = self.ringer.lock();
-        while ringer.unread > 0 {
-            let read = match &mut ringer.con {
-                Some(con) => aim(con, deadline).is_ok() && con.recv_response().is_ok(),
-                None => false,
-            };
-            if !read {
-                ringer.con = None;
-                ringer.unread = 0;
-                return;
-            }
-            ringer.unread -= 1;
+        let alive = drained(&mut ringer, deadline)
+            && ringer.con.as_mut().is_some_and(|con| {
+                aim(con, deadline).is_ok()
+                    && con
+                        .send_packed_command(&::redis::cmd("PING").get_packed_command())
+                        .is_ok()
+                    && matches!(con.recv_response(), Ok(Value::SimpleString(_)))
+            });
+        if !alive {
+            ringer.con = reopen();
         }
     }
+}
+
+/// Reads the replies of the rings sent; false (and the connection
+/// dropped) when one cannot be read.
+fn drained(ringer: &mut Ringer, deadline: Instant) -> bool {
+    while ringer.unread > 0 {
+        let read = match &mut ringer.con {
+            Some(con) => aim(con, deadline).is_ok() && con.recv_response().is_ok(),
+            None => false,
+        };
+        if !read {
+            ringer.con = None;
+            ringer.unread = 0;
+            return false;
+        }
+        ringer.unread -= 1;
+    }
+    true
 }
 
 /// Tells bells apart: no two listeners of a process share one, nor two
@@ -190,12 +215,9 @@ impl Channels {
     /// floor) when that second connection cannot be opened or the
     /// subscription is refused.
     fn bell(&self, con: &mut Connection, deadline: Instant) -> Result<Option<Arc<Bell>>> {
-        let Ok((ringer, _)) = self.at.connect(deadline) else {
+        let Some(ringer) = self.ringer(deadline) else {
             return Ok(None);
         };
-        if ringer.set_write_timeout(Some(MIN_IO)).is_err() {
-            return Ok(None);
-        }
         let channel = key_of(&self.namespace, "wake", &bell_id());
         aim(con, deadline)?;
         let packed = ::redis::cmd("SUBSCRIBE").arg(&channel).get_packed_command();
@@ -220,6 +242,20 @@ impl Channels {
 }
 
 impl Channels {
+    /// A connection to ring a bell on, named `mistri-bell` (for `CLIENT
+    /// LIST`), its writes given the shortest timeout.
+    fn ringer(&self, deadline: Instant) -> Option<Connection> {
+        let (mut ringer, _) = self.at.connect(deadline).ok()?;
+        aim(&ringer, deadline).ok()?;
+        // A name is for people: a server that refuses it still rings.
+        let _ = ::redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg("mistri-bell")
+            .query::<()>(&mut ringer);
+        ringer.set_write_timeout(Some(MIN_IO)).ok()?;
+        Some(ringer)
+    }
+
     fn lost(&self, e: RedisError) -> Error {
         if is_dropped(&e) {
             self.dropped.fetch_add(1, Ordering::SeqCst);
@@ -344,11 +380,19 @@ impl PushSource for Channels {
         read
     }
 
-    fn ping(&self, Con { con, .. }: &mut Con, deadline: Instant, heard: &mut Heard) -> Result<()> {
+    fn ping(
+        &self,
+        Con { con, bell, .. }: &mut Con,
+        deadline: Instant,
+        heard: &mut Heard,
+    ) -> Result<()> {
         aim(con, deadline)?;
         con.send_packed_command(&::redis::cmd("PING").get_packed_command())
             .map_err(|e| self.lost(e))?;
         while heard_in(&con.recv_response().map_err(|e| self.lost(e))?, heard) {}
+        if let Some(bell) = bell {
+            bell.keepalive(deadline, || self.ringer(deadline));
+        }
         Ok(())
     }
 
