@@ -4,6 +4,19 @@
 //! and adapter, to exactly the channels its watchers want
 //! ([`crate::contract::push`]): `{ns}:raised:{KEY}` for each watched stop
 //! key and `{ns}:next:{KEY}:LINE` for each waiting line. Never a pattern.
+//!
+//! The socket read cannot be woken, so each connection also subscribes a
+//! channel of its own, `{ns}:wake:{ID}` (an id no other listener has), and
+//! keeps a second connection to the same server to ring it ([`Bell`]): a
+//! watcher that adds an interest while the listener sits in a cold read
+//! ([`listen::COLD_SLICE`]) sends one `PUBLISH` there, which ends that
+//! read, and the listener subscribes the new channel at once. Only then: a
+//! ring costs the server one message to one subscriber, at most one per
+//! cold read, and nothing while interests keep coming (the listener is
+//! hot). The ringing connection (`CLIENT LIST` name `mistri-bell`) is
+//! checked with the listener's `PING` and opened again when it is gone; a
+//! server that refuses the bell's channel (an ACL) leaves the listener
+//! without one (the cold slice is the bound, as before).
 
 use super::io::is_dropped;
 use super::io::MIN_IO;
