@@ -113,6 +113,8 @@ pub mod internals {
         ACQUIRE_LUA, BREAK_LUA, LEAVE_QUEUE_LUA, RELEASE_LUA, RENEW_LUA,
     };
     pub use crate::contract::info::{default_label, set_language, unix_millis};
+    pub use crate::contract::listen::{COLD_SLICE, HOT_FOR, HOT_SLICE, LISTENER_IDLE, PING_EVERY};
     pub use crate::contract::push::{messages_heard, LINGER};
+    pub use crate::hold::engine::SUBSCRIBE_AFTER;
     pub use crate::waiting::observe::{observe_rung_tries, RungTry};
 }

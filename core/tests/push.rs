@@ -382,3 +382,120 @@ fn pipe() -> (std::fs::File, std::fs::File) {
         )
     }
 }
+
+/// After a quiet spell (no new interest for `HOT_FOR`, so the listener
+/// sits in a `COLD_SLICE` read that redis-rs cannot cut short), a hold on
+/// a new stop key that lives past `SUBSCRIBE_AFTER` rings the listener's
+/// own channel: its key is subscribed at once, and a stop raised right
+/// after the subscription was asked is heard within a few round trips,
+/// not at the end of the slice (before the bell: about 400 ms here).
+fn a_new_key_reaches_a_cold_listener_at_once(
+    locks: &Locks,
+    ns: &str,
+    master: &dyn Fn(&str) -> String,
+) {
+    use mistri_locks::internals::{COLD_SLICE, HOT_FOR, SUBSCRIBE_AFTER};
+    // A long hold keeps the listener running.
+    let keeper = unique("stop");
+    let _keep = locks
+        .hold(&unique("job"), stop_opts(&keeper))
+        .unwrap()
+        .unwrap();
+    let channel = format!("{ns}:raised:{{{keeper}}}");
+    let waited = Instant::now();
+    while !master(&format!("PUBSUB NUMSUB {channel}")).contains(":1") {
+        assert!(waited.elapsed() < secs(5.0), "the keeper never subscribed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The quiet spell: past HOT_FOR, and a fifth into the cold read.
+    std::thread::sleep(HOT_FOR + COLD_SLICE / 5);
+    let stop = unique("stop");
+    let hold = locks
+        .hold(&unique("job"), stop_opts(&stop))
+        .unwrap()
+        .unwrap();
+    // The engine asks for the subscription once the hold is
+    // SUBSCRIBE_AFTER old (its scheduler keeps that pace: up to two).
+    std::thread::sleep(SUBSCRIBE_AFTER * 2);
+    let raised = Instant::now();
+    locks.set_flag(&stop, secs(60.0)).unwrap();
+    assert!(hold.signal().wait(Some(secs(3.0))), "not heard");
+    let heard = raised.elapsed();
+    println!("a new key after a quiet spell, stop heard after {heard:?}");
+    assert!(hold.signal().reason().unwrap().starts_with("stop flag"));
+    assert!(
+        heard < COLD_SLICE / 2,
+        "heard after {heard:?}: the listener was not woken (COLD_SLICE {COLD_SLICE:?})"
+    );
+}
+
+#[test]
+fn redis_new_key_reaches_a_cold_listener_at_once() {
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:push").unwrap();
+    a_new_key_reaches_a_cold_listener_at_once(&locks, "mistri:push", &|line| server.command(line));
+    // One subscribed connection still (the bell's ringer subscribes none).
+    assert_eq!(numpat(&server), 1);
+}
+
+#[test]
+fn sentinel_new_key_reaches_a_cold_listener_at_once() {
+    let set = mistri_locks_testkit::RedisSentinels::start_with(1);
+    let locks = Locks::redis(&set.url(), "mistri:push").unwrap();
+    a_new_key_reaches_a_cold_listener_at_once(&locks, "mistri:push", &|line| {
+        set.command(set.master_port(), line)
+    });
+}
+
+/// The bell's own connection killed (as a server that closes idle
+/// clients would): the listener's next `PING` (every `PING_EVERY`) finds
+/// it gone and opens another, and a new key after a quiet spell again
+/// reaches the listener at once.
+#[test]
+fn redis_bell_comes_back_after_its_connection_is_killed() {
+    use mistri_locks::internals::{LISTENER_IDLE, PING_EVERY};
+    let server = RedisServer::start();
+    let locks = Locks::redis(&server.url(), "mistri:push").unwrap();
+    let first = unique("stop");
+    let _first = locks
+        .hold(&unique("job"), stop_opts(&first))
+        .unwrap()
+        .unwrap();
+    wait_numsub(&server, &format!("mistri:push:raised:{{{first}}}"), 1);
+    let list = server.command("CLIENT LIST");
+    let id = list
+        .lines()
+        .find(|l| l.contains(" name=mistri-bell "))
+        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("id=")))
+        .unwrap_or_else(|| panic!("no mistri-bell connection: {list}"))
+        .to_owned();
+    assert!(server
+        .command(&format!("CLIENT KILL ID {id}"))
+        .contains(":1"));
+    // The listener pings within PING_EVERY of its start, plus one idle check.
+    std::thread::sleep(PING_EVERY + LISTENER_IDLE * 3 / 2);
+    a_new_key_reaches_a_cold_listener_at_once(&locks, "mistri:push", &|line| server.command(line));
+}
+
+/// A user whose ACL names the key channels only cannot subscribe the
+/// listener's bell: the listener runs without it (a new key after a
+/// quiet spell then waits for the slice, as before), and stops still
+/// arrive by push.
+#[test]
+fn redis_listener_without_its_bell_channel_still_listens() {
+    let server = RedisServer::start();
+    let ok =
+        server.command("ACL SETUSER limited on >pw ~* resetchannels &mistri:push:raised:* +@all");
+    assert!(ok.contains("OK"), "{ok}");
+    let url = server.url().replace("redis://", "redis://limited:pw@");
+    let locks = Locks::redis(&url, "mistri:push").unwrap();
+    let stop = unique("stop");
+    let hold = locks
+        .hold(&unique("job"), stop_opts(&stop))
+        .unwrap()
+        .unwrap();
+    wait_numsub(&server, &format!("mistri:push:raised:{{{stop}}}"), 1);
+    let raised = raise_elsewhere("raise-redis", &server.url(), &stop);
+    let told = told_at(&hold, secs(3.0));
+    assert!(told - raised < PUSHED.as_nanos() as i64);
+}

@@ -12,6 +12,7 @@ pub(crate) mod memory;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod redis;
+pub(crate) mod url;
 
 use crate::contract::adapter::Adapter;
 use crate::error::{Error, Result};
@@ -22,6 +23,8 @@ use redis::url::{parse_host_list, take_own_params};
 use redis::{Redis, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
 use std::sync::Arc;
 use std::time::Duration;
+use url::password_unencoded;
+pub(crate) use url::shown_url;
 
 /// Which backend a URL names: one row of [`SCHEMES`] each.
 ///
@@ -207,7 +210,7 @@ fn classify(url: &str) -> Result<(Family, Via)> {
 
 /// A libpq key/value DSN starts with `keyword=`; a path starts with `/`,
 /// `.` or `~`, or has no `=` before its first `/` or space.
-fn is_dsn(url: &str) -> bool {
+pub(crate) fn is_dsn(url: &str) -> bool {
     let url = url.trim_start();
     if url.starts_with(['/', '.', '~']) {
         return false;
@@ -759,45 +762,6 @@ pub(crate) fn unknown_option(url: &str, key: &str, known: &[&str]) -> Error {
         None => format!("{scheme} takes: {}", known.join(", ")),
     };
     Error::InvalidArgument(format!("unknown option {key:?} in {shown}; {hint}"))
-}
-
-/// Does `url` look like a password with a `/`, `?` or `#` that was not
-/// percent-encoded (`redis://:pa?ss@h/0`)? Then the authority as a URL
-/// parser reads it has a `:` but no `@`, and an `@` follows later.
-fn password_unencoded(url: &str) -> bool {
-    let Some((_, rest)) = url.split_once("://") else {
-        return false;
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    !authority.contains('@') && authority.contains(':') && tail.contains('@')
-}
-
-/// `url` as an error may show it: the password `***`, no query or
-/// fragment (a query may carry a password too); a DSN by name only; all
-/// but the scheme when a password seems to hold a `/`, `?` or `#`.
-pub(crate) fn shown_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return if is_dsn(url) {
-            "a key/value DSN".to_owned()
-        } else {
-            format!("{url:?}")
-        };
-    };
-    if password_unencoded(url) {
-        return format!("{scheme}://***");
-    }
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let path = tail.split(['?', '#']).next().unwrap_or("");
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("{userinfo}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    format!("{scheme}://{authority}{path}")
 }
 
 /// The Local file a Local URL names: `file://PATH` or a bare path;

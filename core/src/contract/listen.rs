@@ -41,31 +41,36 @@ use super::push::{Interest, Registry, LINGER};
 use crate::error::Result;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long an idle listener (no watcher registered) lingers, and the
 /// longest it waits between liveness checks of its channel.
-pub(crate) const LISTENER_IDLE: Duration = Duration::from_secs(1);
+pub const LISTENER_IDLE: Duration = Duration::from_secs(1);
 
-/// How often a listener that cannot be woken (a redis-rs socket read) looks
+/// How often a listener whose socket read cannot be woken (redis-rs) looks
 /// for new interests while they keep coming (within [`HOT_FOR`] of the
 /// last change: a stop raised right after a hold starts still arrives in
-/// a few ms), and when they don't (the first new key after a quiet spell
-/// waits up to [`COLD_SLICE`] for its subscription). Neither decides when a
-/// flag is seen: a new hold reads its flag itself and again once its
-/// subscription is live, and the tick poll is the floor. Local's listener
-/// is woken at once instead (an eventfd).
-pub(crate) const HOT_SLICE: Duration = Duration::from_millis(2);
+/// a few ms), and when they don't ([`COLD_SLICE`]). A cold read is cut
+/// short by the listener's bell where it has one ([`PushSource::bell`]:
+/// Redis single server and Sentinel ring a channel of the listener's own,
+/// so the first new key after a quiet spell is subscribed within a round
+/// trip); a Cluster's readers have none, and there that key waits up to
+/// [`COLD_SLICE`]. Neither decides when a flag is seen: a new hold reads
+/// its flag itself and again once its subscription is live, and the tick
+/// poll is the floor. Local's listener is woken at once instead (an
+/// eventfd).
+pub const HOT_SLICE: Duration = Duration::from_millis(2);
 /// See [`HOT_SLICE`].
-pub(crate) const COLD_SLICE: Duration = Duration::from_millis(500);
+pub const COLD_SLICE: Duration = Duration::from_millis(500);
 /// See [`HOT_SLICE`].
-pub(crate) const HOT_FOR: Duration = Duration::from_secs(1);
+pub const HOT_FOR: Duration = Duration::from_secs(1);
 
 /// How often a silent listener checks its connection (a per-process cost
 /// while idle, so not every second: a broken connection fails a read at
 /// once; this is for one that went silent, and until it is found the tick
 /// poll is the floor).
-pub(crate) const PING_EVERY: Duration = Duration::from_secs(5);
+pub const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// Messages read, channel and payload, in the order they arrived.
 pub(crate) type Heard = Vec<(String, Vec<u8>)>;
@@ -97,6 +102,21 @@ pub(crate) trait PushSource: Send + Sync + 'static {
     /// Checks a silent connection by `deadline` (messages read meanwhile go
     /// to `heard`).
     fn ping(&self, con: &mut Self::Con, deadline: Instant, heard: &mut Heard) -> Result<()>;
+    /// A wake-up for the registry ([`Registry::set_wake`]) that cuts short
+    /// a read of `con` while it is [`PushSource::cold`]; called on a
+    /// watcher's thread, so it must not block. Default: none.
+    fn bell(&self, con: &Self::Con) -> Option<Arc<dyn Fn() + Send + Sync>> {
+        let _ = con;
+        None
+    }
+    /// The listener is about to read for longer than [`HOT_SLICE`] (`on`),
+    /// or is back from that read (`!on`); true when its bell can cut that
+    /// read short (then a new interest is not left waiting for the slice to
+    /// end). Default: false.
+    fn cold(&self, con: &Self::Con, on: bool) -> bool {
+        let _ = (con, on);
+        false
+    }
     /// Asked about once a second of silence: true when `con` no longer goes
     /// where messages are published (a failover). Default: never.
     fn moved(&self, con: &Self::Con, deadline: Instant) -> bool {
@@ -223,6 +243,11 @@ impl<S: PushSource> Listener<S> {
         // every waiter tries once (a release may have gone unheard).
         registry.poll_now();
         registry.released_any();
+        let bell = self.source.bell(&con);
+        let _unbell = bell.is_some().then_some(Unbell(registry));
+        if bell.is_some() {
+            registry.set_wake(bell);
+        }
         let mut heard = Heard::new();
         let mut checked = Instant::now();
         let mut pinged = checked;
@@ -242,8 +267,19 @@ impl<S: PushSource> Listener<S> {
                 registry.live(&plan.subscribe);
                 hot_until = Instant::now() + HOT_FOR;
             }
-            let until = Instant::now() + subs.slice(now, hot_until);
-            if self.source.read(&mut con, until, &mut heard).is_err() {
+            let slice = subs.slice(now, hot_until);
+            let until = Instant::now() + slice;
+            let cold = slice > HOT_SLICE && self.source.cold(&con, true);
+            if cold && registry.has_changes() {
+                // Came after the plan, before the bell could ring: apply it.
+                self.source.cold(&con, false);
+                continue;
+            }
+            let read = self.source.read(&mut con, until, &mut heard);
+            if cold {
+                self.source.cold(&con, false);
+            }
+            if read.is_err() {
                 return Ok(Listened::Lost);
             }
             if !heard.is_empty() {
@@ -278,6 +314,16 @@ impl<S: PushSource> Listener<S> {
                 return Ok(Listened::Lost);
             }
         }
+    }
+}
+
+/// Takes a listener's bell off its registry when the connection it rings
+/// is gone.
+struct Unbell<'a>(&'a Registry);
+
+impl Drop for Unbell<'_> {
+    fn drop(&mut self) {
+        self.0.set_wake(None);
     }
 }
 

@@ -384,6 +384,14 @@ impl Registry {
             .collect()
     }
 
+    /// Are changes waiting for the listener ([`Registry::take_changes`])?
+    /// A listener that can be woken asks after it said it sleeps
+    /// ([`super::listen::PushSource::cold`]): a change made before that is
+    /// seen here, one made after rings its bell.
+    pub(crate) fn has_changes(&self) -> bool {
+        !self.state.lock().changed.is_empty()
+    }
+
     /// Is `interest` wanted now?
     pub fn is_wanted(&self, interest: &Interest) -> bool {
         self.state.lock().wanted.contains_key(interest)
@@ -391,8 +399,8 @@ impl Registry {
 
     /// Is `interest` confirmed live on the listener's channel? Until it
     /// is, an announcement of it may be lost: a new interest waits for the
-    /// listener's next wake-up (up to [`COLD_SLICE`](super::listen::COLD_SLICE) on Redis, whose socket
-    /// read cannot be woken), so a waiting line whose subscription is not
+    /// listener's next wake-up (up to [`COLD_SLICE`](super::listen::COLD_SLICE) on a Redis Cluster, whose
+    /// readers cannot be woken), so a waiting line whose subscription is not
     /// confirmed does not rely on being told (`crate::waiting`).
     pub(crate) fn is_confirmed(&self, interest: &Interest) -> bool {
         self.state.lock().confirmed.contains(interest)

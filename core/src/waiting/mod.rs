@@ -38,8 +38,8 @@
 //!   after a reconnect, the head tries once (an announcement may have been
 //!   missed). Until the listener has confirmed the line's subscription (a
 //!   new one waits for the listener's next wake-up: up to
-//!   [`crate::contract::listen::COLD_SLICE`] on Redis, whose socket read
-//!   can't be woken), a refused head does not count on being told: it
+//!   [`crate::contract::listen::COLD_SLICE`] on a Redis Cluster, whose
+//!   readers can't be woken), a refused head does not count on being told: it
 //!   tries again after [`QUICK_RETRY`], doubling to 40 ms, for at most a
 //!   second;
 //! - when the lease could have lapsed: after a refused try the head asks
@@ -475,7 +475,7 @@ impl<T> Waiting<T> {
     /// While the listener has not confirmed this line's subscription, a
     /// release announced to the line is not heard (a new line's
     /// subscription waits for the listener's next wake-up: up to
-    /// [`crate::contract::listen::COLD_SLICE`] on Redis): the head then
+    /// [`crate::contract::listen::COLD_SLICE`] on a Redis Cluster): the head then
     /// tries again soon, [`QUICK_RETRY`] doubling to [`UNHEARD_RETRY_MAX`],
     /// for at most [`UNHEARD_FOR`]; the listener rings it once the
     /// subscription is live. `None` when announcements are heard (or

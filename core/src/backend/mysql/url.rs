@@ -2,6 +2,7 @@
 //! and this backend's options (`ssl-mode` as the MySQL clients spell it,
 //! `prefix` for the table names). See `docs/MYSQL.md`.
 
+use crate::backend::url::{decode, split};
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -71,39 +72,7 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 }
 
 fn bad(url: &str, what: &str) -> Error {
-    Error::Config(format!(
-        "cannot use MySQL URL {}: {what}",
-        crate::backend::shown_url(url)
-    ))
-}
-
-/// Percent-decodes `s`.
-fn decode(s: &str, url: &str, part: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| bad(url, &format!("bad percent-encoding in the {part}")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad(url, &format!("the {part} is not UTF-8")))
-}
-
-fn port_of(s: &str, url: &str) -> Result<u16> {
-    s.parse::<u16>()
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| bad(url, &format!("the port {s:?} is not a number in 1..=65535")))
+    crate::backend::url::refused("MySQL", url, what)
 }
 
 /// Parses `url`.
@@ -111,67 +80,30 @@ fn port_of(s: &str, url: &str) -> Result<u16> {
 /// # Errors
 /// [`Error::Config`] naming the part that is wrong (the password masked).
 pub(crate) fn parse(url: &str) -> Result<MyConfig> {
-    let rest = ["mysql://", "mariadb://"]
-        .iter()
-        .find_map(|s| {
-            url.get(..s.len())
-                .filter(|p| p.eq_ignore_ascii_case(s))
-                .map(|_| &url[s.len()..])
-        })
-        .ok_or_else(|| bad(url, "the scheme must be mysql:// or mariadb://"))?;
-    let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
-    let (before_query, query) = match rest.split_once('?') {
-        Some((a, q)) => (a, Some(q)),
-        None => (rest, None),
-    };
-    let (authority, path) = match before_query.split_once('/') {
-        Some((a, p)) => (a, p),
-        None => (before_query, ""),
-    };
-    let (userinfo, hostport) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    let (mut user, mut password) = (String::new(), None);
-    if let Some(info) = userinfo {
-        let (u, p) = match info.split_once(':') {
-            Some((u, p)) => (u, Some(p)),
-            None => (info, None),
-        };
-        user = decode(u, url, "user name")?;
-        password = p.map(|p| decode(p, url, "password")).transpose()?;
-    }
+    let parts = split(url, &["mysql", "mariadb"]).map_err(|what| bad(url, &what))?;
+    let (user, password) = (parts.user.unwrap_or_default(), parts.password);
     if user.is_empty() {
         return Err(bad(
             url,
             "a user name is needed (mysql://USER:PASSWORD@HOST/DATABASE)",
         ));
     }
-    if hostport.contains(',') {
+    if parts.hosts.len() > 1 {
         return Err(bad(url, "several hosts are not supported (name one host)"));
     }
-    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (h, after) = v6
-            .split_once(']')
-            .ok_or_else(|| bad(url, "an IPv6 host must be written [addr]"))?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => port_of(p, url)?,
-            None if after.is_empty() => 3306,
-            None => return Err(bad(url, "junk after the IPv6 host")),
-        };
-        (h.to_owned(), port)
-    } else {
-        match hostport.rsplit_once(':') {
-            Some((h, p)) => (decode(h, url, "host")?, port_of(p, url)?),
-            None => (decode(hostport, url, "host")?, 3306),
-        }
-    };
+    let (host, port) = parts
+        .hosts
+        .into_iter()
+        .next()
+        .map_or((String::new(), None), |h| (h.name, h.port));
+    let port = port.unwrap_or(3306);
     let host = if host.is_empty() {
         "127.0.0.1".to_owned()
     } else {
         host
     };
-    let database = decode(path.trim_end_matches('/'), url, "database name")?;
+    let database = decode(parts.path.trim_end_matches('/'), "database name")
+        .map_err(|what| bad(url, &what))?;
     if database.is_empty() {
         return Err(bad(
             url,
@@ -184,15 +116,8 @@ pub(crate) fn parse(url: &str) -> Result<MyConfig> {
     let mut ssl = SslMode::Preferred;
     let mut prefix = DEFAULT_PREFIX.to_owned();
     let mut connect_timeout = None;
-    for pair in query.into_iter().flat_map(|q| q.split('&')) {
-        if pair.is_empty() {
-            continue;
-        }
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| bad(url, &format!("option {pair:?} has no value")))?;
-        let v = decode(v, url, &format!("value of {k}"))?;
-        match k {
+    for (k, v) in parts.query {
+        match k.as_str() {
             "ssl-mode" => {
                 ssl = match v.to_ascii_uppercase().as_str() {
                     "DISABLED" => SslMode::Disabled,

@@ -2,6 +2,7 @@
 //! this backend's own parameters (`schema`, `listen`, `listen_host`,
 //! `listen_port`). See `docs/PROTOCOL.md`, "Postgres".
 
+use crate::backend::url::{decode, split};
 use crate::error::{Error, Result};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -107,68 +108,12 @@ pub(crate) fn check_schema(name: &str) -> Result<()> {
     )))
 }
 
-/// `url` with its password replaced by `***`.
-pub(crate) fn mask(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("{userinfo}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    // A password in the query string too.
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let q: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some(("password", _)) => "password=***".to_owned(),
-                    _ => kv.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", q.join("&"))
-        }
-        None => tail.to_owned(),
-    };
-    format!("{scheme}://{authority}{tail}")
-}
-
 fn bad(url: &str, what: &str) -> Error {
-    Error::Config(format!("cannot use Postgres URL {}: {what}", mask(url)))
-}
-
-/// Percent-decodes `s` (`+` stays `+`, as libpq does).
-fn decode(s: &str, url: &str, part: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| bad(url, &format!("bad percent-encoding in the {part}")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad(url, &format!("the {part} is not UTF-8")))
+    crate::backend::url::refused("Postgres", url, what)
 }
 
 fn port_of(s: &str, url: &str, part: &str) -> Result<u16> {
-    s.parse::<u16>()
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| bad(url, &format!("{part} {s:?} is not a port number (1-65535)")))
+    crate::backend::url::port(s, part).map_err(|what| bad(url, &what))
 }
 
 /// The directory libpq uses when no host is given: Debian's socket
@@ -292,58 +237,24 @@ pub(crate) fn parse(url: &str) -> Result<PgConfig> {
     if !url.contains("://") && url.contains('=') {
         return parse(&dsn_to_url(url)?);
     }
-    let rest = url
-        .strip_prefix("postgres://")
-        .or_else(|| url.strip_prefix("postgresql://"))
-        .ok_or_else(|| bad(url, "the scheme must be postgres:// or postgresql://"))?;
-    let (before_query, query) = match rest.split_once('?') {
-        Some((a, q)) => (a, Some(q)),
-        None => (rest, None),
-    };
-    let (authority, path) = match before_query.split_once('/') {
-        Some((a, p)) => (a, p),
-        None => (before_query, ""),
-    };
-    let (userinfo, hostport) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    let (mut user, mut password) = (None, None);
-    if let Some(info) = userinfo {
-        let (u, p) = match info.split_once(':') {
-            Some((u, p)) => (u, Some(p)),
-            None => (info, None),
-        };
-        if !u.is_empty() {
-            user = Some(decode(u, url, "user name")?);
-        }
-        password = p.map(|p| decode(p, url, "password")).transpose()?;
-    }
-    if hostport.contains(',') {
+    let parts = split(url, &["postgres", "postgresql"]).map_err(|what| bad(url, &what))?;
+    let (mut user, mut password) = (parts.user, parts.password);
+    if parts.hosts.len() > 1 {
         return Err(bad(
             url,
             "several hosts are not supported (name one host; put a failover address behind one name)",
         ));
     }
-    let (mut host, mut port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (h, after) = v6
-            .split_once(']')
-            .ok_or_else(|| bad(url, "an IPv6 host must be written [addr]"))?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => Some(port_of(p, url, "the port")?),
-            None if after.is_empty() => None,
-            None => return Err(bad(url, "junk after the IPv6 host")),
-        };
-        (h.to_owned(), port)
-    } else {
-        match hostport.rsplit_once(':') {
-            Some((h, p)) => (decode(h, url, "host")?, Some(port_of(p, url, "the port")?)),
-            None => (decode(hostport, url, "host")?, None),
-        }
-    };
+    let (mut host, mut port) = parts
+        .hosts
+        .into_iter()
+        .next()
+        .map_or((String::new(), None), |h| (h.name, h.port));
+    let path = parts.path.as_str();
     let mut dbname = (!path.is_empty())
-        .then(|| decode(path, url, "database name"))
-        .transpose()?;
+        .then(|| decode(path, "database name"))
+        .transpose()
+        .map_err(|what| bad(url, &what))?;
     let mut ssl = SslMode::Prefer;
     let mut application_name = None;
     let mut connect_timeout = None;
@@ -351,15 +262,8 @@ pub(crate) fn parse(url: &str) -> Result<PgConfig> {
     let mut schema_named = false;
     let mut listen_off = false;
     let (mut listen_host, mut listen_port) = (None, None);
-    for pair in query.into_iter().flat_map(|q| q.split('&')) {
-        if pair.is_empty() {
-            continue;
-        }
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| bad(url, &format!("query parameter {pair:?} has no value")))?;
-        let v = decode(v, url, &format!("value of {k}"))?;
-        match k {
+    for (k, v) in parts.query {
+        match k.as_str() {
             "host" => host = v,
             "port" => port = Some(port_of(&v, url, "port")?),
             "user" => user = Some(v),
@@ -543,10 +447,6 @@ mod tests {
         assert_eq!(
             err.message(),
             "unknown option \"sslmod\" in postgres://u:***@h/d; did you mean \"sslmode\"?"
-        );
-        assert_eq!(
-            mask("postgres://u:secret@h/d?password=x&a=b"),
-            "postgres://u:***@h/d?password=***&a=b"
         );
     }
 

@@ -27,7 +27,8 @@
 //!   waiting line — never a pattern, so a message reaches only the
 //!   processes that watch or wait for that key. The set follows the
 //!   registry's interests, batched when the listener next wakes
-//!   (`listen::HOT_SLICE` / `COLD_SLICE`), unsubscribed after
+//!   (`listen::HOT_SLICE` / `COLD_SLICE`; a cold read is cut short by the
+//!   listener's own `{ns}:wake:{ID}` channel, `listener.rs`), unsubscribed after
 //!   [`crate::contract::push::LINGER`]. A message trips the holds watching that key at
 //!   once. The listener's life is the one every network backend shares
 //!   ([`crate::contract::listen`]): it checks a silent connection with a

@@ -26,7 +26,8 @@
 //! `backend/mod.rs`): a mistyped `min_replica=all` must not silently drop
 //! the acknowledgement it asked for.
 
-use super::replies::redact;
+use crate::backend::shown_url;
+use crate::backend::url::split;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -179,14 +180,9 @@ impl UrlParts {
 pub(crate) type Params = Vec<(String, String)>;
 
 pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)> {
-    let (head, fragment) = match url.split_once('#') {
-        Some((h, f)) => (h, Some(f)),
-        None => (url, None),
-    };
-    let (head, query) = match head.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
-        None => (head, None),
-    };
+    let parts = split(url, REDIS_SCHEMES).map_err(|what| {
+        Error::Config(format!("cannot use Redis URL: {}", url_problem(url, &what)))
+    })?;
     let mut ack = ReplicaAck {
         min_replicas: 0,
         timeout: DEFAULT_REPLICA_TIMEOUT,
@@ -197,8 +193,8 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
     let mut sentinel_params = Vec::new();
     let shown = crate::backend::shown_url(url);
     let unix = url.starts_with("unix://") || url.starts_with("redis+unix://");
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+    for ((k, v), pair) in parts.query.iter().zip(&parts.raw_query) {
+        let (k, v) = (k.as_str(), v.as_str());
         match k {
             "min_replicas" if v == "all" => ack.min_replicas = ReplicaAck::ALL,
             "min_replicas" => {
@@ -238,7 +234,7 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
             "sentinel_username" | "sentinel_password" => {
                 sentinel_params.push((k.to_owned(), v.to_owned()));
             }
-            "db" | "user" | "pass" if unix => kept.push(pair),
+            "db" | "user" | "pass" if unix => kept.push(pair.as_str()),
             // `backend::check_query` refused it already; this is the
             // same answer for a caller that came another way.
             _ => {
@@ -258,12 +254,23 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
             DEFAULT_TIMEOUT, ack.timeout
         )));
     }
-    let mut rest = head.to_owned();
+    // The URL again for the redis crate, without our options.
+    let mut rest = format!("{}://", parts.scheme);
+    if let Some(info) = &parts.userinfo {
+        rest.push_str(info);
+        rest.push('@');
+    }
+    let hosts: Vec<String> = parts.hosts.iter().map(ToString::to_string).collect();
+    rest.push_str(&hosts.join(","));
+    if !parts.path.is_empty() {
+        rest.push('/');
+        rest.push_str(&parts.path);
+    }
     if !kept.is_empty() {
         rest.push('?');
         rest.push_str(&kept.join("&"));
     }
-    if let Some(f) = fragment {
+    if let Some(f) = &parts.fragment {
         rest.push('#');
         rest.push_str(f);
     }
@@ -281,10 +288,10 @@ pub(crate) fn take_own_params(url: &str) -> Result<(String, ReplicaAck, Params)>
 /// [`Error::InvalidArgument`] naming the option.
 pub(crate) fn check_plain(url: &str) -> Result<()> {
     crate::backend::check_query(url)?;
-    let query = url.split('#').next().unwrap_or("").split_once('?');
-    for pair in query.map_or("", |(_, q)| q).split('&') {
-        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
-        if SENTINEL_OPTIONS.contains(&key) {
+    // A URL that does not split is the client's to report (`url_problem`).
+    let query = split(url, REDIS_SCHEMES).map_or_else(|_| Vec::new(), |p| p.query);
+    for (key, _) in &query {
+        if SENTINEL_OPTIONS.contains(&key.as_str()) {
             return Err(Error::InvalidArgument(format!(
                 "{key} in {} is read by mistri_locks::open and Locks::redis, not by Redis::open \
                  (one server's URL, no options of ours): open it with one of those",
@@ -298,50 +305,42 @@ pub(crate) fn check_plain(url: &str) -> Result<()> {
 /// Parses the host-list forms (`scheme://[userinfo@]h1:p1,h2:p2[/path][?q][#f]`).
 pub(crate) fn parse_host_list(url: &str, base: &'static str) -> Result<UrlParts> {
     let bad = |why: &str| Error::Config(format!("cannot use Redis URL: {why}"));
-    let (_, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
-    let (rest, fragment) = match rest.split_once('#') {
-        Some((r, f)) => (r, Some(f.to_owned())),
-        None => (rest, None),
-    };
-    let (rest, query) = match rest.split_once('?') {
-        Some((r, q)) => (r, q.split('&').map(str::to_owned).collect()),
-        None => (rest, Vec::new()),
-    };
-    let (authority, path) = match rest.split_once('/') {
-        Some((a, p)) => (a, p),
-        None => (rest, ""),
-    };
-    let (userinfo, hostlist) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u.to_owned()).filter(|u| !u.is_empty()), h),
-        None => (None, authority),
-    };
-    let hosts: Vec<String> = hostlist
-        .split(',')
-        .filter(|h| !h.is_empty())
-        .map(|h| {
-            if h.contains(':') {
-                h.to_owned()
-            } else {
-                format!("{h}:6379")
-            }
-        })
+    let parts = split(url, REDIS_SCHEMES).map_err(|what| bad(&what))?;
+    let hosts: Vec<String> = parts
+        .hosts
+        .iter()
+        .filter(|h| !h.name.is_empty() || h.port.is_some())
+        .map(|h| h.with_port(6379))
         .collect();
     if hosts.is_empty() {
         return Err(bad("no host:port listed"));
     }
     Ok(UrlParts {
         base,
-        userinfo,
+        userinfo: parts.userinfo,
         hosts,
-        path: path
+        path: parts
+            .path
             .split('/')
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect(),
-        query,
-        fragment,
+        query: parts.raw_query,
+        fragment: parts.fragment,
     })
 }
+
+/// The schemes of [`SCHEMES`], for [`split`].
+const REDIS_SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "unix",
+    "redis+unix",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+];
 
 /// The schemes a Redis URL may have ([`crate::open`]).
 pub(crate) const SCHEMES: &str = "redis://, rediss://, unix://, redis+unix://, \
@@ -350,74 +349,28 @@ redis+sentinel://, rediss+sentinel://, redis+cluster://, rediss+cluster://";
 /// What is wrong with `url`, said for a person: the scheme, the host, the
 /// port, the database; `why` (the client's own words) when none of those.
 pub(crate) fn url_problem(url: &str, why: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some((scheme, _)) = url.split_once("://") else {
         return format!("{url:?} is not a URL: expected one of {SCHEMES}");
     };
-    let known = matches!(
-        scheme,
-        "redis"
-            | "rediss"
-            | "unix"
-            | "redis+unix"
-            | "redis+sentinel"
-            | "rediss+sentinel"
-            | "redis+cluster"
-            | "rediss+cluster"
-    );
-    if !known {
-        return format!(
-            "unknown scheme {scheme:?} in {:?}: expected one of {SCHEMES}",
-            redact(url, url)
-        );
+    let shown = shown_url(url);
+    if !REDIS_SCHEMES.contains(&scheme) {
+        return format!("unknown scheme {scheme:?} in {shown:?}: expected one of {SCHEMES}");
     }
     if scheme.ends_with("unix") {
-        return format!(
-            "{why} (in {:?}: expected {scheme}:///path/to/redis.sock)",
-            redact(url, url)
-        );
+        return format!("{why} (in {shown:?}: expected {scheme}:///path/to/redis.sock)");
     }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let bad = |what: String| format!("{what} in {:?}", redact(url, url));
-    for one in hostport.split(',') {
-        if one.starts_with('[') {
-            let Some(end) = one.find(']') else {
-                return bad(format!("the IPv6 host {one:?} has no closing ']'"));
-            };
-            let port = &one[end + 1..];
-            if !port.is_empty() && !port.strip_prefix(':').is_some_and(valid_port) {
-                return bad(format!(
-                    "the port after {:?} is not a number from 1 to 65535",
-                    &one[..=end]
-                ));
-            }
-            continue;
-        }
-        let (host, port) = one
-            .rsplit_once(':')
-            .map_or((one, None), |(h, p)| (h, Some(p)));
-        if host.is_empty() {
-            return bad("no host".to_owned());
-        }
-        if let Some(port) = port {
-            if !valid_port(port) {
-                return bad(format!("the port {port:?} is not a number from 1 to 65535"));
-            }
-        }
+    let parts = match split(url, REDIS_SCHEMES) {
+        Ok(parts) => parts,
+        Err(what) => return format!("{what} in {shown:?}"),
+    };
+    if parts.hosts.is_empty() || parts.hosts.iter().any(|h| h.name.is_empty()) {
+        return format!("no host in {shown:?}");
     }
-    let path = rest[authority.len()..]
-        .split(['?', '#'])
-        .next()
-        .unwrap_or("");
-    let db = path.trim_start_matches('/');
+    let db = parts.path.trim_start_matches('/');
     if !scheme.contains('+') && !db.is_empty() && db.parse::<u32>().is_err() {
-        return bad(format!("the database {db:?} is not a number"));
+        return format!("the database {db:?} is not a number in {shown:?}");
     }
-    format!("{why} (in {:?})", redact(url, url))
-}
-
-fn valid_port(port: &str) -> bool {
-    port.parse::<u16>().is_ok_and(|p| p > 0)
+    format!("{why} (in {shown:?})")
 }
 
 #[cfg(test)]
@@ -431,6 +384,10 @@ mod tests {
         assert_eq!(rest, "redis://h:1/0#insecure");
         let (rest, _, _) = take_own_params("unix:///s.sock?db=2&min_replicas=1").unwrap();
         assert_eq!(rest, "unix:///s.sock?db=2");
+        let (rest, _, _) =
+            take_own_params("rediss+sentinel://u:p%40w@[::1]:5,b/m/2?eviction=accept#insecure")
+                .unwrap();
+        assert_eq!(rest, "rediss+sentinel://u:p%40w@[::1]:5,b/m/2#insecure");
         assert!(take_own_params("redis://h:1/0?protocol=resp3").is_err());
         assert!(take_own_params("redis://h:1/0?db=2").is_err());
         assert_eq!(ack.min_replicas, 1);
@@ -455,6 +412,12 @@ mod tests {
             "rediss://u:p%40w@c:3/2#insecure"
         );
         assert!(parse_host_list("redis+cluster:///", "redis").is_err());
+        // An IPv6 seed gets the default port too; an empty entry is skipped.
+        let v6 = parse_host_list("redis+cluster://[::1],,[::2]:7", "redis").unwrap();
+        assert_eq!(v6.hosts, ["[::1]:6379", "[::2]:7"]);
+        let e = parse_host_list("redis+cluster://:secret@a:x", "redis").unwrap_err();
+        assert!(e.to_string().contains("the port \"x\""), "{e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
     }
 
     #[test]
@@ -470,5 +433,8 @@ mod tests {
         assert!(says("redis://h/abc").contains("the database \"abc\""));
         assert!(says("redis://:pw@").contains("no host"));
         assert!(!says("redis://:pw@").contains("pw"));
+        // A password in the query is not shown either.
+        let q = says("redis+sentinel://h:x/m?sentinel_password=secret");
+        assert!(q.contains("the port \"x\"") && !q.contains("secret"), "{q}");
     }
 }
