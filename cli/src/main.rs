@@ -266,9 +266,10 @@ impl Failure {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
-        let status = match e {
-            Error::InvalidArgument(_) => EXIT_USAGE,
-            _ => EXIT_ERROR,
+        let status = if e.is_bad_argument() {
+            EXIT_USAGE
+        } else {
+            EXIT_ERROR
         };
         Failure {
             status,

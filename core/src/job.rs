@@ -198,7 +198,8 @@ impl JobOptionsBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`]: an unknown name (naming the nearest
-    /// known one), or a value of the wrong kind.
+    /// known one) or a policy name not known; [`Error::WrongType`]: a value
+    /// of the wrong kind.
     pub fn set(&mut self, name: &str, value: OptionValue) -> Result<&mut Self> {
         if value == OptionValue::None {
             if !JobOptions::NAMES.contains(&name) {
@@ -274,7 +275,7 @@ fn policy(name: &str, value: &OptionValue) -> Result<OnConflict> {
     match value {
         OptionValue::Text(t) => OnConflict::from_name(t)
             .map_err(|e| Error::InvalidArgument(format!("{name}: {}", e.message()))),
-        other => Err(Error::InvalidArgument(format!(
+        other => Err(Error::WrongType(format!(
             "{name} must be \"retry\", \"skip\" or \"raise\", got {other}"
         ))),
     }

@@ -86,7 +86,8 @@ pub(crate) fn status_name(status: c_int) -> &'static [u8] {
 pub(crate) fn status_of_core(err: &Error) -> mistri_status {
     use mistri_status::*;
     match err {
-        Error::InvalidArgument(_) => MISTRI_INVALID_ARGUMENT,
+        // C has no type errors: a value of the wrong kind is a bad argument.
+        Error::InvalidArgument(_) | Error::WrongType(_) => MISTRI_INVALID_ARGUMENT,
         Error::Config(_) => MISTRI_CONFIG,
         Error::Connection(_) => MISTRI_CONNECTION,
         Error::Backend(_) => MISTRI_BACKEND,

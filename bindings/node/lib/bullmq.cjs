@@ -348,14 +348,12 @@ function describe(v) {
   return `${typeof v} ${String(v)}`;
 }
 
-/** Runs a native call, its core error as the package's LocksError (prefixed with the face's name). */
+/** Runs a native call, its core error as index.cjs maps it (prefixed with the face's name). */
 function core(fn) {
   try {
     return fn();
   } catch (e) {
-    const m = /^\[(MISTRI_[A-Z_]+)\] ([\s\S]*)$/.exec(e && e.message);
-    if (m) throw new LocksError(`mistri-locks/bullmq: ${m[2]}`, m[1]);
-    throw e;
+    throw mistri._translate(e, 'mistri-locks/bullmq: ');
   }
 }
 

@@ -29,13 +29,19 @@ class Interrupted extends Error {
   }
 }
 
-const CODED = /^\[(MISTRI_[A-Z_]+)\] ([\s\S]*)$/;
+const CODED = /^\[(TypeError:)?(MISTRI_[A-Z_]+)\] ([\s\S]*)$/;
 
-/** A native error as a LocksError; anything else unchanged. */
-function translate(e) {
+/**
+ * A native error as a LocksError (`prefix` before its message); a value of
+ * the wrong kind for its option (the core's WrongType) as a TypeError that
+ * keeps the code, MISTRI_INVALID_ARGUMENT, as Node's own argument checks
+ * do; anything else unchanged.
+ */
+function translate(e, prefix = '') {
   if (e instanceof Error) {
     const m = CODED.exec(e.message);
-    if (m) return new LocksError(m[2], m[1]);
+    if (m && m[1]) return Object.assign(new TypeError(prefix + m[3]), { code: m[2] });
+    if (m) return new LocksError(prefix + m[3], m[2]);
   }
   return e;
 }
@@ -433,4 +439,6 @@ module.exports = {
   LocksError,
   Interrupted,
   version: native.version(),
+  // For lib/bullmq.cjs: the one mapping of native errors.
+  _translate: translate,
 };

@@ -13,7 +13,9 @@
 //!
 //! Errors cross as a rejected promise or a thrown Error whose message starts
 //! with `[MISTRI_<KIND>] `; `lib/index.cjs` turns it into a `LocksError`
-//! with that `code`.
+//! with that `code`. A value of the wrong kind for its option (the core's
+//! `WrongType`) starts `[TypeError:MISTRI_INVALID_ARGUMENT] ` and becomes a
+//! `TypeError` with that `code`.
 
 // napi-derive registers the exports only outside `cfg(test)`; clippy's
 // --all-targets checks the lib as a test too, where every export is unused.
@@ -34,6 +36,8 @@ pub(crate) fn js_error(e: &mistri_locks::Error) -> napi::Error {
     use mistri_locks::Error as E;
     let code = match e {
         E::InvalidArgument(_) => "MISTRI_INVALID_ARGUMENT",
+        // A JS TypeError that keeps the code (lib/index.cjs `translate`).
+        E::WrongType(_) => "TypeError:MISTRI_INVALID_ARGUMENT",
         E::Config(_) => "MISTRI_CONFIG",
         E::Connection(_) => "MISTRI_CONNECTION",
         E::Backend(_) => "MISTRI_BACKEND",

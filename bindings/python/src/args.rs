@@ -323,23 +323,6 @@ pub(crate) fn option_value(name: &str, v: &Bound<'_, PyAny>) -> PyResult<OptionV
     )))
 }
 
-/// A core option error in Python: a value of the wrong kind for its option
-/// (a str for seconds, a float for `limit`, a number for a key) is a
-/// TypeError, as Python's own arguments are; anything else (a value out of
-/// range) a ValueError.
-pub(crate) fn option_error(py: Python<'_>, value: &OptionValue, e: mistri_locks::Error) -> PyErr {
-    let message = e.message();
-    let number = matches!(value, OptionValue::Int(_) | OptionValue::Float(_));
-    let wrong_kind = (!number && message.contains(" must be a number of seconds, got "))
-        || (!matches!(value, OptionValue::Int(_)) && message.contains(" must be an integer, got "))
-        || (!matches!(value, OptionValue::Text(_)) && message.contains(" must be text, got "));
-    if wrong_kind {
-        PyTypeError::new_err(message.to_owned())
-    } else {
-        crate::error::map_error(py, e)
-    }
-}
-
 /// `type(obj).__name__`, for messages.
 pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()

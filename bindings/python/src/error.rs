@@ -11,7 +11,7 @@
 //! (`mistri_locks.Error` and the builtin `ConnectionError`), so that
 //! `except ConnectionError:` in existing code keeps working.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -151,6 +151,7 @@ pub(crate) fn map_error(py: Python<'_>, err: mistri_locks::Error) -> PyErr {
     };
     let (class, message) = match err {
         E::InvalidArgument(m) => return PyValueError::new_err(m),
+        E::WrongType(m) => return PyTypeError::new_err(m),
         E::Config(m) => (&classes.config, m),
         E::Connection(m) => (&classes.connection, m),
         E::Backend(m) => (&classes.backend, m),

@@ -150,8 +150,8 @@ pub(crate) fn hold_by_name(
             }
             _ => {
                 let value = crate::args::option_value(&name, &value)?;
-                if let Err(e) = opts.set(&name, value.clone()) {
-                    return Err(crate::args::option_error(py, &value, e));
+                if let Err(e) = opts.set(&name, value) {
+                    return Err(crate::error::map_error(py, e));
                 }
             }
         }

@@ -115,8 +115,8 @@ fn _job_options<'py>(
                 )));
             }
             let value = args::option_value(&name, &value)?;
-            if let Err(e) = builder.set(&name, value.clone()) {
-                return Err(args::option_error(py, &value, e));
+            if let Err(e) = builder.set(&name, value) {
+                return Err(error::map_error(py, e));
             }
         }
     }

@@ -555,8 +555,8 @@ fn connection_parts(
     for (name, value) in parts.into_iter().flatten() {
         let name: String = name.extract()?;
         let value = crate::args::option_value(&name, &value)?;
-        out.set(&name, value.clone())
-            .map_err(|e| crate::args::option_error(py, &value, e))?;
+        out.set(&name, value)
+            .map_err(|e| crate::error::map_error(py, e))?;
     }
     Ok(out)
 }

@@ -39,8 +39,8 @@ fn operator_options(py: Python<'_>, options: &Bound<'_, PyDict>) -> PyResult<Ope
         }
         let value = crate::args::option_value(&name, &value)?;
         builder
-            .set(&name, value.clone())
-            .map_err(|e| crate::args::option_error(py, &value, e))?;
+            .set(&name, value)
+            .map_err(|e| crate::error::map_error(py, e))?;
     }
     builder.build().map_err(|e| crate::error::map_error(py, e))
 }

@@ -200,8 +200,8 @@ pub fn hold_options(ruby: &Ruby, options: RHash) -> Result<HoldOptions, Error> {
             ));
         }
         let value = option_value(ruby, &name, value)?;
-        if let Err(e) = opts.set(&name, value.clone()) {
-            return Err(option_error(ruby, &value, e));
+        if let Err(e) = opts.set(&name, value) {
+            return Err(error::to_ruby(ruby, e));
         }
         Ok(ForEach::Continue)
     })?;
@@ -248,21 +248,4 @@ pub fn option_value(ruby: &Ruby, name: &str, v: Value) -> Result<OptionValue, Er
             class_name(v)
         ),
     ))
-}
-
-/// A core option error in Ruby: a value of the wrong kind for its option
-/// (text for seconds, a Float for `limit`, a number for a key) is a
-/// TypeError, as Ruby's own arguments are; anything else (an unknown name,
-/// a value out of range) an ArgumentError.
-pub fn option_error(ruby: &Ruby, value: &OptionValue, e: mistri_locks::Error) -> Error {
-    let message = e.message();
-    let number = matches!(value, OptionValue::Int(_) | OptionValue::Float(_));
-    let wrong_kind = (!number && message.contains(" must be a number of seconds, got "))
-        || (!matches!(value, OptionValue::Int(_)) && message.contains(" must be an integer, got "))
-        || (!matches!(value, OptionValue::Text(_)) && message.contains(" must be text, got "));
-    if wrong_kind {
-        Error::new(ruby.exception_type_error(), message.to_owned())
-    } else {
-        error::to_ruby(ruby, e)
-    }
 }

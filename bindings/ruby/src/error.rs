@@ -3,6 +3,7 @@
 //! | core                     | Ruby                           |
 //! |--------------------------|--------------------------------|
 //! | `InvalidArgument`        | `ArgumentError`                |
+//! | `WrongType`              | `TypeError`                    |
 //! | `Config`                 | `MistriLocks::ConfigError`     |
 //! | `Connection`             | `MistriLocks::ConnectionError` |
 //! | `Backend`                | `MistriLocks::BackendError`    |
@@ -64,6 +65,7 @@ pub fn to_ruby(ruby: &Ruby, err: mistri_locks::Error) -> Error {
     };
     let (class, message) = match err {
         E::InvalidArgument(m) => (ruby.exception_arg_error(), m),
+        E::WrongType(m) => (ruby.exception_type_error(), m),
         E::Config(m) => (ruby.get_inner(c.config), m),
         E::Connection(m) => (ruby.get_inner(c.connection), m),
         E::Backend(m) => (ruby.get_inner(c.backend), m),

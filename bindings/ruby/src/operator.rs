@@ -80,8 +80,8 @@ fn operator_options(ruby: &Ruby, options: RHash) -> Result<OperatorOptions, Erro
         }
         let value = crate::args::option_value(ruby, &name, value)?;
         builder
-            .set(&name, value.clone())
-            .map_err(|e| crate::args::option_error(ruby, &value, e))?;
+            .set(&name, value)
+            .map_err(|e| crate::error::to_ruby(ruby, e))?;
     }
     builder.build().map_err(|e| crate::error::to_ruby(ruby, e))
 }

@@ -324,7 +324,8 @@ impl OpenOptions {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown name (with the nearest
-    /// known one) or a value of the wrong type.
+    /// known one) or an io_timeout out of range; [`Error::WrongType`] for a
+    /// value of the wrong type.
     pub fn set(&mut self, name: &str, value: OptionValue) -> Result<&mut Self> {
         if !Self::NAMES.contains(&name) {
             let hint = crate::options::nearest(name, &Self::NAMES)
@@ -343,7 +344,7 @@ impl OpenOptions {
             return Ok(self);
         }
         let OptionValue::Text(text) = value else {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::WrongType(format!(
                 "{name} must be text, got {value}"
             )));
         };
@@ -414,7 +415,8 @@ impl ConnectionParts {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown name (with the nearest
-    /// known one), a port outside 1..=65535 or a value of the wrong type.
+    /// known one) or a port outside 1..=65535 (or text that is not one);
+    /// [`Error::WrongType`] for a value of the wrong type (a bool, a float).
     pub fn set(&mut self, name: &str, value: OptionValue) -> Result<&mut Self> {
         if !Self::NAMES.contains(&name) {
             let hint = crate::options::nearest(name, &Self::NAMES)
@@ -434,7 +436,11 @@ impl ConnectionParts {
             let port = match &value {
                 OptionValue::Int(n) => u16::try_from(*n).ok(),
                 OptionValue::Text(t) => t.trim().parse::<u16>().ok(),
-                _ => None,
+                other => {
+                    return Err(Error::WrongType(format!(
+                        "port must be a number in 1..=65535, got {other}"
+                    )))
+                }
             }
             .filter(|p| *p > 0)
             .ok_or_else(|| {
@@ -447,7 +453,7 @@ impl ConnectionParts {
             OptionValue::Text(t) => t,
             OptionValue::Int(n) => n.to_string(),
             other => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::WrongType(format!(
                     "{name} must be text, got {other}"
                 )))
             }

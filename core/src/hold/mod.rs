@@ -200,7 +200,8 @@ impl HoldOptions {
     ///
     /// # Errors
     /// [`crate::Error::InvalidArgument`]: an unknown name (naming the
-    /// nearest known one), a value of the wrong kind, or out of range.
+    /// nearest known one) or a value out of range;
+    /// [`crate::Error::WrongType`]: a value of the wrong kind.
     pub fn set(&mut self, name: &str, value: OptionValue) -> Result<&mut Self> {
         if value == OptionValue::None {
             if !Self::NAMES.contains(&name) {
@@ -214,7 +215,7 @@ impl HoldOptions {
         let text = |v: OptionValue| -> Result<String> {
             match v {
                 OptionValue::Text(t) => Ok(t),
-                other => Err(Error::InvalidArgument(format!(
+                other => Err(Error::WrongType(format!(
                     "{name} must be text, got {other}"
                 ))),
             }

@@ -125,7 +125,8 @@ impl OperatorOptionsBuilder {
     ///
     /// # Errors
     /// [`crate::Error::InvalidArgument`] for an unknown name (with the
-    /// nearest known one) or a value of the wrong kind.
+    /// nearest known one) or an empty host; [`crate::Error::WrongType`]
+    /// for a value of the wrong kind.
     pub fn set(&mut self, name: &str, value: OptionValue) -> crate::Result<&mut Self> {
         if !OperatorOptions::NAMES.contains(&name) {
             return Err(unknown_option(name));
@@ -134,7 +135,7 @@ impl OperatorOptionsBuilder {
             return Ok(self);
         }
         let wrong = |what: &str, v: &OptionValue| {
-            crate::Error::InvalidArgument(format!("{name} must be {what}, got {v}"))
+            crate::Error::WrongType(format!("{name} must be {what}, got {v}"))
         };
         match (name, value) {
             ("prefix", OptionValue::Text(t)) => self.prefix = t,
@@ -287,13 +288,13 @@ impl OperatorRequestFields {
             (12, OptionValue::Text(t)) => self.body = t.into_bytes(),
             (13, OptionValue::Bool(b)) => self.host_authorized = Some(b),
             (13, v) => {
-                return Err(crate::Error::InvalidArgument(format!(
+                return Err(crate::Error::WrongType(format!(
                     "{name} must be true or false, got {v}"
                 )))
             }
             (i, OptionValue::Text(t)) => self.text[i] = Some(t),
             (_, v) => {
-                return Err(crate::Error::InvalidArgument(format!(
+                return Err(crate::Error::WrongType(format!(
                     "{name} must be text, got {v}"
                 )))
             }
@@ -522,7 +523,9 @@ fn act(locks: &Locks, action: Action, key: &str, prefix: &str) -> OperatorRespon
     match result {
         Ok(Ok(message)) => OperatorResponse::reply(200, true, &message),
         Ok(Err((status, message))) => OperatorResponse::reply(status, false, &message),
-        Err(crate::Error::InvalidArgument(m)) => OperatorResponse::reply(400, false, &m),
+        Err(crate::Error::InvalidArgument(m) | crate::Error::WrongType(m)) => {
+            OperatorResponse::reply(400, false, &m)
+        }
         Err(e) => OperatorResponse::reply(502, false, &e.to_string()),
     }
 }
