@@ -164,3 +164,26 @@ def test_lease_spec_numbers_are_the_cores_job_options() -> None:
         mistri_locks.leased("k", ttl="60")(lambda: None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"leased: limit must be an integer >= 1, got 0"):
         mistri_locks.leased("k", limit=0)(lambda: None)
+
+
+def test_a_wrong_kind_option_is_a_type_error_by_the_cores_kind() -> None:
+    # The core says "wrong kind" with its own error kind (WrongType), not
+    # in words the face reads: every option setter's wrong kind is a
+    # TypeError, a value of the right kind out of range a ValueError.
+    locks = mistri_locks.Memory()
+    native = mistri_locks._native
+    with pytest.raises(TypeError, match="ttl must be a number of seconds"):
+        locks.hold("k", ttl="5")
+    with pytest.raises(ValueError, match="ttl"):
+        locks.hold("k", ttl=-1)
+    with pytest.raises(TypeError, match=r"on_conflict must be \"retry\""):
+        native._job_options(on_conflict=1)
+    with pytest.raises(ValueError, match="on_conflict"):
+        native._job_options(on_conflict="later")
+    with pytest.raises(TypeError, match="allow_actions must be true or false"):
+        native._operator_options({"allow_actions": "yes"})
+    with pytest.raises(TypeError, match="port must be a number"):
+        native.postgres_url(host="h", port=5432.5)
+    with pytest.raises(ValueError, match="port must be a number"):
+        native.postgres_url(host="h", port=70_000)
+    assert not locks.held("k")

@@ -60,12 +60,15 @@ fn job_stop_key(ruby: &Ruby, job_id: magnus::Value) -> Result<String, Error> {
 fn job_options(ruby: &Ruby, options: magnus::RHash) -> Result<magnus::RHash, Error> {
     let mut builder = mistri_locks::job::JobOptions::builder();
     let refuse = |e: Error| Error::new(ruby.exception_arg_error(), e.to_string());
+    // The core's wrong kind too (a TypeError elsewhere): declared options.
+    let core_refusal = |e: mistri_locks::Error| match e {
+        mistri_locks::Error::WrongType(m) => Error::new(ruby.exception_arg_error(), m),
+        other => error::to_ruby(ruby, other),
+    };
     options.foreach(|name: magnus::Value, value: magnus::Value| {
         let name = args::key(ruby, "an option's name", name).map_err(refuse)?;
         let value = args::option_value(ruby, &name, value).map_err(refuse)?;
-        builder
-            .set(&name, value)
-            .map_err(|e| error::to_ruby(ruby, e))?;
+        builder.set(&name, value).map_err(core_refusal)?;
         Ok(magnus::r_hash::ForEach::Continue)
     })?;
     let o = builder.build().map_err(|e| error::to_ruby(ruby, e))?;

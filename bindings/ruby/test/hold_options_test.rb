@@ -34,4 +34,19 @@ class HoldOptionsByNameTest < Minitest::Test
     e = assert_raises(ArgumentError) { @locks.hold("k", limit: 0) }
     assert_match(/limit/, e.message)
   end
+
+  # The core says "wrong kind" with its own error kind (WrongType), not in
+  # words the face reads: every option setter's wrong kind is a TypeError,
+  # a value of the right kind out of range an ArgumentError.
+  def test_a_wrong_kind_option_is_a_type_error_by_the_cores_kind
+    e = assert_raises(TypeError) { @locks.hold("k", ttl: "5") }
+    assert_match(/ttl must be a number of seconds/, e.message)
+    assert_raises(ArgumentError) { @locks.hold("k", ttl: -1) }
+    e = assert_raises(TypeError) { @locks.send(:_operator_options, { allow_actions: "yes" }) }
+    assert_match(/allow_actions must be true or false/, e.message)
+    e = assert_raises(TypeError) { MistriLocks::Postgres.url_from_config(host: "h", port: 5432.5) }
+    assert_match(/port must be a number/, e.message)
+    assert_raises(ArgumentError) { MistriLocks::Postgres.url_from_config(host: "h", port: 70_000) }
+    refute @locks.held?("k"), "a refused call took nothing"
+  end
 end
