@@ -159,8 +159,21 @@ test('options go by name to the core; its errors are LocksErrors with a code; ho
     assert.match(e.message, /unknown hold option "tll"; did you mean "ttl"\?/);
     return true;
   });
-  await assert.rejects(a.hold('k', { limit: 1.5, ifAvailable: true }), /limit must be an integer/);
-  await assert.rejects(a.hold('k', { ttl: 'soon' }), /ttl must be a number of seconds/);
+  // A value the core finds of the wrong kind (its WrongType): a TypeError
+  // that keeps the code; the right kind out of range: a LocksError.
+  const wrongKind = (said) => (e) => {
+    assert.ok(e instanceof TypeError, `not a TypeError: ${e}`);
+    assert.equal(e.code, 'MISTRI_INVALID_ARGUMENT');
+    assert.match(e.message, said);
+    return true;
+  };
+  await assert.rejects(a.hold('k', { limit: 1.5, ifAvailable: true }), wrongKind(/^limit must be an integer/));
+  await assert.rejects(a.hold('k', { ttl: 'soon' }), wrongKind(/^ttl must be a number of seconds/));
+  await assert.rejects(a.hold('k', { label: 7 }), wrongKind(/^label must be text/));
+  await assert.rejects(
+    a.hold('k', { ttl: -1 }),
+    (e) => e instanceof LocksError && e.code === 'MISTRI_INVALID_ARGUMENT' && /^ttl must be/.test(e.message),
+  );
   await assert.rejects(a.hold('k', { ifAvailable: true, wait: 1 }), LocksError);
   await assert.rejects(a.hold(42), TypeError);
   await assert.rejects(a.hold('k', { ttl: {} }), TypeError);
