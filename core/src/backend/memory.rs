@@ -577,20 +577,7 @@ impl Adapter for Memory {
         Ok(state.leases.remove(key).is_some_and(|e| e.expires > now) || slots)
     }
 
-    /// The flag is read in this process, right after the acquire: no
-    /// round trip to save, but no engine round for the hold's first read.
-    fn acquire_reading_flag(
-        &self,
-        key: &str,
-        ttl: std::time::Duration,
-        who: &crate::Identity,
-        limit: u32,
-        flag: &str,
-    ) -> crate::Result<Option<(crate::Lease, Option<bool>)>> {
-        Ok(self
-            .acquire_limited(key, ttl, who, limit)?
-            .map(|lease| (lease, self.flag(flag).ok())))
-    }
+    crate::contract::adapter::acquire_reading_flag_in_process!();
 
     fn acquire_limited(
         &self,

@@ -477,3 +477,26 @@ macro_rules! acquire_dispatch {
     };
 }
 pub(crate) use acquire_dispatch;
+
+/// [`Adapter::acquire_reading_flag`] for a backend in this process (Memory,
+/// Local), written once: a backend puts `acquire_reading_flag_in_process!();`
+/// in its `impl Adapter`. The flag is read right after the acquire: no round
+/// trip to save, but no engine round for the hold's first read; a failed
+/// read is `None`, as the trait says.
+macro_rules! acquire_reading_flag_in_process {
+    () => {
+        fn acquire_reading_flag(
+            &self,
+            key: &str,
+            ttl: std::time::Duration,
+            who: &crate::Identity,
+            limit: u32,
+            flag: &str,
+        ) -> crate::Result<Option<(crate::Lease, Option<bool>)>> {
+            Ok(self
+                .acquire_limited(key, ttl, who, limit)?
+                .map(|lease| (lease, self.flag(flag).ok())))
+        }
+    };
+}
+pub(crate) use acquire_reading_flag_in_process;

@@ -19,20 +19,7 @@ use std::time::{Duration, Instant};
 impl Adapter for Local {
     acquire_dispatch!();
 
-    /// The flag is read in this process, right after the acquire: no
-    /// round trip to save, but no engine round for the hold's first read.
-    fn acquire_reading_flag(
-        &self,
-        key: &str,
-        ttl: std::time::Duration,
-        who: &crate::Identity,
-        limit: u32,
-        flag: &str,
-    ) -> crate::Result<Option<(crate::Lease, Option<bool>)>> {
-        Ok(self
-            .acquire_limited(key, ttl, who, limit)?
-            .map(|lease| (lease, self.flag(flag).ok())))
-    }
+    crate::contract::adapter::acquire_reading_flag_in_process!();
 
     fn name(&self) -> &'static str {
         "local"
