@@ -95,7 +95,11 @@ export interface StopOutcome {
 /** The core's counters by name (`holds_active`, `renewals_sent`, …): counts, or seconds / null. */
 export type Stats = Record<string, number | null>;
 
-/** An error of the core, with its kind as `code`. */
+/**
+ * An error of the core, with its kind as `code`. (A value of the wrong kind
+ * for its option is a `TypeError` instead, with `code`
+ * `'MISTRI_INVALID_ARGUMENT'`.)
+ */
 export declare class LocksError extends Error {
   readonly code:
     | 'MISTRI_INVALID_ARGUMENT'
