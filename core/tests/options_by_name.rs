@@ -98,3 +98,78 @@ fn hold_options_by_name_refuse_with_the_nearest_name() {
         assert!(e.to_string().contains(says), "{name}: {e}");
     }
 }
+
+/// Every option setter of the core says "wrong kind" with
+/// `Error::WrongType` (a face's TypeError) and "right kind, bad value"
+/// with `Error::InvalidArgument`, so no face reads the message.
+#[test]
+fn setters_tell_a_wrong_kind_from_a_bad_value() {
+    use mistri_locks::job::JobOptions;
+    use mistri_locks::operator::{OperatorOptions, OperatorRequestFields};
+    use mistri_locks::{ConnectionParts, Error, OpenOptions, Result};
+    use OptionValue::{Bool, Float, Int, Text};
+    let kind = |r: Result<()>, what: &str| match r {
+        Err(Error::WrongType(_)) => {}
+        other => panic!("{what}: want WrongType, got {other:?}"),
+    };
+    let value = |r: Result<()>, what: &str| match r {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("{what}: want InvalidArgument, got {other:?}"),
+    };
+    let hold = |n: &str, v: OptionValue| HoldOptions::default().set(n, v).map(|_| ());
+    kind(hold("ttl", Text("soon".into())), "hold ttl text");
+    kind(hold("wait", Bool(true)), "hold wait bool");
+    kind(hold("limit", Float(1.5)), "hold limit float");
+    kind(hold("stop_key", Int(3)), "hold stop_key int");
+    kind(hold("label", Bool(false)), "hold label bool");
+    value(hold("ttl", Float(-1.0)), "hold ttl negative");
+    value(hold("ttl", Float(f64::NAN)), "hold ttl NaN");
+    value(hold("wait", Float(-1.0)), "hold wait negative");
+    value(hold("limit", Int(0)), "hold limit 0");
+    value(hold("stop_key", Text(String::new())), "hold stop_key empty");
+    value(hold("tll", Int(3)), "hold unknown name");
+
+    let job = |n: &str, v: OptionValue| JobOptions::builder().set(n, v).map(|_| ());
+    kind(job("ttl", Text("1".into())), "job ttl text");
+    kind(job("attempts", Float(2.0)), "job attempts float");
+    kind(job("on_conflict", Int(1)), "job on_conflict int");
+    value(
+        job("on_conflict", Text("later".into())),
+        "job on_conflict name",
+    );
+    let built = |n: &str, v: OptionValue| {
+        let mut b = JobOptions::builder();
+        b.set(n, v)?;
+        b.build().map(|_| ())
+    };
+    value(built("ttl", Float(0.0)), "job ttl 0");
+    value(built("limit", Int(0)), "job limit 0");
+
+    let operator = |n: &str, v: OptionValue| OperatorOptions::builder().set(n, v).map(|_| ());
+    kind(operator("prefix", Int(1)), "operator prefix int");
+    kind(
+        operator("allow_actions", Text("yes".into())),
+        "operator bool text",
+    );
+    value(
+        operator("allowed_hosts", Text(String::new())),
+        "operator empty host",
+    );
+    let request = |n: &str, v: OptionValue| OperatorRequestFields::default().set(n, v).map(|_| ());
+    kind(request("host", Bool(true)), "request host bool");
+    kind(
+        request("host_authorized", Text("yes".into())),
+        "request bool text",
+    );
+
+    let open = |n: &str, v: OptionValue| OpenOptions::new().set(n, v).map(|_| ());
+    kind(open("namespace", Int(1)), "open namespace int");
+    kind(open("io_timeout", Text("1".into())), "open io_timeout text");
+    value(open("io_timeout", Float(0.0)), "open io_timeout 0");
+
+    let parts = |n: &str, v: OptionValue| ConnectionParts::new().set(n, v).map(|_| ());
+    kind(parts("host", Bool(true)), "parts host bool");
+    kind(parts("port", Float(5432.5)), "parts port float");
+    value(parts("port", Int(70_000)), "parts port out of range");
+    value(parts("port", Text("x".into())), "parts port text");
+}
