@@ -8,10 +8,10 @@
 
 mod common;
 use common::{BeatHook, Wrapped};
-use mistri_locks::{Adapter, Beat, HoldOptions, Interruption, Locks, Memory, Renewal, Result};
+use mistri_locks::{HoldOptions, Interruption, Locks};
 use mistri_locks_testkit::{unique, RedisServer};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn opts(stop: &str) -> HoldOptions {
     HoldOptions {
@@ -100,17 +100,7 @@ fn redis_a_flag_up_at_the_acquire_stops_the_hold_as_it_is_made() {
 #[derive(Default)]
 struct Plain;
 
-impl BeatHook for Plain {
-    fn beat(
-        &self,
-        inner: &Memory,
-        renewals: &[Renewal<'_>],
-        flags: &[&str],
-        deadline: Instant,
-    ) -> Result<Beat> {
-        inner.beat(renewals, flags, deadline)
-    }
-}
+impl BeatHook for Plain {}
 
 /// A backend without the capability (a wrapper that forwards only the
 /// trait's required methods) keeps the engine's immediate read: the flag

@@ -63,14 +63,16 @@ pub fn opts(ttl: f64, heartbeat: f64) -> HoldOptions {
 /// What a test adapter does with a heartbeat batch; everything else goes
 /// to its [`Memory`] as is.
 pub trait BeatHook: Send + Sync + 'static {
-    /// The batch, with the Memory to pass it on to.
+    /// The batch, with the Memory to pass it on to (by default, as is).
     fn beat(
         &self,
         inner: &Memory,
         renewals: &[Renewal<'_>],
         flags: &[&str],
         deadline: Instant,
-    ) -> Result<Beat>;
+    ) -> Result<Beat> {
+        inner.beat(renewals, flags, deadline)
+    }
 }
 
 /// A Memory adapter whose batches go through `hook` (tests that count,
